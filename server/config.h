@@ -1,0 +1,50 @@
+/*
+ * config.h - warrend configuration.
+ *
+ * Precedence: embedded defaults (equal to conf/warren.conf), then the
+ * config file, then command-line flags. The file format is `key = value`
+ * lines, `#` comments. Strings are owned by the struct (cfg_free).
+ */
+#ifndef WARREN_CONFIG_H
+#define WARREN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct srv_config {
+    char *listen_addr;          /* listen = 127.0.0.1:8080 */
+    unsigned listen_port;
+    char *state_dir;            /* state_dir: LMDB index, api key, sandboxes' run dirs */
+    char *api_key;              /* api_key: empty = generate/read state_dir/api_key */
+    char *image_dir;            /* image_dir: vmlinux, initramfs, <template>.ext4 */
+    char *qemu;                 /* qemu = qemu-system-x86_64 */
+    char *accel;                /* accel = auto | kvm | tcg */
+    char *log_level;            /* log_level = info */
+    unsigned max_sandboxes;     /* max_sandboxes = 32 */
+    unsigned default_memory_mb; /* default_memory_mb = 256 */
+    unsigned min_memory_mb;     /* min_memory_mb = 128 */
+    unsigned max_memory_mb;     /* max_memory_mb = 4096 */
+    unsigned default_vcpus;     /* default_vcpus = 1 */
+    unsigned max_vcpus;         /* max_vcpus = 4 */
+    unsigned default_ttl_s;     /* default_ttl_seconds = 300 */
+    unsigned max_ttl_s;         /* max_ttl_seconds = 86400 */
+    unsigned default_idle_s;    /* default_idle_timeout_seconds = 300 */
+    unsigned boot_timeout_s;    /* boot_timeout_seconds = 60 */
+    unsigned ended_keep_s;      /* ended_retention_seconds = 600 */
+    size_t max_body_bytes;      /* max_json_body_bytes = 1048576 */
+    size_t exec_max_output;     /* exec_max_output_bytes = 16777216 (JSON mode) */
+    size_t console_max_bytes;   /* console_log_bytes = 1048576 */
+    char *default_template;     /* default_template = base */
+};
+
+/* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,
+ * ~/.local/state/warren, or /var/lib/warren for root. image_dir to
+ * $WARREN_IMAGE_DIR or ~/.cache/warren/images/current. 0 or -ENOMEM. */
+int cfg_defaults(struct srv_config *c);
+/* Apply a config file. 0, or -EINVAL with a message "FILE:LINE: ..." in err. */
+int cfg_load_file(struct srv_config *c, const char *path, char *err, size_t errcap);
+/* Apply one key = value (used by the file parser and for flags). */
+int cfg_set(struct srv_config *c, const char *key, const char *value, char *err, size_t errcap);
+void cfg_free(struct srv_config *c);
+
+#endif
