@@ -32,8 +32,10 @@
 
 /* Frame types. g->h: guest to host, h->g: host to guest. */
 enum proto_type {
-    PROTO_HELLO = 1, /* g->h {v, kernel}: sent when the agent starts and after each INIT */
-    PROTO_INIT,      /* h->g {v, time_ns, entropy, hostname}: new host session */
+    PROTO_HELLO = 1, /* g->h {id, v, kernel}: id 0 when the agent opens the port, else the
+                      * id of the INIT it answers (the host is ready at that HELLO) */
+    PROTO_INIT,      /* h->g {id, v, time_ns, entropy, hostname, mem_mb}: a new host session.
+                      * Streams of an earlier session are ended (processes killed). */
     PROTO_EXEC,      /* h->g {id, argv | cmd, env, cwd, user, timeout_ms, stdin} */
     PROTO_STDIN,     /* h->g {id, data?, eof?}: bytes for a process's stdin */
     PROTO_SIGNAL,    /* h->g {id, sig}: signal a process group */
@@ -45,7 +47,8 @@ enum proto_type {
     PROTO_DATA,      /* both {id, off, data}: file content */
     PROTO_END,       /* both {id}: no more DATA for id */
     PROTO_STAT,      /* h->g {id, path} -> RESULT {name,type,size,mode,mtime} */
-    PROTO_LIST,      /* h->g {id, path, depth} -> RESULT {entries:[{path,name,type,size,mode,mtime}]} */
+    PROTO_LIST,      /* h->g {id, path, depth} -> RESULT {entries:[{path,name,type,size,mode,
+                      * mtime}], eof} one or more times; the last has eof=true */
     PROTO_MKDIR,     /* h->g {id, path, mode?} -> RESULT {} */
     PROTO_REMOVE,    /* h->g {id, path, recursive} -> RESULT {} */
     PROTO_RENAME,    /* h->g {id, path, to} -> RESULT {} */
