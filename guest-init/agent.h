@@ -1,0 +1,31 @@
+/*
+ * agent.h - the protocol agent of warren-init: serves host <-> guest frames
+ * (protocol/proto.h) over one byte stream.
+ *
+ * One single-threaded poll loop multiplexes the channel, the pipes of every
+ * process it started (EXEC), open file transfers (FWRITE/FREAD) and the
+ * directory requests. Every stream is keyed by the frame id chosen by the
+ * host; a new host session (INIT) or a lost host end POLLHUP ends all of
+ * them (processes are killed, files closed).
+ *
+ * Ownership: the agent borrows fd and opts for the duration of the call and
+ * does not close fd. Everything it creates (pipes, children, cgroups, open
+ * files) is released before it returns.
+ */
+#ifndef WARREN_GI_AGENT_H
+#define WARREN_GI_AGENT_H
+
+struct gi_agent_opts {
+    const char *cgroup_root; /* "/sys/fs/cgroup/warren" or NULL if no cgroup2 */
+    int pid1;                /* reap every orphan (waitpid(-1)) */
+};
+
+/*
+ * Serve frames on fd until a fatal error (-errno), or, when !opts->pid1,
+ * until the peer closes the stream (0). In pid1 mode a closed host end is
+ * waited out (the channel is virtio-serial: the host may reconnect) and
+ * the call does not return on it.
+ */
+int gi_agent_run(int fd, const struct gi_agent_opts *opts);
+
+#endif
