@@ -24,11 +24,11 @@
 #include <msgpack.h>
 
 #define PROTO_VERSION   1
-#define PROTO_HDR       4                  /* length prefix */
-#define PROTO_MAX_FRAME (256 * 1024)       /* hard cap on a payload */
-#define PROTO_MAX_DATA  (64 * 1024)        /* bytes of "data" per frame */
-#define PROTO_WINDOW    (1024 * 1024)      /* initial credit per stream, each way */
-#define PROTO_ENTROPY   64                 /* bytes of host entropy in INIT */
+#define PROTO_HDR       4             /* length prefix */
+#define PROTO_MAX_FRAME (256 * 1024)  /* hard cap on a payload */
+#define PROTO_MAX_DATA  (64 * 1024)   /* bytes of "data" per frame */
+#define PROTO_WINDOW    (1024 * 1024) /* initial credit per stream, each way */
+#define PROTO_ENTROPY   64            /* bytes of host entropy in INIT */
 
 /* Frame types. g->h: guest to host, h->g: host to guest. */
 enum proto_type {
@@ -107,9 +107,9 @@ union proto_val {
     uint64_t u;
     int64_t i;
     bool b;
-    struct proto_str s;                 /* str and bin */
-    const msgpack_object_array *arr;    /* PK_ARGV (strs), PK_ENTRIES (maps) */
-    const msgpack_object_map *map;      /* PK_ENV (str -> str) */
+    struct proto_str s;              /* str and bin */
+    const msgpack_object_array *arr; /* PK_ARGV (strs), PK_ENTRIES (maps) */
+    const msgpack_object_map *map;   /* PK_ENV (str -> str) */
 };
 
 struct proto_frame {
@@ -125,7 +125,7 @@ static inline bool proto_has(const struct proto_frame *f, enum proto_key k)
 }
 
 /* Error codes (negative), beside negative errno values. */
-#define PROTO_EAGAIN   (-11)  /* == -EAGAIN: need more bytes */
+#define PROTO_EAGAIN   (-11)   /* == -EAGAIN: need more bytes */
 #define PROTO_ETOOBIG  (-1001) /* payload over PROTO_MAX_FRAME */
 #define PROTO_EMSGPACK (-1002) /* not one well-formed msgpack object */
 #define PROTO_ESCHEMA  (-1003) /* not a map, unknown type, wrong key type, missing t */
@@ -134,12 +134,12 @@ const char *proto_type_name(uint32_t type);
 
 /*
  * Find one frame at the start of buf. On success returns 0 and sets
- * *payload/*payload_len and *consumed (header + payload). PROTO_EAGAIN when
+ * payload, payload_len and consumed (header + payload). PROTO_EAGAIN when
  * more bytes are needed; PROTO_ETOOBIG when the announced length is over
  * the cap (the stream is then unusable: close it).
  */
-int proto_frame_split(const uint8_t *buf, size_t len, const uint8_t **payload,
-                      size_t *payload_len, size_t *consumed);
+int proto_frame_split(const uint8_t *buf, size_t len, const uint8_t **payload, size_t *payload_len,
+                      size_t *consumed);
 
 /*
  * Decode one payload into *f. Unknown keys are ignored (forward
@@ -177,12 +177,13 @@ static inline size_t proto_buf_pending(const struct proto_buf *b)
  * header for nkeys entries *including* "t" and "id" (so nkeys >= 2);
  * the caller then adds exactly nkeys - 2 keys with the put functions or
  * raw msgpack through enc->pk after proto_enc_key(); proto_enc_end() patches
- * the length. Returns PROTO_ETOOBIG if the frame grew past the cap (the
- * frame is then removed from the buffer).
+ * the length. Returns PROTO_ETOOBIG if the frame grew past the cap, or
+ * -ENOMEM if the buffer could not grow (the frame is then removed).
  */
 struct proto_enc {
     struct proto_buf *buf;
-    size_t start;
+    size_t start; /* frame start, relative to buf->off (appends may compact the buffer) */
+    int err;      /* first append failure; proto_enc_end() then drops the frame */
     msgpack_packer pk;
 };
 int proto_enc_begin(struct proto_enc *e, struct proto_buf *buf, enum proto_type t, uint32_t id,
