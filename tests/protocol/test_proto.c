@@ -1,0 +1,193 @@
+/* Unit tests of the frame codec: round trips, splitting, and rejection of bad input. */
+#include "proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static int decode_one(struct proto_buf *b, msgpack_zone *z, struct proto_frame *f, size_t *used)
+{
+    const uint8_t *pl;
+    size_t pl_len;
+    int r = proto_frame_split(b->p + b->off, proto_buf_pending(b), &pl, &pl_len, used);
+    if (r != 0)
+        return r;
+    return proto_decode(pl, pl_len, z, f);
+}
+
+static void test_roundtrip(void)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    struct proto_frame f;
+    msgpack_zone z;
+    size_t used;
+    static const uint8_t data[5] = {0, 1, 2, 0xff, 0};
+
+    proto_buf_init(&b);
+    msgpack_zone_init(&z, 1024);
+    CHECK(proto_enc_begin(&e, &b, PROTO_EXEC, 77, 6) == 0);
+    proto_enc_key(&e, PK_ARGV);
+    msgpack_pack_array(&e.pk, 2);
+    msgpack_pack_str_with_body(&e.pk, "echo", 4);
+    msgpack_pack_str_with_body(&e.pk, "hi", 2);
+    proto_put_cstr(&e, PK_CWD, "/tmp");
+    proto_put_u(&e, PK_TIMEOUT, 1500);
+    proto_put_bin(&e, PK_DATA, data, sizeof(data));
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(proto_send_credit(&b, 77, 4096) == 0);
+
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_EXEC && f.id == 77);
+    CHECK(proto_has(&f, PK_ARGV) && f.v[PK_ARGV].arr->size == 2);
+    CHECK(memcmp(f.v[PK_ARGV].arr->ptr[1].via.str.ptr, "hi", 2) == 0);
+    CHECK(f.v[PK_TIMEOUT].u == 1500);
+    CHECK(f.v[PK_DATA].s.len == 5 && memcmp(f.v[PK_DATA].s.p, data, 5) == 0);
+    CHECK(!proto_has(&f, PK_ENV));
+    char cwd[8];
+    CHECK(proto_str_copy(&f.v[PK_CWD].s, cwd, sizeof(cwd)) == 0 && strcmp(cwd, "/tmp") == 0);
+    CHECK(proto_str_copy(&f.v[PK_CWD].s, cwd, 4) == -ENAMETOOLONG);
+    proto_buf_consume(&b, used);
+
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_CREDIT && f.id == 77 && f.v[PK_N].u == 4096);
+    proto_buf_consume(&b, used);
+    CHECK(proto_buf_pending(&b) == 0);
+    msgpack_zone_destroy(&z);
+    proto_buf_free(&b);
+}
+
+/* Every strict prefix of a frame is "need more", never an error or a frame. */
+static void test_split_prefixes(void)
+{
+    struct proto_buf b;
+    const uint8_t *pl;
+    size_t pl_len, used;
+
+    proto_buf_init(&b);
+    CHECK(proto_send_error(&b, 3, ENOENT, "no such file") == 0);
+    for (size_t i = 0; i < b.len; i++)
+        CHECK(proto_frame_split(b.p, i, &pl, &pl_len, &used) == PROTO_EAGAIN);
+    CHECK(proto_frame_split(b.p, b.len, &pl, &pl_len, &used) == 0 && used == b.len);
+    proto_buf_free(&b);
+}
+
+static void test_rejects(void)
+{
+    msgpack_zone z;
+    struct proto_frame f;
+    const uint8_t *pl;
+    size_t pl_len, used;
+    msgpack_zone_init(&z, 1024);
+
+    /* announced length over the cap, and zero length */
+    uint8_t big[4] = {0x7f, 0xff, 0xff, 0xff}, zero[4] = {0, 0, 0, 0};
+    CHECK(proto_frame_split(big, 4, &pl, &pl_len, &used) == PROTO_ETOOBIG);
+    CHECK(proto_frame_split(zero, 4, &pl, &pl_len, &used) == PROTO_ETOOBIG);
+
+    /* not a map: the integer 1 */
+    uint8_t one[1] = {0x01};
+    CHECK(proto_decode(one, 1, &z, &f) == PROTO_ESCHEMA);
+    /* truncated msgpack: map of 1 with nothing in it */
+    uint8_t trunc[1] = {0x81};
+    CHECK(proto_decode(trunc, 1, &z, &f) == PROTO_EMSGPACK);
+    /* trailing garbage after a valid object: {"t":1} then 0xc0 */
+    uint8_t trail[] = {0x81, 0xa1, 't', 0x01, 0xc0};
+    CHECK(proto_decode(trail, sizeof(trail), &z, &f) == PROTO_EMSGPACK);
+    CHECK(proto_decode(trail, sizeof(trail) - 1, &z, &f) == 0 && f.type == PROTO_HELLO);
+    /* t with the wrong wire type (a string) */
+    uint8_t badt[] = {0x81, 0xa1, 't', 0xa1, 'x'};
+    CHECK(proto_decode(badt, sizeof(badt), &z, &f) == PROTO_ESCHEMA);
+    /* unknown type number */
+    uint8_t unk[] = {0x81, 0xa1, 't', 0x7f};
+    CHECK(proto_decode(unk, sizeof(unk), &z, &f) == PROTO_ESCHEMA);
+    /* duplicate key */
+    uint8_t dup[] = {0x82, 0xa1, 't', 0x01, 0xa1, 't', 0x01};
+    CHECK(proto_decode(dup, sizeof(dup), &z, &f) == PROTO_ESCHEMA);
+    /* unknown keys are ignored */
+    uint8_t extra[] = {0x82, 0xa1, 't', 0x01, 0xa3, 'z', 'z', 'z', 0x05};
+    CHECK(proto_decode(extra, sizeof(extra), &z, &f) == 0);
+    /* argv must hold strings only */
+    uint8_t argv[] = {0x82, 0xa1, 't', 0x03, 0xa4, 'a', 'r', 'g', 'v', 0x91, 0x05};
+    CHECK(proto_decode(argv, sizeof(argv), &z, &f) == PROTO_ESCHEMA);
+    msgpack_zone_destroy(&z);
+}
+
+/* An output queue that is consumed while frames are appended keeps every frame intact. */
+static void test_queue_compaction(void)
+{
+    struct proto_buf b;
+    msgpack_zone z;
+    struct proto_frame f;
+    size_t used;
+    uint64_t sent = 0, got = 0;
+    static uint8_t blob[PROTO_MAX_DATA];
+
+    proto_buf_init(&b);
+    msgpack_zone_init(&z, 4096);
+    for (int round = 0; round < 200; round++) {
+        struct proto_enc e;
+        CHECK(proto_enc_begin(&e, &b, PROTO_OUT, 1, 5) == 0);
+        proto_put_u(&e, PK_FD, 1);
+        proto_put_u(&e, PK_OFF, sent);
+        proto_put_bin(&e, PK_DATA, blob, (size_t)(round * 331) % sizeof(blob));
+        CHECK(proto_enc_end(&e) == 0);
+        sent += (size_t)(round * 331) % sizeof(blob);
+        if (round % 3 == 2) {
+            while (decode_one(&b, &z, &f, &used) == 0) {
+                CHECK(f.v[PK_OFF].u == got);
+                got += f.v[PK_DATA].s.len;
+                proto_buf_consume(&b, used);
+            }
+        }
+    }
+    while (decode_one(&b, &z, &f, &used) == 0) {
+        CHECK(f.v[PK_OFF].u == got);
+        got += f.v[PK_DATA].s.len;
+        proto_buf_consume(&b, used);
+    }
+    CHECK(got == sent);
+    msgpack_zone_destroy(&z);
+    proto_buf_free(&b);
+}
+
+static void test_oversized_frame_dropped(void)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    static uint8_t blob[PROTO_MAX_FRAME];
+
+    proto_buf_init(&b);
+    CHECK(proto_send_end(&b, 9) == 0);
+    size_t before = b.len;
+    CHECK(proto_enc_begin(&e, &b, PROTO_DATA, 9, 3) == 0);
+    proto_put_bin(&e, PK_DATA, blob, sizeof(blob));
+    CHECK(proto_enc_end(&e) == PROTO_ETOOBIG);
+    CHECK(b.len == before);
+    proto_buf_free(&b);
+}
+
+int main(void)
+{
+    test_roundtrip();
+    test_split_prefixes();
+    test_rejects();
+    test_queue_compaction();
+    test_oversized_frame_dropped();
+    if (failures) {
+        fprintf(stderr, "proto: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("proto: all checks passed\n");
+    return 0;
+}
