@@ -1,2 +1,842 @@
-/* placeholder: being written */
-typedef int placeholder_sbx;
+/*
+ * sbx.c - the sandbox table: create, adopt after a restart, end, reap,
+ * persist (see sbx.h and sbx_int.h).
+ *
+ * State machine: STARTING (VM launched, waiting for the guest's HELLO)
+ * -> RUNNING -> ENDED (deleted, TTL, idle) or DEAD (the VM died or never
+ * booted). Ended and dead sandboxes stay visible for ended_retention_seconds
+ * so GET can say why they ended, then the reaper purges them.
+ */
+#include "sbx_int.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *reason);
+
+int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+json_t *api_error(const char *code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
+}
+
+static const char *state_name(enum sbx_state s)
+{
+    static const char *const n[] = {"starting", "running", "ended", "dead"};
+    return n[s];
+}
+
+static int state_parse(const char *s, enum sbx_state *out)
+{
+    for (int i = ST_STARTING; i <= ST_DEAD; i++) {
+        if (strcmp(s, state_name((enum sbx_state)i)) == 0) {
+            *out = (enum sbx_state)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+void sbx_random(struct sbx_table *t, void *p, size_t n)
+{
+    if (mbedtls_ctr_drbg_random(&t->drbg, p, n) != 0)
+        abort(); /* a DRBG failure means no safe ids or guest entropy: do not go on */
+}
+
+struct sandbox *sbx_find(struct sbx_table *t, const char *id)
+{
+    for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
+        if (strcmp(sb->id, id) == 0)
+            return sb;
+    return NULL;
+}
+
+void sbx_touch(struct sandbox *sb)
+{
+    sb->last_active_ms = now_ms();
+}
+
+static int not_found(const char *id, json_t **err)
+{
+    *err = api_error("sandbox_not_found", "no sandbox with id '%s'", id);
+    return 404;
+}
+
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    if (!sb)
+        return not_found(id, err);
+    if (sb->state == ST_DEAD || sb->state == ST_ENDED) {
+        *err = api_error(sb->state == ST_DEAD ? "sandbox_dead" : "sandbox_ended",
+                         "sandbox %s is %s: %s", sb->id, state_name(sb->state), sb->reason);
+        return 409;
+    }
+    if (sb->state != ST_RUNNING || !sb->ready || !sb->ch) {
+        *err = api_error("sandbox_not_ready", "sandbox %s is %s; try again shortly", sb->id,
+                         sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
+        return 503;
+    }
+    sbx_touch(sb);
+    *out = sb;
+    return 0;
+}
+
+/* ---- JSON record: the same object serves GET and the index ---- */
+
+static json_t *iso_time(int64_t ms)
+{
+    char buf[64];
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+
+    if (ms <= 0)
+        return json_null();
+    gmtime_r(&s, &tm);
+    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    return json_string(buf);
+}
+
+static json_t *sandbox_json(const struct sandbox *sb)
+{
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
+                  state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
+                  iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
+                  "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
+    json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
+    if (sb->state == ST_ENDED || sb->state == ST_DEAD) {
+        json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
+        json_object_set_new(o, "end_reason", json_string(sb->reason));
+    }
+    return o;
+}
+
+/* The index keeps what GET shows plus what a restart needs to re-adopt the VM. */
+void sbx_save(struct sandbox *sb)
+{
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id",
+                          sb->id, "template", sb->tmpl, "state", state_name(sb->state), "reason",
+                          sb->reason, "created_ms", (json_int_t)sb->created_ms, "expires_ms",
+                          (json_int_t)sb->expires_ms, "ended_ms", (json_int_t)sb->ended_ms,
+                          "last_active_ms", (json_int_t)sb->last_active_ms, "idle_s",
+                          (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
+                          (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env", sb->env,
+                          "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int r = s ? idx_put(sb->t->idx, sb->id, s, strlen(s)) : -ENOMEM;
+
+    if (r != 0)
+        LOGS(LOG_ERR, sb->id, "cannot save to the index: %s", idx_strerror(r));
+    free(s);
+    json_decref(o);
+}
+
+/* ---- run directory ---- */
+
+static void remove_run_dir(struct sandbox *sb)
+{
+    DIR *d = opendir(sb->run_dir);
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+    rmdir(sb->run_dir);
+}
+
+/* ---- guest channel ---- */
+
+static void send_init(struct sandbox *sb)
+{
+    struct proto_enc e;
+    struct proto_buf *tx = chan_tx(sb->ch);
+    uint8_t entropy[PROTO_ENTROPY];
+    struct timespec ts;
+
+    /* Clones and restored VMs share the RNG state and a stale clock: every session
+     * starts by giving the guest fresh entropy and the host's time. */
+    sbx_random(sb->t, entropy, sizeof(entropy));
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sb->session = ++sb->next_stream;
+    sb->ready = false;
+    proto_enc_begin(&e, tx, PROTO_INIT, sb->session, 7);
+    proto_put_u(&e, PK_V, PROTO_VERSION);
+    proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+    proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
+    proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
+    proto_put_u(&e, PK_MEM_MB, sb->mem_mb);
+    proto_enc_end(&e);
+    chan_flush(sb->ch);
+}
+
+static void sandbox_ready(struct sandbox *sb)
+{
+    bool first = sb->state == ST_STARTING;
+
+    sb->ready = true;
+    ev_timer_stop(sb->t->loop, &sb->boot_timer);
+    if (!first) {
+        LOGS(LOG_INFO, sb->id, "guest reconnected");
+        return;
+    }
+    sb->state = ST_RUNNING;
+    sbx_touch(sb);
+    sbx_save(sb);
+    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)", (double)(now_ms() - sb->created_ms));
+    for (struct op *op = sb->ops, *next; op; op = next) {
+        next = op->next_sb;
+        if (op->kind == OP_CREATE)
+            op_finish(op, 201, sandbox_json(sb));
+    }
+}
+
+static void on_frame(void *ud, const struct proto_frame *f)
+{
+    struct sandbox *sb = ud;
+    struct op *op;
+
+    if (f->type == PROTO_HELLO) {
+        if (f->id == sb->session && f->id != 0)
+            sandbox_ready(sb);
+        else if (f->id == 0 && sb->ch)
+            send_init(sb); /* the agent (re)opened its port after our INIT: say it again */
+        return;
+    }
+    if (f->type == PROTO_PONG || !sb->ready)
+        return;
+    op = op_by_stream(sb, f->id);
+    if (!op)
+        return; /* a late frame of a cancelled or finished op */
+    ops_frame(sb, op, f);
+}
+
+static void on_chan_closed(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+
+    LOGS(LOG_WARN, sb->id, "guest channel lost: %s", why);
+    chan_free(sb->ch);
+    sb->ch = NULL;
+    sb->ready = false;
+    /* Streams do not survive a new session: the guest ends them on the next INIT. */
+    ops_fail_all(sb, 502, "guest_channel_lost", why);
+    if (sb->vm && sb->state <= ST_RUNNING)
+        vmm_channel_reconnect(sb->vm);
+}
+
+static void on_vm_channel(void *ud, int fd)
+{
+    static const struct chan_cbs cbs = {on_frame, on_chan_closed};
+    struct sandbox *sb = ud;
+    int r;
+
+    if (sb->ch) {
+        chan_free(sb->ch);
+        sb->ch = NULL;
+    }
+    r = chan_new(sb->t->loop, fd, &cbs, sb, &sb->ch);
+    if (r != 0) {
+        close(fd);
+        LOGS(LOG_ERR, sb->id, "cannot set up the guest channel: %s", strerror(-r));
+        return;
+    }
+    send_init(sb);
+}
+
+static void on_vm_exited(void *ud, int status, const char *reason)
+{
+    struct sandbox *sb = ud;
+    char why[256];
+
+    /* The vmm is freed later (reaper or purge), never from inside its own callback. */
+    sb->vm_gone = true;
+    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+        return;
+    snprintf(why, sizeof(why), "vm_exited: %s", reason);
+    LOGS(LOG_WARN, sb->id, "VM exited unexpectedly: %s", reason);
+    sandbox_end(sb, ST_DEAD, why);
+}
+
+static const struct vmm_cbs vm_cbs = {on_vm_channel, on_vm_exited};
+
+static void on_boot_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sandbox *sb = w->data;
+    char why[128];
+
+    snprintf(why, sizeof(why), "boot_failed: the guest did not answer within %u s",
+             sb->t->cfg->boot_timeout_s);
+    LOGS(LOG_WARN, sb->id, "%s (console log: %s/console.log)", why, sb->run_dir);
+    sandbox_end(sb, ST_DEAD, why);
+}
+
+/* ---- lifecycle ---- */
+
+static void vm_config(struct sandbox *sb, struct vmm_config *vc, char *kernel, char *initrd,
+                      size_t cap)
+{
+    struct sbx_table *t = sb->t;
+
+    snprintf(kernel, cap, "%s/vmlinux", t->image_dir);
+    snprintf(initrd, cap, "%s/initramfs.cpio", t->image_dir);
+    memset(vc, 0, sizeof(*vc));
+    vc->id = sb->id;
+    vc->qemu = t->cfg->qemu;
+    vc->kernel = kernel;
+    vc->initrd = initrd;
+    vc->disk = sb->disk;
+    vc->run_dir = sb->run_dir;
+    vc->mem_mb = sb->mem_mb;
+    vc->vcpus = sb->vcpus;
+    vc->accel = t->accel;
+    vc->console_max = t->cfg->console_max_bytes;
+}
+
+/* End a sandbox: fail its ops, stop its VM, keep the record for retention. */
+static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *reason)
+{
+    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+        return;
+    sb->state = state;
+    snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
+    sb->ended_ms = now_ms();
+    sb->ready = false;
+    ev_timer_stop(sb->t->loop, &sb->boot_timer);
+    LOGS(LOG_INFO, sb->id, "%s: %s", state_name(state), reason);
+    ops_fail_all(sb, 409, state == ST_DEAD ? "sandbox_dead" : "sandbox_ended", reason);
+    if (sb->ch) {
+        chan_free(sb->ch);
+        sb->ch = NULL;
+    }
+    if (sb->vm && !sb->vm_gone) {
+        /* User data is discarded with the sandbox: no need for a graceful guest shutdown. */
+        vmm_free(sb->vm);
+        sb->vm = NULL;
+    }
+    remove_run_dir(sb);
+    sbx_save(sb);
+}
+
+void sbx_end(struct sandbox *sb, const char *reason)
+{
+    sandbox_end(sb, ST_ENDED, reason);
+}
+
+static void sandbox_free(struct sandbox *sb)
+{
+    ev_timer_stop(sb->t->loop, &sb->boot_timer);
+    if (sb->ch)
+        chan_free(sb->ch);
+    if (sb->vm)
+        vmm_free(sb->vm);
+    json_decref(sb->env);
+    json_decref(sb->metadata);
+    free(sb);
+}
+
+static struct sandbox *sandbox_alloc(struct sbx_table *t)
+{
+    struct sandbox *sb = calloc(1, sizeof(*sb));
+
+    if (!sb)
+        return NULL;
+    sb->t = t;
+    ev_timer_init(&sb->boot_timer, on_boot_timeout, t->cfg->boot_timeout_s, 0);
+    sb->boot_timer.data = sb;
+    sb->next = t->sandboxes;
+    t->sandboxes = sb;
+    return sb;
+}
+
+static void sandbox_unlink(struct sbx_table *t, struct sandbox *sb)
+{
+    for (struct sandbox **p = &t->sandboxes; *p; p = &(*p)->next) {
+        if (*p == sb) {
+            *p = sb->next;
+            return;
+        }
+    }
+}
+
+unsigned sbx_count_live(const struct sbx_table *t)
+{
+    unsigned n = 0;
+    for (const struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
+        n += sb->state <= ST_RUNNING;
+    return n;
+}
+
+/* ---- request validation ---- */
+
+static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, unsigned hi,
+                    unsigned *out, json_t **err)
+{
+    json_t *v = json_object_get(body, key);
+
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        *err = api_error("invalid_argument", "%s must be an integer from %u to %u", key, lo, hi);
+        return 400;
+    }
+    *out = (unsigned)json_integer_value(v);
+    return 0;
+}
+
+int json_str_map(json_t *body, const char *key, json_t **out, json_t **err)
+{
+    json_t *v = json_object_get(body, key), *val;
+    const char *k;
+
+    if (!v || json_is_null(v)) {
+        *out = json_object();
+        return 0;
+    }
+    if (!json_is_object(v))
+        goto bad;
+    json_object_foreach(v, k, val)
+    {
+        if (!json_is_string(val))
+            goto bad;
+    }
+    *out = json_deep_copy(v);
+    return 0;
+bad:
+    *err = api_error("invalid_argument", "%s must be an object of strings", key);
+    return 400;
+}
+
+static int check_fields(json_t *body, const char *const *allowed, json_t **err)
+{
+    const char *k;
+    json_t *v;
+
+    if (!json_is_object(body)) {
+        *err = api_error("bad_request", "the body must be a JSON object");
+        return 400;
+    }
+    json_object_foreach(body, k, v)
+    {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++)
+            ok = strcmp(*a, k) == 0;
+        if (!ok) {
+            *err = api_error("invalid_argument", "unknown field '%s'", k);
+            return 400;
+        }
+    }
+    return 0;
+}
+
+static bool template_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 48)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= '0' && s[i] <= '9') && s[i] != '-' &&
+            s[i] != '_')
+            return false;
+    return true;
+}
+
+/* ---- create ---- */
+
+int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
+               sbx_op_t *opid, json_t **err)
+{
+    static const char *const fields[] = {"template",  "ttl_seconds", "idle_timeout_seconds",
+                                         "memory_mb", "vcpus",       "env",
+                                         "metadata",  NULL};
+    const struct srv_config *c = t->cfg;
+    const char *tmpl;
+    unsigned ttl, idle, mem, vcpus;
+    json_t *env = NULL, *meta = NULL;
+    char base[4096], real[PATH_MAX], kernel[4096], initrd[4096];
+    struct stat st;
+    struct sandbox *sb;
+    struct vmm_config vc;
+    uint8_t rnd[8];
+    struct op *op;
+    int status, r;
+
+    if ((status = check_fields(body, fields, err)))
+        return status;
+    tmpl = json_string_value(json_object_get(body, "template"));
+    if (!json_object_get(body, "template"))
+        tmpl = c->default_template;
+    if (!tmpl || !template_name_ok(tmpl)) {
+        *err = api_error("invalid_argument", "template must be a template name");
+        return 400;
+    }
+    if (snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, tmpl) >= (int)sizeof(base) ||
+        !realpath(base, real) || stat(real, &st) != 0) {
+        *err = api_error("unknown_template", "no template named '%s'", tmpl);
+        return 400;
+    }
+    if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
+        (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
+                           err)) ||
+        (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
+                           c->max_memory_mb, &mem, err)) ||
+        (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
+        return status;
+    if ((status = json_str_map(body, "env", &env, err)))
+        return status;
+    if ((status = json_str_map(body, "metadata", &meta, err))) {
+        json_decref(env);
+        return status;
+    }
+    if (sbx_count_live(t) >= c->max_sandboxes) {
+        json_decref(env);
+        json_decref(meta);
+        *err = api_error("too_many_sandboxes", "the limit of %u live sandboxes is reached",
+                         c->max_sandboxes);
+        return 429;
+    }
+
+    sb = sandbox_alloc(t);
+    if (!sb) {
+        json_decref(env);
+        json_decref(meta);
+        *err = api_error("internal", "out of memory");
+        return 500;
+    }
+    sbx_random(t, rnd, sizeof(rnd));
+    snprintf(sb->id, sizeof(sb->id), "sb-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
+    sb->state = ST_STARTING;
+    sb->created_ms = sb->last_active_ms = now_ms();
+    sb->expires_ms = sb->created_ms + (int64_t)ttl * 1000;
+    sb->idle_s = idle;
+    sb->mem_mb = mem;
+    sb->vcpus = vcpus;
+    sb->env = env;
+    sb->metadata = meta;
+    if (snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/sandboxes/%s", c->state_dir, sb->id) >=
+            (int)sizeof(sb->run_dir) - 16 ||
+        snprintf(sb->disk, sizeof(sb->disk), "%s/disk.qcow2", sb->run_dir) >=
+            (int)sizeof(sb->disk)) {
+        r = -ENAMETOOLONG;
+        goto fail;
+    }
+
+    if (mkdir(sb->run_dir, 0700) != 0) {
+        r = -errno;
+        goto fail;
+    }
+    r = vmm_qcow2_create(sb->disk, real, (uint64_t)st.st_size);
+    if (r != 0)
+        goto fail;
+    vm_config(sb, &vc, kernel, initrd, sizeof(kernel));
+    r = vmm_launch(t->loop, &vc, &vm_cbs, sb, &sb->vm);
+    if (r != 0)
+        goto fail;
+    sb->pid = vmm_pid(sb->vm);
+    op = op_new(sb, OP_CREATE, sink, req);
+    if (!op) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    ev_timer_start(t->loop, &sb->boot_timer);
+    sbx_save(sb);
+    LOGS(LOG_INFO, sb->id, "starting: template %s, %u MiB, %u vCPU, pid %d", tmpl, mem, vcpus,
+         (int)sb->pid);
+    *opid = op->id;
+    return 0;
+fail:
+    LOGS(LOG_ERR, sb->id, "cannot start: %s", strerror(-r));
+    *err = api_error("vm_start_failed", "cannot start the VM: %s", strerror(-r));
+    sandbox_end(sb, ST_DEAD, "vm_start_failed");
+    return 500;
+}
+
+/* ---- synchronous calls ---- */
+
+int sbx_get(struct sbx_table *t, const char *id, json_t **out)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    if (!sb)
+        return not_found(id, out);
+    if (sb->state == ST_RUNNING)
+        sbx_touch(sb);
+    *out = sandbox_json(sb);
+    return 200;
+}
+
+int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out)
+{
+    enum sbx_state want;
+    json_t *arr = json_array();
+
+    if (state && *state && state_parse(state, &want) != 0) {
+        json_decref(arr);
+        *out = api_error("invalid_argument", "state must be one of starting, running, ended, dead");
+        return 400;
+    }
+    for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
+        const char *k;
+        json_t *v;
+        bool match = !(state && *state) || sb->state == want;
+        if (filter) {
+            json_object_foreach(filter, k, v)
+            {
+                if (!match)
+                    break;
+                match = json_equal(json_object_get(sb->metadata, k), v);
+            }
+        }
+        if (match)
+            json_array_append_new(arr, sandbox_json(sb));
+    }
+    *out = json_pack("{s:o}", "sandboxes", arr);
+    return 200;
+}
+
+int sbx_delete(struct sbx_table *t, const char *id, json_t **out)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    if (!sb)
+        return not_found(id, out);
+    sandbox_end(sb, ST_ENDED, "deleted");
+    *out = sandbox_json(sb);
+    return 200;
+}
+
+int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out)
+{
+    static const char *const fields[] = {"ttl_seconds", NULL};
+    struct sandbox *sb = NULL;
+    unsigned ttl;
+    int status;
+
+    if ((status = sbx_usable(t, id, &sb, out)) && status != 503)
+        return status;
+    if (status == 503)
+        json_decref(*out); /* extending a sandbox that is reconnecting is fine */
+    sb = sbx_find(t, id);
+    if ((status = check_fields(body, fields, out)))
+        return status;
+    if (!json_object_get(body, "ttl_seconds")) {
+        *out = api_error("invalid_argument", "ttl_seconds is required");
+        return 400;
+    }
+    if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, out)))
+        return status;
+    sb->expires_ms = now_ms() + (int64_t)ttl * 1000;
+    sbx_save(sb);
+    *out = sandbox_json(sb);
+    return 200;
+}
+
+/* ---- reaper ---- */
+
+static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sbx_table *t = w->data;
+    int64_t now = now_ms();
+
+    for (struct sandbox *sb = t->sandboxes, *next; sb; sb = next) {
+        next = sb->next;
+        if (sb->vm && sb->vm_gone && sb->state >= ST_ENDED) {
+            vmm_free(sb->vm);
+            sb->vm = NULL;
+        }
+        if (sb->state == ST_RUNNING && now >= sb->expires_ms) {
+            sandbox_end(sb, ST_ENDED, "ttl_expired");
+        } else if (sb->state == ST_RUNNING && sb->idle_s && sb->nops == 0 &&
+                   now - sb->last_active_ms >= (int64_t)sb->idle_s * 1000) {
+            sandbox_end(sb, ST_ENDED, "idle_timeout");
+        } else if (sb->state >= ST_ENDED &&
+                   now - sb->ended_ms >= (int64_t)t->cfg->ended_keep_s * 1000) {
+            idx_del(t->idx, sb->id);
+            sandbox_unlink(t, sb);
+            sandbox_free(sb);
+        }
+    }
+    idx_sync(t->idx);
+}
+
+/* ---- restore after a restart ---- */
+
+static int restore_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct sbx_table *t = ud;
+    json_error_t jerr;
+    json_t *o = json_loadb(val, vlen, 0, &jerr);
+    struct sandbox *sb;
+    const char *id, *tmpl, *state, *reason, *run_dir, *disk;
+    json_int_t created, expires, ended, active, idle, mem, vcpus, pid;
+    json_t *env, *meta;
+    enum sbx_state st;
+
+    if (!o ||
+        json_unpack(o, "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:s,s:s}", "id",
+                    &id, "template", &tmpl, "state", &state, "reason", &reason, "created_ms",
+                    &created, "expires_ms", &expires, "ended_ms", &ended, "last_active_ms", &active,
+                    "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "pid", &pid, "env", &env,
+                    "metadata", &meta, "run_dir", &run_dir, "disk", &disk) != 0 ||
+        state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id)) {
+        LOG(LOG_WARN, "index record %.*s is unreadable; dropping it", (int)klen, key);
+        json_decref(o);
+        return 0;
+    }
+    sb = sandbox_alloc(t);
+    if (!sb) {
+        json_decref(o);
+        return -ENOMEM;
+    }
+    snprintf(sb->id, sizeof(sb->id), "%s", id);
+    snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
+    snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
+    snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", run_dir);
+    snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
+    sb->state = st;
+    sb->created_ms = created;
+    sb->expires_ms = expires;
+    sb->ended_ms = ended;
+    sb->last_active_ms = active;
+    sb->idle_s = (unsigned)idle;
+    sb->mem_mb = (unsigned)mem;
+    sb->vcpus = (unsigned)vcpus;
+    sb->pid = (pid_t)pid;
+    sb->env = json_incref(env);
+    sb->metadata = json_incref(meta);
+    json_decref(o);
+    return 0;
+}
+
+static void adopt_all(struct sbx_table *t)
+{
+    for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
+        struct vmm_config vc;
+        char kernel[4096], initrd[4096];
+        int r;
+
+        if (sb->state >= ST_ENDED)
+            continue;
+        vm_config(sb, &vc, kernel, initrd, sizeof(kernel));
+        r = sb->pid > 0 ? vmm_adopt(t->loop, &vc, sb->pid, &vm_cbs, sb, &sb->vm) : -ESRCH;
+        if (r != 0) {
+            sb->vm = NULL;
+            LOGS(LOG_WARN, sb->id, "VM pid %d is gone (%s)", (int)sb->pid, strerror(-r));
+            sandbox_end(sb, ST_DEAD, "vm_lost: the VM was gone when warrend restarted");
+            continue;
+        }
+        /* A sandbox still booting when warrend died gets a new boot deadline; its create
+         * request is gone, but the sandbox itself is kept and listed. */
+        if (sb->state == ST_STARTING)
+            ev_timer_start(t->loop, &sb->boot_timer);
+        LOGS(LOG_INFO, sb->id, "re-adopted VM pid %d", (int)sb->pid);
+    }
+}
+
+/* ---- table ---- */
+
+int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out)
+{
+    struct sbx_table *t = calloc(1, sizeof(*t));
+    char path[4096], why[256];
+    int r;
+
+    if (!t)
+        return -ENOMEM;
+    t->loop = loop;
+    t->cfg = cfg;
+    mbedtls_entropy_init(&t->entropy);
+    mbedtls_ctr_drbg_init(&t->drbg);
+    if (mbedtls_ctr_drbg_seed(&t->drbg, mbedtls_entropy_func, &t->entropy,
+                              (const unsigned char *)"warren-sbx", 10) != 0) {
+        r = -EIO;
+        goto fail;
+    }
+    if (!realpath(cfg->image_dir, t->image_dir)) {
+        r = -errno;
+        LOG(LOG_ERR, "image dir %s: %s (build the images: images/build.sh)", cfg->image_dir,
+            strerror(errno));
+        goto fail;
+    }
+    snprintf(path, sizeof(path), "%s/sandboxes", cfg->state_dir);
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        r = -errno;
+        goto fail;
+    }
+    snprintf(path, sizeof(path), "%s/index", cfg->state_dir);
+    r = idx_open(path, &t->idx);
+    if (r != 0) {
+        LOG(LOG_ERR, "cannot open the index %s: %s", path, idx_strerror(r));
+        goto fail;
+    }
+    if (strcmp(cfg->accel, "kvm") == 0)
+        t->accel = VMM_ACCEL_KVM;
+    else if (strcmp(cfg->accel, "tcg") == 0)
+        t->accel = VMM_ACCEL_TCG;
+    else
+        t->accel = vmm_detect_accel(why, sizeof(why));
+    r = idx_foreach(t->idx, restore_one, t);
+    if (r != 0)
+        goto fail;
+    adopt_all(t);
+    ev_timer_init(&t->reaper, on_reap, 1.0, 1.0);
+    t->reaper.data = t;
+    ev_timer_start(loop, &t->reaper);
+    *out = t;
+    return 0;
+fail:
+    sbx_table_free(t, false);
+    return r;
+}
+
+void sbx_table_free(struct sbx_table *t, bool kill_vms)
+{
+    if (!t)
+        return;
+    ev_timer_stop(t->loop, &t->reaper);
+    while (t->sandboxes) {
+        struct sandbox *sb = t->sandboxes;
+        t->sandboxes = sb->next;
+        ops_fail_all(sb, 503, "shutting_down", "warrend is shutting down");
+        if (sb->vm && !kill_vms)
+            vmm_detach(sb->vm);
+        sandbox_free(sb);
+    }
+    if (t->idx)
+        idx_close(t->idx);
+    mbedtls_ctr_drbg_free(&t->drbg);
+    mbedtls_entropy_free(&t->entropy);
+    free(t);
+}

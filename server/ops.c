@@ -1,0 +1,775 @@
+/*
+ * ops.c - exec and file operations on a running sandbox: request
+ * validation, frames to the guest, and the guest's answers back to the
+ * requester (see sbx.h for the contract, sbx_int.h for lifetimes).
+ *
+ * Flow control: the guest may send PROTO_WINDOW bytes per stream before
+ * the host returns credit. In JSON mode the host credits as it buffers
+ * (up to exec_max_output_bytes, then drops and flags truncation); in
+ * streaming mode only once the requester says the bytes left the host
+ * (sbx_op_consumed), so host memory per stream stays bounded by the window.
+ * A cancelled op keeps crediting and discarding until the guest's last
+ * frame, so the guest never blocks on a stream nobody reads.
+ */
+#include "sbx_int.h"
+#include "log.h"
+
+#include <errno.h>
+#include <mbedtls/base64.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req)
+{
+    struct sbx_table *t = sb->t;
+    struct op *op = calloc(1, sizeof(*op));
+
+    if (!op)
+        return NULL;
+    op->id = ++t->next_op;
+    op->kind = kind;
+    op->sb = sb;
+    op->sink = *sink;
+    op->req = req;
+    op->started_ms = now_ms();
+    op->stream = kind == OP_CREATE ? 0 : ++sb->next_stream;
+    proto_buf_init(&op->out[0]);
+    proto_buf_init(&op->out[1]);
+    op->next_all = t->ops;
+    t->ops = op;
+    op->next_sb = sb->ops;
+    sb->ops = op;
+    sb->nops++;
+    return op;
+}
+
+static void op_unlink(struct op *op)
+{
+    struct sbx_table *t = op->sb->t;
+
+    for (struct op **p = &t->ops; *p; p = &(*p)->next_all) {
+        if (*p == op) {
+            *p = op->next_all;
+            break;
+        }
+    }
+    for (struct op **p = &op->sb->ops; *p; p = &(*p)->next_sb) {
+        if (*p == op) {
+            *p = op->next_sb;
+            op->sb->nops--;
+            break;
+        }
+    }
+}
+
+void op_free(struct op *op)
+{
+    op_unlink(op);
+    proto_buf_free(&op->out[0]);
+    proto_buf_free(&op->out[1]);
+    json_decref(op->entries);
+    free(op);
+}
+
+void op_finish(struct op *op, int status, json_t *body)
+{
+    /* Unlink before calling out: the callee may start new ops on this sandbox. */
+    struct sbx_sink sink = op->sink;
+    uint64_t req = op->req;
+    bool cancelled = op->cancelled;
+
+    sbx_touch(op->sb);
+    op_free(op);
+    if (!cancelled)
+        sink.done(req, status, body);
+    else
+        json_decref(body);
+}
+
+struct op *op_by_stream(struct sandbox *sb, uint32_t stream)
+{
+    for (struct op *op = sb->ops; op; op = op->next_sb)
+        if (op->stream == stream && op->kind != OP_CREATE)
+            return op;
+    return NULL;
+}
+
+static struct op *op_by_id(struct sbx_table *t, sbx_op_t id)
+{
+    for (struct op *op = t->ops; op; op = op->next_all)
+        if (op->id == id)
+            return op;
+    return NULL;
+}
+
+void ops_fail_all(struct sandbox *sb, int status, const char *code, const char *msg)
+{
+    while (sb->ops)
+        op_finish(sb->ops, status, api_error(code, "sandbox %s: %s", sb->id, msg));
+}
+
+int errno_to_http(int err, const char *msg, json_t **body)
+{
+    static const struct {
+        int err, status;
+        const char *code;
+    } map[] = {
+        {ENOENT, 404, "file_not_found"},
+        {EEXIST, 409, "file_exists"},
+        {ENOTEMPTY, 409, "directory_not_empty"},
+        {EISDIR, 400, "is_a_directory"},
+        {ENOTDIR, 400, "not_a_directory"},
+        {EINVAL, 400, "invalid_argument"},
+        {ENAMETOOLONG, 400, "invalid_argument"},
+        {EACCES, 403, "permission_denied"},
+        {EPERM, 403, "permission_denied"},
+        {ENOSPC, 507, "disk_full"},
+        {EDQUOT, 507, "disk_full"},
+        {EROFS, 403, "read_only"},
+        {ELOOP, 400, "too_many_symlinks"},
+        {EXDEV, 400, "cross_device"},
+        {EBUSY, 409, "busy"},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        if (map[i].err == err) {
+            *body = api_error(map[i].code, "%s", msg);
+            return map[i].status;
+        }
+    }
+    *body = api_error("guest_error", "%s", msg);
+    return 500;
+}
+
+static void send_credit(struct op *op, size_t n)
+{
+    struct sandbox *sb = op->sb;
+
+    if (!sb->ch || n == 0)
+        return;
+    proto_send_credit(chan_tx(sb->ch), op->stream, n);
+    chan_flush(sb->ch);
+}
+
+static void guest_error(struct op *op, const struct proto_frame *f)
+{
+    char msg[512];
+    json_t *body;
+    int err = proto_has(f, PK_CODE) ? (int)f->v[PK_CODE].i : EIO;
+    int status;
+
+    snprintf(msg, sizeof(msg), "%.*s", proto_has(f, PK_MSG) ? (int)f->v[PK_MSG].s.len : 0,
+             proto_has(f, PK_MSG) ? f->v[PK_MSG].s.p : "");
+    if (op->kind == OP_EXEC) {
+        body = api_error("exec_failed", "%s", msg);
+        status = 400;
+    } else {
+        status = errno_to_http(err, msg, &body);
+    }
+    op_finish(op, status, body);
+}
+
+/* ---- JSON values ---- */
+
+/* Text when the bytes are UTF-8; else base64 under key_b64. */
+static void set_bytes(json_t *o, const char *key, const char *key_b64, const uint8_t *p, size_t n)
+{
+    json_t *s = json_stringn((const char *)p, n); /* NULL when not valid UTF-8 */
+    size_t olen = 0;
+    unsigned char *b64;
+
+    if (s) {
+        json_object_set_new(o, key, s);
+        return;
+    }
+    mbedtls_base64_encode(NULL, 0, &olen, p, n);
+    b64 = malloc(olen + 1);
+    if (b64 && mbedtls_base64_encode(b64, olen + 1, &olen, p, n) == 0)
+        json_object_set_new(o, key_b64, json_stringn((const char *)b64, olen));
+    free(b64);
+}
+
+static json_t *iso(int64_t s)
+{
+    char buf[40];
+    time_t tt = (time_t)s;
+    struct tm tm;
+
+    gmtime_r(&tt, &tm);
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return json_string(buf);
+}
+
+static json_t *mode_str(uint64_t mode)
+{
+    char buf[16];
+    snprintf(buf, sizeof(buf), "%04o", (unsigned)(mode & 07777));
+    return json_string(buf);
+}
+
+/* A stat record from the guest (a frame or one list entry) as JSON. */
+static json_t *stat_json(const struct proto_frame *f)
+{
+    json_t *o = json_object();
+
+    if (proto_has(f, PK_NAME))
+        json_object_set_new(o, "name", json_stringn(f->v[PK_NAME].s.p, f->v[PK_NAME].s.len));
+    if (proto_has(f, PK_PATH))
+        json_object_set_new(o, "path", json_stringn(f->v[PK_PATH].s.p, f->v[PK_PATH].s.len));
+    if (proto_has(f, PK_TYPE))
+        json_object_set_new(o, "type", json_stringn(f->v[PK_TYPE].s.p, f->v[PK_TYPE].s.len));
+    if (proto_has(f, PK_SIZE))
+        json_object_set_new(o, "size", json_integer((json_int_t)f->v[PK_SIZE].u));
+    if (proto_has(f, PK_MODE))
+        json_object_set_new(o, "mode", mode_str(f->v[PK_MODE].u));
+    if (proto_has(f, PK_MTIME))
+        json_object_set_new(o, "mtime", iso(f->v[PK_MTIME].i));
+    return o;
+}
+
+/* A list entry is a msgpack map with the stat keys; values of the wrong type are skipped. */
+static json_t *entry_json(const msgpack_object *m)
+{
+    static const struct {
+        const char *name;
+        enum proto_key key;
+        bool is_str;
+    } fields[] = {{"name", PK_NAME, true},  {"path", PK_PATH, true},  {"type", PK_TYPE, true},
+                  {"size", PK_SIZE, false}, {"mode", PK_MODE, false}, {"mtime", PK_MTIME, false}};
+    struct proto_frame f;
+
+    memset(&f, 0, sizeof(f));
+    for (uint32_t i = 0; i < m->via.map.size; i++) {
+        const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
+        if (k->type != MSGPACK_OBJECT_STR)
+            continue;
+        for (size_t j = 0; j < sizeof(fields) / sizeof(fields[0]); j++) {
+            if (strlen(fields[j].name) != k->via.str.size ||
+                memcmp(fields[j].name, k->via.str.ptr, k->via.str.size) != 0)
+                continue;
+            if (fields[j].is_str && v->type == MSGPACK_OBJECT_STR) {
+                f.v[fields[j].key].s.p = v->via.str.ptr;
+                f.v[fields[j].key].s.len = v->via.str.size;
+            } else if (!fields[j].is_str && (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                                             v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)) {
+                f.v[fields[j].key].i = v->via.i64; /* same bits as u64 for either sign */
+            } else {
+                continue;
+            }
+            f.have |= 1ull << fields[j].key;
+        }
+    }
+    return stat_json(&f);
+}
+
+/* ---- frames from the guest ---- */
+
+static void exec_exit(struct op *op, const struct proto_frame *f)
+{
+    int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;
+    int64_t sig = proto_has(f, PK_SIG) ? f->v[PK_SIG].i : 0;
+    json_t *o = json_object();
+
+    if (op->stream_mode)
+        json_object_set_new(o, "type", json_string("exit"));
+    /* Like a shell: a process killed by signal N exits with 128 + N. */
+    json_object_set_new(o, "exit_code", json_integer(sig > 0 ? 128 + sig : code));
+    json_object_set_new(o, "signal", sig > 0 ? json_integer(sig) : json_null());
+    json_object_set_new(o, "timed_out",
+                        json_boolean(proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b));
+    json_object_set_new(o, "duration_ms", json_integer(now_ms() - op->started_ms));
+    if (!op->stream_mode) {
+        set_bytes(o, "stdout", "stdout_b64", op->out[0].p, op->out[0].len);
+        set_bytes(o, "stderr", "stderr_b64", op->out[1].p, op->out[1].len);
+        if (op->truncated[0] || op->truncated[1])
+            json_object_set_new(o, "truncated", json_true());
+    }
+    op_finish(op, 200, o);
+}
+
+static void exec_out(struct op *op, const struct proto_frame *f)
+{
+    unsigned fd = proto_has(f, PK_FD) ? (unsigned)f->v[PK_FD].u : 0;
+    const struct proto_str *d = &f->v[PK_DATA].s;
+    size_t cap = op->sb->t->cfg->exec_max_output;
+
+    if ((fd != 1 && fd != 2) || !proto_has(f, PK_DATA))
+        return;
+    if (op->cancelled) {
+        send_credit(op, d->len);
+    } else if (op->stream_mode) {
+        op->sink.data(op->req, (int)fd, f->v[PK_OFF].u, d->p, d->len);
+    } else {
+        struct proto_buf *b = &op->out[fd - 1];
+        size_t room = b->len < cap ? cap - b->len : 0;
+        size_t take = d->len < room ? d->len : room;
+        if (take < d->len)
+            op->truncated[fd - 1] = true;
+        if (take && proto_buf_append(b, d->p, take) != 0)
+            op->truncated[fd - 1] = true;
+        send_credit(op, d->len);
+    }
+}
+
+static void fop_result(struct op *op, const struct proto_frame *f)
+{
+    json_t *o;
+
+    if (strcmp(op->fop, "stat") == 0) {
+        op_finish(op, 200, stat_json(f));
+        return;
+    }
+    if (strcmp(op->fop, "list") == 0) {
+        if (!op->entries)
+            op->entries = json_array();
+        if (proto_has(f, PK_ENTRIES)) {
+            const msgpack_object_array *a = f->v[PK_ENTRIES].arr;
+            for (uint32_t i = 0; i < a->size; i++)
+                json_array_append_new(op->entries, entry_json(&a->ptr[i]));
+        }
+        if (proto_has(f, PK_EOF) && !f->v[PK_EOF].b)
+            return;
+        o = json_pack("{s:s,s:O}", "path", op->path, "entries", op->entries);
+        op_finish(op, 200, o);
+        return;
+    }
+    op_finish(op, 200, json_pack("{s:s}", "path", op->path));
+}
+
+void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
+{
+    if (f->type == PROTO_ERROR) {
+        guest_error(op, f);
+        return;
+    }
+    switch (op->kind) {
+    case OP_EXEC:
+        if (f->type == PROTO_OUT)
+            exec_out(op, f);
+        else if (f->type == PROTO_EXIT)
+            exec_exit(op, f);
+        break;
+    case OP_FREAD:
+        if (f->type == PROTO_RESULT && !op->got_head) {
+            op->got_head = true;
+            if (!op->cancelled)
+                op->sink.head(op->req, proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0);
+        } else if (f->type == PROTO_DATA && proto_has(f, PK_DATA)) {
+            if (op->cancelled)
+                send_credit(op, f->v[PK_DATA].s.len);
+            else
+                op->sink.data(op->req, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
+        } else if (f->type == PROTO_END) {
+            op_finish(op, 200, NULL);
+        }
+        break;
+    case OP_FWRITE:
+        if (f->type == PROTO_CREDIT) {
+            op->tx_credit += f->v[PK_N].u;
+            if (op->waiting_credit && !op->cancelled) {
+                op->waiting_credit = false;
+                op->sink.writable(op->req);
+            }
+        } else if (f->type == PROTO_RESULT) {
+            op_finish(op, 200,
+                      json_pack("{s:s,s:I}", "path", op->path, "size",
+                                (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
+        }
+        break;
+    case OP_FOP:
+        if (f->type == PROTO_RESULT)
+            fop_result(op, f);
+        break;
+    case OP_CREATE:
+        break;
+    }
+}
+
+/* ---- starting operations ---- */
+
+static int check_path(const char *path, json_t **err)
+{
+    if (!path || path[0] != '/') {
+        *err = api_error("invalid_argument", "path must be an absolute path");
+        return 400;
+    }
+    if (strlen(path) >= 4096) {
+        *err = api_error("invalid_argument", "path is too long");
+        return 400;
+    }
+    return 0;
+}
+
+static void pack_str_map(msgpack_packer *pk, json_t *a, json_t *b)
+{
+    const char *k;
+    json_t *v;
+    size_t n = json_object_size(a);
+
+    json_object_foreach(b, k, v)
+    {
+        if (!json_object_get(a, k))
+            n++;
+    }
+    msgpack_pack_map(pk, n);
+    /* b (the exec's own env) wins over a (the sandbox's env). */
+    json_object_foreach(a, k, v)
+    {
+        json_t *over = json_object_get(b, k);
+        const char *s = json_string_value(over ? over : v);
+        msgpack_pack_str_with_body(pk, k, strlen(k));
+        msgpack_pack_str_with_body(pk, s, strlen(s));
+    }
+    json_object_foreach(b, k, v)
+    {
+        if (json_object_get(a, k))
+            continue;
+        msgpack_pack_str_with_body(pk, k, strlen(k));
+        msgpack_pack_str_with_body(pk, json_string_value(v), strlen(json_string_value(v)));
+    }
+}
+
+static int exec_validate(json_t *body, json_t **err)
+{
+    static const char *const fields[] = {
+        "cmd", "argv", "cwd", "env", "user", "stdin", "timeout_seconds", NULL};
+    const char *k;
+    json_t *v, *cmd = json_object_get(body, "cmd"), *argv = json_object_get(body, "argv");
+    size_t i;
+
+    if (!json_is_object(body)) {
+        *err = api_error("bad_request", "the body must be a JSON object");
+        return 400;
+    }
+    json_object_foreach(body, k, v)
+    {
+        bool ok = false;
+        for (const char *const *a = fields; *a && !ok; a++)
+            ok = strcmp(*a, k) == 0;
+        if (!ok) {
+            *err = api_error("invalid_argument", "unknown field '%s'", k);
+            return 400;
+        }
+    }
+    if (!!cmd == !!argv) {
+        *err = api_error("invalid_argument", "give exactly one of cmd (string) or argv (array)");
+        return 400;
+    }
+    if (cmd && (!json_is_string(cmd) || json_string_length(cmd) == 0)) {
+        *err = api_error("invalid_argument", "cmd must be a non-empty string");
+        return 400;
+    }
+    if (argv) {
+        if (!json_is_array(argv) || json_array_size(argv) == 0) {
+            *err = api_error("invalid_argument", "argv must be a non-empty array of strings");
+            return 400;
+        }
+        json_array_foreach(argv, i, v)
+        {
+            if (!json_is_string(v)) {
+                *err = api_error("invalid_argument", "argv must hold strings only");
+                return 400;
+            }
+        }
+    }
+    v = json_object_get(body, "cwd");
+    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_value(v)[0] != '/')) {
+        *err = api_error("invalid_argument", "cwd must be an absolute path");
+        return 400;
+    }
+    v = json_object_get(body, "user");
+    if (v && !json_is_null(v) &&
+        (!json_is_string(v) ||
+         (strcmp(json_string_value(v), "root") && strcmp(json_string_value(v), "user")))) {
+        *err = api_error("invalid_argument", "user must be \"root\" or \"user\"");
+        return 400;
+    }
+    v = json_object_get(body, "stdin");
+    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_length(v) > PROTO_WINDOW)) {
+        *err = api_error("invalid_argument", "stdin must be a string of at most %d bytes",
+                         PROTO_WINDOW);
+        return 400;
+    }
+    v = json_object_get(body, "timeout_seconds");
+    if (v && !json_is_null(v) &&
+        (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 86400)) {
+        *err = api_error("invalid_argument", "timeout_seconds must be a number in (0, 86400]");
+        return 400;
+    }
+    return 0;
+}
+
+int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
+             const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+{
+    struct sandbox *sb;
+    struct op *op;
+    struct proto_enc e;
+    struct proto_buf *tx;
+    json_t *argv, *cwd, *user, *in, *tmo, *env = NULL;
+    uint32_t nkeys = 5; /* t, id, argv|cmd, env, user */
+    int status;
+
+    if ((status = sbx_usable(t, id, &sb, err)) || (status = exec_validate(body, err)))
+        return status;
+    if ((status = json_str_map(body, "env", &env, err)))
+        return status;
+    argv = json_object_get(body, "argv");
+    cwd = json_object_get(body, "cwd");
+    user = json_object_get(body, "user");
+    in = json_object_get(body, "stdin");
+    tmo = json_object_get(body, "timeout_seconds");
+    nkeys += json_is_string(cwd) + (json_is_number(tmo) ? 1 : 0) + 1 /* stdin flag */;
+
+    op = op_new(sb, OP_EXEC, sink, req);
+    if (!op) {
+        json_decref(env);
+        *err = api_error("internal", "out of memory");
+        return 500;
+    }
+    op->stream_mode = stream;
+    tx = chan_tx(sb->ch);
+    proto_enc_begin(&e, tx, PROTO_EXEC, op->stream, nkeys);
+    if (argv) {
+        size_t i;
+        json_t *a;
+        proto_enc_key(&e, PK_ARGV);
+        msgpack_pack_array(&e.pk, json_array_size(argv));
+        json_array_foreach(argv, i, a)
+        {
+            msgpack_pack_str_with_body(&e.pk, json_string_value(a), json_string_length(a));
+        }
+    } else {
+        const char *c = json_string_value(json_object_get(body, "cmd"));
+        proto_put_str(&e, PK_CMD, c, strlen(c));
+    }
+    proto_enc_key(&e, PK_ENV);
+    pack_str_map(&e.pk, sb->env, env);
+    proto_put_cstr(&e, PK_USER, json_is_string(user) ? json_string_value(user) : "root");
+    if (json_is_string(cwd))
+        proto_put_cstr(&e, PK_CWD, json_string_value(cwd));
+    if (json_is_number(tmo))
+        proto_put_u(&e, PK_TIMEOUT, (uint64_t)(json_number_value(tmo) * 1000.0));
+    proto_put_b(&e, PK_STDIN, json_is_string(in));
+    json_decref(env);
+    if (proto_enc_end(&e) != 0) {
+        op_free(op);
+        *err = api_error("invalid_argument",
+                         "the command, arguments and environment are too "
+                         "large (max %d bytes)",
+                         PROTO_MAX_FRAME);
+        return 400;
+    }
+    if (json_is_string(in)) {
+        const char *p = json_string_value(in);
+        size_t n = json_string_length(in), off = 0;
+        do {
+            size_t chunk = n - off < PROTO_MAX_DATA ? n - off : PROTO_MAX_DATA;
+            bool last = off + chunk == n;
+            proto_enc_begin(&e, tx, PROTO_STDIN, op->stream, last ? 4 : 3);
+            proto_put_bin(&e, PK_DATA, p + off, chunk);
+            if (last)
+                proto_put_b(&e, PK_EOF, true);
+            proto_enc_end(&e);
+            off += chunk;
+        } while (off < n);
+    }
+    chan_flush(sb->ch);
+    *opid = op->id;
+    return 0;
+}
+
+static struct op *start_file_op(struct sandbox *sb, enum op_kind kind, const char *path,
+                                const struct sbx_sink *sink, uint64_t req, json_t **err)
+{
+    struct op *op = op_new(sb, kind, sink, req);
+
+    if (!op) {
+        *err = api_error("internal", "out of memory");
+        return NULL;
+    }
+    snprintf(op->path, sizeof(op->path), "%s", path);
+    return op;
+}
+
+int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
+                  const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+{
+    struct sandbox *sb;
+    struct op *op;
+    struct proto_enc e;
+    int status;
+
+    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)))
+        return status;
+    if (!(op = start_file_op(sb, OP_FREAD, path, sink, req, err)))
+        return 500;
+    proto_enc_begin(&e, chan_tx(sb->ch), PROTO_FREAD, op->stream, 3);
+    proto_put_cstr(&e, PK_PATH, path);
+    proto_enc_end(&e);
+    chan_flush(sb->ch);
+    *opid = op->id;
+    return 0;
+}
+
+int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
+                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+{
+    struct sandbox *sb;
+    struct op *op;
+    struct proto_enc e;
+    int status;
+
+    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)))
+        return status;
+    if (!(op = start_file_op(sb, OP_FWRITE, path, sink, req, err)))
+        return 500;
+    op->tx_credit = PROTO_WINDOW;
+    proto_enc_begin(&e, chan_tx(sb->ch), PROTO_FWRITE, op->stream, 4);
+    proto_put_cstr(&e, PK_PATH, path);
+    proto_put_u(&e, PK_MODE, mode ? mode : 0644);
+    proto_enc_end(&e);
+    chan_flush(sb->ch);
+    *opid = op->id;
+    return 0;
+}
+
+int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
+                const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+{
+    static const struct {
+        const char *name;
+        enum proto_type type;
+    } kinds[] = {{"stat", PROTO_STAT},
+                 {"list", PROTO_LIST},
+                 {"mkdir", PROTO_MKDIR},
+                 {"remove", PROTO_REMOVE},
+                 {"rename", PROTO_RENAME}};
+    const char *path = json_string_value(json_object_get(args, "path"));
+    const char *to = json_string_value(json_object_get(args, "to"));
+    json_t *depth = json_object_get(args, "depth");
+    enum proto_type type = 0;
+    struct sandbox *sb;
+    struct op *op;
+    struct proto_enc e;
+    int status;
+
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (strcmp(kinds[i].name, kind) == 0)
+            type = kinds[i].type;
+    if (!type) {
+        *err = api_error("invalid_argument", "unknown file operation '%s'", kind);
+        return 400;
+    }
+    if ((status = check_path(path, err)))
+        return status;
+    if (type == PROTO_RENAME && (status = check_path(to, err)))
+        return status;
+    if (depth && (!json_is_integer(depth) || json_integer_value(depth) < 1 ||
+                  json_integer_value(depth) > 10)) {
+        *err = api_error("invalid_argument", "depth must be an integer from 1 to 10");
+        return 400;
+    }
+    if ((status = sbx_usable(t, id, &sb, err)))
+        return status;
+    if (!(op = start_file_op(sb, OP_FOP, path, sink, req, err)))
+        return 500;
+    snprintf(op->fop, sizeof(op->fop), "%s", kind);
+    proto_enc_begin(&e, chan_tx(sb->ch), type, op->stream,
+                    3 + (type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE));
+    proto_put_cstr(&e, PK_PATH, path);
+    if (type == PROTO_RENAME)
+        proto_put_cstr(&e, PK_TO, to);
+    else if (type == PROTO_LIST)
+        proto_put_u(&e, PK_DEPTH, depth ? (uint64_t)json_integer_value(depth) : 1);
+    else if (type == PROTO_REMOVE)
+        proto_put_b(&e, PK_RECURSIVE, json_is_true(json_object_get(args, "recursive")));
+    proto_enc_end(&e);
+    chan_flush(sb->ch);
+    *opid = op->id;
+    return 0;
+}
+
+/* ---- requester-side calls on ops ---- */
+
+size_t sbx_op_write(struct sbx_table *t, sbx_op_t id, const void *p, size_t n)
+{
+    struct op *op = op_by_id(t, id);
+    size_t take, off = 0;
+    struct proto_buf *tx;
+
+    if (!op || op->kind != OP_FWRITE || op->finished_input || !op->sb->ch)
+        return n; /* nothing will read it: swallow, the op's done() tells the outcome */
+    take = n < op->tx_credit ? n : op->tx_credit;
+    tx = chan_tx(op->sb->ch);
+    while (off < take) {
+        struct proto_enc e;
+        size_t chunk = take - off < PROTO_MAX_DATA ? take - off : PROTO_MAX_DATA;
+        proto_enc_begin(&e, tx, PROTO_DATA, op->stream, 3);
+        proto_put_bin(&e, PK_DATA, (const uint8_t *)p + off, chunk);
+        proto_enc_end(&e);
+        off += chunk;
+    }
+    op->tx_credit -= take;
+    if (take < n)
+        op->waiting_credit = true;
+    chan_flush(op->sb->ch);
+    sbx_touch(op->sb);
+    return take;
+}
+
+void sbx_op_finish(struct sbx_table *t, sbx_op_t id)
+{
+    struct op *op = op_by_id(t, id);
+
+    if (!op || op->kind != OP_FWRITE || op->finished_input || !op->sb->ch)
+        return;
+    op->finished_input = true;
+    proto_send_end(chan_tx(op->sb->ch), op->stream);
+    chan_flush(op->sb->ch);
+}
+
+void sbx_op_consumed(struct sbx_table *t, sbx_op_t id, size_t n)
+{
+    struct op *op = op_by_id(t, id);
+
+    if (op)
+        send_credit(op, n);
+}
+
+void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
+{
+    struct op *op = op_by_id(t, id);
+    struct sandbox *sb;
+
+    if (!op)
+        return;
+    sb = op->sb;
+    op->cancelled = true;
+    switch (op->kind) {
+    case OP_CREATE:
+        /* Nobody will learn this sandbox's id: do not leave a VM running for nobody. */
+        op_free(op);
+        sbx_end(sb, "create_cancelled: the client went away during create");
+        return;
+    case OP_EXEC:
+        if (sb->ch) {
+            struct proto_enc e;
+            proto_enc_begin(&e, chan_tx(sb->ch), PROTO_SIGNAL, op->stream, 3);
+            proto_put_i(&e, PK_SIG, 9);
+            proto_enc_end(&e);
+            chan_flush(sb->ch);
+        }
+        break;
+    case OP_FWRITE:
+        sbx_op_finish(t, id);
+        break;
+    case OP_FREAD:
+    case OP_FOP:
+        break;
+    }
+    /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */
+    if (!sb->ch)
+        op_free(op);
+}

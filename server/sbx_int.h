@@ -1,0 +1,120 @@
+/*
+ * sbx_int.h - internals shared by sbx.c (sandbox lifecycle, index, reaper)
+ * and ops.c (exec and file operations on a running sandbox).
+ *
+ * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
+ * the reaper purges it after its retention time. An op lives from its
+ * sbx_* call until it finishes (op_finish: the sink's done is called, then
+ * it is unlinked and freed) or is cancelled. Every op belongs to one
+ * running sandbox; ending a sandbox finishes all its ops first, so an op
+ * never outlives its sandbox.
+ */
+#ifndef WARREN_SBX_INT_H
+#define WARREN_SBX_INT_H
+
+#include "sbx.h"
+#include "chan.h"
+#include "config.h"
+#include "idx.h"
+#include "proto.h"
+#include "vmm.h"
+
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+
+enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD };
+
+enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP };
+
+struct sandbox;
+
+struct op {
+    struct op *next_all, *next_sb; /* links in t->ops and sb->ops */
+    sbx_op_t id;
+    enum op_kind kind;
+    struct sandbox *sb;
+    uint32_t stream; /* channel stream id (0 for create) */
+    struct sbx_sink sink;
+    uint64_t req;
+    int64_t started_ms;
+    /* exec */
+    bool cancelled; /* the requester is gone: no callbacks, drain the guest's frames */
+    bool stream_mode;
+    struct proto_buf out[2]; /* JSON mode: stdout, stderr */
+    bool truncated[2];
+    size_t out_credit; /* bytes the guest may still send before more credit */
+    size_t unacked;    /* bytes received but not yet credited back */
+    /* file ops */
+    char fop[8];         /* "stat", "list", ... */
+    json_t *entries;     /* list results being gathered */
+    size_t tx_credit;    /* upload: bytes the guest will still accept */
+    bool waiting_credit; /* upload: the requester was refused and waits for writable */
+    bool finished_input; /* upload: END sent */
+    bool got_head;
+    char path[4096];
+};
+
+struct sandbox {
+    struct sandbox *next;
+    struct sbx_table *t;
+    char id[24];
+    char tmpl[64];
+    enum sbx_state state;
+    char reason[256];
+    int64_t created_ms, expires_ms, ended_ms, last_active_ms;
+    unsigned idle_s, mem_mb, vcpus;
+    json_t *env, *metadata;
+    char run_dir[4096];
+    char disk[4096];
+    pid_t pid;
+    struct vmm *vm;
+    bool vm_gone; /* the VM exited; vm is freed outside its callback */
+    struct chan *ch;
+    bool ready;       /* the guest answered INIT on the current channel */
+    uint32_t session; /* id of the INIT sent on the current channel */
+    uint32_t next_stream;
+    struct op *ops;
+    unsigned nops;
+    ev_timer boot_timer;
+};
+
+struct sbx_table {
+    struct ev_loop *loop;
+    const struct srv_config *cfg;
+    struct idx *idx;
+    struct sandbox *sandboxes;
+    struct op *ops;
+    sbx_op_t next_op;
+    enum vmm_accel accel;
+    char image_dir[4096];
+    ev_timer reaper;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+};
+
+int64_t now_ms(void);
+struct sandbox *sbx_find(struct sbx_table *t, const char *id);
+/* Look up a sandbox for an operation: 0 and *out, or an HTTP status with *err. */
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err);
+void sbx_touch(struct sandbox *sb);
+/* End a sandbox for reason (state "ended"): fails its ops, stops its VM. */
+void sbx_end(struct sandbox *sb, const char *reason);
+void sbx_save(struct sandbox *sb);
+void sbx_random(struct sbx_table *t, void *p, size_t n);
+
+struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req);
+/* Call sink->done (unless cancelled) and free the op. Takes body. */
+void op_finish(struct op *op, int status, json_t *body);
+void op_free(struct op *op);
+struct op *op_by_stream(struct sandbox *sb, uint32_t stream);
+/* Deliver a guest frame that belongs to an op (ops.c). */
+void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
+/* Finish every op of sb with this error (status, code, message). */
+void ops_fail_all(struct sandbox *sb, int status, const char *code, const char *msg);
+/* An object whose values are all strings (env, metadata) at body[key]; absent means empty.
+ * 0 and a new reference in *out, or 400 with *err. */
+int json_str_map(json_t *body, const char *key, json_t **out, json_t **err);
+/* Map a guest errno to an HTTP status and error body. */
+int errno_to_http(int err, const char *msg, json_t **body);
+
+#endif
