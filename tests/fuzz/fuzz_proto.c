@@ -1,0 +1,37 @@
+/*
+ * fuzz_proto.c - libFuzzer target for the host<->guest frame decoder.
+ * Feeds the input as a byte stream: split frames, decode each, and check
+ * the invariants the host relies on (bounded sizes, known type).
+ */
+#include "proto.h"
+
+#include <stdlib.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    msgpack_zone zone;
+    size_t off = 0;
+
+    if (!msgpack_zone_init(&zone, 1024))
+        return 0;
+    while (off < size) {
+        const uint8_t *pl;
+        size_t pl_len, used;
+        struct proto_frame f;
+        int r = proto_frame_split(data + off, size - off, &pl, &pl_len, &used);
+        if (r != 0)
+            break;
+        if (pl_len > PROTO_MAX_FRAME || used != pl_len + PROTO_HDR)
+            abort();
+        if (proto_decode(pl, pl_len, &zone, &f) == 0) {
+            if (f.type == 0 || f.type >= PROTO_TYPE_MAX)
+                abort();
+            if (proto_has(&f, PK_DATA) && f.v[PK_DATA].s.len > PROTO_MAX_DATA)
+                abort();
+        }
+        msgpack_zone_clear(&zone);
+        off += used;
+    }
+    msgpack_zone_destroy(&zone);
+    return 0;
+}
