@@ -1,0 +1,69 @@
+#!/bin/bash
+# scripts/setup.sh - install what Warren needs, build it, build the guest images.
+#
+#   scripts/setup.sh [--no-images] [--build-dir DIR] [-- CMAKE_ARGS...]
+#
+# Idempotent and non-interactive: packages already present are not touched,
+# the build is incremental, and images/build.sh skips images whose inputs
+# did not change. Installing packages and building images need root.
+set -euo pipefail
+
+PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
+    qemu-system-x86 qemu-utils
+    libwebsockets-dev libwebsockets-evlib-ev libev-dev libmbedtls-dev libmsgpack-dev
+    liblmdb-dev libjansson-dev
+    e2fsprogs busybox-static mmdebstrap uidmap cpio xz-utils zstd
+    curl python3 python3-websockets ca-certificates procps"
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=$top/build
+images=1
+cmake_args=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --no-images) images=0; shift ;;
+    --build-dir) build_dir=${2:?--build-dir needs a directory}; shift 2 ;;
+    --build-dir=*) build_dir=${1#--build-dir=}; shift ;;
+    --) shift; cmake_args=("$@"); break ;;
+    -h | --help) sed -n '3,4p' "$0" | sed 's/^# *//' >&2; exit 0 ;;
+    *) die "unknown argument $1" ;;
+    esac
+done
+case "$build_dir" in /*) ;; *) build_dir=$PWD/$build_dir ;; esac
+
+export DEBIAN_FRONTEND=noninteractive
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi
+}
+
+# --- packages ------------------------------------------------------------
+missing=()
+for p in $PACKAGES; do
+    if [ "$(dpkg-query -W -f '${db:Status-Status}' "$p" 2>/dev/null)" != installed ]; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    as_root apt-get update -qq </dev/null || die "apt-get update failed"
+    as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null ||
+        die "apt-get install failed"
+else
+    say "packages: all present"
+fi
+
+# --- build -----------------------------------------------------------------
+say "building in $build_dir"
+cmake -S "$top" -B "$build_dir" "${cmake_args[@]}" >/dev/null
+make -C "$build_dir" -j"$(nproc)" --no-print-directory -s
+
+# --- images ----------------------------------------------------------------
+if [ $images = 1 ]; then
+    # Under sudo, keep the caller's cache: warrend looks there by default.
+    as_root env WARREN_CACHE="${WARREN_CACHE:-$HOME/.cache/warren}" \
+        "$top/images/build.sh" --build-dir "$build_dir"
+fi
+say "done"
