@@ -1,0 +1,110 @@
+"""Sandbox lifecycle against real microVMs: TTL and idle reaping, a VM killed
+under warrend, warrend killed under its VMs, limits."""
+import os
+import signal
+import time
+import unittest
+
+from warren import Warren, WarrenCase, qemu_pids
+
+
+class LifecycleTest(WarrenCase):
+    conf = {"max_sandboxes": 3}
+
+    def test_create_get_list_delete(self):
+        sid = self.w.create(metadata={"owner": "alice"}, ttl_seconds=120)
+        sb = self.w.get(sid).json()
+        self.assertEqual((sb["state"], sb["template"], sb["metadata"]),
+                         ("running", "minimal", {"owner": "alice"}))
+        ids = [s["id"] for s in self.w.request(
+            "GET", "/v1/sandboxes?metadata.owner=alice").json()["sandboxes"]]
+        self.assertEqual(ids, [sid])
+        self.assertEqual(self.w.request(
+            "GET", "/v1/sandboxes?metadata.owner=bob").json()["sandboxes"], [])
+        r = self.w.request("POST", f"/v1/sandboxes/{sid}/timeout", {"ttl_seconds": 600})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.w.delete(sid).status, 200)
+        sb = self.w.get(sid).json()
+        self.assertEqual((sb["state"], sb["end_reason"]), ("ended", "deleted"))
+        self.assertError(self.w.exec(sid, "true"), 409, "sandbox_ended")
+        self.assertEqual(qemu_pids(sid), [])
+
+    def test_ttl_and_idle_reaping(self):
+        ttl = self.w.create(ttl_seconds=2, idle_timeout_seconds=0)
+        idle = self.w.create(ttl_seconds=600, idle_timeout_seconds=2)
+        sb = self.w.wait_state(ttl, ("ended",), timeout=30)
+        self.assertEqual(sb["end_reason"], "ttl_expired")
+        sb = self.w.wait_state(idle, ("ended",), timeout=30)
+        self.assertEqual(sb["end_reason"], "idle_timeout")
+        self.assertEqual(qemu_pids(ttl) + qemu_pids(idle), [])
+
+    def test_busy_sandbox_is_not_idle(self):
+        sid = self.w.create(ttl_seconds=600, idle_timeout_seconds=2)
+        res = self.w.run(sid, "sleep 5; echo still-here")
+        self.assertEqual(res["stdout"], "still-here\n")
+        self.w.delete(sid)
+
+    def test_killed_vm_is_dead_and_others_live(self):
+        a = self.w.create()
+        b = self.w.create()
+        pids = qemu_pids(a)
+        self.assertEqual(len(pids), 1)
+        os.kill(pids[0], signal.SIGKILL)
+        sb = self.w.wait_state(a, ("dead",), timeout=20)
+        self.assertIn("signal 9", sb["end_reason"])
+        self.assertError(self.w.exec(a, "true"), 409, "sandbox_dead")
+        self.assertEqual(self.w.run(b, "echo ok")["stdout"], "ok\n")
+        self.w.delete(b)
+
+    def test_limits(self):
+        self.assertError(self.w.request("POST", "/v1/sandboxes", {"template": "nope"}), 400,
+                         "unknown_template")
+        self.assertError(self.w.request("POST", "/v1/sandboxes", {"memory_mb": 1}), 400,
+                         "invalid_argument")
+        self.assertError(self.w.request("POST", "/v1/sandboxes", {"vcpus": 99}), 400)
+        self.assertError(self.w.request("POST", "/v1/sandboxes", {"ttl_seconds": -1}), 400)
+        live = [self.w.create() for _ in range(3 - len(self.live()))]
+        self.assertError(self.w.request("POST", "/v1/sandboxes", {"template": "minimal"}), 429,
+                         "too_many_sandboxes")
+        for sid in live:
+            self.w.delete(sid)
+
+    def live(self):
+        return [s for s in self.w.request("GET", "/v1/sandboxes?state=running").json()[
+            "sandboxes"]]
+
+
+class RestartTest(unittest.TestCase):
+    def test_kill9_warrend_readopts_live_sandboxes(self):
+        w = Warren()
+        try:
+            w.start()
+            a = w.create()
+            b = w.create()
+            self.assertEqual(w.request("PUT", f"/v1/sandboxes/{a}/files?path=/root/keep",
+                                       body=b"persist").status, 200)
+            w.run(b, "sleep 600 >/dev/null 2>&1 &")
+            w.delete(b)
+            w.kill9()
+            vm = qemu_pids(a)
+            self.assertEqual(len(vm), 1, "the VM must survive warrend's death")
+            w.start()
+            sb = w.get(a).json()
+            self.assertEqual(sb["state"], "running")
+            self.assertEqual(w.get(b).json()["state"], "ended")
+            deadline = time.time() + 30
+            while True:
+                r = w.exec(a, "cat /root/keep")
+                if r.status == 200 or time.time() > deadline:
+                    break
+                self.assertEqual(r.status, 503, r)  # reconnecting: retry
+                time.sleep(0.1)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json()["stdout"], "persist")
+            self.assertEqual(qemu_pids(a), vm, "the same VM, not a new one")
+        finally:
+            w.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()

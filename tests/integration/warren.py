@@ -1,0 +1,222 @@
+"""Integration-test harness: runs the real warrend on a free loopback port
+with its own state directory and talks to it over HTTP (stdlib only).
+
+Every sandbox is a real QEMU microVM booted from the guest images; nothing
+is mocked. The harness kills the daemon and any VM it started when a test
+class ends, so a failed test never leaks processes into the next one.
+"""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def image_dir():
+    d = os.environ.get("WARREN_IMAGE_DIR")
+    if d:
+        return d
+    cache = os.environ.get("WARREN_CACHE", os.path.expanduser("~/.cache/warren"))
+    return os.path.join(cache, "images", "current")
+
+
+def warrend_path():
+    p = os.environ.get("WARREND")
+    if p:
+        return p
+    for cand in ("build/server/warrend", "../build/server/warrend"):
+        c = os.path.join(HERE, "..", "..", cand)
+        if os.path.exists(c):
+            return os.path.abspath(c)
+    raise RuntimeError("set WARREND to the warrend binary")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def qemu_pids(marker):
+    """Pids of QEMU processes whose command line contains marker."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"qemu-system" in cmd and marker.encode() in cmd:
+            out.append(int(pid))
+    return out
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Response:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return f"<{self.status} {self.body[:300]!r}>"
+
+
+class Warren:
+    def __init__(self, conf=None):
+        self.state_dir = tempfile.mkdtemp(prefix="warren-it-")
+        self.port = free_port()
+        self.conf = dict(conf or {})
+        self.proc = None
+        self.log_path = os.path.join(self.state_dir, "warrend.log")
+        self.key = None
+
+    # -- process --
+    def start(self, timeout=60):
+        conf_path = os.path.join(self.state_dir, "test.conf")
+        with open(conf_path, "w") as f:
+            for k, v in self.conf.items():
+                f.write(f"{k} = {v}\n")
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [warrend_path(), "--config", conf_path,
+             "--listen", f"127.0.0.1:{self.port}",
+             "--state-dir", self.state_dir, "--image-dir", image_dir()],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("warrend exited:\n" + self.log_text())
+            if b"warrend listening" in open(self.log_path, "rb").read():
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("warrend did not start:\n" + self.log_text())
+        with open(os.path.join(self.state_dir, "api_key")) as f:
+            self.key = f.read().strip()
+        return self
+
+    def log_text(self):
+        try:
+            return open(self.log_path, errors="replace").read()[-6000:]
+        except OSError:
+            return ""
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cleanup(self):
+        self.stop()
+        for pid in qemu_pids(self.state_dir):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    # -- HTTP --
+    def conn(self, timeout=600):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, auth=True, timeout=600):
+        h = {}
+        if auth:
+            h["Authorization"] = f"Bearer {self.key}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        c = self.conn(timeout)
+        try:
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            return Response(r.status, dict(r.getheaders()), r.read())
+        finally:
+            c.close()
+
+    def create(self, **kw):
+        body = {"template": "minimal"}
+        body.update(kw)
+        r = self.request("POST", "/v1/sandboxes", body)
+        if r.status != 201:
+            raise AssertionError(f"create failed: {r}\n{self.log_text()}")
+        return r.json()["id"]
+
+    def exec(self, sid, cmd, **kw):
+        body = {"cmd": cmd} if isinstance(cmd, str) else {"argv": cmd}
+        body.update(kw)
+        return self.request("POST", f"/v1/sandboxes/{sid}/exec", body)
+
+    def run(self, sid, cmd, **kw):
+        """Exec that must succeed; returns the JSON result."""
+        r = self.exec(sid, cmd, **kw)
+        if r.status != 200:
+            raise AssertionError(f"exec {cmd!r} failed: {r}")
+        return r.json()
+
+    def get(self, sid):
+        return self.request("GET", f"/v1/sandboxes/{sid}")
+
+    def delete(self, sid):
+        return self.request("DELETE", f"/v1/sandboxes/{sid}")
+
+    def wait_state(self, sid, states, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = self.get(sid)
+            if r.status == 200 and r.json()["state"] in states:
+                return r.json()
+            time.sleep(0.2)
+        raise AssertionError(f"{sid} never reached {states}: {self.get(sid)}")
+
+
+class WarrenCase(unittest.TestCase):
+    """One warrend per test class, killed with its VMs at the end."""
+    conf = {}
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(os.path.join(image_dir(), "vmlinux")):
+            # A missing image is a broken set-up, not a reason to pass quietly.
+            raise RuntimeError(f"no guest images in {image_dir()} (run images/build.sh)")
+        cls.w = Warren(cls.conf).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+
+    def assertError(self, r, status, code=None):
+        self.assertEqual(r.status, status, r)
+        err = r.json()["error"]
+        self.assertIsInstance(err["message"], str)
+        if code:
+            self.assertEqual(err["code"], code, r)
