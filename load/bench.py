@@ -1,0 +1,112 @@
+"""Warren benchmarks: one command, one table. Drives the real warrend and real
+microVMs (see tests/integration/warren.py) and prints p50/p99 and MB/s.
+
+    python3 load/bench.py [--boots N] [--execs N] [--mib N]
+"""
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from warren import Warren  # noqa: E402
+
+MiB = 1024 * 1024
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def ms(x):
+    return f"{x * 1000:.1f} ms"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--boots", type=int, default=10)
+    ap.add_argument("--execs", type=int, default=200)
+    ap.add_argument("--mib", type=int, default=100)
+    ap.add_argument("--template", default="minimal")
+    a = ap.parse_args()
+
+    w = Warren({"max_sandboxes": 8}).start()
+    rows = []
+    try:
+        # Cold boot: POST /v1/sandboxes until 201 = QEMU start + guest kernel + agent HELLO.
+        boots = []
+        for _ in range(a.boots):
+            t0 = time.perf_counter()
+            sid = w.create(template=a.template)
+            boots.append(time.perf_counter() - t0)
+            w.delete(sid)
+        rows.append((f"cold boot to guest ready ({a.template}, n={a.boots})",
+                     ms(pct(boots, 50)), ms(pct(boots, 99))))
+
+        sid = w.create(template=a.template)
+        # Baseline beside it: the HTTP stack alone, no guest involved.
+        hz = []
+        for _ in range(a.execs):
+            t0 = time.perf_counter()
+            w.request("GET", "/healthz", auth=False)
+            hz.append(time.perf_counter() - t0)
+        rows.append((f"GET /healthz (HTTP baseline, n={a.execs})", ms(pct(hz, 50)),
+                     ms(pct(hz, 99))))
+        rt = []
+        for _ in range(a.execs):
+            t0 = time.perf_counter()
+            r = w.exec(sid, ["true"])
+            rt.append(time.perf_counter() - t0)
+            assert r.status == 200 and r.json()["exit_code"] == 0, r
+        rows.append((f"exec `true` round trip (n={a.execs})", ms(pct(rt, 50)), ms(pct(rt, 99))))
+
+        data = os.urandom(a.mib * MiB)
+        t0 = time.perf_counter()
+        r = w.request("PUT", f"/v1/sandboxes/{sid}/files?path=/root/bench.bin", body=data)
+        up = time.perf_counter() - t0
+        assert r.status == 200, r
+        t0 = time.perf_counter()
+        r = w.request("GET", f"/v1/sandboxes/{sid}/files?path=/root/bench.bin")
+        down = time.perf_counter() - t0
+        assert hashlib.sha256(r.body).digest() == hashlib.sha256(data).digest()
+        rows.append((f"file upload {a.mib} MiB", f"{a.mib / up:.1f} MB/s", ""))
+        rows.append((f"file download {a.mib} MiB", f"{a.mib / down:.1f} MB/s", ""))
+        w.run(sid, "rm /root/bench.bin")
+
+        c = w.conn()
+        t0 = time.perf_counter()
+        c.request("POST", f"/v1/sandboxes/{sid}/exec",
+                  body=json.dumps({"cmd": f"head -c {a.mib * MiB} /dev/zero"}),
+                  headers={"Authorization": f"Bearer {w.key}",
+                           "Accept": "application/x-ndjson"})
+        resp = c.getresponse()
+        n = 0
+        for line in resp:
+            ev = json.loads(line)
+            if ev["type"] == "stdout":
+                n += len(ev.get("data", ""))
+        st = time.perf_counter() - t0
+        c.close()
+        assert n == a.mib * MiB, n
+        rows.append((f"exec stdout {a.mib} MiB (NDJSON)", f"{a.mib / st:.1f} MB/s", ""))
+
+        w.delete(sid)
+    finally:
+        w.cleanup()
+
+    print(f"\nWarren benchmarks on {platform.node()} ({os.cpu_count()} cores, "
+          f"{platform.machine()}, kernel {platform.release()})")
+    print(f"{'measure':52} {'p50 / rate':>14} {'p99':>12}")
+    print("-" * 80)
+    for name, p50, p99 in rows:
+        print(f"{name:52} {p50:>14} {p99:>12}")
+
+
+if __name__ == "__main__":
+    main()
