@@ -1,2 +1,770 @@
-/* placeholder: being written */
-typedef int placeholder_exec;
+/*
+ * exec.c - EXEC streams: start a process in its own session, process group
+ * and (with cgroup2) cgroup; turn its stdout/stderr into OUT frames under
+ * the host's credit; feed its stdin from STDIN frames; enforce the timeout;
+ * report EXIT.
+ *
+ * Start failures: a missing cwd, or an argv[0] that cannot be executed, is
+ * an ERROR frame carrying the errno (ENOENT, EACCES, ...) rather than an
+ * EXIT 127, so the host can tell "could not start" from "ran and failed".
+ * The child reports the step that failed through a close-on-exec pipe that
+ * the parent reads before the stream exists for the host. A shell command
+ * (cmd) whose program is missing is the shell's business: EXIT code 127.
+ *
+ * EXIT is the last frame of a stream and is sent once both output pipes
+ * reached EOF (all output is queued before it) and the child was reaped.
+ * Its code is the exit status, or 128 + the signal when the process was
+ * killed (sig then names the signal; it is 0 otherwise).
+ *
+ * Killing: SIGNAL and timeouts signal the process group; SIGKILL also
+ * writes cgroup.kill, which reaches processes that left the group (setsid,
+ * daemons). A finished exec whose cgroup still holds background processes
+ * keeps it (as an orphan entry) until they are gone.
+ */
+#include "agent_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#define USER_UID     1000
+
+extern char **environ;
+
+/* Pipe ends, as filled by pipe2(): [R] for reading, [W] for writing. */
+enum { P_IN_R, P_IN_W, P_OUT_R, P_OUT_W, P_ERR_R, P_ERR_W, P_REP_R, P_REP_W, P__N };
+
+/* Steps of the child's set-up, for the error message of a failed start. */
+enum child_step { STEP_SETSID, STEP_CGROUP, STEP_STDIO, STEP_CHDIR, STEP_USER, STEP_EXEC };
+
+struct child_report {
+    int step;
+    int err;
+};
+
+struct exec_req {
+    char **argv; /* NULL-terminated, owned */
+    char **envp; /* NULL-terminated, owned */
+    char cwd[PATH_MAX];
+    bool cwd_given;
+    uid_t uid;
+    const char *home;
+    bool want_stdin;
+    const char *cgroup; /* borrowed from the stream */
+};
+
+/* ---- request parsing ---- */
+
+static void strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static char *str_dup(const char *p, size_t n)
+{
+    char *s;
+
+    if (memchr(p, '\0', n))
+        return NULL;
+    s = malloc(n + 1);
+    if (s) {
+        memcpy(s, p, n);
+        s[n] = '\0';
+    }
+    return s;
+}
+
+static int parse_argv(const struct proto_frame *f, struct exec_req *req)
+{
+    const msgpack_object_array *arr;
+
+    if (proto_has(f, PK_ARGV) == proto_has(f, PK_CMD))
+        return -EINVAL; /* exactly one of argv and cmd */
+    if (proto_has(f, PK_CMD)) {
+        req->argv = calloc(4, sizeof(char *));
+        if (!req->argv)
+            return -ENOMEM;
+        req->argv[0] = strdup("/bin/sh");
+        req->argv[1] = strdup("-c");
+        req->argv[2] = str_dup(f->v[PK_CMD].s.p, f->v[PK_CMD].s.len);
+        return req->argv[0] && req->argv[1] && req->argv[2] ? 0 : -EINVAL;
+    }
+    arr = f->v[PK_ARGV].arr;
+    if (arr->size == 0)
+        return -EINVAL;
+    req->argv = calloc(arr->size + 1, sizeof(char *));
+    if (!req->argv)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < arr->size; i++) {
+        req->argv[i] = str_dup(arr->ptr[i].via.str.ptr, arr->ptr[i].via.str.size);
+        if (!req->argv[i])
+            return -EINVAL;
+    }
+    return 0;
+}
+
+static int parse_user(const struct proto_frame *f, struct exec_req *req)
+{
+    const struct proto_str *u = &f->v[PK_USER].s;
+
+    if (!proto_has(f, PK_USER) || (u->len == 4 && memcmp(u->p, "root", 4) == 0)) {
+        req->uid = 0;
+        req->home = "/root";
+    } else if (u->len == 4 && memcmp(u->p, "user", 4) == 0) {
+        req->uid = USER_UID;
+        req->home = "/home/user";
+    } else {
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Set "key=value" in envp (n entries used), replacing an entry with the same key. */
+static int env_set(char **envp, size_t *n, const char *key, size_t klen, const char *val,
+                   size_t vlen)
+{
+    char *kv;
+
+    if (klen == 0 || memchr(key, '=', klen) || memchr(key, '\0', klen) || memchr(val, '\0', vlen))
+        return -EINVAL;
+    if (asprintf(&kv, "%.*s=%.*s", (int)klen, key, (int)vlen, val) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < *n; i++) {
+        if (strncmp(envp[i], kv, klen + 1) == 0) {
+            free(envp[i]);
+            envp[i] = kv;
+            return 0;
+        }
+    }
+    envp[(*n)++] = kv;
+    return 0;
+}
+
+/* Defaults first, then the request's env overrides them. */
+static int build_env(const struct proto_frame *f, struct exec_req *req)
+{
+    const msgpack_object_map *m = proto_has(f, PK_ENV) ? f->v[PK_ENV].map : NULL;
+    const char *user = req->uid ? "user" : "root";
+    const char *defs[][2] = {{"PATH", DEFAULT_PATH},
+                             {"HOME", req->home},
+                             {"USER", user},
+                             {"LANG", "C.UTF-8"},
+                             {"TERM", "xterm"}};
+    size_t n = 0, cap = 5 + (m ? m->size : 0) + 1;
+    int r = 0;
+
+    req->envp = calloc(cap, sizeof(char *));
+    if (!req->envp)
+        return -ENOMEM;
+    for (size_t i = 0; i < 5 && r == 0; i++)
+        r = env_set(req->envp, &n, defs[i][0], strlen(defs[i][0]), defs[i][1], strlen(defs[i][1]));
+    for (uint32_t i = 0; m && i < m->size && r == 0; i++) {
+        const msgpack_object_str *k = &m->ptr[i].key.via.str, *v = &m->ptr[i].val.via.str;
+        r = env_set(req->envp, &n, k->ptr, k->size, v->ptr, v->size);
+    }
+    return r;
+}
+
+/* cwd defaults to HOME; a relative cwd is taken relative to HOME. */
+static int parse_cwd(const struct proto_frame *f, struct exec_req *req)
+{
+    char rel[PATH_MAX];
+    int r;
+
+    req->cwd_given = proto_has(f, PK_CWD) && f->v[PK_CWD].s.len > 0;
+    if (!req->cwd_given) {
+        snprintf(req->cwd, sizeof(req->cwd), "%s", req->home);
+        return 0;
+    }
+    r = proto_str_copy(&f->v[PK_CWD].s, rel, sizeof(rel));
+    if (r < 0)
+        return r;
+    if (rel[0] == '/') {
+        memcpy(req->cwd, rel, strlen(rel) + 1);
+        return 0;
+    }
+    if ((size_t)snprintf(req->cwd, sizeof(req->cwd), "%s/%s", req->home, rel) >= sizeof(req->cwd))
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+static int parse_request(const struct proto_frame *f, struct exec_req *req)
+{
+    int r;
+
+    r = parse_argv(f, req);
+    if (r == 0)
+        r = parse_user(f, req);
+    if (r == 0)
+        r = build_env(f, req);
+    if (r == 0)
+        r = parse_cwd(f, req);
+    req->want_stdin = proto_has(f, PK_STDIN) && f->v[PK_STDIN].b;
+    return r;
+}
+
+static void req_free(struct exec_req *req)
+{
+    strv_free(req->argv);
+    strv_free(req->envp);
+}
+
+/* ---- cgroups ---- */
+
+static int cg_write(const char *dir, const char *file, const char *val)
+{
+    char path[PATH_MAX];
+    int fd, r = 0;
+
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path))
+        return -ENAMETOOLONG;
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (write(fd, val, strlen(val)) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+/*
+ * Make the exec's cgroup: exec-<id>, unless an earlier exec with the same
+ * id (a previous session) left one that still holds processes; then a
+ * unique suffix is added.
+ */
+static int cgroup_create(struct gi_agent *a, uint32_t id, char **out)
+{
+    const char *root = a->opts->cgroup_root;
+    char *path = NULL;
+
+    *out = NULL;
+    if (!root)
+        return 0;
+    if (asprintf(&path, "%s/exec-%u", root, id) < 0)
+        return -ENOMEM;
+    if (mkdir(path, 0755) == 0 || (errno == EEXIST && rmdir(path) == 0 && mkdir(path, 0755) == 0))
+        goto done;
+    free(path);
+    if (asprintf(&path, "%s/exec-%u-%u", root, id, ++a->cg_seq) < 0)
+        return -ENOMEM;
+    if (mkdir(path, 0755) != 0) {
+        int r = -errno;
+        free(path);
+        return r;
+    }
+done:
+    *out = path;
+    return 0;
+}
+
+static void exec_kill(struct gi_exec *x, int sig)
+{
+    if (sig == SIGKILL && x->cgroup)
+        cg_write(x->cgroup, "cgroup.kill", "1");
+    /* The group outlives its leader while members remain, so this works after the reap too. */
+    if (x->pid > 0)
+        kill(-x->pid, sig);
+}
+
+/* ---- the child ---- */
+
+static void child_reset_signals(void)
+{
+    sigset_t none;
+
+    for (int sig = 1; sig < NSIG; sig++)
+        signal(sig, SIG_DFL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* Make fds 0, 1, 2 the child's stdin/stdout/stderr. */
+static int child_stdio(const struct exec_req *req, const int p[P__N])
+{
+    int src[3] = {req->want_stdin ? p[P_IN_R] : open("/dev/null", O_RDONLY | O_CLOEXEC), p[P_OUT_W],
+                  p[P_ERR_W]};
+
+    /* Lift the sources above 2 first: if PID 1 ran without std fds a pipe may sit on 0..2,
+     * and dup2 would clobber one source with another. */
+    for (int i = 0; i < 3; i++) {
+        if (src[i] < 0)
+            return -1;
+        if (src[i] < 3 && (src[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 3)) < 0)
+            return -1;
+    }
+    for (int i = 0; i < 3; i++)
+        if (dup2(src[i], i) < 0)
+            return -1;
+    return 0;
+}
+
+static void child_oom_default(void)
+{
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+
+    /* PID 1 runs at -1000 (never OOM-killed); user processes must be killable. */
+    if (fd >= 0) {
+        if (write(fd, "0", 1) < 0) {
+        }
+        close(fd);
+    }
+}
+
+static int child_user(const struct exec_req *req)
+{
+    if (req->uid == 0)
+        return 0;
+    if (setgroups(0, NULL) != 0 || setgid(req->uid) != 0 || setuid(req->uid) != 0)
+        return -1;
+    return 0;
+}
+
+/* The order matters: join the session and cgroup before anything can fork, drop
+ * privileges last (chdir into root-only dirs still works), report failures by step. */
+static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
+{
+    struct child_report rep = {STEP_SETSID, 0};
+
+    child_reset_signals();
+    if (setsid() < 0)
+        goto fail;
+    rep.step = STEP_CGROUP;
+    if (req->cgroup && (errno = -cg_write(req->cgroup, "cgroup.procs", "0")) != 0)
+        goto fail;
+    child_oom_default();
+    rep.step = STEP_STDIO;
+    if (child_stdio(req, p) < 0)
+        goto fail;
+    /* Everything should be close-on-exec already; this also covers fds main.c opened. */
+    syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    rep.step = STEP_CHDIR;
+    if (chdir(req->cwd) != 0 && (req->cwd_given || chdir("/") != 0))
+        goto fail;
+    rep.step = STEP_USER;
+    if (child_user(req) < 0)
+        goto fail;
+    rep.step = STEP_EXEC;
+    environ = req->envp;
+    execvp(req->argv[0], req->argv);
+fail:
+    rep.err = errno;
+    if (write(p[P_REP_W], &rep, sizeof(rep)) < 0) {
+    }
+    _exit(127);
+}
+
+/* ---- the parent ---- */
+
+static void close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+        fds[i] = -1;
+    }
+}
+
+static int open_pipes(int p[P__N], bool want_stdin)
+{
+    for (int i = 0; i < P__N; i += 2) {
+        if (i == P_IN_R && !want_stdin)
+            continue;
+        if (pipe2(&p[i], O_CLOEXEC) != 0)
+            return -errno;
+    }
+    /* Our ends never block the loop; the child's ends stay blocking. */
+    for (int i = P_IN_W; i <= P_ERR_R; i++)
+        if (p[i] >= 0 && i != P_OUT_W && fcntl(p[i], F_SETFL, O_NONBLOCK) != 0)
+            return -errno;
+    return 0;
+}
+
+/* Wait for exec (the report pipe closes) or a failure report. Returns 1 on failure. */
+static int await_child(int fd, struct child_report *rep)
+{
+    ssize_t n;
+
+    do
+        n = read(fd, rep, sizeof(*rep));
+    while (n < 0 && errno == EINTR);
+    return n == (ssize_t)sizeof(*rep);
+}
+
+static void report_start_failure(struct gi_agent *a, uint32_t id, const struct exec_req *req,
+                                 const struct child_report *rep)
+{
+    static const char *const what[] = {"setsid", "join cgroup", "set up stdio",
+                                       "chdir",  "switch user", "exec"};
+    const char *arg = rep->step == STEP_CHDIR  ? req->cwd
+                      : rep->step == STEP_EXEC ? req->argv[0]
+                                               : "";
+
+    gi_reply_error(a, id, rep->err, "%s %s: %s", what[rep->step], arg, strerror(rep->err));
+}
+
+void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
+{
+    struct exec_req req = {0};
+    struct child_report rep;
+    struct gi_stream *s;
+    struct gi_exec *x;
+    int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    pid_t pid = -1;
+    int r;
+
+    r = parse_request(f, &req);
+    if (r < 0) {
+        gi_reply_error(a, f->id, -r, "bad exec request: %s", strerror(-r));
+        goto out;
+    }
+    s = gi_stream_new(a, f->id, GI_EXEC);
+    if (!s)
+        goto out;
+    x = &s->u.x;
+    r = cgroup_create(a, f->id, &x->cgroup);
+    if (r == 0)
+        r = open_pipes(p, req.want_stdin);
+    if (r == 0 && (pid = fork()) < 0)
+        r = -errno;
+    if (r < 0) {
+        gi_reply_error(a, f->id, -r, "cannot start: %s", strerror(-r));
+        s->done = true;
+        goto out;
+    }
+    req.cgroup = x->cgroup;
+    if (pid == 0)
+        child_run(&req, p);
+    close_fds(&p[P_REP_W], 1);
+    close_fds(&p[P_IN_R], 1);
+    close_fds(&p[P_OUT_W], 1);
+    close_fds(&p[P_ERR_W], 1);
+    if (await_child(p[P_REP_R], &rep)) {
+        report_start_failure(a, f->id, &req, &rep);
+        gi_orphan_add(a, pid, x->cgroup); /* it _exits at once; reap it and drop its cgroup */
+        x->cgroup = NULL;
+        s->done = true;
+        goto out;
+    }
+    x->pid = pid;
+    x->out[0] = p[P_OUT_R];
+    x->out[1] = p[P_ERR_R];
+    x->in = p[P_IN_W];
+    p[P_OUT_R] = p[P_ERR_R] = p[P_IN_W] = -1;
+    x->credit = PROTO_WINDOW;
+    if (proto_has(f, PK_TIMEOUT) && f->v[PK_TIMEOUT].u > 0)
+        x->deadline_ms = gi_now_ms() + (int64_t)f->v[PK_TIMEOUT].u;
+out:
+    close_fds(p, P__N);
+    req_free(&req);
+}
+
+/* ---- running streams ---- */
+
+static void send_exit(struct gi_agent *a, struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+    struct proto_enc e;
+    int code = 0, sig = 0;
+
+    if (WIFEXITED(x->status)) {
+        code = WEXITSTATUS(x->status);
+    } else if (WIFSIGNALED(x->status)) {
+        sig = WTERMSIG(x->status);
+        code = 128 + sig;
+    }
+    if (proto_enc_begin(&e, &a->out, PROTO_EXIT, s->id, 5) != 0)
+        return;
+    proto_put_i(&e, PK_CODE, code);
+    proto_put_i(&e, PK_SIG, sig);
+    proto_put_b(&e, PK_TIMED_OUT, x->timed_out);
+    proto_enc_end(&e);
+}
+
+/* Release a finished exec's cgroup now, or later if background processes still hold it. */
+static void cgroup_drop(struct gi_agent *a, struct gi_exec *x)
+{
+    if (x->cgroup && rmdir(x->cgroup) != 0 && errno != ENOENT) {
+        gi_orphan_add(a, 0, x->cgroup);
+        x->cgroup = NULL;
+    }
+}
+
+static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+
+    if (s->done || x->out[0] >= 0 || x->out[1] >= 0 || !x->reaped)
+        return;
+    send_exit(a, s);
+    cgroup_drop(a, x);
+    s->done = true;
+}
+
+static void send_out(struct gi_agent *a, struct gi_stream *s, int i, const void *p, size_t n)
+{
+    struct gi_exec *x = &s->u.x;
+    struct proto_enc e;
+
+    if (proto_enc_begin(&e, &a->out, PROTO_OUT, s->id, 5) != 0)
+        goto fail;
+    proto_put_u(&e, PK_FD, (uint64_t)i + 1);
+    proto_put_u(&e, PK_OFF, x->off[i]);
+    proto_put_bin(&e, PK_DATA, p, n);
+    if (proto_enc_end(&e) != 0)
+        goto fail;
+    return;
+fail:
+    gi_log("exec %u: lost %zu bytes of output (out of memory)", s->id, n);
+}
+
+static void exec_read(struct gi_agent *a, struct gi_stream *s, int i)
+{
+    static uint8_t buf[PROTO_MAX_DATA];
+    struct gi_exec *x = &s->u.x;
+    size_t want = x->credit < sizeof(buf) ? (size_t)x->credit : sizeof(buf);
+    ssize_t n;
+
+    if (x->out[i] < 0 || want == 0)
+        return;
+    n = read(x->out[i], buf, want);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        close_fds(&x->out[i], 1);
+        exec_maybe_exit(a, s);
+        return;
+    }
+    send_out(a, s, i, buf, (size_t)n);
+    x->off[i] += (uint64_t)n;
+    x->credit -= (uint64_t)n;
+}
+
+/* Write queued stdin; every byte taken off the queue (written or dropped) is credited back. */
+static void exec_write_stdin(struct gi_agent *a, struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+    uint64_t done = 0;
+
+    while (x->in >= 0 && proto_buf_pending(&x->inq) > 0) {
+        size_t left = proto_buf_pending(&x->inq);
+        ssize_t n = write(x->in, x->inq.p + x->inq.off, left);
+        if (n > 0) {
+            proto_buf_consume(&x->inq, (size_t)n);
+            done += (uint64_t)n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && errno == EAGAIN) {
+            break;
+        } else {
+            /* EPIPE: the child closed its stdin; nobody will read the rest. */
+            proto_buf_consume(&x->inq, left);
+            done += left;
+            close_fds(&x->in, 1);
+        }
+    }
+    if (x->in >= 0 && x->in_eof && proto_buf_pending(&x->inq) == 0)
+        close_fds(&x->in, 1);
+    if (done)
+        proto_send_credit(&a->out, s->id, done);
+}
+
+void gi_exec_stdin(struct gi_agent *a, struct gi_stream *s, const struct proto_frame *f)
+{
+    struct gi_exec *x = &s->u.x;
+    const struct proto_str *d = &f->v[PK_DATA].s;
+
+    if (proto_has(f, PK_DATA) && d->len > 0) {
+        bool room = proto_buf_pending(&x->inq) + d->len <= GI_STDIN_CAP;
+        if (!room)
+            gi_log("exec %u: stdin over the credit window; dropping %u bytes", s->id, d->len);
+        /* Bytes that cannot be delivered are credited back so the host never stalls. */
+        if (x->in < 0 || !room || proto_buf_append(&x->inq, d->p, d->len) != 0)
+            proto_send_credit(&a->out, s->id, d->len);
+    }
+    if (proto_has(f, PK_EOF) && f->v[PK_EOF].b)
+        x->in_eof = true;
+    exec_write_stdin(a, s);
+}
+
+void gi_exec_signal(struct gi_agent *a, struct gi_stream *s, int sig)
+{
+    if (sig <= 0 || sig >= NSIG) {
+        gi_log("exec %u: ignoring signal %d", s->id, sig);
+        return;
+    }
+    exec_kill(&s->u.x, sig);
+}
+
+void gi_exec_credit(struct gi_agent *a, struct gi_stream *s, uint64_t n)
+{
+    struct gi_exec *x = &s->u.x;
+
+    x->credit = n > UINT64_MAX - x->credit ? UINT64_MAX : x->credit + n;
+}
+
+int gi_exec_watch(struct gi_agent *a, struct gi_stream *s, struct pollfd *pfd, int *slot)
+{
+    struct gi_exec *x = &s->u.x;
+    bool can_read = x->credit > 0 && !gi_out_full(a);
+    int n = 0;
+
+    /* Without credit the pipes are left alone: they fill and the child blocks. */
+    for (int i = 0; i < 2; i++) {
+        if (x->out[i] >= 0 && can_read) {
+            pfd[n] = (struct pollfd){.fd = x->out[i], .events = POLLIN};
+            slot[n++] = i;
+        }
+    }
+    if (x->in >= 0 && proto_buf_pending(&x->inq) > 0) {
+        pfd[n] = (struct pollfd){.fd = x->in, .events = POLLOUT};
+        slot[n++] = 2;
+    }
+    return n;
+}
+
+void gi_exec_event(struct gi_agent *a, struct gi_stream *s, int slot, short revents)
+{
+    if (s->done)
+        return;
+    if (slot < 2)
+        exec_read(a, s, slot);
+    else
+        exec_write_stdin(a, s);
+}
+
+int64_t gi_exec_tick(struct gi_agent *a, struct gi_stream *s, int64_t now)
+{
+    struct gi_exec *x = &s->u.x;
+
+    if (!x->deadline_ms)
+        return 0;
+    if (now < x->deadline_ms)
+        return x->deadline_ms;
+    x->deadline_ms = 0;
+    x->timed_out = true;
+    exec_kill(x, SIGKILL);
+    return 0;
+}
+
+/* ---- reaping ---- */
+
+static void on_reaped(struct gi_agent *a, pid_t pid, int status)
+{
+    for (size_t i = 0; i < a->nstreams; i++) {
+        struct gi_stream *s = a->streams[i];
+        if (!s->done && s->kind == GI_EXEC && s->u.x.pid == pid && !s->u.x.reaped) {
+            s->u.x.reaped = true;
+            s->u.x.status = status;
+            exec_maybe_exit(a, s);
+            return;
+        }
+    }
+    for (size_t i = 0; i < a->norphans; i++) {
+        if (a->orphans[i].pid == pid) {
+            a->orphans[i].pid = 0;
+            return;
+        }
+    }
+}
+
+/* Drop reaped orphans whose cgroup is gone or could now be removed. */
+static void orphans_tidy(struct gi_agent *a)
+{
+    size_t j = 0;
+
+    for (size_t i = 0; i < a->norphans; i++) {
+        struct gi_orphan *o = &a->orphans[i];
+        if (o->pid == 0 && (!o->cgroup || rmdir(o->cgroup) == 0 || errno == ENOENT))
+            free(o->cgroup);
+        else
+            a->orphans[j++] = *o;
+    }
+    a->norphans = j;
+}
+
+/*
+ * As PID 1 every orphan of the VM becomes our child: reap them all, report
+ * only ours. Otherwise reap only the processes we started, so an embedding
+ * process (a unit test) keeps its own children.
+ */
+void gi_exec_reap(struct gi_agent *a)
+{
+    int st;
+    pid_t pid;
+
+    if (a->opts->pid1) {
+        while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+            on_reaped(a, pid, st);
+    } else {
+        for (size_t i = 0; i < a->nstreams; i++) {
+            struct gi_exec *x = &a->streams[i]->u.x;
+            if (a->streams[i]->kind != GI_EXEC || a->streams[i]->done || x->reaped || x->pid <= 0)
+                continue;
+            if (waitpid(x->pid, &st, WNOHANG) == x->pid)
+                on_reaped(a, x->pid, st);
+        }
+        for (size_t i = 0; i < a->norphans; i++) {
+            pid = a->orphans[i].pid;
+            if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)
+                a->orphans[i].pid = 0;
+        }
+    }
+    orphans_tidy(a);
+}
+
+/* Session end: kill everything the exec started and forget the stream (no EXIT). */
+void gi_exec_abort(struct gi_agent *a, struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+
+    exec_kill(x, SIGKILL);
+    close_fds(x->out, 2);
+    close_fds(&x->in, 1);
+    gi_orphan_add(a, x->reaped ? 0 : x->pid, x->cgroup);
+    x->cgroup = NULL;
+    s->done = true;
+}
+
+void gi_exec_release(struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+
+    close_fds(x->out, 2);
+    close_fds(&x->in, 1);
+    proto_buf_free(&x->inq);
+    free(x->cgroup);
+    x->cgroup = NULL;
+}
+
+/* Final cleanup: wait for the killed orphans, then remove their cgroups. */
+void gi_orphans_wait(struct gi_agent *a)
+{
+    for (size_t i = 0; i < a->norphans; i++) {
+        struct gi_orphan *o = &a->orphans[i];
+        if (o->pid > 0 && waitpid(o->pid, NULL, 0) < 0 && errno != ECHILD)
+            gi_log("waitpid %d: %s", (int)o->pid, strerror(errno));
+        o->pid = 0;
+    }
+    orphans_tidy(a);
+    for (size_t i = 0; i < a->norphans; i++)
+        free(a->orphans[i].cgroup);
+    a->norphans = 0;
+}
