@@ -3,13 +3,18 @@
 #
 #   images/build.sh [--only minimal|base] [--build-dir DIR] [WARREN_INIT]
 #
-# Output: ${WARREN_CACHE:-~/.cache/warren}/images/<key>/ holding vmlinux,
-# initramfs.cpio, minimal.ext4, base.ext4 and manifest; images/current points
-# at it. <key> hashes every input (this script, warren-init, the kernel
-# package version, the package lists), so a rerun with the same inputs does
-# nothing. Each artifact is written under a temporary name and renamed, so a
-# file that exists is complete; the manifest is written last.
-# Runs as root: mkfs.ext4 -d must read every file of the trees and keep owners.
+# Layout under ${WARREN_CACHE:-~/.cache/warren}:
+#   debs/linux-image-*.deb       the kernel package, kept by version
+#   images/parts/<name>-<hash>   each artifact, keyed by its own inputs
+#   images/<key>/                vmlinux initramfs.cpio minimal.ext4 base.ext4
+#                                (hard links to parts) and manifest (written last)
+#   images/current -> <key>      switched atomically at the end of every run
+# <key> hashes the part keys, i.e. every input: this script, warren-init, the
+# kernel package version, busybox's version and the package lists. Only the
+# initramfs depends on warren-init, so rebuilding it does not redo the Debian
+# tree. Each part is written under a temporary name and renamed: a part that
+# exists is complete. Runs as root: mkfs.ext4 -d must read every file of the
+# trees and keep their owners.
 set -euo pipefail
 
 # Modules warren-init loads, in dependency order (checked below).
@@ -18,14 +23,10 @@ SUITE=bookworm
 BASE_PACKAGES="bash,coreutils,python3,git,curl,ca-certificates,procps,iproute2"
 MINIMAL_SIZE=2G # must hold a 1 GiB upload
 BASE_SIZE=4G
+KEEP=3 # image sets kept besides current; older ones are removed
 
 say() { printf 'images: %s\n' "$*" >&2; }
 die() { printf 'images: error: %s\n' "$*" >&2; exit 1; }
-
-usage() {
-    sed -n '3,4p' "$0" | sed 's/^# *//' >&2
-    exit 2
-}
 
 only=all
 build_dir=
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     --only=*) only=${1#--only=}; shift ;;
     --build-dir) build_dir=${2:-}; shift 2 ;;
     --build-dir=*) build_dir=${1#--build-dir=}; shift ;;
-    -h | --help) usage ;;
+    -h | --help) sed -n '3,4p' "$0" | sed 's/^# *//' >&2; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) init=$1; shift ;;
     esac
@@ -44,8 +45,7 @@ done
 case "$only" in all | minimal | base) ;; *) die "--only takes minimal or base" ;; esac
 [ "$(id -u)" = 0 ] || die "run as root (mkfs.ext4 -d and mmdebstrap need it)"
 
-here=$(cd "$(dirname "$0")" && pwd)
-top=$(dirname "$here")
+top=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "$init" ]; then
     for d in "$build_dir" "$top/build"; do
         if [ -n "$d" ] && [ -x "$d/guest-init/warren-init" ]; then
@@ -59,7 +59,10 @@ fi
 if readelf -l "$init" | grep -q INTERP; then die "$init is not linked statically"; fi
 
 cache=${WARREN_CACHE:-${HOME:-/root}/.cache/warren}
-mkdir -p "$cache/images" "$cache/debs" "$cache/tmp"
+parts=$cache/images/parts
+mkdir -p "$parts" "$cache/debs" "$cache/tmp"
+exec 9>"$cache/images/.lock"
+flock 9 # one build at a time per cache
 
 # The kernel: whatever linux-image-amd64 depends on in the host's apt.
 kernel_pkg() {
@@ -74,87 +77,69 @@ if [ -z "$kpkg" ]; then
 fi
 [ -n "$kpkg" ] || die "apt knows no linux-image-amd64"
 kver=$(apt-cache show --no-all-versions "$kpkg" | awk '$1 == "Version:" { print $2; exit }')
+krel=${kpkg#linux-image-} # Debian names the package after the release; checked below
 deb=$cache/debs/${kpkg}_${kver}_amd64.deb
 
-key=$(
-    {
-        cat "$0"
-        sha256sum <"$init"
-        echo "$kpkg $kver $MODULES $SUITE $BASE_PACKAGES $MINIMAL_SIZE $BASE_SIZE"
-        dpkg-query -W -f '${Version}' busybox-static
-    } | sha256sum | cut -c1-16
-)
+script_sha=$(sha256sum <"$0" | cut -c1-64)
+init_sha=$(sha256sum <"$init" | cut -c1-64)
+part_key() { printf '%s\n' "$script_sha" "$@" | sha256sum | cut -c1-16; }
+declare -A part
+part[vmlinux]=$parts/vmlinux-$(part_key "$kpkg" "$kver")
+part[initramfs.cpio]=$parts/initramfs-$(part_key "$kpkg" "$kver" "$init_sha" "$MODULES")
+part[minimal.ext4]=$parts/minimal-$(part_key "$(dpkg-query -W -f '${Version}' busybox-static)" \
+    "$MINIMAL_SIZE")
+part[base.ext4]=$parts/base-$(part_key "$SUITE" "$BASE_PACKAGES" "$BASE_SIZE")
+key=$(printf '%s\n' "${part[@]}" | sort | sha256sum | cut -c1-16)
 out=$cache/images/$key
-mkdir -p "$out"
 
-want_base=1
-want_minimal=1
-[ "$only" = minimal ] && want_base=0
-[ "$only" = base ] && want_minimal=0
-done_all() {
-    for f in vmlinux initramfs.cpio; do [ -f "$out/$f" ] || return 1; done
-    [ $want_minimal = 0 ] || [ -f "$out/minimal.ext4" ] || return 1
-    [ $want_base = 0 ] || [ -f "$out/base.ext4" ] || return 1
-}
-
-point_current() {
-    ln -sfn "$key" "$cache/images/.current.new"
-    mv -T "$cache/images/.current.new" "$cache/images/current"
-}
-
-if done_all && [ -f "$out/manifest" ]; then
-    point_current
-    say "up to date: $out"
-    exit 0
-fi
+names="vmlinux initramfs.cpio"
+[ "$only" = base ] || names="$names minimal.ext4"
+[ "$only" = minimal ] || names="$names base.ext4"
 
 work=$(mktemp -d "$cache/tmp/build.XXXXXX")
-chmod 755 "$work"
+chmod 755 "$work" # apt-get download runs as _apt
 cleanup() {
     # mmdebstrap's root mode may leave mounts behind if it was interrupted.
-    grep -o " $work/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" || true; done || true
+    { grep -o " $work/[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do
+        umount -l "$m" || true
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
 t0=$(date +%s)
 
 # --- kernel and modules ------------------------------------------------
-if [ ! -f "$deb" ]; then
-    say "downloading $kpkg $kver"
-    mkdir -p "$work/dl"
-    # apt drops to _apt to download: let it write the directory.
-    chown _apt "$work/dl" 2>/dev/null || true
-    (cd "$work/dl" && apt-get download -qq "$kpkg=$kver") || die "apt-get download $kpkg failed"
-    mv "$work/dl/"*.deb "$deb"
-fi
-dpkg-deb -x "$deb" "$work/k"
-krel=$(ls "$work/k/lib/modules")
-[ "$(echo "$krel" | wc -w)" = 1 ] || die "expected one kernel release in $deb"
-mdir=$work/k/lib/modules/$krel
+kernel_tree() { # extract the package once per run, only when a part needs it
+    [ -d "$work/k" ] && return
+    if [ ! -f "$deb" ]; then
+        say "downloading $kpkg $kver"
+        (cd "$work" && apt-get download -qq "$kpkg=$kver") || die "apt-get download $kpkg failed"
+        mv "$work/"*.deb "$deb"
+    fi
+    dpkg-deb -x "$deb" "$work/k"
+    [ -d "$work/k/lib/modules/$krel" ] || die "$deb has no modules for $krel"
+}
 
-if [ ! -f "$out/vmlinux" ]; then
-    say "vmlinux $krel"
-    vmlinuz=$work/k/boot/vmlinuz-$krel
+build_vmlinux() { # OUT
+    kernel_tree
+    local vmlinuz=$work/k/boot/vmlinuz-$krel off
     # The bzImage holds one xz stream after its setup code; find its magic.
     off=$(LC_ALL=C grep -m1 -obUaP '\xfd7zXZ\x00' "$vmlinuz" | awk -F: 'NR == 1 { print $1 }')
     [ -n "$off" ] || die "no xz stream in $vmlinuz"
     # xz stops at the end of its stream: tail's SIGPIPE is expected.
-    (set +o pipefail; tail -c +$((off + 1)) "$vmlinuz" | xz -dc --single-stream >"$work/vmlinux") ||
+    (set +o pipefail; tail -c +$((off + 1)) "$vmlinuz" | xz -dc --single-stream >"$1") ||
         die "cannot decompress $vmlinuz"
-    [ "$(head -c4 "$work/vmlinux" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] ||
-        die "vmlinux extracted from $vmlinuz is not ELF"
-    mv "$work/vmlinux" "$out/vmlinux"
-fi
+    [ "$(head -c4 "$1" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] || die "$vmlinuz holds no ELF"
+}
 
-if [ ! -f "$out/initramfs.cpio" ]; then
-    say "initramfs.cpio"
-    tree=$work/initramfs
+build_initramfs() { # OUT
+    kernel_tree
+    local tree=$work/initramfs mdir=$work/k/lib/modules/$krel loaded=" " m src dst d
     mkdir -p "$tree"/{dev,proc,sys,newroot,etc,lib/modules/"$krel"}
     mknod -m 600 "$tree/dev/console" c 5 1 # the kernel opens it for init's stdio
     strip -o "$tree/init" "$init"
     chmod 755 "$tree/init"
     echo "$krel" >"$tree/etc/warren-kernel"
-    loaded=" "
     : >"$tree/lib/modules/load.list"
     for m in $MODULES; do
         if grep -qE "/$m\.ko(\.[a-z]+)?$" "$mdir/modules.builtin"; then
@@ -171,8 +156,7 @@ if [ ! -f "$out/initramfs.cpio" ]; then
         *.ko.gz) gzip -dc "$src" >"$dst" ;;
         *) die "unknown module compression: $src" ;;
         esac
-        deps=$(tr '\0' '\n' <"$dst" | sed -n 's/^depends=//p' | tr ',' ' ')
-        for d in $deps; do
+        for d in $(tr '\0' '\n' <"$dst" | sed -n 's/^depends=//p' | tr ',' ' '); do
             case "$loaded" in *" $d "*) ;; *) die "module $m needs $d before it in MODULES" ;; esac
         done
         loaded="$loaded$m "
@@ -180,37 +164,34 @@ if [ ! -f "$out/initramfs.cpio" ]; then
     done
     find "$tree" -exec touch -h -d @0 {} +
     (cd "$tree" && find . -mindepth 1 | LC_ALL=C sort |
-        cpio --quiet -o -H newc -R 0:0 --reproducible) >"$work/initramfs.cpio"
-    mv "$work/initramfs.cpio" "$out/initramfs.cpio"
-fi
+        cpio --quiet -o -H newc -R 0:0 --reproducible) >"$1"
+}
 
-# Users and groups every template shares: root, and the unprivileged `user`.
-add_user() { # ROOTFS
+# Users every template shares: root, and the unprivileged `user` (1000).
+add_user() { # ROOTFS SHELL
     local r=$1
     grep -q '^user:' "$r/etc/group" 2>/dev/null || echo 'user:x:1000:' >>"$r/etc/group"
     grep -q '^user:' "$r/etc/passwd" 2>/dev/null ||
-        echo 'user:x:1000:1000:user:/home/user:/bin/sh' >>"$r/etc/passwd"
+        echo "user:x:1000:1000:user:/home/user:$2" >>"$r/etc/passwd"
     if [ -f "$r/etc/shadow" ] && ! grep -q '^user:' "$r/etc/shadow"; then
         echo 'user:*:19000:0:99999:7:::' >>"$r/etc/shadow"
     fi
     mkdir -p "$r/home/user"
-    chown 1000:1000 "$r/home/user"
+    if [ -d "$r/etc/skel" ]; then cp -a "$r/etc/skel/." "$r/home/user/"; fi
+    chown -R 1000:1000 "$r/home/user"
     chmod 755 "$r/home/user"
     echo warren >"$r/etc/hostname"
     printf '127.0.0.1\tlocalhost\n127.0.1.1\twarren\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
         >"$r/etc/hosts"
 }
 
-mkfs_image() { # TREE IMAGE SIZE LABEL
-    rm -f "$2.tmp"
-    truncate -s "$3" "$2.tmp"
-    mkfs.ext4 -q -F -m 0 -L "$4" -E root_owner=0:0 -d "$1" "$2.tmp"
-    mv "$2.tmp" "$2"
+mkfs_image() { # TREE OUT SIZE LABEL
+    truncate -s "$3" "$2"
+    mkfs.ext4 -q -F -m 0 -L "$4" -E root_owner=0:0 -d "$1" "$2"
 }
 
-if [ $want_minimal = 1 ] && [ ! -f "$out/minimal.ext4" ]; then
-    say "minimal.ext4 (busybox)"
-    r=$work/minimal
+build_minimal() { # OUT
+    local r=$work/minimal a
     mkdir -p "$r"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,run,mnt,root,tmp}
     chmod 700 "$r/root"
     chmod 1777 "$r/tmp"
@@ -220,14 +201,15 @@ if [ $want_minimal = 1 ] && [ ! -f "$out/minimal.ext4" ]; then
     done
     printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"
     printf 'root:x:0:\ntty:x:5:\n' >"$r/etc/group"
-    add_user "$r"
-    mkfs_image "$r" "$out/minimal.ext4" "$MINIMAL_SIZE" warren-minimal
-fi
+    add_user "$r" /bin/sh
+    mkfs_image "$r" "$1" "$MINIMAL_SIZE" warren-minimal
+}
 
-if [ $want_base = 1 ] && [ ! -f "$out/base.ext4" ]; then
-    say "base.ext4 (Debian $SUITE: $BASE_PACKAGES)"
-    # Only the host's own Debian entries for $SUITE: no mirror is named here,
-    # and third-party repositories of the host stay out of the image.
+# The host's own Debian entries for $SUITE, as one-line and deb822 files: no
+# mirror is named in this repository, and the host's third-party
+# repositories stay out of the image.
+host_sources() {
+    local f
     : >"$work/host.list"
     : >"$work/host.sources"
     for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
@@ -256,12 +238,14 @@ if [ $want_base = 1 ] && [ ! -f "$out/base.ext4" ]; then
                 if (deb && keep != "") printf "%s\n", out
             }' "$f" >>"$work/host.sources"
     done
-    mirrors=()
+}
+
+build_base() { # OUT
+    local r=$work/base mirrors=()
+    host_sources
     [ -s "$work/host.list" ] && mirrors+=("$work/host.list")
     [ -s "$work/host.sources" ] && mirrors+=("$work/host.sources")
     [ ${#mirrors[@]} -gt 0 ] || die "the host's apt sources have no Debian $SUITE entry"
-
-    r=$work/base
     # Docs, man pages and translations are dead weight in a sandbox image.
     mmdebstrap --quiet --variant=minbase --mode=root --include="$BASE_PACKAGES" \
         --dpkgopt='path-exclude=/usr/share/man/*' \
@@ -271,26 +255,60 @@ if [ $want_base = 1 ] && [ ! -f "$out/base.ext4" ]; then
         --dpkgopt='path-exclude=/usr/share/info/*' \
         --customize-hook='rm -rf "$1"/var/cache/apt/*.bin "$1"/var/lib/apt/lists/* "$1"/var/log/*.log' \
         "$SUITE" "$r" "${mirrors[@]}" || die "mmdebstrap failed"
-    add_user "$r"
-    sed -i 's|^user:\(.*\):/bin/sh$|user:\1:/bin/bash|' "$r/etc/passwd"
-    cp -a "$r/etc/skel/." "$r/home/user/"
-    chown -R 1000:1000 "$r/home/user"
+    add_user "$r" /bin/bash
     mkdir -p "$r/mnt"
-    mkfs_image "$r" "$out/base.ext4" "$BASE_SIZE" warren-base
-fi
+    mkfs_image "$r" "$1" "$BASE_SIZE" warren-base
+}
 
-{
-    echo "key $key"
-    echo "kernel_release $krel"
-    echo "kernel_package $kpkg $kver"
-    echo "modules $MODULES"
-    echo "warren_init_sha256 $(sha256sum <"$init" | cut -d' ' -f1)"
-    for f in vmlinux initramfs.cpio minimal.ext4 base.ext4; do
-        if [ -f "$out/$f" ]; then echo "file $f $(stat -c %s "$out/$f")"; fi
-    done
-} >"$work/manifest"
-if done_all; then
+# --- assemble ----------------------------------------------------------------
+built=0
+for n in $names; do
+    p=${part[$n]}
+    if [ ! -f "$p" ]; then
+        case "$n" in
+        vmlinux) say "vmlinux ($krel)"; build_vmlinux "$work/$n" ;;
+        initramfs.cpio) say "initramfs.cpio (warren-init + modules)"; build_initramfs "$work/$n" ;;
+        minimal.ext4) say "minimal.ext4 (busybox)"; build_minimal "$work/$n" ;;
+        base.ext4) say "base.ext4 (Debian $SUITE: $BASE_PACKAGES)"; build_base "$work/$n" ;;
+        esac
+        mv "$work/$n" "$p"
+        built=1
+    fi
+done
+
+mkdir -p "$out"
+for n in vmlinux initramfs.cpio minimal.ext4 base.ext4; do # --only still links what exists
+    [ -f "$out/$n" ] || [ ! -f "${part[$n]}" ] || ln "${part[$n]}" "$out/$n"
+done
+complete=1
+for n in vmlinux initramfs.cpio minimal.ext4 base.ext4; do
+    [ -f "$out/$n" ] || complete=0
+done
+if [ ! -f "$out/manifest" ] || [ $built = 1 ]; then
+    {
+        echo "key $key"
+        echo "complete $complete"
+        echo "kernel_release $krel"
+        echo "kernel_package $kpkg $kver"
+        echo "modules $MODULES"
+        echo "warren_init_sha256 $init_sha"
+        for n in vmlinux initramfs.cpio minimal.ext4 base.ext4; do
+            if [ -f "$out/$n" ]; then echo "file $n $(stat -c %s "$out/$n")"; fi
+        done
+    } >"$work/manifest"
     mv "$work/manifest" "$out/manifest"
 fi
-point_current
-say "done in $(($(date +%s) - t0)) s: $out"
+touch "$out"
+ln -sfn "$key" "$cache/images/.current.new"
+mv -T "$cache/images/.current.new" "$cache/images/current"
+
+# Old image sets go, newest first kept; a part goes when no set links it.
+ls -1dt "$cache/images/"*/ | sed 's|/$||' | grep -E '/[0-9a-f]{16}$' | grep -v "/$key\$" |
+    tail -n +$((KEEP + 1)) | while read -r d; do rm -rf "$d"; done || true
+find "$parts" -maxdepth 1 -type f -links 1 -delete
+
+if [ $built = 1 ]; then
+    say "done in $(($(date +%s) - t0)) s: $out"
+else
+    say "up to date: $out"
+fi
