@@ -542,7 +542,8 @@ static void exec_read(struct gi_agent *a, struct gi_stream *s, int i)
     size_t want = x->credit < sizeof(buf) ? (size_t)x->credit : sizeof(buf);
     ssize_t n;
 
-    if (x->out[i] < 0 || want == 0)
+    /* Re-checked per read: many pipes can be ready in one poll round. */
+    if (x->out[i] < 0 || want == 0 || gi_out_full(a))
         return;
     n = read(x->out[i], buf, want);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))

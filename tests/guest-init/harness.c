@@ -1,0 +1,514 @@
+/* harness.c - the host side of the agent tests (see harness.h). */
+#include "harness.h"
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int failures;
+
+int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void peer_start(struct peer *p)
+{
+    int sv[2];
+
+    memset(p, 0, sizeof(*p));
+    for (int i = 0; i < MAX_IDS; i++)
+        p->res[i].err = -1;
+    proto_buf_init(&p->in);
+    proto_buf_init(&p->out);
+    p->cur = malloc(PROTO_MAX_FRAME);
+    msgpack_zone_init(&p->zone, 4096);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        perror("socketpair");
+        exit(2);
+    }
+    p->agent = fork();
+    if (p->agent == 0) {
+        struct gi_agent_opts o = {.cgroup_root = NULL, .pid1 = 0};
+        close(sv[0]);
+        exit(gi_agent_run(sv[1], &o) == 0 ? 0 : 1); /* exit(): leak checkers run */
+    }
+    close(sv[1]);
+    p->fd = sv[0];
+    fcntl(p->fd, F_SETFL, O_NONBLOCK);
+}
+
+int peer_stop(struct peer *p)
+{
+    int st = -1;
+    int64_t end = now_ms() + 5000;
+
+    close(p->fd);
+    while (waitpid(p->agent, &st, WNOHANG) == 0) {
+        if (now_ms() > end) {
+            fprintf(stderr, "agent did not stop after the peer closed\n");
+            kill(p->agent, SIGKILL);
+            waitpid(p->agent, &st, 0);
+            failures++;
+            break;
+        }
+        usleep(5000);
+    }
+    for (int i = 0; i < MAX_IDS; i++) {
+        for (int k = 0; k < 3; k++)
+            proto_buf_free(&p->res[i].out[k]);
+        proto_buf_free(&p->res[i].paths);
+    }
+    proto_buf_free(&p->in);
+    proto_buf_free(&p->out);
+    free(p->cur);
+    msgpack_zone_destroy(&p->zone);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void peer_queue(struct peer *p, struct proto_buf *b)
+{
+    proto_buf_append(&p->out, b->p + b->off, proto_buf_pending(b));
+    proto_buf_free(b);
+}
+
+static void copy_str(char *dst, size_t cap, const struct proto_str *s)
+{
+    size_t n = s->len < cap - 1 ? s->len : cap - 1;
+    memcpy(dst, s->p, n);
+    dst[n] = '\0';
+}
+
+static void append_out(struct peer *p, uint32_t id, int k, const struct proto_frame *f)
+{
+    struct res *r = &p->res[id];
+    const struct proto_str *d = &f->v[PK_DATA].s;
+
+    if (f->v[PK_OFF].u != proto_buf_pending(&r->out[k]))
+        r->bad_off++;
+    proto_buf_append(&r->out[k], d->p, d->len);
+    if (r->auto_credit)
+        send_credit(p, id, d->len);
+}
+
+static void add_entries(struct res *r, const struct proto_frame *f)
+{
+    const msgpack_object_array *a = f->v[PK_ENTRIES].arr;
+
+    for (uint32_t i = 0; i < a->size; i++) {
+        const msgpack_object_map *m = &a->ptr[i].via.map;
+        const msgpack_object_str *path = NULL, *type = NULL;
+        for (uint32_t j = 0; j < m->size; j++) {
+            const msgpack_object_str *k = &m->ptr[j].key.via.str;
+            if (k->size == 4 && memcmp(k->ptr, "path", 4) == 0)
+                path = &m->ptr[j].val.via.str;
+            if (k->size == 4 && memcmp(k->ptr, "type", 4) == 0)
+                type = &m->ptr[j].val.via.str;
+        }
+        if (path && type) {
+            proto_buf_append(&r->paths, path->ptr, path->size);
+            proto_buf_append(&r->paths, " ", 1);
+            proto_buf_append(&r->paths, type->ptr, type->size);
+            proto_buf_append(&r->paths, "\n", 1);
+        }
+        r->nentries++;
+    }
+}
+
+static void on_result(struct res *r, const struct proto_frame *f)
+{
+    r->have_result = true;
+    r->size = f->v[PK_SIZE].u;
+    r->mode = f->v[PK_MODE].u;
+    r->mtime = f->v[PK_MTIME].i;
+    if (proto_has(f, PK_TYPE))
+        copy_str(r->type, sizeof(r->type), &f->v[PK_TYPE].s);
+    if (proto_has(f, PK_NAME))
+        copy_str(r->name, sizeof(r->name), &f->v[PK_NAME].s);
+    if (proto_has(f, PK_ENTRIES)) {
+        add_entries(r, f);
+        r->nframes++;
+        if (!proto_has(f, PK_EOF))
+            r->bad_off++;
+    }
+    if (r->expect == EXPECT_RESULT || (r->expect == EXPECT_LIST && f->v[PK_EOF].b))
+        r->done = true;
+}
+
+static void on_frame(struct peer *p, const struct proto_frame *f)
+{
+    struct res *r;
+
+    if (f->type == PROTO_HELLO) {
+        p->hello_id = f->id;
+        p->hellos++;
+        copy_str(p->kernel, sizeof(p->kernel), &f->v[PK_KERNEL].s);
+        return;
+    }
+    if (f->id >= MAX_IDS) {
+        fprintf(stderr, "frame for id %u out of the test range\n", f->id);
+        failures++;
+        return;
+    }
+    r = &p->res[f->id];
+    if (r->done && f->type != PROTO_CREDIT) {
+        fprintf(stderr, "%s frame for id %u after its last frame\n", proto_type_name(f->type),
+                f->id);
+        failures++;
+    }
+    switch (f->type) {
+    case PROTO_OUT:
+        append_out(p, f->id, (int)f->v[PK_FD].u, f);
+        break;
+    case PROTO_DATA:
+        append_out(p, f->id, 0, f);
+        break;
+    case PROTO_EXIT:
+        r->code = f->v[PK_CODE].i;
+        r->sig = f->v[PK_SIG].i;
+        r->timed_out = f->v[PK_TIMED_OUT].b;
+        r->done = true;
+        break;
+    case PROTO_ERROR:
+        r->error = true;
+        r->err = f->v[PK_CODE].i;
+        copy_str(r->msg, sizeof(r->msg), &f->v[PK_MSG].s);
+        r->done = true;
+        break;
+    case PROTO_RESULT:
+        on_result(r, f);
+        break;
+    case PROTO_END:
+        r->done = true;
+        break;
+    case PROTO_CREDIT:
+        r->credit += f->v[PK_N].u;
+        break;
+    case PROTO_PONG:
+        r->done = true;
+        break;
+    default:
+        fprintf(stderr, "unexpected frame %s\n", proto_type_name(f->type));
+        failures++;
+    }
+}
+
+/* Handle one buffered frame if there is one. */
+static int take_frame(struct peer *p)
+{
+    const uint8_t *pl;
+    size_t len, used;
+    struct proto_frame f;
+    int r = proto_frame_split(p->in.p + p->in.off, proto_buf_pending(&p->in), &pl, &len, &used);
+
+    if (r == PROTO_EAGAIN)
+        return 0;
+    if (r != 0) {
+        fprintf(stderr, "bad frame from the agent: %s\n", proto_strerror(r));
+        exit(2);
+    }
+    memcpy(p->cur, pl, len);
+    proto_buf_consume(&p->in, used);
+    msgpack_zone_clear(&p->zone);
+    r = proto_decode(p->cur, len, &p->zone, &f);
+    if (r != 0) {
+        fprintf(stderr, "undecodable frame from the agent: %s\n", proto_strerror(r));
+        failures++;
+        return 1;
+    }
+    on_frame(p, &f);
+    return 1;
+}
+
+static void flush_some(struct peer *p)
+{
+    while (proto_buf_pending(&p->out) > 0) {
+        ssize_t n = write(p->fd, p->out.p + p->out.off, proto_buf_pending(&p->out));
+        if (n <= 0)
+            return;
+        proto_buf_consume(&p->out, (size_t)n);
+    }
+}
+
+int peer_step(struct peer *p, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+
+    for (;;) {
+        struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+        uint8_t buf[65536];
+        int64_t left;
+        ssize_t n;
+
+        flush_some(p);
+        if (take_frame(p))
+            return 1;
+        left = end - now_ms();
+        if (left < 0)
+            return 0;
+        if (proto_buf_pending(&p->out) > 0)
+            pf.events |= POLLOUT;
+        if (poll(&pf, 1, (int)left) <= 0)
+            continue;
+        n = read(p->fd, buf, sizeof(buf));
+        if (n > 0)
+            proto_buf_append(&p->in, buf, (size_t)n);
+        else if (n == 0) {
+            fprintf(stderr, "agent closed the channel\n");
+            exit(2);
+        }
+    }
+}
+
+bool peer_wait(struct peer *p, uint32_t id, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+
+    while (!p->res[id].done && now_ms() < end)
+        peer_step(p, (int)(end - now_ms()));
+    if (!p->res[id].done)
+        fprintf(stderr, "timed out waiting for id %u\n", id);
+    return p->res[id].done;
+}
+
+void peer_flush(struct peer *p, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+
+    while (proto_buf_pending(&p->out) > 0 && now_ms() < end)
+        peer_step(p, 10);
+}
+
+/* ---- senders ---- */
+
+static void put_strv(struct proto_enc *e, enum proto_key k, const char *const *v, int step)
+{
+    uint32_t n = 0;
+
+    while (v[n * step])
+        n++;
+    proto_enc_key(e, k);
+    if (step == 1) {
+        msgpack_pack_array(&e->pk, n);
+        for (uint32_t i = 0; i < n; i++)
+            msgpack_pack_str_with_body(&e->pk, v[i], strlen(v[i]));
+    } else {
+        msgpack_pack_map(&e->pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+            msgpack_pack_str_with_body(&e->pk, v[2 * i], strlen(v[2 * i]));
+            msgpack_pack_str_with_body(&e->pk, v[2 * i + 1], strlen(v[2 * i + 1]));
+        }
+    }
+}
+
+void send_exec(struct peer *p, uint32_t id, const struct exec_opts *o, bool auto_credit)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    uint32_t n = 3 + !!o->env + !!o->cwd + !!o->user + !!o->timeout_ms + 1;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_EXEC, id, n);
+    if (o->cmd)
+        proto_put_cstr(&e, PK_CMD, o->cmd);
+    else
+        put_strv(&e, PK_ARGV, o->argv, 1);
+    if (o->env)
+        put_strv(&e, PK_ENV, o->env, 2);
+    if (o->cwd)
+        proto_put_cstr(&e, PK_CWD, o->cwd);
+    if (o->user)
+        proto_put_cstr(&e, PK_USER, o->user);
+    if (o->timeout_ms)
+        proto_put_u(&e, PK_TIMEOUT, o->timeout_ms);
+    proto_put_b(&e, PK_STDIN, o->stdin_pipe);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_EXIT;
+    p->res[id].auto_credit = auto_credit;
+    peer_queue(p, &b);
+}
+
+void send_simple(struct peer *p, enum proto_type t, uint32_t id, const char *path,
+                 enum expect expect)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, t, id, path ? 3 : 2);
+    if (path)
+        proto_put_cstr(&e, PK_PATH, path);
+    proto_enc_end(&e);
+    p->res[id].expect = expect;
+    p->res[id].auto_credit = true;
+    peer_queue(p, &b);
+}
+
+void send_credit(struct peer *p, uint32_t id, uint64_t n)
+{
+    struct proto_buf b;
+
+    proto_buf_init(&b);
+    proto_send_credit(&b, id, n);
+    peer_queue(p, &b);
+}
+
+void send_stdin(struct peer *p, uint32_t id, const void *data, size_t n, bool eof)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_STDIN, id, 2 + (n > 0) + eof);
+    if (n)
+        proto_put_bin(&e, PK_DATA, data, n);
+    if (eof)
+        proto_put_b(&e, PK_EOF, true);
+    proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+void send_signal(struct peer *p, uint32_t id, int sig)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_SIGNAL, id, 3);
+    proto_put_i(&e, PK_SIG, sig);
+    proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+void send_list(struct peer *p, uint32_t id, const char *path, uint64_t depth)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_LIST, id, 4);
+    proto_put_cstr(&e, PK_PATH, path);
+    proto_put_u(&e, PK_DEPTH, depth);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_LIST;
+    peer_queue(p, &b);
+}
+
+void send_fwrite(struct peer *p, uint32_t id, const char *path, int mode)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_FWRITE, id, mode >= 0 ? 4 : 3);
+    proto_put_cstr(&e, PK_PATH, path);
+    if (mode >= 0)
+        proto_put_u(&e, PK_MODE, (uint64_t)mode);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
+    peer_queue(p, &b);
+}
+
+void send_data(struct peer *p, uint32_t id, uint64_t off, const void *data, size_t n)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_DATA, id, 4);
+    proto_put_u(&e, PK_OFF, off);
+    proto_put_bin(&e, PK_DATA, data, n);
+    proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+void send_end(struct peer *p, uint32_t id)
+{
+    struct proto_buf b;
+
+    proto_buf_init(&b);
+    proto_send_end(&b, id);
+    peer_queue(p, &b);
+}
+
+void send_remove(struct peer *p, uint32_t id, const char *path, bool recursive)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_REMOVE, id, 4);
+    proto_put_cstr(&e, PK_PATH, path);
+    proto_put_b(&e, PK_RECURSIVE, recursive);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
+    peer_queue(p, &b);
+}
+
+void send_rename(struct peer *p, uint32_t id, const char *from, const char *to)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_RENAME, id, 4);
+    proto_put_cstr(&e, PK_PATH, from);
+    proto_put_cstr(&e, PK_TO, to);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
+    peer_queue(p, &b);
+}
+
+void send_init(struct peer *p, uint32_t id)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    uint8_t entropy[PROTO_ENTROPY] = {1, 2, 3};
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_INIT, id, 7);
+    proto_put_u(&e, PK_V, PROTO_VERSION);
+    proto_put_u(&e, PK_TIME_NS, 1); /* would be 1970: must not touch the host's clock */
+    proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
+    proto_put_cstr(&e, PK_HOSTNAME, "not-the-host");
+    proto_put_u(&e, PK_MEM_MB, 256);
+    proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+/* True once pid no longer exists, or is a zombie its new parent has not reaped yet. */
+bool pid_gone(pid_t pid, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+
+    for (;;) {
+        char path[64], buf[512];
+        FILE *f;
+        bool zombie = false;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        if (!f)
+            return true;
+        if (fgets(buf, sizeof(buf), f)) {
+            char *rp = strrchr(buf, ')');
+            zombie = rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+        }
+        fclose(f);
+        if (zombie)
+            return true;
+        if (now_ms() > end)
+            return false;
+        usleep(10000);
+    }
+}

@@ -1,0 +1,105 @@
+/*
+ * harness.h - drive gi_agent_run() in a forked child over a socketpair,
+ * the way the host drives the guest: frames are encoded and decoded with
+ * proto.h, the socket is non-blocking and the test reads while it writes
+ * (a blocking writer that never reads can deadlock against the agent's
+ * bounded queues, exactly like a real host would).
+ *
+ * Every received frame is folded into res[id]; tests wait for res[id].done.
+ */
+#ifndef WARREN_TEST_GI_HARNESS_H
+#define WARREN_TEST_GI_HARNESS_H
+
+#include "proto.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+extern int failures;
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+#define MAX_IDS 1024
+
+enum expect { EXPECT_EXIT, EXPECT_RESULT, EXPECT_END, EXPECT_LIST, EXPECT_PONG };
+
+struct res {
+    enum expect expect;
+    bool auto_credit; /* grant credit back for every OUT/DATA byte received */
+    bool done;
+    bool error;
+    int64_t err;
+    char msg[256];
+    struct proto_buf out[3]; /* [1] stdout, [2] stderr, [0] DATA of a file read */
+    int64_t code, sig;
+    bool timed_out;
+    bool have_result;
+    uint64_t size, mode;
+    int64_t mtime;
+    char type[16];
+    char name[256];
+    uint64_t credit; /* CREDIT received from the agent */
+    size_t nentries, nframes;
+    struct proto_buf paths; /* LIST: "path type\n" per entry */
+    int bad_off;            /* frames whose offset did not continue the stream */
+};
+
+struct peer {
+    int fd;
+    pid_t agent;
+    struct proto_buf in, out;
+    uint8_t *cur; /* payload of the last frame */
+    msgpack_zone zone;
+    uint32_t hello_id;
+    int hellos;
+    char kernel[128];
+    struct res res[MAX_IDS];
+};
+
+void peer_start(struct peer *p);
+/* Close our end; the agent must return 0 and exit within a few seconds. */
+int peer_stop(struct peer *p);
+/* Queue a finished frame buffer for sending. */
+void peer_queue(struct peer *p, struct proto_buf *b);
+/* Exchange bytes for up to timeout_ms; returns after one frame was handled (1) or timeout (0). */
+int peer_step(struct peer *p, int timeout_ms);
+/* Step until res[id].done or the deadline; returns done. */
+bool peer_wait(struct peer *p, uint32_t id, int timeout_ms);
+/* Step until the output queue is flushed. */
+void peer_flush(struct peer *p, int timeout_ms);
+
+struct exec_opts {
+    const char *cmd;
+    const char *const *argv; /* NULL-terminated */
+    const char *const *env;  /* key, value, ..., NULL */
+    const char *cwd;
+    const char *user;
+    uint64_t timeout_ms;
+    bool stdin_pipe;
+};
+void send_exec(struct peer *p, uint32_t id, const struct exec_opts *o, bool auto_credit);
+void send_simple(struct peer *p, enum proto_type t, uint32_t id, const char *path,
+                 enum expect expect);
+void send_credit(struct peer *p, uint32_t id, uint64_t n);
+void send_stdin(struct peer *p, uint32_t id, const void *data, size_t n, bool eof);
+void send_signal(struct peer *p, uint32_t id, int sig);
+void send_list(struct peer *p, uint32_t id, const char *path, uint64_t depth);
+void send_fwrite(struct peer *p, uint32_t id, const char *path, int mode);
+void send_data(struct peer *p, uint32_t id, uint64_t off, const void *data, size_t n);
+void send_end(struct peer *p, uint32_t id);
+void send_remove(struct peer *p, uint32_t id, const char *path, bool recursive);
+void send_rename(struct peer *p, uint32_t id, const char *from, const char *to);
+void send_init(struct peer *p, uint32_t id);
+
+/* Kill-test helpers. */
+bool pid_gone(pid_t pid, int timeout_ms);
+int64_t now_ms(void);
+
+#endif
