@@ -22,7 +22,7 @@ int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void peer_start(struct peer *p)
+static void start(struct peer *p, int pid1)
 {
     int sv[2];
 
@@ -39,7 +39,7 @@ void peer_start(struct peer *p)
     }
     p->agent = fork();
     if (p->agent == 0) {
-        struct gi_agent_opts o = {.cgroup_root = NULL, .pid1 = 0};
+        struct gi_agent_opts o = {.cgroup_root = NULL, .pid1 = pid1};
         close(sv[0]);
         exit(gi_agent_run(sv[1], &o) == 0 ? 0 : 1); /* exit(): leak checkers run */
     }
@@ -48,12 +48,40 @@ void peer_start(struct peer *p)
     fcntl(p->fd, F_SETFL, O_NONBLOCK);
 }
 
+void peer_start(struct peer *p)
+{
+    start(p, 0);
+}
+
+void peer_start_pid1(struct peer *p)
+{
+    start(p, 1);
+}
+
+void peer_free(struct peer *p)
+{
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+    for (int i = 0; i < MAX_IDS; i++) {
+        for (int k = 0; k < 3; k++)
+            proto_buf_free(&p->res[i].out[k]);
+        proto_buf_free(&p->res[i].paths);
+    }
+    proto_buf_free(&p->in);
+    proto_buf_free(&p->out);
+    free(p->cur);
+    p->cur = NULL;
+    msgpack_zone_destroy(&p->zone);
+}
+
 int peer_stop(struct peer *p)
 {
     int st = -1;
     int64_t end = now_ms() + 5000;
 
     close(p->fd);
+    p->fd = -1;
     while (waitpid(p->agent, &st, WNOHANG) == 0) {
         if (now_ms() > end) {
             fprintf(stderr, "agent did not stop after the peer closed\n");
@@ -64,15 +92,7 @@ int peer_stop(struct peer *p)
         }
         usleep(5000);
     }
-    for (int i = 0; i < MAX_IDS; i++) {
-        for (int k = 0; k < 3; k++)
-            proto_buf_free(&p->res[i].out[k]);
-        proto_buf_free(&p->res[i].paths);
-    }
-    proto_buf_free(&p->in);
-    proto_buf_free(&p->out);
-    free(p->cur);
-    msgpack_zone_destroy(&p->zone);
+    peer_free(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -253,6 +273,8 @@ int peer_step(struct peer *p, int timeout_ms)
         flush_some(p);
         if (take_frame(p))
             return 1;
+        if (p->eof)
+            return 0;
         left = end - now_ms();
         if (left < 0)
             return 0;
@@ -264,8 +286,8 @@ int peer_step(struct peer *p, int timeout_ms)
         if (n > 0)
             proto_buf_append(&p->in, buf, (size_t)n);
         else if (n == 0) {
-            fprintf(stderr, "agent closed the channel\n");
-            exit(2);
+            p->eof = true;
+            return 0;
         }
     }
 }
@@ -274,7 +296,7 @@ bool peer_wait(struct peer *p, uint32_t id, int timeout_ms)
 {
     int64_t end = now_ms() + timeout_ms;
 
-    while (!p->res[id].done && now_ms() < end)
+    while (!p->res[id].done && !p->eof && now_ms() < end)
         peer_step(p, (int)(end - now_ms()));
     if (!p->res[id].done)
         fprintf(stderr, "timed out waiting for id %u\n", id);
@@ -285,7 +307,7 @@ void peer_flush(struct peer *p, int timeout_ms)
 {
     int64_t end = now_ms() + timeout_ms;
 
-    while (proto_buf_pending(&p->out) > 0 && now_ms() < end)
+    while (proto_buf_pending(&p->out) > 0 && !p->eof && now_ms() < end)
         peer_step(p, 10);
 }
 

@@ -59,13 +59,18 @@ struct peer {
     msgpack_zone zone;
     uint32_t hello_id;
     int hellos;
+    bool eof; /* the agent closed its end */
     char kernel[128];
     struct res res[MAX_IDS];
 };
 
 void peer_start(struct peer *p);
+/* pid1 mode: a hang-up does not end the agent (never send INIT: it would set the host clock). */
+void peer_start_pid1(struct peer *p);
 /* Close our end; the agent must return 0 and exit within a few seconds. */
 int peer_stop(struct peer *p);
+/* Free the test side only (the agent was dealt with). */
+void peer_free(struct peer *p);
 /* Queue a finished frame buffer for sending. */
 void peer_queue(struct peer *p, struct proto_buf *b);
 /* Exchange bytes for up to timeout_ms; returns after one frame was handled (1) or timeout (0). */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -697,6 +698,73 @@ static void test_sessions(void)
     CHECK(bg2 > 0 && pid_gone((pid_t)bg2, 2000));
 }
 
+/* utime + stime of a process, in clock ticks */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long ut = 0, st = 0;
+    FILE *f;
+    char *rp;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    rp = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+    fclose(f);
+    if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
+/*
+ * PID 1 mode: a closed host end kills the session and the agent waits for
+ * a new host instead of returning, without spinning on POLLHUP. (A socket
+ * cannot reopen, so the reconnect itself is covered in a real VM.)
+ */
+static void test_pid1_hangup(void)
+{
+    struct peer p;
+    long bg, t0, t1;
+    int st;
+
+    peer_start_pid1(&p);
+    wait_hello(&p, 1);
+    send_exec(&p, 1, &(struct exec_opts){.cmd = "sleep 100 & echo $!; wait"}, true);
+    bg = first_line_pid(&p, 1, 2000);
+    shutdown(p.fd, SHUT_RDWR);
+    CHECK(bg > 0 && pid_gone((pid_t)bg, 2000));
+    t0 = cpu_ticks(p.agent);
+    usleep(1500 * 1000);
+    t1 = cpu_ticks(p.agent);
+    CHECK(waitpid(p.agent, &st, WNOHANG) == 0); /* still there */
+    CHECK(t0 >= 0 && t1 - t0 <= 5);             /* <= 50 ms of CPU in 1.5 s: no busy loop */
+    kill(p.agent, SIGKILL);
+    waitpid(p.agent, &st, 0);
+    p.agent = 0;
+    p.fd = -1;
+    peer_free(&p);
+}
+
+/* A frame over the cap breaks the stream: the test-mode agent gives up with an error. */
+static void test_oversized_frame(void)
+{
+    struct peer p;
+    struct proto_buf b;
+    static const uint8_t hdr[] = {0x7f, 0xff, 0xff, 0xff};
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    proto_buf_init(&b);
+    proto_buf_append(&b, hdr, sizeof(hdr));
+    peer_queue(&p, &b);
+    peer_flush(&p, 1000);
+    while (!p.eof && peer_step(&p, 2000))
+        ;
+    CHECK(p.eof);
+    CHECK(peer_stop(&p) == 1);
+}
+
 static void cleanup_tmp(void)
 {
     char cmd[128];
@@ -724,6 +792,8 @@ int main(void)
         {"enospc", test_enospc},
         {"many_streams", test_many_streams},
         {"sessions", test_sessions},
+        {"pid1_hangup", test_pid1_hangup},
+        {"oversized_frame", test_oversized_frame},
     };
 
     signal(SIGPIPE, SIG_IGN);
