@@ -57,13 +57,18 @@ fi
 
 # --- build -----------------------------------------------------------------
 say "building in $build_dir"
-cmake -S "$top" -B "$build_dir" "${cmake_args[@]}" >/dev/null
-make -C "$build_dir" -j"$(nproc)" --no-print-directory -s
+mkdir -p "$build_dir"
+log=$build_dir/setup-build.log
+if ! { cmake -S "$top" -B "$build_dir" "${cmake_args[@]}" &&
+    make -C "$build_dir" -j"$(nproc)" --no-print-directory; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    die "build failed (full log: $log)"
+fi
 
 # --- images ----------------------------------------------------------------
 if [ $images = 1 ]; then
     # Under sudo, keep the caller's cache: warrend looks there by default.
     as_root env WARREN_CACHE="${WARREN_CACHE:-$HOME/.cache/warren}" \
-        "$top/images/build.sh" --build-dir "$build_dir"
+        bash "$top/images/build.sh" --build-dir "$build_dir"
 fi
 say "done"
