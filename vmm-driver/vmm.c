@@ -1,1 +1,864 @@
-typedef int vmm_placeholder;
+/*
+ * vmm.c - one QEMU process: spawn or adopt, connect its sockets, watch it exit.
+ *
+ * States: RUNNING -> EXITED (cbs->exited ran) | DETACHED | FREED. Only
+ * RUNNING makes callbacks; every path out of RUNNING first stops every
+ * watcher and closes every socket (teardown), so nothing can fire later.
+ *
+ * Exit is watched through a pidfd, which works for our own children and for
+ * VMs adopted after a warrend restart alike. The status comes from
+ * waitid(P_PIDFD). On libev's default loop libev itself reaps every child
+ * (its SIGCHLD handler calls waitpid(-1)), which would steal the status: so
+ * there, for our own children, an ev_child watcher is added too and
+ * whichever of the two learns the status first ends the VM.
+ *
+ * Callbacks into the owner happen only from watcher callbacks, bracketed by
+ * vmm_enter/vmm_leave: vmm_free inside a callback only marks the struct and
+ * the outermost vmm_leave frees it (the Redis deferred-delete idea).
+ * vmm_free of a running VM kills it and keeps the struct on a private list
+ * until the pidfd says the process is gone, so the loop never waits.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "vmm_int.h"
+
+extern char **environ;
+
+enum vm_state { VM_RUNNING = 0, VM_EXITED, VM_DETACHED, VM_FREED };
+
+struct vmm_conn {
+    struct vmm *vm;
+    const char *path;
+    ev_timer t;
+    ev_tstamp deadline;
+    void (*done)(struct vmm *vm, int fd, int err);
+};
+
+struct vmm {
+    struct ev_loop *loop;
+    struct vmm_cbs cbs;
+    void *ud;
+    char id[72];
+    char *run_dir, *qmp_path, *con_path, *chan_path, *log_path, *qemu_log_path;
+    pid_t pid;
+    int pidfd;
+    ev_io pid_w;
+    ev_child child_w;
+    ev_timer reap_t;  /* status not known yet when the pidfd fired */
+    ev_timer kill_t;  /* shutdown grace, or QMP-lost watchdog */
+    ev_timer ready_t; /* QMP handshake deadline */
+    unsigned reap_tries;
+    bool child_grace; /* waiting for ev_child after waitid said ECHILD */
+    bool sigkilled;   /* we sent SIGKILL (says so when the status is unknown) */
+    enum vm_state state;
+    int depth;
+    bool free_pending;
+    char fail[160];     /* why we killed it, set when we decide to */
+    char kill_why[160]; /* what kill_t will record when it fires */
+    struct vmm_qmp qmp;
+    struct vmm_conn qmp_c, con_c, chan_c;
+    int con_fd;
+    ev_io con_w;
+    struct vmm_log log;
+    struct vmm *next_orphan;
+};
+
+/* VMs freed while their process still ran: kept until reaped, and reachable
+ * (leak checkers) until then. The driver is single-threaded like its loop. */
+static struct vmm *orphans;
+
+static int sys_pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static int sys_pidfd_signal(int pidfd, int sig)
+{
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+}
+
+struct vmm_qmp *vmm_qmp_of(struct vmm *vm)
+{
+    return &vm->qmp;
+}
+
+struct ev_loop *vmm_loop_of(struct vmm *vm)
+{
+    return vm->loop;
+}
+
+bool vmm_live(const struct vmm *vm)
+{
+    return vm->state == VM_RUNNING;
+}
+
+const char *vmm_id_of(const struct vmm *vm)
+{
+    return vm->id;
+}
+
+pid_t vmm_pid(const struct vmm *vm)
+{
+    return vm->pid;
+}
+
+const char *vmm_console_path(const struct vmm *vm)
+{
+    return vm->log_path;
+}
+
+static void destroy(struct vmm *vm)
+{
+    free(vm->run_dir);
+    free(vm->qmp_path);
+    free(vm->con_path);
+    free(vm->chan_path);
+    free(vm->log_path);
+    free(vm->qemu_log_path);
+    free(vm);
+}
+
+void vmm_enter(struct vmm *vm)
+{
+    vm->depth++;
+}
+
+void vmm_leave(struct vmm *vm)
+{
+    if (--vm->depth == 0 && vm->free_pending)
+        destroy(vm);
+}
+
+/* Stop every watcher and close every fd except the pidfd. Idempotent. */
+static void teardown_io(struct vmm *vm)
+{
+    ev_timer_stop(vm->loop, &vm->qmp_c.t);
+    ev_timer_stop(vm->loop, &vm->con_c.t);
+    ev_timer_stop(vm->loop, &vm->chan_c.t);
+    ev_timer_stop(vm->loop, &vm->ready_t);
+    ev_timer_stop(vm->loop, &vm->kill_t);
+    ev_timer_stop(vm->loop, &vm->reap_t);
+    ev_io_stop(vm->loop, &vm->pid_w);
+    ev_child_stop(vm->loop, &vm->child_w);
+    vmm_qmp_close(vm, &vm->qmp);
+    ev_io_stop(vm->loop, &vm->con_w);
+    if (vm->con_fd >= 0)
+        close(vm->con_fd);
+    vm->con_fd = -1;
+    vmm_log_close(&vm->log);
+}
+
+static void close_pidfd(struct vmm *vm)
+{
+    if (vm->pidfd >= 0)
+        close(vm->pidfd);
+    vm->pidfd = -1;
+}
+
+/* ---- exit ---- */
+
+/* The last non-empty line of qemu.log: QEMU's own error, if it wrote one. */
+static void qemu_log_tail(struct vmm *vm, char *out, size_t cap)
+{
+    char buf[512];
+    int fd = open(vm->qemu_log_path, O_RDONLY | O_CLOEXEC);
+    off_t end;
+    ssize_t n;
+    char *p, *line;
+
+    out[0] = 0;
+    if (fd < 0)
+        return;
+    end = lseek(fd, 0, SEEK_END);
+    n = end < 0 ? -1
+                : pread(fd, buf, sizeof(buf) - 1,
+                        end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = 0;
+    p = strrchr(buf, '\n');
+    line = p ? p + 1 : buf;
+    snprintf(out, cap, "%s", line);
+}
+
+static const char *shutdown_text(const char *r)
+{
+    if (strcmp(r, "guest-shutdown") == 0)
+        return "the guest powered off";
+    if (strcmp(r, "guest-reset") == 0)
+        return "the guest rebooted or its kernel panicked";
+    if (strcmp(r, "guest-panic") == 0)
+        return "the guest kernel panicked";
+    if (strcmp(r, "host-qmp-quit") == 0)
+        return "quit requested";
+    if (strcmp(r, "host-signal") == 0)
+        return "QEMU got a termination signal";
+    return r;
+}
+
+static void finish_exit(struct vmm *vm, int status, bool known)
+{
+    char reason[VMM_REASON_MAX], extra[200] = "";
+    size_t n;
+
+    vmm_qmp_drain_events(vm, &vm->qmp);
+    if (!known)
+        n = (size_t)snprintf(reason, sizeof(reason), "process exited%s",
+                             vm->sigkilled ? " after SIGKILL" : "");
+    else if (WIFSIGNALED(status))
+        n = (size_t)snprintf(reason, sizeof(reason), "killed by signal %d", WTERMSIG(status));
+    else
+        n = (size_t)snprintf(reason, sizeof(reason), "exited with status %d", WEXITSTATUS(status));
+    if (vm->fail[0])
+        snprintf(extra, sizeof(extra), " (%s)", vm->fail);
+    else if (vm->qmp.shutdown_reason[0])
+        snprintf(extra, sizeof(extra), ": %s", shutdown_text(vm->qmp.shutdown_reason));
+    else if (known && WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+        char line[160];
+        qemu_log_tail(vm, line, sizeof(line));
+        if (line[0])
+            snprintf(extra, sizeof(extra), ": %s", line);
+    }
+    if (n < sizeof(reason))
+        snprintf(reason + n, sizeof(reason) - n, "%s", extra);
+
+    teardown_io(vm);
+    close_pidfd(vm);
+    vm->state = VM_EXITED;
+    if (vm->cbs.exited)
+        vm->cbs.exited(vm->ud, known ? status : -1, reason);
+}
+
+/* waitid on the pidfd. 1: reaped (status set), 0: not yet, -errno: error. */
+static int reap(struct vmm *vm, int *status)
+{
+    siginfo_t si;
+
+    memset(&si, 0, sizeof(si));
+    if (waitid(P_PIDFD, (id_t)vm->pidfd, &si, WEXITED | WNOHANG) != 0)
+        return -errno;
+    if (si.si_pid == 0)
+        return 0;
+    if (si.si_code == CLD_EXITED)
+        *status = W_EXITCODE(si.si_status, 0);
+    else
+        *status = si.si_status | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+    return 1;
+}
+
+static void orphan_unlink(struct vmm *vm)
+{
+    for (struct vmm **p = &orphans; *p; p = &(*p)->next_orphan)
+        if (*p == vm) {
+            *p = vm->next_orphan;
+            return;
+        }
+}
+
+/* A freed VM's process is gone: reap it (if it is our child) and free. */
+static void orphan_done(struct vmm *vm)
+{
+    int st;
+
+    (void)reap(vm, &st);
+    ev_io_stop(vm->loop, &vm->pid_w);
+    close_pidfd(vm);
+    orphan_unlink(vm);
+    destroy(vm);
+}
+
+static void try_reap(struct vmm *vm)
+{
+    int status = 0, r = reap(vm, &status);
+
+    ev_io_stop(vm->loop, &vm->pid_w);
+    if (r == 1) {
+        finish_exit(vm, status, true);
+    } else if (r == 0 && vm->reap_tries++ < 100) {
+        /* The pidfd reported the exit a moment before the zombie is waitable. */
+        ev_timer_set(&vm->reap_t, 0.01, 0.);
+        ev_timer_start(vm->loop, &vm->reap_t);
+    } else if (r == -ECHILD && ev_is_active(&vm->child_w) && !vm->child_grace) {
+        /* libev's SIGCHLD handler reaped it first: ev_child brings the status.
+         * The timer only guards against some other waitpid(-1) in the process. */
+        vm->child_grace = true;
+        ev_timer_set(&vm->reap_t, 0.5, 0.);
+        ev_timer_start(vm->loop, &vm->reap_t);
+    } else {
+        finish_exit(vm, -1, false); /* not our child (adopted): status unknown */
+    }
+}
+
+static void on_pidfd(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    if (vm->state == VM_FREED) {
+        orphan_done(vm);
+        return;
+    }
+    vmm_enter(vm);
+    if (vm->state == VM_RUNNING)
+        try_reap(vm);
+    vmm_leave(vm);
+}
+
+static void on_reap_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    vmm_enter(vm);
+    if (vm->state == VM_RUNNING)
+        try_reap(vm);
+    vmm_leave(vm);
+}
+
+static void on_child(struct ev_loop *loop, ev_child *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    ev_child_stop(loop, w);
+    vmm_enter(vm);
+    if (vm->state == VM_RUNNING)
+        finish_exit(vm, w->rstatus, true);
+    vmm_leave(vm);
+}
+
+/* SIGKILL through the pidfd: a recycled pid can never be hit. */
+static void send_kill(struct vmm *vm)
+{
+    vm->sigkilled = true;
+    if (vm->pidfd >= 0)
+        (void)sys_pidfd_signal(vm->pidfd, SIGKILL);
+}
+
+/* Kill the VM because something failed; the exit reason will say why. */
+static void fail_kill(struct vmm *vm, const char *why)
+{
+    if (vm->state != VM_RUNNING)
+        return;
+    if (!vm->fail[0])
+        snprintf(vm->fail, sizeof(vm->fail), "%s", why);
+    send_kill(vm);
+}
+
+static void on_kill_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    fail_kill(vm, vm->kill_why);
+}
+
+void vmm_qmp_lost(struct vmm *vm, const char *why)
+{
+    /* QEMU closes QMP as it exits: give the pidfd a moment to say so. If the
+     * process stays, a VM we cannot control is killed. */
+    if (vm->state != VM_RUNNING || ev_is_active(&vm->kill_t))
+        return;
+    ev_timer_stop(vm->loop, &vm->ready_t);
+    snprintf(vm->kill_why, sizeof(vm->kill_why), "QMP link lost: %s", why);
+    ev_timer_set(&vm->kill_t, 3.0, 0.);
+    ev_timer_start(vm->loop, &vm->kill_t);
+}
+
+/* ---- socket connections (retried until QEMU has created the socket) ---- */
+
+static void on_conn_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct vmm_conn *c = w->data;
+    struct vmm *vm = c->vm;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd, e;
+
+    vmm_enter(vm);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", c->path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        c->done(vm, -1, -errno);
+        goto out;
+    }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        c->done(vm, fd, 0);
+        goto out;
+    }
+    e = errno;
+    close(fd);
+    if (e != ENOENT && e != ECONNREFUSED && e != EAGAIN && e != EINTR && e != EINPROGRESS) {
+        c->done(vm, -1, -e);
+    } else if (ev_now(loop) >= c->deadline) {
+        c->done(vm, -1, -ETIMEDOUT);
+    } else {
+        ev_timer_set(w, VMM_CONNECT_RETRY, 0.);
+        ev_timer_start(loop, w);
+    }
+out:
+    vmm_leave(vm);
+}
+
+static void conn_init(struct vmm *vm, struct vmm_conn *c, const char *path,
+                      void (*done)(struct vmm *, int, int))
+{
+    c->vm = vm;
+    c->path = path;
+    c->done = done;
+    ev_timer_init(&c->t, on_conn_timer, 0., 0.);
+    c->t.data = c;
+}
+
+/* The first attempt runs from the loop too: callbacks never fire inside vmm_*. */
+static void conn_start(struct vmm *vm, struct vmm_conn *c)
+{
+    /* The loop's cached time is stale if the caller worked (or blocked)
+     * since the loop last woke: deadlines must start from the real now. */
+    ev_now_update(vm->loop);
+    ev_timer_stop(vm->loop, &c->t);
+    c->deadline = ev_now(vm->loop) + VMM_CONNECT_TIMEOUT;
+    ev_timer_set(&c->t, 0., 0.);
+    ev_timer_start(vm->loop, &c->t);
+}
+
+static void on_ready_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    if (vm->qmp.state != VMM_QMP_READY)
+        fail_kill(vm, "QMP handshake timed out");
+}
+
+static void qmp_connected(struct vmm *vm, int fd, int err)
+{
+    char why[120];
+
+    if (fd < 0) {
+        snprintf(why, sizeof(why), "QMP socket not ready: %s", strerror(-err));
+        fail_kill(vm, why);
+        return;
+    }
+    vmm_qmp_attach(vm, &vm->qmp, fd);
+    ev_timer_set(&vm->ready_t, VMM_CONNECT_TIMEOUT, 0.);
+    ev_timer_start(vm->loop, &vm->ready_t);
+}
+
+static void on_console(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct vmm *vm = w->data;
+    char buf[16384];
+
+    /* Bounded work per wake-up so a chatty guest cannot hog the loop; the
+     * guest's UART stalls while we do not read, host memory never grows. */
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = read(vm->con_fd, buf, sizeof(buf));
+        if (n > 0) {
+            vmm_log_write(&vm->log, buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        ev_io_stop(loop, w); /* EOF: QEMU is going away */
+        close(vm->con_fd);
+        vm->con_fd = -1;
+        return;
+    }
+}
+
+static void console_connected(struct vmm *vm, int fd, int err)
+{
+    char note[160];
+
+    if (fd < 0) {
+        /* Not fatal: the VM runs, only its console is not recorded. */
+        snprintf(note, sizeof(note), "\n[warren: console socket unavailable: %s]\n",
+                 strerror(-err));
+        vmm_log_write(&vm->log, note, strlen(note));
+        return;
+    }
+    vm->con_fd = fd;
+    ev_io_init(&vm->con_w, on_console, fd, EV_READ);
+    vm->con_w.data = vm;
+    ev_io_start(vm->loop, &vm->con_w);
+}
+
+static void channel_connected(struct vmm *vm, int fd, int err)
+{
+    char why[120];
+
+    if (fd < 0) {
+        snprintf(why, sizeof(why), "guest channel socket not ready: %s", strerror(-err));
+        fail_kill(vm, why);
+        return;
+    }
+    if (vm->cbs.channel)
+        vm->cbs.channel(vm->ud, fd);
+    else
+        close(fd);
+}
+
+/* ---- construction ---- */
+
+static char *path_join(const char *dir, const char *name)
+{
+    char *s = NULL;
+
+    return asprintf(&s, "%s/%s", dir, name) < 0 ? NULL : s;
+}
+
+static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
+                  void *ud, struct vmm **out)
+{
+    struct vmm *vm;
+    int r;
+
+    if (!loop || !cfg || !cbs || !out || !cfg->run_dir)
+        return -EINVAL;
+    if ((r = vmm_id_check(cfg->id)) != 0)
+        return r;
+    if (strlen(cfg->run_dir) + sizeof("/console.sock") >
+        sizeof(((struct sockaddr_un *)0)->sun_path))
+        return -ENAMETOOLONG;
+    vm = calloc(1, sizeof(*vm));
+    if (!vm)
+        return -ENOMEM;
+    vm->loop = loop;
+    vm->cbs = *cbs;
+    vm->ud = ud;
+    snprintf(vm->id, sizeof(vm->id), "%s", cfg->id);
+    vm->pid = -1;
+    vm->pidfd = -1;
+    vm->con_fd = -1;
+    vm->log.fd = -1;
+    vm->run_dir = strdup(cfg->run_dir);
+    vm->qmp_path = path_join(cfg->run_dir, "qmp.sock");
+    vm->con_path = path_join(cfg->run_dir, "console.sock");
+    vm->chan_path = path_join(cfg->run_dir, "chan.sock");
+    vm->log_path = path_join(cfg->run_dir, "console.log");
+    vm->qemu_log_path = path_join(cfg->run_dir, "qemu.log");
+    if (!vm->run_dir || !vm->qmp_path || !vm->con_path || !vm->chan_path || !vm->log_path ||
+        !vm->qemu_log_path) {
+        destroy(vm);
+        return -ENOMEM;
+    }
+    vmm_qmp_init(vm, &vm->qmp);
+    conn_init(vm, &vm->qmp_c, vm->qmp_path, qmp_connected);
+    conn_init(vm, &vm->con_c, vm->con_path, console_connected);
+    conn_init(vm, &vm->chan_c, vm->chan_path, channel_connected);
+    ev_io_init(&vm->pid_w, on_pidfd, -1, EV_READ);
+    vm->pid_w.data = vm;
+    ev_child_init(&vm->child_w, on_child, 0, 0);
+    vm->child_w.data = vm;
+    ev_init(&vm->reap_t, on_reap_timer);
+    vm->reap_t.data = vm;
+    ev_init(&vm->kill_t, on_kill_timer);
+    vm->kill_t.data = vm;
+    ev_init(&vm->ready_t, on_ready_timer);
+    vm->ready_t.data = vm;
+    ev_io_init(&vm->con_w, on_console, -1, EV_READ);
+    vm->con_w.data = vm;
+    *out = vm;
+    return 0;
+}
+
+/* Watch the process and start connecting its sockets. */
+static void vm_start(struct vmm *vm, bool our_child)
+{
+    ev_io_set(&vm->pid_w, vm->pidfd, EV_READ);
+    ev_io_start(vm->loop, &vm->pid_w);
+    if (our_child && ev_is_default_loop(vm->loop)) {
+        ev_child_set(&vm->child_w, vm->pid, 0);
+        ev_child_start(vm->loop, &vm->child_w);
+    }
+    conn_start(vm, &vm->qmp_c);
+    conn_start(vm, &vm->con_c);
+    conn_start(vm, &vm->chan_c);
+}
+
+static int spawn(struct vmm *vm, char **argv)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, all;
+    int r;
+
+    sigemptyset(&none);
+    /* Signals warrend ignores (SIGPIPE...) would stay ignored across exec. */
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    if ((r = posix_spawn_file_actions_init(&fa)) != 0)
+        return -r;
+    if ((r = posix_spawnattr_init(&at)) != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        return -r;
+    }
+    if ((r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0)) ||
+        (r = posix_spawn_file_actions_addopen(&fa, 1, vm->qemu_log_path,
+                                              O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600)) ||
+        (r = posix_spawn_file_actions_adddup2(&fa, 1, 2)) ||
+        (r = posix_spawn_file_actions_addclosefrom_np(&fa, 3)) ||
+        /* Own session: a signal to warrend's process group never reaches the VM. */
+        (r = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                               POSIX_SPAWN_SETSIGDEF)) ||
+        (r = posix_spawnattr_setsigmask(&at, &none)) ||
+        (r = posix_spawnattr_setsigdefault(&at, &all)))
+        goto out;
+    if (strchr(argv[0], '/'))
+        r = posix_spawn(&vm->pid, argv[0], &fa, &at, argv, environ);
+    else
+        r = posix_spawnp(&vm->pid, argv[0], &fa, &at, argv, environ);
+out:
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+    return -r;
+}
+
+static void unlink_sockets(struct vmm *vm)
+{
+    /* Stale sockets from an earlier run would answer ECONNREFUSED at best. */
+    unlink(vm->qmp_path);
+    unlink(vm->con_path);
+    unlink(vm->chan_path);
+}
+
+int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
+               void *ud, struct vmm **out)
+{
+    static unsigned long tsc_khz;
+    struct vmm_config c;
+    struct vmm_argv av = {0};
+    struct vmm *vm = NULL;
+    int r;
+
+    if (!cfg)
+        return -EINVAL;
+    c = *cfg;
+    if (c.accel == VMM_ACCEL_AUTO)
+        c.accel = vmm_detect_accel(NULL, 0);
+    if (!tsc_khz)
+        tsc_khz = vmm_tsc_khz();
+    if ((r = vm_new(loop, &c, cbs, ud, &vm)) != 0)
+        return r;
+    if ((r = vmm_argv_build(&av, &c, VMM_BOOT_KERNEL, tsc_khz)) != 0)
+        goto fail;
+    unlink_sockets(vm);
+    if ((r = vmm_log_open(&vm->log, vm->log_path, c.console_max, false)) != 0)
+        goto fail;
+    if ((r = spawn(vm, av.v)) != 0)
+        goto fail;
+    vm->pidfd = sys_pidfd_open(vm->pid);
+    if (vm->pidfd < 0) {
+        r = -errno;
+        kill(vm->pid, SIGKILL);
+        waitpid(vm->pid, NULL, 0); /* just SIGKILLed: returns at once */
+        goto fail;
+    }
+    vmm_argv_free(&av);
+    vm_start(vm, true);
+    *out = vm;
+    return 0;
+fail:
+    vmm_argv_free(&av);
+    vmm_log_close(&vm->log);
+    destroy(vm);
+    return r;
+}
+
+/* 0 if /proc/<pid>/cmdline holds both argv strings exactly. */
+static int cmdline_matches(pid_t pid, const char *name, const char *qmp)
+{
+    char path[64], *buf = NULL;
+    size_t len = 0, cap = 0;
+    bool has_name = false, has_qmp = false;
+    int fd, r = -ESRCH;
+
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -ESRCH;
+    for (;;) {
+        ssize_t n;
+        if (len + 4096 > cap) {
+            char *b;
+            if (cap >= (1u << 20) || !(b = realloc(buf, cap ? cap * 2 : 16384)))
+                goto out;
+            buf = b;
+            cap = cap ? cap * 2 : 16384;
+        }
+        n = read(fd, buf + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto out;
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = 0;
+    for (size_t off = 0; off < len; off += strlen(buf + off) + 1) {
+        has_name |= strcmp(buf + off, name) == 0;
+        has_qmp |= strcmp(buf + off, qmp) == 0;
+    }
+    r = has_name && has_qmp ? 0 : -ESRCH;
+out:
+    free(buf);
+    close(fd);
+    return r;
+}
+
+/* True if pid's parent is this process (after a detach in the same warrend). */
+static bool is_our_child(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    int fd, ppid = 0;
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return false;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
+    if (!(p = strrchr(buf, ')')) || sscanf(p + 1, " %*c %d", &ppid) != 1)
+        return false;
+    return ppid == (int)getpid();
+}
+
+int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
+              const struct vmm_cbs *cbs, void *ud, struct vmm **out)
+{
+    char name[160], qmp[4200];
+    struct vmm *vm = NULL;
+    int pidfd = -1, r;
+
+    if (!cfg || pid <= 0)
+        return -EINVAL;
+    if ((r = vm_new(loop, cfg, cbs, ud, &vm)) != 0)
+        return r;
+    if ((r = vmm_argv_name(name, sizeof(name), cfg->id)) ||
+        (r = vmm_argv_qmp(qmp, sizeof(qmp), cfg->run_dir)))
+        goto fail;
+    /* Order matters: the pidfd pins the process first, then its cmdline is
+     * checked, then a signal-0 proves that pinned process is still alive,
+     * so a recycled pid cannot pass. */
+    pidfd = sys_pidfd_open(pid);
+    if (pidfd < 0) {
+        r = errno == ESRCH ? -ESRCH : -errno;
+        goto fail;
+    }
+    if ((r = cmdline_matches(pid, name, qmp)) != 0)
+        goto fail;
+    if (sys_pidfd_signal(pidfd, 0) != 0) {
+        r = -ESRCH;
+        goto fail;
+    }
+    if ((r = vmm_log_open(&vm->log, vm->log_path, cfg->console_max, true)) != 0)
+        goto fail;
+    vm->pid = pid;
+    vm->pidfd = pidfd;
+    vm_start(vm, is_our_child(pid));
+    *out = vm;
+    return 0;
+fail:
+    if (pidfd >= 0)
+        close(pidfd);
+    vmm_log_close(&vm->log);
+    destroy(vm);
+    return r;
+}
+
+/* ---- control ---- */
+
+int vmm_channel_reconnect(struct vmm *vm)
+{
+    if (!vm || vm->state != VM_RUNNING)
+        return -ESRCH;
+    conn_start(vm, &vm->chan_c);
+    return 0;
+}
+
+int vmm_qmp(struct vmm *vm, const char *json, vmm_qmp_cb cb, void *ud)
+{
+    if (!vm || !json)
+        return -EINVAL;
+    if (vm->state != VM_RUNNING)
+        return -ESRCH;
+    return vmm_qmp_send(vm, &vm->qmp, json, cb, ud);
+}
+
+void vmm_kill(struct vmm *vm)
+{
+    if (!vm || vm->state != VM_RUNNING)
+        return;
+    send_kill(vm);
+}
+
+void vmm_shutdown(struct vmm *vm, unsigned grace_ms)
+{
+    if (!vm || vm->state != VM_RUNNING)
+        return;
+    if (grace_ms == 0) {
+        vmm_kill(vm);
+        return;
+    }
+    /* If QMP is down the quit cannot go out; the timer still ends the VM. */
+    (void)vmm_qmp_send(vm, &vm->qmp, "{\"execute\":\"quit\"}", NULL, NULL);
+    ev_timer_stop(vm->loop, &vm->kill_t);
+    ev_now_update(vm->loop);
+    snprintf(vm->kill_why, sizeof(vm->kill_why), "did not quit within %u ms", grace_ms);
+    ev_timer_set(&vm->kill_t, grace_ms / 1000.0, 0.);
+    ev_timer_start(vm->loop, &vm->kill_t);
+}
+
+void vmm_detach(struct vmm *vm)
+{
+    if (!vm || vm->state != VM_RUNNING)
+        return;
+    teardown_io(vm);
+    close_pidfd(vm);
+    vm->state = VM_DETACHED;
+}
+
+void vmm_free(struct vmm *vm)
+{
+    bool running;
+
+    if (!vm || vm->state == VM_FREED)
+        return;
+    running = vm->state == VM_RUNNING;
+    teardown_io(vm);
+    vm->state = VM_FREED;
+    if (running && vm->pidfd >= 0) {
+        int st;
+        send_kill(vm);
+        if (reap(vm, &st) == 0) {
+            /* Still dying: reap it from the loop when the pidfd says so. */
+            ev_io_start(vm->loop, &vm->pid_w);
+            vm->next_orphan = orphans;
+            orphans = vm;
+            return;
+        }
+    }
+    close_pidfd(vm);
+    if (vm->depth > 0)
+        vm->free_pending = true;
+    else
+        destroy(vm);
+}

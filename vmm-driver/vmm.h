@@ -5,13 +5,24 @@
  * to one that survived a warrend restart), connects QMP and the console,
  * and hands the connected guest-channel fd to its owner through
  * cbs->channel. It never blocks the loop: sockets are connected
- * non-blocking, retried on a timer until QEMU has created them.
+ * non-blocking, retried every 5 ms until QEMU has created them (10 s at
+ * most: then the VM is killed and the exit reason says why).
  *
  * Ownership: the caller owns the struct vmm and frees it with vmm_free()
  * (which kills the process if it still runs, unless vmm_detach() was called).
  * The channel fd passed to cbs->channel belongs to the callee from then on.
- * After cbs->exited has run, no further callback is made for that vmm.
- * Callbacks are never invoked from inside the vmm_* call that caused them.
+ * After cbs->exited has run, no further callback is made for that vmm
+ * (queued QMP callbacks included); the struct stays valid until vmm_free.
+ * Callbacks are never invoked from inside the vmm_* call that caused them;
+ * a callback may call any vmm_* function on its vmm, vmm_free included.
+ * Files in run_dir (sockets, console.log, qemu.log) are the caller's to
+ * remove after vmm_free.
+ *
+ * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
+ * stdout/stderr to run_dir/qemu.log and no other inherited fd. Its exit is
+ * watched with a pidfd; on libev's default loop (which reaps every child
+ * itself) an ev_child watcher is added for our own children so the wait
+ * status is not lost.
  */
 #ifndef WARREN_VMM_H
 #define WARREN_VMM_H
@@ -24,24 +35,29 @@
 enum vmm_accel { VMM_ACCEL_AUTO = 0, VMM_ACCEL_KVM, VMM_ACCEL_TCG };
 
 /* Decide the accelerator: KVM when the CPU has vmx/svm and /dev/kvm answers
- * KVM_GET_API_VERSION and KVM_CREATE_VM; else TCG. why gets a one-line reason. */
+ * KVM_GET_API_VERSION and KVM_CREATE_VM; else TCG. why gets a one-line reason
+ * (why may be NULL). */
 enum vmm_accel vmm_detect_accel(char *why, size_t why_cap);
 
 /* Host TSC in kHz (from /proc/cpuinfo "cpu MHz"), 0 if unknown. */
 unsigned long vmm_tsc_khz(void);
 
 struct vmm_config {
-    const char *id;          /* sandbox id: names the VM and appears in its cmdline */
-    const char *qemu;        /* qemu-system-x86_64 path */
-    const char *kernel;      /* uncompressed vmlinux (PVH) */
-    const char *initrd;      /* initramfs holding warren-init */
-    const char *disk;        /* root disk (qcow2 overlay); NULL for none */
-    const char *run_dir;     /* existing dir for qmp.sock, chan.sock, console.sock, console.log */
-    const char *append;      /* extra kernel command line, may be NULL */
-    unsigned mem_mb;
-    unsigned vcpus;
-    enum vmm_accel accel;    /* KVM or TCG (AUTO is resolved by the caller) */
-    size_t console_max;      /* bytes of console log kept; older output is dropped */
+    const char *id;       /* sandbox id, 1-64 of [A-Za-z0-9_.-]: names the VM ("warren-<id>") */
+    const char *qemu;     /* qemu-system-x86_64 path; NULL: found in PATH */
+    const char *kernel;   /* uncompressed vmlinux (PVH) */
+    const char *initrd;   /* initramfs holding warren-init; NULL for none */
+    const char *disk;     /* root disk (qcow2 overlay, no commas); NULL for none */
+    const char *run_dir;  /* existing dir for qmp.sock, chan.sock, console.sock, console.log,
+                           * qemu.log; no commas, short enough for a socket path (< 95) */
+    const char *append;   /* extra kernel command line, may be NULL */
+    unsigned mem_mb;      /* 0: 256 */
+    unsigned vcpus;       /* 0: 1 */
+    enum vmm_accel accel; /* KVM or TCG; AUTO makes vmm_launch probe (better: probe once) */
+    size_t console_max;   /* console.log size cap (0: 1 MiB, at least 4 KiB). Past it the
+                           * file keeps the first half of the output, a marker line
+                           * "[warren: console truncated, N bytes dropped]" and the
+                           * most recent output. */
 };
 
 struct vmm;
@@ -50,46 +66,66 @@ struct vmm_cbs {
     /* The guest channel socket is connected (fd is non-blocking, owned by callee). */
     void (*channel)(void *ud, int fd);
     /* QEMU exited (or, for an adopted VM, vanished). status is the wait status when known
-     * (-1 if not), reason a short human sentence ("killed by signal 9"). */
+     * (-1 if not: an adopted VM that is not our child), reason a short human sentence:
+     * "killed by signal 9", "exited with status 0: quit requested",
+     * "exited with status 0: the guest rebooted or its kernel panicked",
+     * "exited with status 1: <QEMU's last message>", "process exited after SIGKILL",
+     * "killed by signal 9 (did not quit within 5000 ms)",
+     * "killed by signal 9 (QMP socket not ready: Connection timed out)". */
     void (*exited)(void *ud, int status, const char *reason);
 };
 
-/* Start QEMU. On success *out is set and the process runs; 0 or -errno. */
+/* Start QEMU. On success *out is set and the process runs; 0 or -errno:
+ * -EINVAL (bad id/path/config), -ENAMETOOLONG (run_dir), -ENOENT (no QEMU
+ * binary), other spawn errors. A failed launch makes no callback. */
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                void *ud, struct vmm **out);
 
-/* Re-attach to a QEMU that was started earlier by vmm_launch (same cfg->run_dir) and is
- * still running as pid. -ESRCH if it is gone or is not that VM. */
+/* Re-attach to a QEMU that was started earlier by vmm_launch (same cfg->id and
+ * cfg->run_dir) and is still running as pid: its /proc cmdline must carry that
+ * VM's -name and QMP socket (pid reuse cannot pass). QMP, console (appended to
+ * the existing log) and channel are reconnected. -ESRCH if it is gone or is
+ * not that VM. */
 int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
               const struct vmm_cbs *cbs, void *ud, struct vmm **out);
 
 pid_t vmm_pid(const struct vmm *vm);
 
-/* Reconnect the guest channel (e.g. after the callee closed it); cbs->channel fires again. */
+/* Reconnect the guest channel (e.g. after the callee closed it); cbs->channel fires again.
+ * Close the previous fd first: QEMU serves one connection at a time. -ESRCH once the VM
+ * has exited or was detached. */
 int vmm_channel_reconnect(struct vmm *vm);
 
-/* Ask QEMU to quit (QMP "quit"), SIGKILL if it has not exited within grace_ms. */
+/* Ask QEMU to quit (QMP "quit"), SIGKILL if it has not exited within grace_ms
+ * (0: SIGKILL now). */
 void vmm_shutdown(struct vmm *vm, unsigned grace_ms);
 
-/* SIGKILL now. cbs->exited follows from the loop. */
+/* SIGKILL now (through the pidfd). cbs->exited follows from the loop. No-op after exit. */
 void vmm_kill(struct vmm *vm);
 
-/* Stop watching without killing (warrend shutting down, VM kept for adoption). */
+/* Stop watching without killing (warrend shutting down, VM kept for adoption):
+ * watchers stopped, sockets closed, no callback afterwards. */
 void vmm_detach(struct vmm *vm);
 
-/* Free; kills a still-running, non-detached process (SIGKILL) and reaps it. */
+/* Free; kills a still-running, non-detached process (SIGKILL) and reaps it from
+ * the loop once it is gone (the struct lingers privately until then; no callback). */
 void vmm_free(struct vmm *vm);
 
-/* Send one QMP command (JSON text) and get the "return"/"error" JSON text back.
- * cb may be NULL. Not called if the VM exits first. */
+/* Send one QMP command (a JSON object with "execute"; any "id" is replaced by the
+ * driver's own) and get the "return" (err 0) or "error" (err -EREMOTEIO) JSON text
+ * back, in order. Commands sent before the QMP handshake completes are queued.
+ * cb may be NULL. Not called if the VM exits first. Returns 0, -EINVAL (not such an
+ * object, or "exec-oob"), -ESRCH (exited/detached), -EPIPE (QMP link lost), -ENOMEM. */
 typedef void (*vmm_qmp_cb)(void *ud, int err, const char *json);
 int vmm_qmp(struct vmm *vm, const char *json, vmm_qmp_cb cb, void *ud);
 
 /* Path of the bounded console log (run_dir/console.log). */
 const char *vmm_console_path(const struct vmm *vm);
 
-/* Create a qcow2 (v3) overlay at path backed by the raw image `backing` of
- * `size` bytes, written directly (no qemu-img spawn). 0 or -errno. */
+/* Create a qcow2 (v3, 64 KiB clusters) overlay at path backed by the raw image
+ * `backing` of `size` bytes (a multiple of 512; 0: the backing file's size),
+ * written directly (no qemu-img spawn). The backing name is stored as given:
+ * pass an absolute path. Fails with -EEXIST if path exists. 0 or -errno. */
 int vmm_qcow2_create(const char *path, const char *backing, uint64_t size);
 
 #endif
