@@ -1,0 +1,344 @@
+/*
+ * test_vmm_unit.c - vmm-driver parts that need no VM: qcow2 overlays (checked
+ * by qemu-img and qemu-io, QEMU's own block layer), host probes, the argv
+ * builder and the bounded console log.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <jansson.h>
+
+#include "vmm.h"
+#include "vmm_int.h"
+
+static int failures;
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static char dir[64];
+
+/* Run a shell command; return its exit status and (optionally) its stdout. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    size_t len = 0;
+    int st;
+
+    if (!p)
+        return -1;
+    if (out && cap) {
+        size_t n;
+        while (len + 1 < cap && (n = fread(out + len, 1, cap - 1 - len, p)) > 0)
+            len += n;
+        out[len] = 0;
+    } else {
+        char sink[4096];
+        while (fread(sink, 1, sizeof(sink), p) > 0)
+            ;
+    }
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void make_base(const char *path, off_t size)
+{
+    char block[65536];
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+    memset(block, 0x11, sizeof(block));
+    CHECK(fd >= 0);
+    CHECK(ftruncate(fd, size) == 0);
+    CHECK(pwrite(fd, block, sizeof(block), 0) == (ssize_t)sizeof(block));
+    close(fd);
+}
+
+static bool base_region_is(const char *path, off_t off, size_t len, unsigned char v)
+{
+    unsigned char buf[65536];
+    int fd = open(path, O_RDONLY);
+    bool ok;
+
+    if (fd < 0 || len > sizeof(buf))
+        return false;
+    ok = pread(fd, buf, len, off) == (ssize_t)len;
+    close(fd);
+    for (size_t i = 0; ok && i < len; i++)
+        ok = buf[i] == v;
+    return ok;
+}
+
+static void test_qcow2(void)
+{
+    char base[128], ov[128], big[128], cmd[1024], out[8192];
+    json_t *info;
+    const uint64_t size = 64ull << 20;
+
+    snprintf(base, sizeof(base), "%s/base.raw", dir);
+    snprintf(ov, sizeof(ov), "%s/ov.qcow2", dir);
+    snprintf(big, sizeof(big), "%s/big.qcow2", dir);
+    make_base(base, (off_t)size);
+
+    CHECK(vmm_qcow2_create(ov, base, size) == 0);
+    CHECK(vmm_qcow2_create(ov, base, size) == -EEXIST);  /* O_EXCL */
+    CHECK(vmm_qcow2_create(big, base, 1000) == -EINVAL); /* not whole sectors */
+    CHECK(access(big, F_OK) != 0);
+
+    snprintf(cmd, sizeof(cmd), "qemu-img check -f qcow2 '%s' 2>&1", ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    CHECK(strstr(out, "No errors were found") != NULL);
+
+    snprintf(cmd, sizeof(cmd), "qemu-img info --output=json '%s'", ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    info = json_loads(out, 0, NULL);
+    CHECK(info != NULL);
+    CHECK(strcmp(json_string_value(json_object_get(info, "format")) ?: "", "qcow2") == 0);
+    CHECK((uint64_t)json_integer_value(json_object_get(info, "virtual-size")) == size);
+    CHECK(strcmp(json_string_value(json_object_get(info, "backing-filename")) ?: "", base) == 0);
+    CHECK(strcmp(json_string_value(json_object_get(info, "backing-filename-format")) ?: "",
+                 "raw") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(
+                     json_object_get(json_object_get(info, "format-specific"), "data"), "compat"))
+                     ?: "",
+                 "1.1") == 0); /* qcow2 v3 */
+    json_decref(info);
+
+    /* Reads fall through to the base; writes land in the overlay only. */
+    snprintf(cmd, sizeof(cmd), "qemu-io -f qcow2 -c 'read -P 0x11 0 64k' '%s' 2>&1", ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && !strstr(out, "Pattern verification failed"));
+    snprintf(cmd, sizeof(cmd),
+             "qemu-io -f qcow2 -c 'write -P 0xab 1M 64k' -c 'write -P 0xcd 0 4k' '%s' 2>&1", ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    snprintf(cmd, sizeof(cmd),
+             "qemu-io -f qcow2 -r -c 'read -P 0xab 1M 64k' -c 'read -P 0xcd 0 4k' "
+             "-c 'read -P 0x11 4k 60k' '%s' 2>&1",
+             ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && !strstr(out, "Pattern verification failed"));
+    CHECK(base_region_is(base, 1 << 20, 65536, 0));
+    CHECK(base_region_is(base, 0, 65536, 0x11));
+    snprintf(cmd, sizeof(cmd), "qemu-img check -f qcow2 '%s' 2>&1", ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+
+    /* size 0 means the backing file's size; a large disk gets a multi-entry L1. */
+    CHECK(unlink(ov) == 0);
+    CHECK(vmm_qcow2_create(ov, base, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "qemu-img info --output=json '%s'", ov);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    info = json_loads(out, 0, NULL);
+    CHECK((uint64_t)json_integer_value(json_object_get(info, "virtual-size")) == size);
+    json_decref(info);
+    CHECK(vmm_qcow2_create(big, base, 3ull << 40) == 0);
+    snprintf(cmd, sizeof(cmd),
+             "qemu-img check -f qcow2 '%s' >/dev/null 2>&1 && "
+             "qemu-io -f qcow2 -c 'write -P 0x5a 2T 64k' -c 'read -P 0x5a 2T 64k' '%s' "
+             ">/dev/null 2>&1 && qemu-img check -f qcow2 '%s' >/dev/null 2>&1",
+             big, big, big);
+    CHECK(run(cmd, NULL, 0) == 0);
+}
+
+static void test_host(void)
+{
+    char why[256] = "";
+    enum vmm_accel a = vmm_detect_accel(why, sizeof(why));
+    unsigned long khz = vmm_tsc_khz();
+    char out[64];
+    bool hw = run("grep -qwE 'vmx|svm' /proc/cpuinfo", out, sizeof(out)) == 0;
+
+    printf("detect_accel: %s (%s)\n", a == VMM_ACCEL_KVM ? "kvm" : "tcg", why);
+    printf("tsc_khz: %lu\n", khz);
+    CHECK(a == VMM_ACCEL_KVM || a == VMM_ACCEL_TCG);
+    CHECK(why[0] != 0);
+    if (!hw)
+        CHECK(a == VMM_ACCEL_TCG && strstr(why, "vmx/svm") != NULL);
+    CHECK(khz > 100000 && khz < 10000000);
+}
+
+static bool argv_has(const struct vmm_argv *a, const char *s)
+{
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->v[i], s) == 0)
+            return true;
+    return false;
+}
+
+static const char *argv_after(const struct vmm_argv *a, const char *opt)
+{
+    for (size_t i = 0; i + 1 < a->n; i++)
+        if (strcmp(a->v[i], opt) == 0)
+            return a->v[i + 1];
+    return "";
+}
+
+static void test_argv(void)
+{
+    struct vmm_config c = {
+        .id = "sb-0123abcd",
+        .kernel = "/img/vmlinux",
+        .initrd = "/img/initramfs.cpio",
+        .disk = "/run/w/sb/disk.qcow2",
+        .run_dir = "/run/w/sb",
+        .append = "warren.x=1",
+        .mem_mb = 512,
+        .vcpus = 2,
+        .accel = VMM_ACCEL_TCG,
+    };
+    struct vmm_argv a;
+    char name[128], qmp[256];
+    char longdir[200];
+
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 2596134) == 0);
+    CHECK(vmm_argv_name(name, sizeof(name), c.id) == 0 && argv_has(&a, name));
+    CHECK(vmm_argv_qmp(qmp, sizeof(qmp), c.run_dir) == 0 && argv_has(&a, qmp));
+    CHECK(strcmp(a.v[0], "qemu-system-x86_64") == 0);
+    CHECK(strcmp(argv_after(&a, "-accel"), "tcg,thread=multi,tb-size=128") == 0);
+    CHECK(strcmp(argv_after(&a, "-cpu"), "max") == 0);
+    CHECK(strcmp(argv_after(&a, "-m"), "512") == 0);
+    CHECK(strcmp(argv_after(&a, "-smp"), "2") == 0);
+    CHECK(argv_has(&a, "-nodefaults") && argv_has(&a, "-no-reboot"));
+    CHECK(strstr(argv_after(&a, "-sandbox"), "on,") == argv_after(&a, "-sandbox"));
+    CHECK(strstr(argv_after(&a, "-append"), "tsc_early_khz=2596134") != NULL);
+    CHECK(strstr(argv_after(&a, "-append"), "root=/dev/vda") != NULL);
+    CHECK(strstr(argv_after(&a, "-append"), "warren.id=sb-0123abcd warren.x=1") != NULL);
+    CHECK(strstr(argv_after(&a, "-drive"), "file=/run/w/sb/disk.qcow2,format=qcow2") != NULL);
+    CHECK(a.v[a.n] == NULL);
+    vmm_argv_free(&a);
+
+    c.accel = VMM_ACCEL_KVM;
+    c.vcpus = 1;
+    c.disk = NULL;
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == 0);
+    CHECK(strcmp(argv_after(&a, "-accel"), "kvm") == 0);
+    CHECK(strcmp(argv_after(&a, "-cpu"), "host") == 0);
+    CHECK(!argv_has(&a, "-drive"));
+    CHECK(strstr(argv_after(&a, "-append"), "root=") == NULL);
+    CHECK(strstr(argv_after(&a, "-append"), "tsc_early_khz") == NULL);
+    vmm_argv_free(&a);
+
+    c.accel = VMM_ACCEL_AUTO; /* must be resolved before building */
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    c.accel = VMM_ACCEL_TCG;
+    c.id = "bad,id";
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    c.id = "bad id";
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    c.id = "ok";
+    c.run_dir = "/run/a,b";
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    memset(longdir, 'x', sizeof(longdir) - 1);
+    longdir[0] = '/';
+    longdir[sizeof(longdir) - 1] = 0;
+    c.run_dir = longdir;
+    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -ENAMETOOLONG);
+}
+
+static uint64_t file_size(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static char *slurp(const char *p, size_t *len)
+{
+    FILE *f = fopen(p, "r");
+    char *b = malloc(1 << 20);
+    *len = f ? fread(b, 1, (1 << 20) - 1, f) : 0;
+    b[*len] = 0;
+    if (f)
+        fclose(f);
+    return b;
+}
+
+static void test_log(void)
+{
+    char path[128], line[64];
+    struct vmm_log l;
+    uint64_t total = 0;
+    const unsigned cap = 8192;
+    size_t len;
+    char *b;
+    int last = 0;
+
+    snprintf(path, sizeof(path), "%s/console.log", dir);
+    CHECK(vmm_log_open(&l, path, cap, false) == 0);
+    /* Below the cap: the file is the plain output. */
+    vmm_log_write(&l, "hello\n", 6);
+    CHECK(file_size(path) == 6);
+    for (int i = 0; i < 20000; i++) {
+        int n = snprintf(line, sizeof(line), "line %06d of a chatty guest\n", i);
+        vmm_log_write(&l, line, (size_t)n);
+        total += (uint64_t)n;
+        last = i;
+        CHECK(file_size(path) <= cap);
+    }
+    total += 6;
+    CHECK(l.truncated);
+    /* Every byte is either in the file (minus the marker) or counted as dropped. */
+    CHECK(l.size - VMM_LOG_MARK_LEN + l.dropped == total);
+    vmm_log_close(&l);
+
+    b = slurp(path, &len);
+    CHECK(len <= cap);
+    CHECK(strncmp(b, "hello\nline 000000", 17) == 0);
+    CHECK(strstr(b, "[warren: console truncated,") != NULL);
+    snprintf(line, sizeof(line), "line %06d of a chatty guest\n", last);
+    CHECK(len > strlen(line) && strcmp(b + len - strlen(line), line) == 0);
+    free(b);
+
+    /* An adopting warrend picks the state up from the file. */
+    CHECK(vmm_log_open(&l, path, cap, true) == 0);
+    CHECK(l.truncated && l.size - VMM_LOG_MARK_LEN + l.dropped == total);
+    for (int i = 0; i < 1000; i++) {
+        int n = snprintf(line, sizeof(line), "after adopt %06d\n", i);
+        vmm_log_write(&l, line, (size_t)n);
+        total += (uint64_t)n;
+    }
+    CHECK(file_size(path) <= cap);
+    CHECK(l.size - VMM_LOG_MARK_LEN + l.dropped == total);
+    vmm_log_close(&l);
+    b = slurp(path, &len);
+    CHECK(strstr(b, "after adopt 000999\n") != NULL && strncmp(b, "hello\n", 6) == 0);
+    free(b);
+
+    /* A log written with a larger cap is cut down on adopt. */
+    CHECK(vmm_log_open(&l, path, 4096, true) == 0);
+    CHECK(file_size(path) <= 4096);
+    vmm_log_write(&l, "x\n", 2);
+    CHECK(file_size(path) <= 4096);
+    vmm_log_close(&l);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(p);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/wvmm-unit-XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_qcow2();
+    test_host();
+    test_argv();
+    test_log();
+    nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("vmm unit: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,622 @@
+/*
+ * test_vmm_vm.c - the vmm-driver against real QEMU microVMs on libev's
+ * default loop (as warrend runs it: libev reaps children there itself).
+ *
+ * Images: $WARREN_IMAGE_DIR, else ${WARREN_CACHE:-$HOME/.cache/warren}/images/current,
+ * holding vmlinux and initramfs.cpio (minimal.ext4 is used as a root disk
+ * when present). Exit 77 (ctest SKIP) when they are absent.
+ *
+ * Covered: launch -> QMP handshake (query-status running), replies in order,
+ * QMP errors, channel fd delivered from the loop; detach + adopt from a second
+ * struct (QMP and channel again, pid-reuse guard); vmm_kill -> exited exactly
+ * once with "killed by signal 9"; QMP quit; guest panic -> exit reason;
+ * QEMU startup failure -> reason from qemu.log; a chatty console stays under
+ * its cap; vmm_free of a running VM kills and reaps it without blocking.
+ * Prints: launch -> QMP ready, launch -> channel, idle RSS/PSS.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <ev.h>
+
+#include "vmm.h"
+
+static int failures;
+static struct ev_loop *loop;
+static char tmp[64], img[1024], kernel[1200], initrd[1200], rootfs[1200];
+static bool have_rootfs;
+
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Run the loop until cond holds or secs pass; a ticking timer bounds each turn. */
+#define WAIT(cond, secs)                                                                           \
+    do {                                                                                           \
+        ev_tstamp end_ = ev_time() + (secs);                                                       \
+        while (!(cond) && ev_time() < end_)                                                        \
+            ev_run(loop, EVRUN_ONCE);                                                              \
+    } while (0)
+
+static void on_tick(struct ev_loop *l, ev_timer *w, int revents) {}
+
+struct vmctx {
+    struct vmm *vm;
+    bool free_on_channel, free_on_exit; /* vmm_free from inside the callback */
+    int exited, status, chans, chan_fd;
+    char reason[400];
+    ev_tstamp t_launch, t_chan;
+};
+
+struct qreq {
+    struct vmm **free_vm; /* vmm_free(*free_vm) from inside the callback */
+    bool done;
+    int err, seq;
+    char json[8192];
+    ev_tstamp t;
+};
+
+static int qseq;
+
+static void on_channel(void *ud, int fd)
+{
+    struct vmctx *c = ud;
+
+    if (c->free_on_channel) {
+        vmm_free(c->vm);
+        c->vm = NULL;
+    }
+    if (c->chan_fd >= 0)
+        close(c->chan_fd);
+    c->chan_fd = fd;
+    c->chans++;
+    c->t_chan = ev_time();
+    CHECK(fcntl(fd, F_GETFL) & O_NONBLOCK);
+}
+
+static void on_exited(void *ud, int status, const char *reason)
+{
+    struct vmctx *c = ud;
+
+    c->exited++;
+    c->status = status;
+    snprintf(c->reason, sizeof(c->reason), "%s", reason);
+    if (c->free_on_exit) {
+        vmm_free(c->vm);
+        c->vm = NULL;
+    }
+}
+
+static const struct vmm_cbs cbs = {on_channel, on_exited};
+
+static void on_qmp(void *ud, int err, const char *json)
+{
+    struct qreq *q = ud;
+
+    q->done = true;
+    q->err = err;
+    q->seq = ++qseq;
+    q->t = ev_time();
+    snprintf(q->json, sizeof(q->json), "%s", json);
+    if (q->free_vm && *q->free_vm) {
+        vmm_free(*q->free_vm);
+        *q->free_vm = NULL;
+    }
+}
+
+static void ctx_init(struct vmctx *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->chan_fd = -1;
+}
+
+static void config(struct vmm_config *vc, const char *id, char *run_dir, size_t cap)
+{
+    snprintf(run_dir, cap, "%s/%s", tmp, id);
+    mkdir(run_dir, 0700);
+    memset(vc, 0, sizeof(*vc));
+    vc->id = id;
+    vc->kernel = kernel;
+    vc->initrd = initrd;
+    vc->run_dir = run_dir;
+    vc->mem_mb = 256;
+    vc->vcpus = 1;
+    vc->accel = vmm_detect_accel(NULL, 0);
+    vc->console_max = 256 << 10;
+}
+
+static long proc_kb(pid_t pid, const char *file, const char *key)
+{
+    char path[64], line[256];
+    long v = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    if (!(f = fopen(path, "r")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, key, strlen(key)) == 0)
+            v = strtol(line + strlen(key), NULL, 10);
+    fclose(f);
+    return v;
+}
+
+static bool file_has(const char *path, const char *needle)
+{
+    static char buf[1 << 20];
+    FILE *f = fopen(path, "r");
+    size_t n;
+
+    if (!f)
+        return false;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return memmem(buf, n, needle, strlen(needle)) != NULL;
+}
+
+static off_t fsize(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? st.st_size : -1;
+}
+
+static bool gone(pid_t pid)
+{
+    return kill(pid, 0) != 0 && errno == ESRCH; /* a zombie would still answer */
+}
+
+/* Modification time: any write to the template image would move it. */
+static long long mtime_ns(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec
+                             : -1;
+}
+
+/* Launch, QMP, channel, detach, adopt, kill. */
+static void test_lifecycle(void)
+{
+    struct vmctx a, b;
+    struct vmm_config vc;
+    char run_dir[256], disk[300];
+    long long mt0 = 0;
+    struct qreq st = {0}, bad = {0}, n1 = {0}, n2 = {0}, n3 = {0}, st2 = {0}, after = {0};
+    struct vmm *tmpvm;
+    pid_t pid;
+    ev_tstamp t0;
+
+    ctx_init(&a);
+    ctx_init(&b);
+    config(&vc, "t-main", run_dir, sizeof(run_dir));
+    if (have_rootfs) {
+        snprintf(disk, sizeof(disk), "%s/disk.qcow2", run_dir);
+        CHECK(vmm_qcow2_create(disk, rootfs, 0) == 0);
+        vc.disk = disk;
+        mt0 = mtime_ns(rootfs);
+    }
+    /* An inheritable fd of ours must not reach QEMU. */
+    CHECK(dup2(STDOUT_FILENO, 77) == 77);
+    t0 = ev_time();
+    CHECK(vmm_launch(loop, &vc, &cbs, &a, &a.vm) == 0);
+    close(77);
+    if (!a.vm)
+        return;
+    pid = vmm_pid(a.vm);
+    CHECK(pid > 0);
+    {
+        char fdp[64];
+        snprintf(fdp, sizeof(fdp), "/proc/%d/fd/77", (int)pid);
+        CHECK(access(fdp, F_OK) != 0);
+        CHECK(getsid(pid) == pid); /* its own session */
+    }
+    /* Queued before the handshake: goes out once QMP is ready. */
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) == 0);
+    CHECK(vmm_qmp(a.vm, "not json", on_qmp, &bad) == -EINVAL);
+    CHECK(vmm_qmp(a.vm, "{\"exec-oob\":\"query-status\"}", on_qmp, &bad) == -EINVAL);
+    CHECK(a.chans == 0); /* never from inside vmm_launch */
+    WAIT((st.done && a.chans > 0) || a.exited, 20);
+    if (a.exited)
+        fprintf(stderr, "main VM exited early: %s\n", a.reason);
+    CHECK(st.done && st.err == 0);
+    CHECK(strstr(st.json, "\"status\":\"running\"") && strstr(st.json, "\"running\":true"));
+    CHECK(a.chans == 1 && a.chan_fd >= 0);
+    printf("launch -> QMP ready (first reply): %.1f ms\n", (st.t - t0) * 1e3);
+    printf("launch -> channel connected: %.1f ms\n", (a.t_chan - t0) * 1e3);
+
+    /* Replies come back in order; errors carry QMP's error object. */
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"query-name\"}", on_qmp, &n1) == 0);
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"no-such-command\"}", on_qmp, &bad) == 0);
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"query-name\"}", on_qmp, &n2) == 0);
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"query-kvm\"}", on_qmp, &n3) == 0);
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"query-status\"}", NULL, NULL) == 0);
+    WAIT(n3.done, 10);
+    CHECK(n1.done && bad.done && n2.done && n3.done);
+    CHECK(n1.seq < bad.seq && bad.seq < n2.seq && n2.seq < n3.seq);
+    CHECK(strcmp(n1.json, "{\"name\":\"warren-t-main\"}") == 0);
+    CHECK(bad.err == -EREMOTEIO && strstr(bad.json, "CommandNotFound"));
+    CHECK(n3.err == 0 && strstr(n3.json, "\"enabled\":false")); /* TCG */
+
+    /* Idle footprint after the guest has booted. */
+    WAIT(false, 4.0);
+    printf("idle 256 MiB guest: QEMU VmRSS %ld KiB, Pss %ld KiB\n",
+           proc_kb(pid, "status", "VmRSS:"), proc_kb(pid, "smaps_rollup", "Pss:"));
+    CHECK(a.exited == 0);
+
+    /* Detach: the VM keeps running; nothing fires for the old struct. */
+    vmm_detach(a.vm);
+    vmm_free(a.vm);
+    a.vm = NULL;
+    close(a.chan_fd); /* warrend's fds die with it */
+    a.chan_fd = -1;
+    WAIT(false, 0.2);
+    CHECK(!gone(pid) && a.exited == 0);
+
+    /* Adopt: refused for the wrong id, run_dir or process. */
+    vc.id = "t-other";
+    CHECK(vmm_adopt(loop, &vc, pid, &cbs, &b, &tmpvm) == -ESRCH);
+    vc.id = "t-main";
+    CHECK(vmm_adopt(loop, &vc, getpid(), &cbs, &b, &tmpvm) == -ESRCH);
+    CHECK(vmm_adopt(loop, &vc, 0x3ffffff, &cbs, &b, &tmpvm) == -ESRCH);
+    vc.run_dir = tmp;
+    CHECK(vmm_adopt(loop, &vc, pid, &cbs, &b, &tmpvm) == -ESRCH);
+    vc.run_dir = run_dir;
+    CHECK(vmm_adopt(loop, &vc, pid, &cbs, &b, &b.vm) == 0);
+    if (!b.vm)
+        return;
+    CHECK(vmm_pid(b.vm) == pid);
+    CHECK(vmm_qmp(b.vm, "{\"execute\":\"query-status\"}", on_qmp, &st2) == 0);
+    WAIT(st2.done && b.chans > 0, 10);
+    CHECK(st2.done && st2.err == 0 && strstr(st2.json, "\"running\":true"));
+    CHECK(b.chans == 1);
+
+    /* The owner closed the channel: reconnect hands out a new fd. */
+    close(b.chan_fd);
+    b.chan_fd = -1;
+    CHECK(vmm_channel_reconnect(b.vm) == 0);
+    CHECK(b.chans == 1);
+    WAIT(b.chans == 2, 10);
+    CHECK(b.chans == 2 && b.chan_fd >= 0);
+
+    /* Kill: exited exactly once, with the signal. */
+    vmm_kill(b.vm);
+    CHECK(b.exited == 0);
+    WAIT(b.exited > 0, 10);
+    WAIT(false, 0.5);
+    CHECK(b.exited == 1);
+    CHECK(b.status != -1 && WIFSIGNALED(b.status) && WTERMSIG(b.status) == SIGKILL);
+    CHECK(strcmp(b.reason, "killed by signal 9") == 0);
+    printf("kill: exited once: status %d, \"%s\"\n", b.status, b.reason);
+    CHECK(vmm_qmp(b.vm, "{\"execute\":\"query-status\"}", on_qmp, &after) == -ESRCH);
+    CHECK(vmm_channel_reconnect(b.vm) == -ESRCH);
+    vmm_kill(b.vm);   /* harmless after exit */
+    vmm_detach(b.vm); /* likewise */
+    WAIT(false, 0.1);
+    CHECK(b.exited == 1 && b.chans == 2 && !after.done);
+    CHECK(gone(pid));
+    vmm_free(b.vm);
+    if (b.chan_fd >= 0)
+        close(b.chan_fd);
+
+    if (have_rootfs) {
+        CHECK(mt0 > 0 && mtime_ns(rootfs) == mt0); /* the template is never written */
+        printf("overlay after boot: %lld bytes (created at 196616)\n", (long long)fsize(disk));
+    }
+}
+
+/* QMP quit: a clean exit with the reason. */
+static void test_shutdown(void)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256];
+    struct qreq st = {0};
+
+    ctx_init(&c);
+    config(&vc, "t-quit", run_dir, sizeof(run_dir));
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) == 0);
+    WAIT(st.done, 20);
+    vmm_shutdown(c.vm, 5000);
+    WAIT(c.exited, 10);
+    CHECK(c.exited == 1 && c.status == 0);
+    CHECK(strstr(c.reason, "exited with status 0") && strstr(c.reason, "quit requested"));
+    printf("shutdown: \"%s\"\n", c.reason);
+    vmm_free(c.vm);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+
+    /* Grace expires before QEMU could even answer: SIGKILL, and it says so. */
+    ctx_init(&c);
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    vmm_shutdown(c.vm, 1);
+    WAIT(c.exited, 10);
+    CHECK(c.exited == 1 && WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL);
+    CHECK(strcmp(c.reason, "killed by signal 9 (did not quit within 1 ms)") == 0);
+    printf("shutdown grace: \"%s\"\n", c.reason);
+    vmm_free(c.vm);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+}
+
+/* vmm_free from inside a QMP reply (more replies queued behind it) and from
+ * inside the channel callback: no use after free, nothing called after. */
+static void test_free_in_callback(void)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256];
+    struct qreq q1 = {0}, q2 = {0}, q3 = {0};
+    pid_t pid;
+
+    ctx_init(&c);
+    config(&vc, "t-cbfree1", run_dir, sizeof(run_dir));
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    pid = vmm_pid(c.vm);
+    q1.free_vm = &c.vm;
+    CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &q1) == 0);
+    CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &q2) == 0);
+    CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &q3) == 0);
+    WAIT(q1.done, 20);
+    WAIT(gone(pid), 5);
+    CHECK(q1.done && !q2.done && !q3.done && c.vm == NULL && gone(pid) && c.exited == 0);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+
+    ctx_init(&c);
+    c.free_on_channel = true;
+    config(&vc, "t-cbfree2", run_dir, sizeof(run_dir));
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    pid = vmm_pid(c.vm);
+    WAIT(c.chans > 0, 20);
+    WAIT(gone(pid), 5);
+    CHECK(c.chans == 1 && c.vm == NULL && gone(pid) && c.exited == 0);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+}
+
+/* A VM launched by another process that has since exited (a warrend
+ * restart): adopt it, control it, and see its end without a wait status. */
+static void test_adopt_foreign(const char *self)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256], cmd[1400], line[64] = "";
+    struct qreq st = {0};
+    FILE *p;
+    pid_t pid = 0;
+
+    ctx_init(&c);
+    config(&vc, "t-foreign", run_dir, sizeof(run_dir));
+    snprintf(cmd, sizeof(cmd), "'%s' --launch-and-leave '%s'", self, run_dir);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    if (fgets(line, sizeof(line), p))
+        pid = (pid_t)atoi(line);
+    CHECK(pclose(p) == 0 && pid > 0);
+    if (pid <= 0)
+        return;
+    CHECK(vmm_adopt(loop, &vc, pid, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) == 0);
+    WAIT(st.done && c.chans > 0, 20);
+    CHECK(st.done && st.err == 0 && strstr(st.json, "\"running\":true") && c.chans == 1);
+    vmm_kill(c.vm);
+    WAIT(c.exited, 10);
+    WAIT(false, 0.3);
+    CHECK(c.exited == 1 && c.status == -1);
+    CHECK(strcmp(c.reason, "process exited after SIGKILL") == 0);
+    printf("adopted foreign VM: \"%s\"\n", c.reason);
+    vmm_free(c.vm);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+}
+
+/* Child mode for test_adopt_foreign: launch, wait for QMP, detach, print
+ * the pid and exit, leaving the VM running. */
+static int launch_and_leave(const char *run_dir)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char rd[256];
+    struct qreq st = {0};
+
+    ctx_init(&c);
+    config(&vc, "t-foreign", rd, sizeof(rd));
+    vc.run_dir = run_dir;
+    if (vmm_launch(loop, &vc, &cbs, &c, &c.vm) != 0)
+        return 1;
+    if (vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) != 0)
+        return 1;
+    WAIT(st.done, 20);
+    if (!st.done || st.err) {
+        vmm_free(c.vm);
+        return 1;
+    }
+    printf("%d\n", (int)vmm_pid(c.vm));
+    vmm_detach(c.vm);
+    vmm_free(c.vm);
+    return 0;
+}
+
+/* No initramfs and no disk: the guest kernel panics, panic=-1 reboots it and
+ * -no-reboot turns that into a QEMU exit. */
+static void test_panic(void)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256];
+
+    char log[300];
+
+    ctx_init(&c);
+    c.free_on_exit = true;
+    config(&vc, "t-panic", run_dir, sizeof(run_dir));
+    vc.initrd = NULL;
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    snprintf(log, sizeof(log), "%s", vmm_console_path(c.vm));
+    WAIT(c.exited, 60);
+    CHECK(c.exited == 1 && c.status == 0 && c.vm == NULL);
+    CHECK(strstr(c.reason, "rebooted or its kernel panicked") != NULL);
+    CHECK(file_has(log, "Kernel panic"));
+    printf("panic: \"%s\"\n", c.reason);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+}
+
+/* QEMU refuses to start: the reason quotes its own message; a missing binary
+ * fails synchronously without any callback. */
+static void test_bad_start(void)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256];
+    struct vmm *vm = NULL;
+
+    ctx_init(&c);
+    config(&vc, "t-bad", run_dir, sizeof(run_dir));
+    vc.kernel = "/nonexistent/vmlinux";
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (c.vm) {
+        WAIT(c.exited, 20);
+        CHECK(c.exited == 1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1);
+        CHECK(strstr(c.reason, "exited with status 1: ") && strstr(c.reason, "vmlinux"));
+        printf("bad start: \"%s\"\n", c.reason);
+        vmm_free(c.vm);
+    }
+    vc.kernel = kernel;
+    vc.qemu = "/nonexistent/qemu-system-x86_64";
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &vm) == -ENOENT && vm == NULL);
+    vc.qemu = NULL;
+    vc.id = "bad id";
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &vm) == -EINVAL);
+}
+
+/* A guest printing every kernel message stays under a small cap; then
+ * vmm_free of the running VM kills and reaps it from the loop. */
+static void test_console_cap(void)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256];
+    const char *log;
+    off_t max = 0;
+    pid_t pid;
+
+    ctx_init(&c);
+    config(&vc, "t-chatty", run_dir, sizeof(run_dir));
+    vc.console_max = 8192;
+    vc.append = "ignore_loglevel initcall_debug";
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (!c.vm)
+        return;
+    pid = vmm_pid(c.vm);
+    log = vmm_console_path(c.vm);
+    for (int i = 0; i < 300 && !file_has(log, "[warren: console truncated,"); i++) {
+        WAIT(false, 0.1);
+        if (fsize(log) > max)
+            max = fsize(log);
+    }
+    CHECK(file_has(log, "[warren: console truncated,"));
+    CHECK(max <= 8192 && fsize(log) <= 8192);
+    printf("console: %lld bytes on disk (cap 8192)\n", (long long)fsize(log));
+    CHECK(c.exited == 0);
+    vmm_free(c.vm);
+    WAIT(gone(pid), 5);
+    CHECK(gone(pid));
+    CHECK(c.exited == 0); /* no callback after vmm_free */
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(p);
+}
+
+int main(int argc, char **argv)
+{
+    const char *env = getenv("WARREN_IMAGE_DIR"), *cache = getenv("WARREN_CACHE"),
+               *home = getenv("HOME");
+    ev_timer tick;
+
+    if (env && *env)
+        snprintf(img, sizeof(img), "%s", env);
+    else if (cache && *cache)
+        snprintf(img, sizeof(img), "%s/images/current", cache);
+    else
+        snprintf(img, sizeof(img), "%s/.cache/warren/images/current", home ? home : "/root");
+    snprintf(kernel, sizeof(kernel), "%s/vmlinux", img);
+    snprintf(initrd, sizeof(initrd), "%s/initramfs.cpio", img);
+    snprintf(rootfs, sizeof(rootfs), "%s/minimal.ext4", img);
+    if (access(kernel, R_OK) != 0 || access(initrd, R_OK) != 0) {
+        printf("SKIP: no guest images in %s (set WARREN_IMAGE_DIR)\n", img);
+        return 77;
+    }
+    have_rootfs = access(rootfs, R_OK) == 0;
+    {
+        /* The overlay points at the template by absolute path. */
+        char *real = realpath(rootfs, NULL);
+        if (real) {
+            snprintf(rootfs, sizeof(rootfs), "%s", real);
+            free(real);
+        }
+    }
+    snprintf(tmp, sizeof(tmp), "/tmp/wvmm-XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN); /* as warrend does: must not leak into QEMU */
+    loop = ev_default_loop(EVBACKEND_EPOLL);
+    ev_timer_init(&tick, on_tick, 0.02, 0.02);
+    ev_timer_start(loop, &tick);
+
+    if (argc == 3 && strcmp(argv[1], "--launch-and-leave") == 0) {
+        int r = launch_and_leave(argv[2]);
+        rmdir(tmp);
+        return r;
+    }
+    printf("images: %s (root disk: %s)\n", img, have_rootfs ? "minimal.ext4" : "none");
+    test_lifecycle();
+    test_shutdown();
+    test_free_in_callback();
+    test_adopt_foreign(argv[0]);
+    test_panic();
+    test_bad_start();
+    test_console_cap();
+
+    ev_timer_stop(loop, &tick);
+    nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("vmm integration: all checks passed\n");
+    return 0;
+}
