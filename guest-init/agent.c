@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/random.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -681,6 +682,21 @@ static void signals_restore(const struct saved_signals *old)
     sigprocmask(SIG_SETMASK, &old->mask, NULL);
 }
 
+/*
+ * As PID 1 the agent runs at the lowest real-time priority: a CPU hog or a
+ * fork bomb (thousands of runnable tasks beside one agent) must never keep
+ * it from answering the host. SCHED_RESET_ON_FORK hands every child the
+ * normal policy back. The agent mostly sleeps in poll(), its work is paced
+ * by the host's credit, and the kernel's RT throttling bounds it anyway.
+ */
+static void sched_setup(const struct gi_agent_opts *opts)
+{
+    struct sched_param sp = {.sched_priority = 1};
+
+    if (opts->pid1 && sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp) != 0)
+        gi_log("real-time priority: %s", strerror(errno));
+}
+
 static int agent_init(struct gi_agent *a, int fd, const struct gi_agent_opts *opts)
 {
     struct utsname u;
@@ -733,6 +749,7 @@ int gi_agent_run(int fd, const struct gi_agent_opts *opts)
         agent_free(&a);
         return r;
     }
+    sched_setup(opts);
     /* Signals are restored only after agent_free() has reaped what it killed. */
     r = signals_setup(&a, &old);
     if (r == 0)
