@@ -193,6 +193,19 @@ static void qemu_log_tail(struct vmm *vm, char *out, size_t cap)
         buf[--n] = 0;
     p = strrchr(buf, '\n');
     line = p ? p + 1 : buf;
+    /* -msg timestamp=on prefixes "2026-01-02T03:04:05.678901Z ": the reason
+     * does not need it. */
+    if (line[0] >= '0' && line[0] <= '9' && (p = strstr(line, "Z ")) && p - line < 40)
+        line = p + 2;
+    /* "qemu-system-x86_64: -drive <its whole argument>: Could not open ..."
+     * becomes "-drive: Could not open ...": the argument is ours anyway. */
+    if ((p = strstr(line, ": -")) && p - line < 40) {
+        char *opt = p + 2, *sp = strchr(opt, ' '), *msg = sp ? strstr(sp, ": ") : NULL;
+        if (msg) {
+            snprintf(out, cap, "%.*s%s", (int)(sp - opt), opt, msg);
+            return;
+        }
+    }
     snprintf(out, cap, "%s", line);
 }
 

@@ -510,6 +510,18 @@ static void test_bad_start(void)
         vmm_free(c.vm);
     }
     vc.kernel = kernel;
+    vc.disk = "/nonexistent/disk.qcow2";
+    ctx_init(&c);
+    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    if (c.vm) {
+        WAIT(c.exited, 20);
+        CHECK(c.exited == 1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1);
+        CHECK(strcmp(c.reason, "exited with status 1: -drive: Could not open "
+                               "'/nonexistent/disk.qcow2': No such file or directory") == 0);
+        printf("bad disk: \"%s\"\n", c.reason);
+        vmm_free(c.vm);
+    }
+    vc.disk = NULL;
     vc.qemu = "/nonexistent/qemu-system-x86_64";
     CHECK(vmm_launch(loop, &vc, &cbs, &c, &vm) == -ENOENT && vm == NULL);
     vc.qemu = NULL;
