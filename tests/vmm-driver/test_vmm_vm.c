@@ -52,6 +52,33 @@ static bool have_rootfs;
 
 static void on_tick(struct ev_loop *l, ev_timer *w, int revents) {}
 
+/* Every VM this test starts runs in its own session: a failed check must not
+ * leave one behind, so all are SIGKILLed at exit (if still ours by name). */
+static pid_t started[64];
+static int nstarted;
+
+static void track(pid_t pid)
+{
+    if (pid > 0 && nstarted < 64)
+        started[nstarted++] = pid;
+}
+
+static void kill_started(void)
+{
+    for (int i = 0; i < nstarted; i++) {
+        char path[64], buf[4096];
+        ssize_t n;
+        int fd;
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)started[i]);
+        if ((fd = open(path, O_RDONLY)) < 0)
+            continue;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n > 0 && memmem(buf, (size_t)n, "warren-t-", 9))
+            kill(started[i], SIGKILL);
+    }
+}
+
 struct vmctx {
     struct vmm *vm;
     bool free_on_channel, free_on_exit; /* vmm_free from inside the callback */
@@ -120,6 +147,14 @@ static void ctx_init(struct vmctx *c)
 {
     memset(c, 0, sizeof(*c));
     c->chan_fd = -1;
+}
+
+static int launch(const struct vmm_config *vc, struct vmctx *c)
+{
+    int r = vmm_launch(loop, vc, &cbs, c, &c->vm);
+    if (r == 0)
+        track(vmm_pid(c->vm));
+    return r;
 }
 
 static void config(struct vmm_config *vc, const char *id, char *run_dir, size_t cap)
@@ -210,7 +245,7 @@ static void test_lifecycle(void)
     /* An inheritable fd of ours must not reach QEMU. */
     CHECK(dup2(STDOUT_FILENO, 77) == 77);
     t0 = ev_time();
-    CHECK(vmm_launch(loop, &vc, &cbs, &a, &a.vm) == 0);
+    CHECK(launch(&vc, &a) == 0);
     close(77);
     if (!a.vm)
         return;
@@ -326,7 +361,7 @@ static void test_shutdown(void)
 
     ctx_init(&c);
     config(&vc, "t-quit", run_dir, sizeof(run_dir));
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (!c.vm)
         return;
     CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) == 0);
@@ -342,7 +377,7 @@ static void test_shutdown(void)
 
     /* Grace expires before QEMU could even answer: SIGKILL, and it says so. */
     ctx_init(&c);
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (!c.vm)
         return;
     vmm_shutdown(c.vm, 1);
@@ -367,7 +402,7 @@ static void test_free_in_callback(void)
 
     ctx_init(&c);
     config(&vc, "t-cbfree1", run_dir, sizeof(run_dir));
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (!c.vm)
         return;
     pid = vmm_pid(c.vm);
@@ -384,7 +419,7 @@ static void test_free_in_callback(void)
     ctx_init(&c);
     c.free_on_channel = true;
     config(&vc, "t-cbfree2", run_dir, sizeof(run_dir));
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (!c.vm)
         return;
     pid = vmm_pid(c.vm);
@@ -418,6 +453,7 @@ static void test_adopt_foreign(const char *self)
     CHECK(pclose(p) == 0 && pid > 0);
     if (pid <= 0)
         return;
+    track(pid);
     CHECK(vmm_adopt(loop, &vc, pid, &cbs, &c, &c.vm) == 0);
     if (!c.vm)
         return;
@@ -447,7 +483,7 @@ static int launch_and_leave(const char *run_dir)
     ctx_init(&c);
     config(&vc, "t-foreign", rd, sizeof(rd));
     vc.run_dir = run_dir;
-    if (vmm_launch(loop, &vc, &cbs, &c, &c.vm) != 0)
+    if (launch(&vc, &c) != 0)
         return 1;
     if (vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) != 0)
         return 1;
@@ -476,7 +512,7 @@ static void test_panic(void)
     c.free_on_exit = true;
     config(&vc, "t-panic", run_dir, sizeof(run_dir));
     vc.initrd = NULL;
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (!c.vm)
         return;
     snprintf(log, sizeof(log), "%s", vmm_console_path(c.vm));
@@ -501,7 +537,7 @@ static void test_bad_start(void)
     ctx_init(&c);
     config(&vc, "t-bad", run_dir, sizeof(run_dir));
     vc.kernel = "/nonexistent/vmlinux";
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (c.vm) {
         WAIT(c.exited, 20);
         CHECK(c.exited == 1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1);
@@ -512,7 +548,7 @@ static void test_bad_start(void)
     vc.kernel = kernel;
     vc.disk = "/nonexistent/disk.qcow2";
     ctx_init(&c);
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (c.vm) {
         WAIT(c.exited, 20);
         CHECK(c.exited == 1 && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 1);
@@ -544,7 +580,7 @@ static void test_console_cap(void)
     config(&vc, "t-chatty", run_dir, sizeof(run_dir));
     vc.console_max = 8192;
     vc.append = "ignore_loglevel initcall_debug";
-    CHECK(vmm_launch(loop, &vc, &cbs, &c, &c.vm) == 0);
+    CHECK(launch(&vc, &c) == 0);
     if (!c.vm)
         return;
     pid = vmm_pid(c.vm);
@@ -599,6 +635,17 @@ int main(int argc, char **argv)
             free(real);
         }
     }
+    if (argc == 3 && strcmp(argv[1], "--launch-and-leave") == 0) {
+        /* Child mode works inside the parent's directory (argv[2]/..). */
+        char *slash;
+        snprintf(tmp, sizeof(tmp), "%s", argv[2]);
+        if ((slash = strrchr(tmp, '/')))
+            *slash = 0;
+        loop = ev_default_loop(EVBACKEND_EPOLL);
+        ev_timer_init(&tick, on_tick, 0.02, 0.02);
+        ev_timer_start(loop, &tick);
+        return launch_and_leave(argv[2]);
+    }
     snprintf(tmp, sizeof(tmp), "/tmp/wvmm-XXXXXX");
     if (!mkdtemp(tmp)) {
         perror("mkdtemp");
@@ -608,12 +655,8 @@ int main(int argc, char **argv)
     loop = ev_default_loop(EVBACKEND_EPOLL);
     ev_timer_init(&tick, on_tick, 0.02, 0.02);
     ev_timer_start(loop, &tick);
+    atexit(kill_started);
 
-    if (argc == 3 && strcmp(argv[1], "--launch-and-leave") == 0) {
-        int r = launch_and_leave(argv[2]);
-        rmdir(tmp);
-        return r;
-    }
     printf("images: %s (root disk: %s)\n", img, have_rootfs ? "minimal.ext4" : "none");
     test_lifecycle();
     test_shutdown();
