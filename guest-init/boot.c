@@ -14,12 +14,15 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +33,7 @@
 
 #define NEWROOT   "/newroot"
 #define LOAD_LIST "/lib/modules/load.list"
+#define CGROUP_FS "/sys/fs/cgroup"
 
 void gi_boot_log(const char *fmt, ...)
 {
@@ -259,6 +263,82 @@ static int switch_root(const char *dev)
     return 0;
 }
 
+/* The process of the user cgroup the kernel would pick (highest oom_score), or 0. */
+static pid_t oom_victim(void)
+{
+    const char *rel = GI_CGROUP_ROOT + strlen(CGROUP_FS); /* "/warren" */
+    size_t rlen = strlen(rel);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    long best = -1;
+    pid_t victim = 0;
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d))) {
+        char path[64], buf[256];
+        pid_t pid = (pid_t)atoi(e->d_name);
+        long score;
+
+        if (pid <= 1)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+        if (read_small(path, buf, sizeof buf) < 0 || strncmp(buf, "0::", 3) != 0 ||
+            strncmp(buf + 3, rel, rlen) != 0 || (buf[3 + rlen] != '/' && buf[3 + rlen] != '\0'))
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/oom_score", (int)pid);
+        if (read_small(path, buf, sizeof buf) == 0 && (score = atol(buf)) > best) {
+            best = score;
+            victim = pid;
+        }
+    }
+    closedir(d);
+    return victim;
+}
+
+/*
+ * A memory hog in the user cgroup can livelock instead of meeting the OOM
+ * killer: reclaim keeps evicting its own file pages (program text), which it
+ * faults back in from a slow disk, so reclaim always "makes progress". A
+ * child of PID 1 waits on a PSI trigger of the cgroup (no wake-ups while
+ * calm) and kills what the OOM killer would have chosen.
+ */
+#define OOM_TRIGGER "full 1000000 2000000" /* all user tasks stalled 1 s of 2 s */
+
+static void oom_watch(void)
+{
+    int fd = open(GI_CGROUP_ROOT "/memory.pressure", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+
+    if (fd < 0 || write(fd, OOM_TRIGGER, strlen(OOM_TRIGGER) + 1) < 0) {
+        gi_boot_log("memory pressure trigger: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    if (fork() != 0) { /* PID 1 (or a failed fork) goes on */
+        close(fd);
+        return;
+    }
+    prctl(PR_SET_NAME, "warren-oomd");
+    for (;;) {
+        struct pollfd p = {fd, POLLPRI, 0};
+        char comm[32] = "?", path[64];
+        pid_t pid;
+
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            _exit(1);
+        if (p.revents & POLLERR)
+            _exit(1);
+        if (!(p.revents & POLLPRI) || (pid = oom_victim()) <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+        read_small(path, comm, sizeof comm);
+        if (kill(pid, SIGKILL) == 0)
+            gi_boot_log("memory thrashing in %s: killed %d (%s)", GI_CGROUP_ROOT, (int)pid, comm);
+        sleep_ms(500); /* let the memory come back before judging again */
+    }
+}
+
 /* Total RAM in KiB from /proc/meminfo, or 0. */
 static long long mem_total_kib(void)
 {
@@ -281,9 +361,9 @@ static int setup_cgroup(void)
     char num[32];
     int rc;
 
-    if (mount_at("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+    if (mount_at("cgroup2", CGROUP_FS, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
         return -ENODEV;
-    rc = write_str("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids");
+    rc = write_str(CGROUP_FS "/cgroup.subtree_control", "+memory +pids");
     if (rc < 0) {
         gi_boot_log("cgroup controllers: %s", strerror(-rc));
         return rc;
@@ -299,6 +379,7 @@ static int setup_cgroup(void)
         return rc;
     }
     write_str(GI_CGROUP_ROOT "/memory.swap.max", "0"); /* absent without swap accounting */
+    oom_watch();
     return 0;
 }
 
@@ -348,9 +429,9 @@ int gi_boot(struct gi_boot_info *info)
     mount_at("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     mount_at("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=25%");
     mount_at("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=10%");
-    info->have_cgroup = setup_cgroup() == 0;
-    if (write_str("/proc/self/oom_score_adj", "-1000") < 0)
+    if (write_str("/proc/self/oom_score_adj", "-1000") < 0) /* before any fork */
         gi_boot_log("oom_score_adj: %s", strerror(errno));
+    info->have_cgroup = setup_cgroup() == 0;
 
     if (read_small("/etc/hostname", host, sizeof host) < 0 || !host[0])
         snprintf(host, sizeof host, "warren");
