@@ -426,6 +426,11 @@ int gi_boot(struct gi_boot_info *info)
              "newinstance,ptmxmode=0666,mode=0620,gid=5");
     if (access("/dev/ptmx", F_OK) < 0)
         symlink("pts/ptmx", "/dev/ptmx");
+    /* udev's job elsewhere; bash's <(...) and scripts writing to /dev/stderr need them. */
+    symlink("/proc/self/fd", "/dev/fd");
+    symlink("/proc/self/fd/0", "/dev/stdin");
+    symlink("/proc/self/fd/1", "/dev/stdout");
+    symlink("/proc/self/fd/2", "/dev/stderr");
     mount_at("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     mount_at("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=25%");
     mount_at("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=10%");
