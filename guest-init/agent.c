@@ -79,7 +79,7 @@ static struct gi_stream *stream_alloc(enum gi_kind kind, uint32_t id)
     s->kind = kind;
     /* fds start at -1 so a stream released half-built never closes fd 0 */
     if (kind == GI_EXEC) {
-        s->u.x.out[0] = s->u.x.out[1] = s->u.x.in = -1;
+        s->u.x.out[0] = s->u.x.out[1] = s->u.x.in = s->u.x.rep = -1;
         proto_buf_init(&s->u.x.inq);
     } else if (kind != GI_LIST) {
         s->u.f.fd = -1;
@@ -546,7 +546,7 @@ static int build_poll(struct gi_agent *a, int *timeout)
     *timeout = -1;
     for (size_t i = 0; i < a->nstreams; i++) {
         struct gi_stream *s = a->streams[i];
-        int slot[3], k;
+        int slot[GI_EXEC_WATCH], k;
 
         if (s->done)
             continue;
@@ -583,7 +583,7 @@ static int iterate(struct gi_agent *a)
     int n, timeout, r;
     short ev;
 
-    r = reserve_poll(a, 2 + 3 * a->nstreams);
+    r = reserve_poll(a, 2 + GI_EXEC_WATCH * a->nstreams);
     if (r < 0)
         return r;
     n = build_poll(a, &timeout);

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#define GI_EXEC_WATCH       4             /* pollfds one exec may add */
 #define GI_OUT_HIGH         (1024 * 1024) /* queued output bytes above which producers pause */
 #define GI_IN_CAP           (2 * (PROTO_HDR + PROTO_MAX_FRAME)) /* channel read buffer */
 #define GI_MAX_STREAMS      4096
@@ -41,6 +42,7 @@ enum gi_kind { GI_EXEC, GI_FWRITE, GI_FREAD, GI_LIST };
 
 struct gi_exec {
     pid_t pid;            /* also its session and process group id */
+    int rep;              /* child's start report pipe; -1 once it exec'd or failed */
     bool reaped;          /* waitpid() returned it; status is valid */
     int status;           /* wait status */
     int out[2];           /* read ends of stdout, stderr; -1 after EOF */
@@ -88,7 +90,7 @@ struct gi_orphan {
 
 struct gi_watch {
     struct gi_stream *s;
-    int slot; /* exec: 0 stdout, 1 stderr, 2 stdin */
+    int slot; /* exec: 0 stdout, 1 stderr, 2 stdin, 3 start report */
 };
 
 struct gi_agent {

@@ -7,9 +7,12 @@
  * Start failures: a missing cwd, or an argv[0] that cannot be executed, is
  * an ERROR frame carrying the errno (ENOENT, EACCES, ...) rather than an
  * EXIT 127, so the host can tell "could not start" from "ran and failed".
- * The child reports the step that failed through a close-on-exec pipe that
- * the parent reads before the stream exists for the host. A shell command
- * (cmd) whose program is missing is the shell's business: EXIT code 127.
+ * The child reports the step that failed through a close-on-exec pipe; the
+ * loop polls that pipe (its EOF means exec succeeded) instead of waiting on
+ * it, because under a fork bomb a new child may wait seconds for a CPU and
+ * the agent must keep answering meanwhile. Output is not read before the
+ * start is settled. A shell command (cmd) whose program is missing is the
+ * shell's business: EXIT code 127.
  *
  * EXIT is the last frame of a stream and is sent once both output pipes
  * reached EOF (all output is queued before it) and the child was reaped.
@@ -51,9 +54,11 @@ enum { P_IN_R, P_IN_W, P_OUT_R, P_OUT_W, P_ERR_R, P_ERR_W, P_REP_R, P_REP_W, P__
 /* Steps of the child's set-up, for the error message of a failed start. */
 enum child_step { STEP_SETSID, STEP_CGROUP, STEP_STDIO, STEP_CHDIR, STEP_USER, STEP_EXEC };
 
+/* One write of at most PIPE_BUF bytes: atomic. */
 struct child_report {
     int step;
     int err;
+    char arg[256]; /* the cwd or program that failed */
 };
 
 struct exec_req {
@@ -279,9 +284,10 @@ static void exec_kill(struct gi_exec *x, int sig)
 {
     if (sig == SIGKILL && x->cgroup)
         cg_write(x->cgroup, "cgroup.kill", "1");
-    /* The group outlives its leader while members remain, so this works after the reap too. */
-    if (x->pid > 0)
-        kill(-x->pid, sig);
+    /* The group outlives its leader while members remain, so this works after the reap too;
+     * a child still starting may not have called setsid() yet: signal it directly. */
+    if (x->pid > 0 && kill(-x->pid, sig) != 0 && x->rep >= 0 && !x->reaped)
+        kill(x->pid, sig);
 }
 
 /* ---- the child ---- */
@@ -341,7 +347,7 @@ static int child_user(const struct exec_req *req)
  * privileges last (chdir into root-only dirs still works), report failures by step. */
 static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
 {
-    struct child_report rep = {STEP_SETSID, 0};
+    struct child_report rep = {.step = STEP_SETSID};
 
     child_reset_signals();
     if (setsid() < 0)
@@ -366,6 +372,11 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
     execvp(req->argv[0], req->argv);
 fail:
     rep.err = errno;
+    if (rep.step == STEP_CHDIR || rep.step == STEP_EXEC) {
+        const char *arg = rep.step == STEP_CHDIR ? req->cwd : req->argv[0];
+        size_t n = strnlen(arg, sizeof(rep.arg) - 1); /* a long path is cut: it is a message */
+        memcpy(rep.arg, arg, n);
+    }
     if (write(p[P_REP_W], &rep, sizeof(rep)) < 0) {
     }
     _exit(127);
@@ -384,6 +395,8 @@ static void close_fds(int *fds, int n)
 
 static int open_pipes(int p[P__N], bool want_stdin)
 {
+    static const int ours[] = {P_IN_W, P_OUT_R, P_ERR_R, P_REP_R};
+
     for (int i = 0; i < P__N; i += 2) {
         if (i == P_IN_R && !want_stdin)
             continue;
@@ -391,39 +404,15 @@ static int open_pipes(int p[P__N], bool want_stdin)
             return -errno;
     }
     /* Our ends never block the loop; the child's ends stay blocking. */
-    for (int i = P_IN_W; i <= P_ERR_R; i++)
-        if (p[i] >= 0 && i != P_OUT_W && fcntl(p[i], F_SETFL, O_NONBLOCK) != 0)
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+        if (p[ours[i]] >= 0 && fcntl(p[ours[i]], F_SETFL, O_NONBLOCK) != 0)
             return -errno;
     return 0;
-}
-
-/* Wait for exec (the report pipe closes) or a failure report. Returns 1 on failure. */
-static int await_child(int fd, struct child_report *rep)
-{
-    ssize_t n;
-
-    do
-        n = read(fd, rep, sizeof(*rep));
-    while (n < 0 && errno == EINTR);
-    return n == (ssize_t)sizeof(*rep);
-}
-
-static void report_start_failure(struct gi_agent *a, uint32_t id, const struct exec_req *req,
-                                 const struct child_report *rep)
-{
-    static const char *const what[] = {"setsid", "join cgroup", "set up stdio",
-                                       "chdir",  "switch user", "exec"};
-    const char *arg = rep->step == STEP_CHDIR  ? req->cwd
-                      : rep->step == STEP_EXEC ? req->argv[0]
-                                               : "";
-
-    gi_reply_error(a, id, rep->err, "%s %s: %s", what[rep->step], arg, strerror(rep->err));
 }
 
 void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
 {
     struct exec_req req = {0};
-    struct child_report rep;
     struct gi_stream *s;
     struct gi_exec *x;
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
@@ -452,27 +441,17 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     req.cgroup = x->cgroup;
     if (pid == 0)
         child_run(&req, p);
-    close_fds(&p[P_REP_W], 1);
-    close_fds(&p[P_IN_R], 1);
-    close_fds(&p[P_OUT_W], 1);
-    close_fds(&p[P_ERR_W], 1);
-    if (await_child(p[P_REP_R], &rep)) {
-        report_start_failure(a, f->id, &req, &rep);
-        gi_orphan_add(a, pid, x->cgroup); /* it _exits at once; reap it and drop its cgroup */
-        x->cgroup = NULL;
-        s->done = true;
-        goto out;
-    }
     x->pid = pid;
+    x->rep = p[P_REP_R];
     x->out[0] = p[P_OUT_R];
     x->out[1] = p[P_ERR_R];
     x->in = p[P_IN_W];
-    p[P_OUT_R] = p[P_ERR_R] = p[P_IN_W] = -1;
+    p[P_REP_R] = p[P_OUT_R] = p[P_ERR_R] = p[P_IN_W] = -1;
     x->credit = PROTO_WINDOW;
     if (proto_has(f, PK_TIMEOUT) && f->v[PK_TIMEOUT].u > 0)
         x->deadline_ms = gi_now_ms() + (int64_t)f->v[PK_TIMEOUT].u;
 out:
-    close_fds(p, P__N);
+    close_fds(p, P__N); /* the child's ends, or everything after a failure */
     req_free(&req);
 }
 
@@ -511,7 +490,7 @@ static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
 {
     struct gi_exec *x = &s->u.x;
 
-    if (s->done || x->out[0] >= 0 || x->out[1] >= 0 || !x->reaped)
+    if (s->done || x->rep >= 0 || x->out[0] >= 0 || x->out[1] >= 0 || !x->reaped)
         return;
     send_exit(a, s);
     cgroup_drop(a, x);
@@ -556,6 +535,40 @@ static void exec_read(struct gi_agent *a, struct gi_stream *s, int i)
     send_out(a, s, i, buf, (size_t)n);
     x->off[i] += (uint64_t)n;
     x->credit -= (uint64_t)n;
+}
+
+/* Forget a stream without an EXIT: its process (if not reaped) and cgroup become orphans. */
+static void exec_forget(struct gi_agent *a, struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+
+    close_fds(&x->rep, 1);
+    close_fds(x->out, 2);
+    close_fds(&x->in, 1);
+    gi_orphan_add(a, x->reaped ? 0 : x->pid, x->cgroup);
+    x->cgroup = NULL;
+    s->done = true;
+}
+
+/* The report pipe of a starting child: EOF means it exec'd (or died: EXIT tells). */
+static void exec_started(struct gi_agent *a, struct gi_stream *s)
+{
+    static const char *const what[] = {"setsid", "join cgroup", "set up stdio",
+                                       "chdir",  "switch user", "exec"};
+    struct gi_exec *x = &s->u.x;
+    struct child_report rep;
+    ssize_t n = read(x->rep, &rep, sizeof(rep));
+
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    close_fds(&x->rep, 1);
+    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_EXEC) {
+        exec_maybe_exit(a, s);
+        return;
+    }
+    rep.arg[sizeof(rep.arg) - 1] = '\0';
+    gi_reply_error(a, s->id, rep.err, "%s %s: %s", what[rep.step], rep.arg, strerror(rep.err));
+    exec_forget(a, s); /* the child _exits at once: reap it and drop its cgroup */
 }
 
 /* Write queued stdin; every byte taken off the queue (written or dropped) is credited back. */
@@ -624,9 +637,13 @@ void gi_exec_credit(struct gi_agent *a, struct gi_stream *s, uint64_t n)
 int gi_exec_watch(struct gi_agent *a, struct gi_stream *s, struct pollfd *pfd, int *slot)
 {
     struct gi_exec *x = &s->u.x;
-    bool can_read = x->credit > 0 && !gi_out_full(a);
+    bool can_read = x->credit > 0 && !gi_out_full(a) && x->rep < 0;
     int n = 0;
 
+    if (x->rep >= 0) {
+        pfd[n] = (struct pollfd){.fd = x->rep, .events = POLLIN};
+        slot[n++] = 3;
+    }
     /* Without credit the pipes are left alone: they fill and the child blocks. */
     for (int i = 0; i < 2; i++) {
         if (x->out[i] >= 0 && can_read) {
@@ -647,8 +664,10 @@ void gi_exec_event(struct gi_agent *a, struct gi_stream *s, int slot, short reve
         return;
     if (slot < 2)
         exec_read(a, s, slot);
-    else
+    else if (slot == 2)
         exec_write_stdin(a, s);
+    else
+        exec_started(a, s);
 }
 
 int64_t gi_exec_tick(struct gi_agent *a, struct gi_stream *s, int64_t now)
@@ -737,17 +756,14 @@ void gi_exec_abort(struct gi_agent *a, struct gi_stream *s)
     struct gi_exec *x = &s->u.x;
 
     exec_kill(x, SIGKILL);
-    close_fds(x->out, 2);
-    close_fds(&x->in, 1);
-    gi_orphan_add(a, x->reaped ? 0 : x->pid, x->cgroup);
-    x->cgroup = NULL;
-    s->done = true;
+    exec_forget(a, s);
 }
 
 void gi_exec_release(struct gi_stream *s)
 {
     struct gi_exec *x = &s->u.x;
 
+    close_fds(&x->rep, 1);
     close_fds(x->out, 2);
     close_fds(&x->in, 1);
     proto_buf_free(&x->inq);

@@ -22,7 +22,7 @@ int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void start(struct peer *p, int pid1)
+static void start(struct peer *p, int pid1, const char *cgroup_root)
 {
     int sv[2];
 
@@ -39,7 +39,7 @@ static void start(struct peer *p, int pid1)
     }
     p->agent = fork();
     if (p->agent == 0) {
-        struct gi_agent_opts o = {.cgroup_root = NULL, .pid1 = pid1};
+        struct gi_agent_opts o = {.cgroup_root = cgroup_root, .pid1 = pid1};
         close(sv[0]);
         exit(gi_agent_run(sv[1], &o) == 0 ? 0 : 1); /* exit(): leak checkers run */
     }
@@ -50,12 +50,17 @@ static void start(struct peer *p, int pid1)
 
 void peer_start(struct peer *p)
 {
-    start(p, 0);
+    start(p, 0, NULL);
 }
 
 void peer_start_pid1(struct peer *p)
 {
-    start(p, 1);
+    start(p, 1, NULL);
+}
+
+void peer_start_cgroup(struct peer *p, const char *cgroup_root)
+{
+    start(p, 0, cgroup_root);
 }
 
 void peer_free(struct peer *p)

@@ -67,6 +67,8 @@ struct peer {
 void peer_start(struct peer *p);
 /* pid1 mode: a hang-up does not end the agent (never send INIT: it would set the host clock). */
 void peer_start_pid1(struct peer *p);
+/* With per-exec cgroups under cgroup_root (a cgroup2 directory). */
+void peer_start_cgroup(struct peer *p, const char *cgroup_root);
 /* Close our end; the agent must return 0 and exit within a few seconds. */
 int peer_stop(struct peer *p);
 /* Free the test side only (the agent was dealt with). */

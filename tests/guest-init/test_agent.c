@@ -132,8 +132,10 @@ static void test_exec_basic(void)
     run(&p, 4, &(struct exec_opts){.argv = a4});
     CHECK(p.res[4].error && p.res[4].err == ENOENT);
 
+    CHECK(strstr(p.res[4].msg, "/nonexistent/prog") != NULL);
     run(&p, 5, &(struct exec_opts){.cmd = "true", .cwd = "/nonexistent-dir"});
     CHECK(p.res[5].error && p.res[5].err == ENOENT);
+    CHECK(strstr(p.res[5].msg, "chdir /nonexistent-dir") != NULL);
 
     run(&p, 6, &(struct exec_opts){.cmd = "nosuchcommand_xyz 2>/dev/null"});
     CHECK(!p.res[6].error && p.res[6].code == 127);
@@ -765,6 +767,63 @@ static void test_oversized_frame(void)
     CHECK(peer_stop(&p) == 1);
 }
 
+/* A writable cgroup2 directory with cgroup.kill for the test, or false. */
+static bool make_test_cgroup(char *root, size_t cap)
+{
+    static const char *const mounts[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+    char kill_file[PATH_MAX];
+
+    for (size_t i = 0; i < sizeof(mounts) / sizeof(mounts[0]); i++) {
+        snprintf(root, cap, "%s/gi-agent-test-%d", mounts[i], (int)getpid());
+        if (mkdir(root, 0755) != 0)
+            continue;
+        snprintf(kill_file, sizeof(kill_file), "%s/cgroup.kill", root);
+        if (access(kill_file, W_OK) == 0)
+            return true;
+        rmdir(root);
+    }
+    return false;
+}
+
+/*
+ * Per-exec cgroups: the child runs in <root>/exec-<id>, a timeout kills a
+ * grandchild that left the process group (setsid) through cgroup.kill, and
+ * the exec's cgroup is removed once empty.
+ */
+static void test_cgroups(void)
+{
+    char root[PATH_MAX], want[PATH_MAX];
+    struct peer p;
+    long bg;
+
+    if (!make_test_cgroup(root, sizeof(root))) {
+        fprintf(stderr, "test_cgroups: skipped (no writable cgroup2 with cgroup.kill)\n");
+        return;
+    }
+    peer_start_cgroup(&p, root);
+    wait_hello(&p, 1);
+    run(&p, 1, &(struct exec_opts){.cmd = "cat /proc/self/cgroup"});
+    snprintf(want, sizeof(want), "/%s/exec-1\n", strrchr(root, '/') + 1);
+    CHECK(strstr(out_str(&p, 1, 1), want) != NULL);
+
+    send_exec(
+        &p, 2,
+        &(struct exec_opts){.cmd = "setsid sleep 100 & echo $!; sleep 100", .timeout_ms = 300},
+        true);
+    bg = first_line_pid(&p, 2, 2000);
+    CHECK(peer_wait(&p, 2, 3000) && p.res[2].timed_out);
+    CHECK(bg > 0 && pid_gone((pid_t)bg, 2000)); /* out of the group, not out of the cgroup */
+
+    send_exec(&p, 3, &(struct exec_opts){.cmd = "setsid sleep 100 & echo $!; sleep 100"}, true);
+    bg = first_line_pid(&p, 3, 2000);
+    send_signal(&p, 3, SIGKILL);
+    CHECK(peer_wait(&p, 3, 3000) && p.res[3].sig == SIGKILL);
+    CHECK(bg > 0 && pid_gone((pid_t)bg, 2000));
+    CHECK(peer_stop(&p) == 0);
+    /* every exec-<id> was removed (at EXIT, or on the way out at the latest) */
+    CHECK(rmdir(root) == 0);
+}
+
 static void cleanup_tmp(void)
 {
     char cmd[128];
@@ -792,6 +851,7 @@ int main(void)
         {"enospc", test_enospc},
         {"many_streams", test_many_streams},
         {"sessions", test_sessions},
+        {"cgroups", test_cgroups},
         {"pid1_hangup", test_pid1_hangup},
         {"oversized_frame", test_oversized_frame},
     };
