@@ -1,2 +1,339 @@
-/* placeholder: being written */
-typedef int placeholder_config;
+/*
+ * config.c - warrend configuration: embedded defaults, file parser, flags.
+ *
+ * One table names every option, where it lives in struct srv_config, and
+ * its default written exactly as in conf/warren.conf. cfg_defaults() feeds
+ * that table through cfg_set(), so the defaults and the file share one
+ * parser; tests/server/test_config.c checks the shipped file equals them.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+enum opt_type { T_STR, T_UINT, T_SIZE, T_LISTEN, T_ACCEL, T_LEVEL, T_DIR_STATE, T_DIR_IMAGE };
+
+struct opt {
+    const char *key;
+    enum opt_type type;
+    size_t offset;
+    const char *def; /* as written in conf/warren.conf */
+    unsigned long long min;
+};
+
+#define F(field) offsetof(struct srv_config, field)
+
+static const struct opt opts[] = {
+    {"listen", T_LISTEN, 0, "127.0.0.1:8080", 0},
+    {"state_dir", T_DIR_STATE, F(state_dir), "", 0},
+    {"api_key", T_STR, F(api_key), "", 0},
+    {"image_dir", T_DIR_IMAGE, F(image_dir), "", 0},
+    {"qemu", T_STR, F(qemu), "qemu-system-x86_64", 0},
+    {"accel", T_ACCEL, F(accel), "auto", 0},
+    {"log_level", T_LEVEL, F(log_level), "info", 0},
+    {"max_sandboxes", T_UINT, F(max_sandboxes), "32", 1},
+    {"default_memory_mb", T_UINT, F(default_memory_mb), "256", 1},
+    {"min_memory_mb", T_UINT, F(min_memory_mb), "128", 1},
+    {"max_memory_mb", T_UINT, F(max_memory_mb), "4096", 1},
+    {"default_vcpus", T_UINT, F(default_vcpus), "1", 1},
+    {"max_vcpus", T_UINT, F(max_vcpus), "4", 1},
+    {"default_ttl_seconds", T_UINT, F(default_ttl_s), "300", 0},
+    {"max_ttl_seconds", T_UINT, F(max_ttl_s), "86400", 1},
+    {"default_idle_timeout_seconds", T_UINT, F(default_idle_s), "300", 0},
+    {"boot_timeout_seconds", T_UINT, F(boot_timeout_s), "60", 1},
+    {"ended_retention_seconds", T_UINT, F(ended_keep_s), "600", 0},
+    {"max_json_body_bytes", T_SIZE, F(max_body_bytes), "1048576", 64},
+    {"exec_max_output_bytes", T_SIZE, F(exec_max_output), "16777216", 1},
+    {"console_log_bytes", T_SIZE, F(console_max_bytes), "1048576", 4096},
+    {"default_template", T_STR, F(default_template), "base", 0},
+};
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err || !cap)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+static int replace_str(char **slot, const char *v)
+{
+    char *s = strdup(v);
+
+    if (!s)
+        return -ENOMEM;
+    free(*slot);
+    *slot = s;
+    return 0;
+}
+
+static const char *home_dir(void)
+{
+    const char *h = getenv("HOME");
+    struct passwd *pw;
+
+    if (h && h[0])
+        return h;
+    pw = getpwuid(geteuid());
+    return pw && pw->pw_dir ? pw->pw_dir : "/";
+}
+
+static int join_path(char **slot, const char *a, const char *b)
+{
+    char *s;
+
+    if (asprintf(&s, "%s%s", a, b) < 0)
+        return -ENOMEM;
+    free(*slot);
+    *slot = s;
+    return 0;
+}
+
+static int default_state_dir(char **slot)
+{
+    const char *x = getenv("XDG_STATE_HOME");
+
+    if (x && x[0] == '/')
+        return join_path(slot, x, "/warren");
+    if (geteuid() == 0)
+        return replace_str(slot, "/var/lib/warren");
+    return join_path(slot, home_dir(), "/.local/state/warren");
+}
+
+static int default_image_dir(char **slot)
+{
+    const char *x = getenv("WARREN_IMAGE_DIR");
+
+    if (x && x[0])
+        return replace_str(slot, x);
+    return join_path(slot, home_dir(), "/.cache/warren/images/current");
+}
+
+/* Decimal only: no sign, no spaces, no suffix, no overflow. */
+static int parse_ull(const char *v, unsigned long long max, unsigned long long *out)
+{
+    unsigned long long n;
+    char *end;
+
+    if (v[0] < '0' || v[0] > '9')
+        return -EINVAL;
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (errno || *end || n > max)
+        return -EINVAL;
+    *out = n;
+    return 0;
+}
+
+/* ADDR:PORT with ADDR a numeric IPv4 address, [IPv6] or localhost. */
+static int parse_listen(struct srv_config *c, const char *v, char *err, size_t cap)
+{
+    char addr[INET6_ADDRSTRLEN + 1];
+    unsigned char sa[sizeof(struct in6_addr)];
+    unsigned long long port;
+    const char *colon, *a = v;
+    size_t alen;
+    bool v6 = false;
+
+    if (v[0] == '[') {
+        const char *rb = strchr(v, ']');
+        if (!rb || rb[1] != ':')
+            goto bad;
+        a = v + 1;
+        alen = (size_t)(rb - a);
+        colon = rb + 1;
+        v6 = true;
+    } else {
+        colon = strrchr(v, ':');
+        if (!colon)
+            goto bad;
+        alen = (size_t)(colon - v);
+    }
+    if (alen == 0 || alen >= sizeof(addr))
+        goto bad;
+    memcpy(addr, a, alen);
+    addr[alen] = '\0';
+    if (!v6 && strcmp(addr, "localhost") == 0)
+        strcpy(addr, "127.0.0.1");
+    if (inet_pton(v6 ? AF_INET6 : AF_INET, addr, sa) != 1)
+        goto bad;
+    if (parse_ull(colon + 1, 65535, &port))
+        goto bad;
+    if (replace_str(&c->listen_addr, addr))
+        return -ENOMEM;
+    c->listen_port = (unsigned)port;
+    return 0;
+bad:
+    set_err(err, cap,
+            "listen: expected ADDR:PORT with a numeric IPv4 address, [IPv6] or "
+            "localhost, got '%s'",
+            v);
+    return -EINVAL;
+}
+
+int cfg_set(struct srv_config *c, const char *key, const char *value, char *err, size_t errcap)
+{
+    const struct opt *o = NULL;
+    unsigned long long n;
+    enum log_level lvl;
+    void *slot;
+
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        if (strcmp(opts[i].key, key) == 0) {
+            o = &opts[i];
+            break;
+        }
+    }
+    if (!o) {
+        set_err(err, errcap, "unknown option '%s'", key);
+        return -EINVAL;
+    }
+    slot = (char *)c + o->offset;
+    switch (o->type) {
+    case T_LISTEN:
+        return parse_listen(c, value, err, errcap);
+    case T_STR:
+        return replace_str(slot, value);
+    case T_DIR_STATE:
+    case T_DIR_IMAGE:
+        if (!value[0])
+            return o->type == T_DIR_STATE ? default_state_dir(slot) : default_image_dir(slot);
+        if (value[0] != '/') {
+            set_err(err, errcap, "%s must be an absolute path, got '%s'", key, value);
+            return -EINVAL;
+        }
+        return replace_str(slot, value);
+    case T_ACCEL:
+        if (strcmp(value, "auto") && strcmp(value, "kvm") && strcmp(value, "tcg")) {
+            set_err(err, errcap, "accel must be auto, kvm or tcg, got '%s'", value);
+            return -EINVAL;
+        }
+        return replace_str(slot, value);
+    case T_LEVEL:
+        if (log_parse_level(value, &lvl)) {
+            set_err(err, errcap, "log_level must be error, warn, info or debug, got '%s'", value);
+            return -EINVAL;
+        }
+        return replace_str(slot, value);
+    case T_UINT:
+    case T_SIZE:
+        if (parse_ull(value, o->type == T_UINT ? UINT_MAX : SIZE_MAX, &n) || n < o->min) {
+            set_err(err, errcap, "%s: expected a whole number >= %llu, got '%s'", key, o->min,
+                    value);
+            return -EINVAL;
+        }
+        if (o->type == T_UINT)
+            *(unsigned *)slot = (unsigned)n;
+        else
+            *(size_t *)slot = (size_t)n;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int cfg_defaults(struct srv_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        int r = cfg_set(c, opts[i].key, opts[i].def, NULL, 0);
+        if (r) {
+            cfg_free(c);
+            return r == -ENOMEM ? -ENOMEM : -EINVAL;
+        }
+    }
+    return 0;
+}
+
+static char *trim(char *s)
+{
+    char *e;
+
+    while (*s == ' ' || *s == '\t')
+        s++;
+    e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        *--e = '\0';
+    return s;
+}
+
+int cfg_load_file(struct srv_config *c, const char *path, char *err, size_t errcap)
+{
+    char msg[256];
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned lineno = 0;
+    ssize_t len;
+    FILE *f;
+    int r = 0;
+
+    f = fopen(path, "re");
+    if (!f) {
+        r = -errno;
+        set_err(err, errcap, "%s: %s", path, strerror(errno));
+        return r;
+    }
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        char *s, *eq, *key, *val;
+
+        lineno++;
+        if (memchr(line, '\0', (size_t)len)) {
+            set_err(err, errcap, "%s:%u: NUL byte in line", path, lineno);
+            r = -EINVAL;
+            goto out;
+        }
+        s = trim(line);
+        if (!s[0] || s[0] == '#')
+            continue;
+        eq = strchr(s, '=');
+        if (!eq) {
+            set_err(err, errcap, "%s:%u: expected 'key = value'", path, lineno);
+            r = -EINVAL;
+            goto out;
+        }
+        *eq = '\0';
+        key = trim(s);
+        val = trim(eq + 1);
+        r = cfg_set(c, key, val, msg, sizeof(msg));
+        if (r) {
+            set_err(err, errcap, "%s:%u: %s", path, lineno, r == -ENOMEM ? "out of memory" : msg);
+            r = r == -ENOMEM ? -ENOMEM : -EINVAL;
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        r = -EIO;
+        set_err(err, errcap, "%s: read error", path);
+    }
+out:
+    free(line);
+    fclose(f);
+    return r;
+}
+
+void cfg_free(struct srv_config *c)
+{
+    free(c->listen_addr);
+    free(c->state_dir);
+    free(c->api_key);
+    free(c->image_dir);
+    free(c->qemu);
+    free(c->accel);
+    free(c->log_level);
+    free(c->default_template);
+    memset(c, 0, sizeof(*c));
+}

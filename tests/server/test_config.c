@@ -1,0 +1,191 @@
+/*
+ * Unit tests of server/config.c: the shipped conf/warren.conf equals the
+ * embedded defaults field by field and names every option once; the parser
+ * rejects what it must, with FILE:LINE. Includes config.c to see its option
+ * table.
+ */
+#include "../../server/config.c"
+
+#include <stdio.h>
+
+static int failures;
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static bool same_str(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+static void test_file_equals_defaults(const char *path)
+{
+    struct srv_config d, f;
+    char err[512] = "";
+    FILE *fp;
+    char line[1024];
+
+    CHECK(cfg_defaults(&d) == 0);
+    CHECK(cfg_defaults(&f) == 0);
+    /* Start f from something else, so every value must come from the file. */
+    CHECK(cfg_set(&f, "listen", "10.0.0.1:1", err, sizeof(err)) == 0);
+    CHECK(cfg_set(&f, "max_sandboxes", "7", err, sizeof(err)) == 0);
+    CHECK(cfg_set(&f, "state_dir", "/elsewhere", err, sizeof(err)) == 0);
+    CHECK(cfg_set(&f, "default_template", "minimal", err, sizeof(err)) == 0);
+    if (cfg_load_file(&f, path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "cannot load %s: %s\n", path, err);
+        failures++;
+        return;
+    }
+    CHECK(same_str(d.listen_addr, f.listen_addr));
+    CHECK(d.listen_port == f.listen_port);
+    CHECK(same_str(d.state_dir, f.state_dir));
+    CHECK(same_str(d.api_key, f.api_key));
+    CHECK(same_str(d.image_dir, f.image_dir));
+    CHECK(same_str(d.qemu, f.qemu));
+    CHECK(same_str(d.accel, f.accel));
+    CHECK(same_str(d.log_level, f.log_level));
+    CHECK(d.max_sandboxes == f.max_sandboxes);
+    CHECK(d.default_memory_mb == f.default_memory_mb);
+    CHECK(d.min_memory_mb == f.min_memory_mb);
+    CHECK(d.max_memory_mb == f.max_memory_mb);
+    CHECK(d.default_vcpus == f.default_vcpus);
+    CHECK(d.max_vcpus == f.max_vcpus);
+    CHECK(d.default_ttl_s == f.default_ttl_s);
+    CHECK(d.max_ttl_s == f.max_ttl_s);
+    CHECK(d.default_idle_s == f.default_idle_s);
+    CHECK(d.boot_timeout_s == f.boot_timeout_s);
+    CHECK(d.ended_keep_s == f.ended_keep_s);
+    CHECK(d.max_body_bytes == f.max_body_bytes);
+    CHECK(d.exec_max_output == f.exec_max_output);
+    CHECK(d.console_max_bytes == f.console_max_bytes);
+    CHECK(same_str(d.default_template, f.default_template));
+    /* A field added to struct srv_config changes its size: then add it above, to the
+     * option table in config.c and to conf/warren.conf, and update this number. */
+    CHECK(sizeof(struct srv_config) == 144);
+
+    /* Every option appears exactly once as an active "key =" line. */
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        size_t kl = strlen(opts[i].key);
+        int seen = 0;
+        fp = fopen(path, "r");
+        CHECK(fp != NULL);
+        if (!fp)
+            return;
+        while (fgets(line, sizeof(line), fp)) {
+            char *s = line + strspn(line, " \t");
+            if (!strncmp(s, opts[i].key, kl) && (s[kl] == ' ' || s[kl] == '='))
+                seen++;
+        }
+        fclose(fp);
+        if (seen != 1) {
+            fprintf(stderr, "option %s appears %d times in %s\n", opts[i].key, seen, path);
+            failures++;
+        }
+    }
+    cfg_free(&d);
+    cfg_free(&f);
+}
+
+static int load_text(const char *text, struct srv_config *c, char *err, size_t cap)
+{
+    char path[] = "/tmp/warren-test-conf-XXXXXX";
+    int fd = mkstemp(path), r;
+
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+        abort();
+    close(fd);
+    r = cfg_load_file(c, path, err, cap);
+    unlink(path);
+    return r;
+}
+
+static void expect_error(const char *text, const char *needle)
+{
+    struct srv_config c;
+    char err[512] = "";
+
+    CHECK(cfg_defaults(&c) == 0);
+    if (load_text(text, &c, err, sizeof(err)) != -EINVAL || !strstr(err, needle)) {
+        fprintf(stderr, "input %s: want error with '%s', got '%s'\n", text, needle, err);
+        failures++;
+    }
+    cfg_free(&c);
+}
+
+static void test_parser(void)
+{
+    struct srv_config c;
+    char err[512] = "";
+
+    expect_error("bogus = 1\n", ":1: unknown option 'bogus'");
+    expect_error("# comment\n\nmax_sandboxes = abc\n", ":3: max_sandboxes");
+    expect_error("max_sandboxes = -1\n", ":1:");
+    expect_error("max_sandboxes = 0\n", ":1:");
+    expect_error("max_sandboxes = 4294967296\n", ":1:");
+    expect_error("max_sandboxes = 12 # inline comments are not comments\n", ":1:");
+    expect_error("max_sandboxes\n", ":1: expected 'key = value'");
+    expect_error("listen = 127.0.0.1\n", ":1: listen");
+    expect_error("listen = 127.0.0.1:65536\n", ":1: listen");
+    expect_error("listen = example.com:80\n", ":1: listen");
+    expect_error("listen = [::1:80\n", ":1: listen");
+    expect_error("state_dir = relative/dir\n", ":1: state_dir must be an absolute path");
+    expect_error("accel = hvf\n", ":1: accel");
+    expect_error("log_level = loud\n", ":1: log_level");
+
+    CHECK(cfg_defaults(&c) == 0);
+    CHECK(load_text("  # indented comment\n\tlisten=[::1]:9000  \r\nmax_vcpus =8\n"
+                    "api_key = abc=def\nqemu =\n",
+                    &c, err, sizeof(err)) == 0);
+    CHECK(same_str(c.listen_addr, "::1") && c.listen_port == 9000);
+    CHECK(c.max_vcpus == 8);
+    CHECK(same_str(c.api_key, "abc=def"));
+    CHECK(same_str(c.qemu, ""));
+    CHECK(cfg_set(&c, "listen", "localhost:0", err, sizeof(err)) == 0);
+    CHECK(same_str(c.listen_addr, "127.0.0.1") && c.listen_port == 0);
+    CHECK(cfg_set(&c, "max_json_body_bytes", "18446744073709551615", err, sizeof(err)) == 0);
+    CHECK(c.max_body_bytes == SIZE_MAX);
+    CHECK(cfg_load_file(&c, "/nonexistent/warren.conf", err, sizeof(err)) == -ENOENT);
+    CHECK(strstr(err, "/nonexistent/warren.conf") != NULL);
+    cfg_free(&c);
+}
+
+static void test_computed_dirs(void)
+{
+    struct srv_config c;
+
+    setenv("XDG_STATE_HOME", "/xdg/state", 1);
+    setenv("WARREN_IMAGE_DIR", "/img/here", 1);
+    CHECK(cfg_defaults(&c) == 0);
+    CHECK(same_str(c.state_dir, "/xdg/state/warren"));
+    CHECK(same_str(c.image_dir, "/img/here"));
+    cfg_free(&c);
+    unsetenv("XDG_STATE_HOME");
+    unsetenv("WARREN_IMAGE_DIR");
+    setenv("HOME", "/home/tester", 1);
+    CHECK(cfg_defaults(&c) == 0);
+    CHECK(same_str(c.state_dir,
+                   geteuid() == 0 ? "/var/lib/warren" : "/home/tester/.local/state/warren"));
+    CHECK(same_str(c.image_dir, "/home/tester/.cache/warren/images/current"));
+    cfg_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_config conf/warren.conf\n");
+        return 2;
+    }
+    test_file_equals_defaults(argv[1]);
+    test_parser();
+    test_computed_dirs();
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
+    else
+        printf("config: all checks passed\n");
+    return failures ? 1 : 0;
+}
