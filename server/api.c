@@ -1,0 +1,622 @@
+/*
+ * api.c - pure helpers of the REST layer (see api.h).
+ *
+ * Everything here works on bytes the client sent, so every length is
+ * checked before it is used and nothing assumes NUL-terminated input
+ * except where api.h says so. No allocation outside jansson objects.
+ */
+#include "api.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static int fail(struct api_err *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(struct api_err *e, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+
+    e->status = status;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+    va_end(ap);
+    return -EINVAL;
+}
+
+/* ---------------------------------------------------------------- routes */
+
+static bool id_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
+}
+
+int api_route_match(const char *path, struct api_route *r)
+{
+    static const struct {
+        const char *tail;
+        enum api_route_id id;
+        unsigned methods;
+    } subs[] = {
+        {"", API_R_SANDBOX, API_GET | API_DELETE},
+        {"/timeout", API_R_TIMEOUT, API_POST},
+        {"/exec", API_R_EXEC, API_POST},
+        {"/files", API_R_FILES, API_GET | API_PUT | API_DELETE},
+        {"/files/stat", API_R_FILES_STAT, API_GET},
+        {"/files/list", API_R_FILES_LIST, API_GET},
+        {"/files/mkdir", API_R_FILES_MKDIR, API_POST},
+        {"/files/rename", API_R_FILES_RENAME, API_POST},
+    };
+    static const char pfx[] = "/v1/sandboxes";
+    size_t len = strlen(path), idlen;
+    const char *id, *rest;
+
+    memset(r, 0, sizeof(*r));
+    /* One trailing slash is tolerated: /v1/sandboxes/ == /v1/sandboxes. */
+    if (len > 1 && path[len - 1] == '/')
+        len--;
+    if (len == 8 && memcmp(path, "/healthz", 8) == 0) {
+        r->id = API_R_HEALTHZ;
+        r->methods = API_GET;
+        return 0;
+    }
+    /* Anything under /v1 needs the key, even to learn that it does not exist. */
+    r->auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
+    if (len < sizeof(pfx) - 1 || memcmp(path, pfx, sizeof(pfx) - 1) != 0)
+        return -ENOENT;
+    if (len == sizeof(pfx) - 1) {
+        r->id = API_R_SANDBOXES;
+        r->methods = API_GET | API_POST;
+        return 0;
+    }
+    if (path[sizeof(pfx) - 1] != '/')
+        return -ENOENT;
+    id = path + sizeof(pfx);
+    for (idlen = 0; id + idlen < path + len && id[idlen] != '/'; idlen++) {
+        if (!id_char(id[idlen]))
+            return -ENOENT;
+    }
+    if (idlen == 0 || idlen > API_ID_MAX)
+        return -ENOENT;
+    rest = id + idlen;
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+        size_t tl = strlen(subs[i].tail);
+        if ((size_t)(path + len - rest) == tl && memcmp(rest, subs[i].tail, tl) == 0) {
+            r->id = subs[i].id;
+            r->methods = subs[i].methods;
+            memcpy(r->sbx, id, idlen);
+            r->sbx[idlen] = '\0';
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+/* ---------------------------------------------------------- query string */
+
+void api_query_clear(struct api_query *q)
+{
+    json_decref(q->metadata);
+    memset(q, 0, sizeof(*q));
+}
+
+static bool parse_uint(const char *s, unsigned base, unsigned long max, unsigned long *out)
+{
+    unsigned long n = 0;
+
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        unsigned d;
+        if (*s < '0' || *s > '9')
+            return false;
+        d = (unsigned)(*s - '0');
+        if (d >= base)
+            return false;
+        n = n * base + d;
+        if (n > max)
+            return false;
+    }
+    *out = n;
+    return true;
+}
+
+int api_query_parse(const char *const *frags, size_t n, unsigned allowed, struct api_query *q,
+                    struct api_err *e)
+{
+    static const char mdp[] = "metadata.";
+
+    memset(q, 0, sizeof(*q));
+    q->mode = 0644;
+    q->depth = 1;
+    for (size_t i = 0; i < n; i++) {
+        const char *f = frags[i], *eq = strchr(f, '='), *v = eq ? eq + 1 : "";
+        size_t nl = eq ? (size_t)(eq - f) : strlen(f);
+        unsigned bit = 0;
+        unsigned long num;
+
+        if (nl == 0 && !*v)
+            continue; /* "a=1&&b=2" */
+        if (nl == 4 && memcmp(f, "path", 4) == 0)
+            bit = API_Q_PATH;
+        else if (nl == 4 && memcmp(f, "mode", 4) == 0)
+            bit = API_Q_MODE;
+        else if (nl == 5 && memcmp(f, "depth", 5) == 0)
+            bit = API_Q_DEPTH;
+        else if (nl == 9 && memcmp(f, "recursive", 9) == 0)
+            bit = API_Q_RECURSIVE;
+        else if (nl == 5 && memcmp(f, "state", 5) == 0)
+            bit = API_Q_STATE;
+        else if (nl > sizeof(mdp) - 1 && memcmp(f, mdp, sizeof(mdp) - 1) == 0)
+            bit = API_Q_METADATA;
+        if (!bit || !(allowed & bit)) {
+            fail(e, 400, "bad_request", "unknown query parameter '%.*s'", (int)(nl > 64 ? 64 : nl),
+                 f);
+            goto bad;
+        }
+        if (bit != API_Q_METADATA && (q->seen & bit)) {
+            fail(e, 400, "bad_request", "query parameter '%.*s' given twice", (int)nl, f);
+            goto bad;
+        }
+        q->seen |= bit;
+        switch (bit) {
+        case API_Q_PATH:
+            q->path = v;
+            break;
+        case API_Q_MODE:
+            if (!parse_uint(v, 8, 07777, &num)) {
+                fail(e, 400, "bad_request", "mode must be octal 0..07777, e.g. 0644");
+                goto bad;
+            }
+            q->mode = (unsigned)num;
+            break;
+        case API_Q_DEPTH:
+            if (!parse_uint(v, 10, API_DEPTH_MAX, &num) || num < 1) {
+                fail(e, 400, "bad_request", "depth must be 1..%d", API_DEPTH_MAX);
+                goto bad;
+            }
+            q->depth = (unsigned)num;
+            break;
+        case API_Q_RECURSIVE:
+            if (!strcmp(v, "true") || !strcmp(v, "1"))
+                q->recursive = true;
+            else if (!strcmp(v, "false") || !strcmp(v, "0"))
+                q->recursive = false;
+            else {
+                fail(e, 400, "bad_request", "recursive must be true or false");
+                goto bad;
+            }
+            break;
+        case API_Q_STATE:
+            if (!*v || strlen(v) > 32) {
+                fail(e, 400, "bad_request", "state must be a sandbox state name");
+                goto bad;
+            }
+            q->state = v;
+            break;
+        case API_Q_METADATA: {
+            const char *k = f + sizeof(mdp) - 1;
+            size_t kl = nl - (sizeof(mdp) - 1);
+            json_t *s;
+            char key[257];
+
+            if (kl > 256 || strlen(v) > 4096) {
+                fail(e, 400, "bad_request", "metadata filter key or value too long");
+                goto bad;
+            }
+            memcpy(key, k, kl);
+            key[kl] = '\0';
+            if (!q->metadata && !(q->metadata = json_object())) {
+                fail(e, 500, "internal", "out of memory");
+                goto bad;
+            }
+            if (json_object_get(q->metadata, key)) {
+                fail(e, 400, "bad_request", "metadata filter '%s' given twice", key);
+                goto bad;
+            }
+            s = json_string(v);
+            /* json_string and json_object_set_new both reject bytes that are not UTF-8. */
+            if (!s || json_object_set_new(q->metadata, key, s)) {
+                fail(e, 400, "bad_request", "metadata filter must be UTF-8 text");
+                goto bad;
+            }
+            break;
+        }
+        }
+    }
+    return 0;
+bad:
+    api_query_clear(q);
+    return -EINVAL;
+}
+
+int api_path_check(const char *what, const char *path, struct api_err *e)
+{
+    if (!path || !*path)
+        return fail(e, 400, "bad_request", "%s is required (an absolute path)", what);
+    if (path[0] != '/')
+        return fail(e, 400, "bad_request", "%s must be an absolute path", what);
+    if (strlen(path) > API_PATH_MAX)
+        return fail(e, 400, "bad_request", "%s is longer than %d bytes", what, API_PATH_MAX);
+    if (!api_utf8_valid((const unsigned char *)path, strlen(path)))
+        return fail(e, 400, "bad_request", "%s must be UTF-8", what);
+    return 0;
+}
+
+/* ----------------------------------------------------------------- bodies */
+
+int api_body_parse(const char *buf, size_t n, json_t **out, struct api_err *e)
+{
+    json_error_t je;
+    json_t *j;
+    size_t i = 0;
+
+    *out = NULL;
+    while (i < n && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n'))
+        i++;
+    if (i == n) {
+        if (!(*out = json_object()))
+            return fail(e, 500, "internal", "out of memory");
+        return 0;
+    }
+    j = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        return fail(e, 400, "bad_request", "malformed JSON body at byte %d: %s", je.position,
+                    je.text);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return fail(e, 400, "bad_request", "the body must be a JSON object");
+    }
+    *out = j;
+    return 0;
+}
+
+int api_rename_args(json_t *body, json_t **out, struct api_err *e)
+{
+    const char *from = json_string_value(json_object_get(body, "from"));
+    const char *to = json_string_value(json_object_get(body, "to"));
+    json_t *a;
+
+    *out = NULL;
+    if (api_path_check("from", from, e) || api_path_check("to", to, e))
+        return -EINVAL;
+    a = json_pack("{s:s, s:s}", "path", from, "to", to);
+    if (!a)
+        return fail(e, 500, "internal", "out of memory");
+    *out = a;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- headers */
+
+bool api_bearer_ok(const char *h, const char *key)
+{
+    size_t klen = key ? strlen(key) : 0, tlen;
+    unsigned char diff;
+
+    if (!h || !klen || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    tlen = strlen(h);
+    while (tlen && (h[tlen - 1] == ' ' || h[tlen - 1] == '\t'))
+        tlen--;
+    /* Every byte of the key is compared whatever matched before; only the
+     * lengths decide the branches. */
+    diff = tlen != klen;
+    for (size_t i = 0; i < klen; i++)
+        diff |= (unsigned char)((i < tlen ? (unsigned char)h[i] : 0) ^ (unsigned char)key[i]);
+    return diff == 0;
+}
+
+bool api_wants_ndjson(const char *accept)
+{
+    static const char t[] = "application/x-ndjson";
+
+    for (const char *p = accept; p && *p; p++) {
+        if (strncasecmp(p, t, sizeof(t) - 1) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* ------------------------------------------------------- UTF-8 and base64 */
+
+/* Length of the sequence a lead byte starts, 0 if it cannot start one. */
+static unsigned seq_len(unsigned char c)
+{
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c < 0xe0)
+        return 2;
+    if (c >= 0xe0 && c < 0xf0)
+        return 3;
+    if (c >= 0xf0 && c < 0xf5)
+        return 4;
+    return 0;
+}
+
+/* Allowed range of the byte after lead c (excludes overlongs, surrogates, > U+10FFFF). */
+static bool second_ok(unsigned char c, unsigned char d)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+
+    if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    return d >= lo && d <= hi;
+}
+
+bool api_utf8_valid(const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+
+    while (i < n) {
+        unsigned char c = p[i];
+        unsigned l;
+
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        l = seq_len(c);
+        if (!l || n - i < l || !second_ok(c, p[i + 1]))
+            return false;
+        for (unsigned k = 2; k < l; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                return false;
+        }
+        i += l;
+    }
+    return true;
+}
+
+size_t api_utf8_partial_tail(const unsigned char *p, size_t n)
+{
+    for (size_t t = 1; t <= 3 && t <= n; t++) {
+        unsigned char c = p[n - t];
+        unsigned l;
+
+        if ((c & 0xc0) == 0x80)
+            continue; /* continuation: the lead is further back */
+        l = seq_len(c);
+        if (l <= t)
+            return 0; /* complete (or not UTF-8 at all): nothing to wait for */
+        if (t >= 2 && !second_ok(c, p[n - t + 1]))
+            return 0;
+        return t;
+    }
+    return 0;
+}
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t api_b64_len(size_t n)
+{
+    return (n + 2) / 3 * 4;
+}
+
+void api_b64_encode(const unsigned char *in, size_t n, char *out)
+{
+    size_t i = 0;
+
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        *out++ = b64chars[v >> 18];
+        *out++ = b64chars[(v >> 12) & 63];
+        *out++ = b64chars[(v >> 6) & 63];
+        *out++ = b64chars[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        *out++ = b64chars[v >> 18];
+        *out++ = b64chars[(v >> 12) & 63];
+        *out++ = '=';
+        *out++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+        *out++ = b64chars[v >> 18];
+        *out++ = b64chars[(v >> 12) & 63];
+        *out++ = b64chars[(v >> 6) & 63];
+        *out++ = '=';
+    }
+}
+
+static int b64val(char c)
+{
+    const char *p = c ? strchr(b64chars, c) : NULL;
+    return p ? (int)(p - b64chars) : -1;
+}
+
+long api_b64_decode(const char *in, size_t n, unsigned char *out)
+{
+    long o = 0;
+
+    if (n % 4)
+        return -1;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4], pad = 0;
+        for (int k = 0; k < 4; k++) {
+            if (in[i + k] == '=' && i + 4 == n && k >= 2) {
+                v[k] = 0;
+                pad++;
+            } else if (pad || (v[k] = b64val(in[i + k])) < 0) {
+                return -1;
+            }
+        }
+        out[o++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
+        if (pad < 2)
+            out[o++] = (unsigned char)((v[1] & 15) << 4 | v[2] >> 2);
+        if (pad < 1)
+            out[o++] = (unsigned char)((v[2] & 3) << 6 | v[3]);
+    }
+    return o;
+}
+
+/* Base64 of a ++ b where a is at most 3 bytes (the held-back bytes). */
+static char *b64_two(const unsigned char *a, size_t an, const unsigned char *b, size_t bn, char *o)
+{
+    unsigned char tmp[6];
+    size_t k = (3 - an % 3) % 3;
+
+    if (k > bn)
+        k = bn;
+    memcpy(tmp, a, an);
+    memcpy(tmp + an, b, k);
+    api_b64_encode(tmp, an + k, o);
+    o += api_b64_len(an + k);
+    api_b64_encode(b + k, bn - k, o);
+    return o + api_b64_len(bn - k);
+}
+
+static char *json_escape(const unsigned char *p, size_t n, char *o)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"':
+        case '\\':
+            *o++ = (char)c;
+            break;
+        case '\n':
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = 't';
+            break;
+        case '\b':
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = 'f';
+            break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    return o;
+}
+
+size_t api_ndjson_max(size_t n)
+{
+    /* prefix + suffix < 64; escaping costs at most 6 bytes per byte (base64 less). */
+    return 64 + 6 * (n + 3);
+}
+
+static char *line_start(char *o, int fd, uint64_t off, bool text)
+{
+    return o + sprintf(o, "{\"type\":\"%s\",\"offset\":%" PRIu64 ",\"%s\":\"",
+                       fd == 1 ? "stdout" : "stderr", off, text ? "data" : "data_b64");
+}
+
+static char *line_end(char *o)
+{
+    memcpy(o, "\"}\n", 3);
+    return o + 3;
+}
+
+size_t api_ndjson_flush(struct api_utf8_hold *h, int fd, char *out)
+{
+    char *o = out;
+
+    if (!h->n)
+        return 0;
+    o = line_start(o, fd, h->off, false);
+    api_b64_encode(h->b, h->n, o);
+    o = line_end(o + api_b64_len(h->n));
+    h->n = 0;
+    return (size_t)(o - out);
+}
+
+size_t api_ndjson_chunk(struct api_utf8_hold *h, int fd, uint64_t off, const unsigned char *p,
+                        size_t n, char *out)
+{
+    unsigned char head[4], tailv[6];
+    size_t hn, total, tail, body, rest = 0, tv;
+    uint64_t start;
+    char *o = out;
+    bool text = true;
+
+    /* Held bytes belong just before off; after a gap they can never complete. */
+    if (h->n && h->off + h->n != off)
+        o += api_ndjson_flush(h, fd, o);
+    if (!n)
+        return (size_t)(o - out);
+    hn = h->n;
+    start = hn ? h->off : off;
+    total = hn + n;
+
+    /* The stream so far is held ++ p; its partial tail lies in its last 3 bytes. */
+    tv = total < 3 ? total : 3;
+    for (size_t i = 0; i < tv; i++) {
+        size_t vi = total - tv + i;
+        tailv[i] = vi < hn ? h->b[vi] : p[vi - hn];
+    }
+    tail = api_utf8_partial_tail(tailv, tv);
+    body = total - tail;
+
+    if (body == 0) {
+        /* Still incomplete: hold everything (at most 3 bytes). */
+        memcpy(head, h->b, hn);
+        memcpy(head + hn, p, n);
+        memcpy(h->b, head, total);
+        h->n = (unsigned)total;
+        h->off = start;
+        return (size_t)(o - out);
+    }
+    /* Held bytes are one partial sequence from a lead byte, so a new tail
+     * starts inside p, never inside them. */
+    if (hn) {
+        unsigned l = seq_len(h->b[0]);
+        if (body < l) {
+            text = false;
+        } else {
+            memcpy(head, h->b, hn);
+            memcpy(head + hn, p, l - hn);
+            text = api_utf8_valid(head, l);
+            rest = l - hn;
+        }
+    }
+    if (text)
+        text = api_utf8_valid(p + rest, n - tail - rest);
+
+    o = line_start(o, fd, start, text);
+    if (text) {
+        if (hn)
+            o = json_escape(head, hn + rest, o);
+        o = json_escape(p + rest, n - tail - rest, o);
+    } else {
+        o = b64_two(h->b, hn, p, n - tail, o);
+    }
+    o = line_end(o);
+
+    memcpy(h->b, p + n - tail, tail);
+    h->n = (unsigned)tail;
+    h->off = start + body;
+    return (size_t)(o - out);
+}

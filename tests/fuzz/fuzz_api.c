@@ -1,0 +1,167 @@
+/*
+ * libFuzzer target for the REST layer's decoders (server/api.c): request
+ * bodies, rename bodies, query strings (split at '&' as lws does), routes,
+ * bearer headers, base64, and the NDJSON encoder, whose output is decoded
+ * again and must give back exactly the input bytes, in order, with text
+ * lines only when the input was valid UTF-8.
+ *
+ * Build: CC=clang cmake -DWARREN_FUZZ=ON ...; make fuzz_api;
+ *        ./tests/fuzz/fuzz_api -max_total_time=60 corpus_dir
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+
+#include "api.h"
+
+#define MAX_IN 65536
+
+static void fuzz_body(const uint8_t *d, size_t n)
+{
+    struct api_err e;
+    json_t *j = NULL, *a = NULL;
+
+    if (api_body_parse((const char *)d, n, &j, &e) == 0) {
+        if (!json_is_object(j))
+            abort();
+        if (api_rename_args(j, &a, &e) == 0 && !json_is_object(a))
+            abort();
+        json_decref(a);
+        json_decref(j);
+    } else if (j || e.status < 400 || !e.code) {
+        abort();
+    }
+}
+
+static void fuzz_query_route(const uint8_t *d, size_t n)
+{
+    const char *frags[64];
+    struct api_query q;
+    struct api_route r;
+    struct api_err e;
+    char *s = malloc(n + 1), *p;
+    size_t nf = 0;
+
+    memcpy(s, d, n);
+    s[n] = '\0';
+    /* The route matcher gets the whole string (it stops at NUL). */
+    if (api_route_match(s, &r) == 0 && strlen(r.sbx) > API_ID_MAX)
+        abort();
+    api_bearer_ok(s, "0123456789abcdef0123456789abcdef");
+    api_wants_ndjson(s);
+    for (p = s; nf < 64;) {
+        char *amp = strchr(p, '&');
+        frags[nf++] = p;
+        if (!amp)
+            break;
+        *amp = '\0';
+        p = amp + 1;
+    }
+    if (api_query_parse(frags, nf, ~0u, &q, &e) == 0) {
+        if (q.metadata && !json_is_object(q.metadata))
+            abort();
+        if (q.path)
+            api_path_check("path", q.path, &e);
+        api_query_clear(&q);
+    } else if (q.metadata) {
+        abort();
+    }
+    free(s);
+}
+
+struct dec {
+    size_t len[3];
+    int b64_lines;
+};
+
+/* Decode NDJSON lines, appending each stream's bytes to bufs[fd]. */
+static void decode(struct dec *dc, unsigned char *bufs[3], const char *o, size_t n)
+{
+    static unsigned char tmp[MAX_IN];
+
+    while (n) {
+        const char *nl = memchr(o, '\n', n);
+        json_t *j, *v;
+        int fd;
+
+        if (!nl)
+            abort();
+        j = json_loadb(o, (size_t)(nl - o), JSON_ALLOW_NUL, NULL);
+        if (!j)
+            abort();
+        fd = !strcmp(json_string_value(json_object_get(j, "type")), "stdout") ? 1 : 2;
+        if ((size_t)json_integer_value(json_object_get(j, "offset")) != dc->len[fd])
+            abort();
+        if ((v = json_object_get(j, "data"))) {
+            memcpy(bufs[fd] + dc->len[fd], json_string_value(v), json_string_length(v));
+            dc->len[fd] += json_string_length(v);
+        } else {
+            const char *b = json_string_value(json_object_get(j, "data_b64"));
+            long m = b ? api_b64_decode(b, strlen(b), tmp) : -1;
+            if (m <= 0)
+                abort();
+            memcpy(bufs[fd] + dc->len[fd], tmp, (size_t)m);
+            dc->len[fd] += (size_t)m;
+            dc->b64_lines++;
+        }
+        json_decref(j);
+        n -= (size_t)(nl - o) + 1;
+        o = nl + 1;
+    }
+}
+
+/* Split the input among fds 1 and 2 in pieces whose sizes come from the input itself. */
+static void fuzz_ndjson(const uint8_t *d, size_t n)
+{
+    struct api_utf8_hold h[3] = {{{0}, 0, 0}};
+    unsigned char *want[3], *got[3];
+    size_t wlen[3] = {0, 0, 0}, pos = 0, ol;
+    struct dec dc = {0};
+    char *out;
+    unsigned seed = n ? d[0] : 0;
+
+    for (int i = 1; i < 3; i++) {
+        want[i] = malloc(n + 1);
+        got[i] = malloc(n + 1);
+    }
+    out = malloc(api_ndjson_max(n) + 2 * api_ndjson_max(0));
+    while (pos < n) {
+        size_t piece = 1 + (seed = seed * 1103515245u + 12345u) % 7;
+        int fd = 1 + (int)((seed >> 16) & 1);
+        if (piece > n - pos)
+            piece = n - pos;
+        ol = api_ndjson_chunk(&h[fd], fd, wlen[fd], d + pos, piece, out);
+        if (ol > api_ndjson_max(piece))
+            abort();
+        decode(&dc, got, out, ol);
+        memcpy(want[fd] + wlen[fd], d + pos, piece);
+        wlen[fd] += piece;
+        pos += piece;
+    }
+    for (int fd = 1; fd < 3; fd++) {
+        ol = api_ndjson_flush(&h[fd], fd, out);
+        decode(&dc, got, out, ol);
+        if (dc.len[fd] != wlen[fd] || memcmp(got[fd], want[fd], wlen[fd]))
+            abort();
+    }
+    /* Valid UTF-8, however it was cut, must come out as text only. */
+    if (dc.b64_lines && api_utf8_valid(want[1], wlen[1]) && api_utf8_valid(want[2], wlen[2]))
+        abort();
+    free(out);
+    for (int i = 1; i < 3; i++) {
+        free(want[i]);
+        free(got[i]);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
+{
+    if (n > MAX_IN)
+        return 0;
+    fuzz_body(d, n);
+    fuzz_query_route(d, n);
+    fuzz_ndjson(d, n);
+    return 0;
+}

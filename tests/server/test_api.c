@@ -1,0 +1,392 @@
+/*
+ * Unit tests of server/api.c: routes, query strings and metadata filters,
+ * bodies, bearer auth, UTF-8 hold-back and the NDJSON/base64 encoding of
+ * streamed output (checked by decoding what was encoded).
+ */
+#include "api.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static void test_routes(void)
+{
+    struct api_route r;
+
+    CHECK(api_route_match("/healthz", &r) == 0 && r.id == API_R_HEALTHZ && !r.auth &&
+          r.methods == API_GET);
+    CHECK(api_route_match("/v1/sandboxes", &r) == 0 && r.id == API_R_SANDBOXES && r.auth &&
+          r.methods == (API_GET | API_POST));
+    CHECK(api_route_match("/v1/sandboxes/", &r) == 0 && r.id == API_R_SANDBOXES);
+    CHECK(api_route_match("/v1/sandboxes/sbx-1_A", &r) == 0 && r.id == API_R_SANDBOX &&
+          !strcmp(r.sbx, "sbx-1_A") && r.methods == (API_GET | API_DELETE));
+    CHECK(api_route_match("/v1/sandboxes/abc/exec", &r) == 0 && r.id == API_R_EXEC &&
+          !strcmp(r.sbx, "abc") && r.methods == API_POST);
+    CHECK(api_route_match("/v1/sandboxes/abc/timeout", &r) == 0 && r.id == API_R_TIMEOUT);
+    CHECK(api_route_match("/v1/sandboxes/abc/files", &r) == 0 && r.id == API_R_FILES &&
+          r.methods == (API_GET | API_PUT | API_DELETE));
+    CHECK(api_route_match("/v1/sandboxes/abc/files/stat", &r) == 0 && r.id == API_R_FILES_STAT);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/list/", &r) == 0 && r.id == API_R_FILES_LIST);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/mkdir", &r) == 0 && r.id == API_R_FILES_MKDIR &&
+          r.methods == API_POST);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/rename", &r) == 0 && r.id == API_R_FILES_RENAME);
+    /* Unknown: 404, but under /v1 only after auth. */
+    CHECK(api_route_match("/v1/nope", &r) == -ENOENT && r.auth);
+    CHECK(api_route_match("/v1", &r) == -ENOENT && r.auth);
+    CHECK(api_route_match("/nope", &r) == -ENOENT && !r.auth);
+    CHECK(api_route_match("/", &r) == -ENOENT && !r.auth);
+    CHECK(api_route_match("/v1/sandboxesX", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/a b", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/chmod", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/exec/x", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes//exec", &r) == -ENOENT);
+    char longid[100] = "/v1/sandboxes/";
+    memset(longid + 14, 'a', 65);
+    CHECK(api_route_match(longid, &r) == -ENOENT);
+    longid[14 + 64] = '\0';
+    CHECK(api_route_match(longid, &r) == 0 && strlen(r.sbx) == 64);
+    CHECK(api_route_match("/healthz/", &r) == 0 && r.id == API_R_HEALTHZ);
+}
+
+static int qp(unsigned allow, struct api_query *q, struct api_err *e, int n, ...)
+{
+    const char *f[16];
+    va_list ap;
+
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        f[i] = va_arg(ap, const char *);
+    va_end(ap);
+    return api_query_parse(f, (size_t)n, allow, q, e);
+}
+
+static void test_query(void)
+{
+    const unsigned all =
+        API_Q_PATH | API_Q_MODE | API_Q_DEPTH | API_Q_RECURSIVE | API_Q_STATE | API_Q_METADATA;
+    struct api_query q;
+    struct api_err e;
+
+    CHECK(qp(all, &q, &e, 0) == 0 && q.seen == 0 && q.mode == 0644 && q.depth == 1 &&
+          !q.recursive && !q.metadata);
+    CHECK(qp(all, &q, &e, 4, "path=/a b/c=d", "mode=0755", "depth=3", "recursive=true") == 0);
+    CHECK(!strcmp(q.path, "/a b/c=d") && q.mode == 0755 && q.depth == 3 && q.recursive);
+    CHECK(q.seen == (API_Q_PATH | API_Q_MODE | API_Q_DEPTH | API_Q_RECURSIVE));
+    api_query_clear(&q);
+    CHECK(qp(all, &q, &e, 2, "recursive=0", "mode=4755") == 0 && !q.recursive && q.mode == 04755);
+    api_query_clear(&q);
+
+    /* Metadata filters build a JSON object. */
+    CHECK(qp(all, &q, &e, 4, "state=running", "metadata.team=infra", "", "metadata.k.x=") == 0);
+    CHECK(!strcmp(q.state, "running"));
+    CHECK(json_object_size(q.metadata) == 2);
+    CHECK(!strcmp(json_string_value(json_object_get(q.metadata, "team")), "infra"));
+    CHECK(!strcmp(json_string_value(json_object_get(q.metadata, "k.x")), ""));
+    api_query_clear(&q);
+    CHECK(q.metadata == NULL);
+
+    CHECK(qp(all, &q, &e, 2, "metadata.a=1", "metadata.a=2") == -EINVAL && e.status == 400 &&
+          q.metadata == NULL);
+    CHECK(qp(all, &q, &e, 1, "metadata.=1") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "metadata.a=\xff") == -EINVAL && !strcmp(e.code, "bad_request"));
+    CHECK(qp(all, &q, &e, 1, "mode=0800") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "mode=17777") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "mode=") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "depth=0") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "depth=65") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "depth=-1") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "recursive=yes") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "state=") == -EINVAL);
+    CHECK(qp(all, &q, &e, 2, "path=/a", "path=/b") == -EINVAL);
+    CHECK(qp(all, &q, &e, 1, "bogus=1") == -EINVAL && strstr(e.msg, "bogus"));
+    CHECK(qp(API_Q_PATH, &q, &e, 1, "depth=2") == -EINVAL && strstr(e.msg, "depth"));
+    CHECK(qp(API_Q_PATH, &q, &e, 1, "path") == 0 && !strcmp(q.path, ""));
+    api_query_clear(&q);
+
+    CHECK(api_path_check("path", "/x", &e) == 0);
+    CHECK(api_path_check("path", NULL, &e) == -EINVAL && e.status == 400);
+    CHECK(api_path_check("path", "", &e) == -EINVAL);
+    CHECK(api_path_check("path", "rel/x", &e) == -EINVAL && strstr(e.msg, "absolute"));
+    CHECK(api_path_check("path", "/a\xff", &e) == -EINVAL && strstr(e.msg, "UTF-8"));
+    char *lp = malloc(API_PATH_MAX + 2);
+    memset(lp, 'a', API_PATH_MAX + 1);
+    lp[0] = '/';
+    lp[API_PATH_MAX + 1] = '\0';
+    CHECK(api_path_check("path", lp, &e) == -EINVAL);
+    lp[API_PATH_MAX] = '\0';
+    CHECK(api_path_check("path", lp, &e) == 0);
+    free(lp);
+}
+
+static void test_bodies(void)
+{
+    struct api_err e;
+    json_t *j, *a;
+
+    CHECK(api_body_parse("", 0, &j, &e) == 0 && json_is_object(j) && json_object_size(j) == 0);
+    json_decref(j);
+    CHECK(api_body_parse(" \r\n\t", 4, &j, &e) == 0 && json_is_object(j));
+    json_decref(j);
+    CHECK(api_body_parse("{\"a\":1}garbage", 7, &j, &e) == 0 && json_is_object(j));
+    json_decref(j);
+    CHECK(api_body_parse("{\"a\":1}garbage", 14, &j, &e) == -EINVAL && e.status == 400 &&
+          !strcmp(e.code, "bad_request") && j == NULL);
+    CHECK(api_body_parse("{\"template\":", 12, &j, &e) == -EINVAL && strstr(e.msg, "malformed"));
+    CHECK(api_body_parse("[1,2]", 5, &j, &e) == -EINVAL && strstr(e.msg, "object"));
+    CHECK(api_body_parse("\"s\"", 3, &j, &e) == -EINVAL);
+    CHECK(api_body_parse("{\"a\":1,\"a\":2}", 13, &j, &e) == -EINVAL);
+    CHECK(api_body_parse("{\"a\":\"\\u0000\"}", 14, &j, &e) == -EINVAL);
+    CHECK(api_body_parse("{\"a\":\"\xff\"}", 9, &j, &e) == -EINVAL);
+    CHECK(api_body_parse("{\"a\"\0:1}", 8, &j, &e) == -EINVAL);
+
+    j = json_pack("{s:s, s:s}", "from", "/a", "to", "/b");
+    CHECK(api_rename_args(j, &a, &e) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(a, "path")), "/a"));
+    CHECK(!strcmp(json_string_value(json_object_get(a, "to")), "/b"));
+    json_decref(a);
+    json_decref(j);
+    j = json_pack("{s:s, s:i}", "from", "/a", "to", 3);
+    CHECK(api_rename_args(j, &a, &e) == -EINVAL && strstr(e.msg, "to") && a == NULL);
+    json_decref(j);
+    j = json_pack("{s:s, s:s}", "from", "a", "to", "/b");
+    CHECK(api_rename_args(j, &a, &e) == -EINVAL && strstr(e.msg, "from"));
+    json_decref(j);
+}
+
+static void test_headers(void)
+{
+    const char *k = "0123456789abcdef0123456789abcdef";
+
+    CHECK(api_bearer_ok("Bearer 0123456789abcdef0123456789abcdef", k));
+    CHECK(api_bearer_ok("bearer   0123456789abcdef0123456789abcdef  ", k));
+    CHECK(!api_bearer_ok("Bearer 0123456789abcdef0123456789abcdeF", k));
+    CHECK(!api_bearer_ok("Bearer 0123456789abcdef0123456789abcde", k));
+    CHECK(!api_bearer_ok("Bearer 0123456789abcdef0123456789abcdef0", k));
+    CHECK(!api_bearer_ok("Basic 0123456789abcdef0123456789abcdef", k));
+    CHECK(!api_bearer_ok("Bearer ", k));
+    CHECK(!api_bearer_ok("", k));
+    CHECK(!api_bearer_ok(NULL, k));
+    CHECK(!api_bearer_ok("Bearer ", ""));
+    CHECK(!api_bearer_ok("Bearer x", NULL));
+
+    CHECK(api_wants_ndjson("application/x-ndjson"));
+    CHECK(api_wants_ndjson("application/json, Application/X-NDJSON;q=0.9"));
+    CHECK(!api_wants_ndjson("application/json"));
+    CHECK(!api_wants_ndjson("*/*"));
+    CHECK(!api_wants_ndjson(NULL));
+}
+
+static void test_utf8_b64(void)
+{
+    const unsigned char *u;
+    unsigned char out[64];
+    char enc[64];
+
+#define V(s) api_utf8_valid((const unsigned char *)(s), sizeof(s) - 1)
+    CHECK(V("plain ascii\n\t"));
+    CHECK(V("w\xc3\xb6rld \xe2\x82\xac \xf0\x9f\x98\x80"));
+    CHECK(V("\x00"));
+    CHECK(!V("\xc0\x80"));         /* overlong NUL */
+    CHECK(!V("\xe0\x80\xaf"));     /* overlong */
+    CHECK(!V("\xed\xa0\x80"));     /* surrogate */
+    CHECK(!V("\xf4\x90\x80\x80")); /* > U+10FFFF */
+    CHECK(!V("\xf5\x80\x80\x80"));
+    CHECK(!V("\xff"));
+    CHECK(!V("\x80"));
+    CHECK(!V("\xc3"));
+    CHECK(!V("\xe2\x82"));
+    CHECK(V("\xef\xbf\xbf"));
+    CHECK(V("\xf4\x8f\xbf\xbf"));
+#undef V
+#define T(s) api_utf8_partial_tail((const unsigned char *)(s), sizeof(s) - 1)
+    CHECK(T("") == 0);
+    CHECK(T("abc") == 0);
+    CHECK(T("ab\xc3") == 1);
+    CHECK(T("ab\xe2\x82") == 2);
+    CHECK(T("ab\xe2") == 1);
+    CHECK(T("\xf0\x9f\x98") == 3);
+    CHECK(T("\xf0\x9f\x98\x80") == 0);
+    CHECK(T("a\xc3\xb6") == 0);
+    CHECK(T("\xed\xa0") == 0); /* would be a surrogate: nothing worth waiting for */
+    CHECK(T("\xf4\x90") == 0);
+    CHECK(T("\xe0\x80") == 0); /* overlong */
+    CHECK(T("\x80\x80\x80") == 0);
+    CHECK(T("\xff") == 0);
+    CHECK(T("\xc0") == 0);
+#undef T
+
+    u = (const unsigned char *)"Man is";
+    for (size_t n = 0; n <= 6; n++) {
+        static const char *want[] = {"",         "TQ==",     "TWE=",    "TWFu",
+                                     "TWFuIA==", "TWFuIGk=", "TWFuIGlz"};
+        CHECK(api_b64_len(n) == strlen(want[n]));
+        api_b64_encode(u, n, enc);
+        CHECK(!memcmp(enc, want[n], strlen(want[n])));
+        CHECK(api_b64_decode(want[n], strlen(want[n]), out) == (long)n && !memcmp(out, u, n));
+    }
+    CHECK(api_b64_decode("TQ=", 3, out) == -1);
+    CHECK(api_b64_decode("T===", 4, out) == -1);
+    CHECK(api_b64_decode("TQ=a", 4, out) == -1);
+    CHECK(api_b64_decode("TQ==TQ==", 8, out) == -1);
+    CHECK(api_b64_decode("T!==", 4, out) == -1);
+}
+
+/* Decode NDJSON lines; append bytes to buf[fd]. Checks offsets are contiguous. */
+struct sink {
+    unsigned char buf[3][4096];
+    size_t len[3];
+    int b64_lines;
+    int bad;
+};
+
+static void decode_lines(struct sink *s, const char *p, size_t n)
+{
+    while (n) {
+        const char *nl = memchr(p, '\n', n);
+        json_error_t je;
+        json_t *j;
+        size_t ln;
+        int fd;
+
+        if (!nl) {
+            s->bad++;
+            return;
+        }
+        ln = (size_t)(nl - p);
+        j = json_loadb(p, ln, JSON_ALLOW_NUL, &je);
+        if (!j) {
+            fprintf(stderr, "bad line: %.*s (%s)\n", (int)ln, p, je.text);
+            s->bad++;
+            return;
+        }
+        fd = !strcmp(json_string_value(json_object_get(j, "type")), "stdout") ? 1 : 2;
+        if ((size_t)json_integer_value(json_object_get(j, "offset")) != s->len[fd])
+            s->bad++;
+        if (json_object_get(j, "data")) {
+            json_t *d = json_object_get(j, "data");
+            memcpy(s->buf[fd] + s->len[fd], json_string_value(d), json_string_length(d));
+            s->len[fd] += json_string_length(d);
+        } else {
+            const char *b = json_string_value(json_object_get(j, "data_b64"));
+            long m = b ? api_b64_decode(b, strlen(b), s->buf[fd] + s->len[fd]) : -1;
+            if (m <= 0)
+                s->bad++;
+            else
+                s->len[fd] += (size_t)m;
+            s->b64_lines++;
+        }
+        json_decref(j);
+        p = nl + 1;
+        n -= ln + 1;
+    }
+}
+
+/* Encode data for fd 1 cut at the given points, then decode and compare. */
+static void roundtrip(const unsigned char *data, size_t n, const size_t *cuts, size_t ncuts,
+                      int want_b64_lines)
+{
+    struct api_utf8_hold h = {0};
+    struct sink s;
+    char *out = malloc(api_ndjson_max(n) * (ncuts + 2));
+    size_t pos = 0, o = 0;
+
+    memset(&s, 0, sizeof(s));
+    for (size_t i = 0; i <= ncuts; i++) {
+        size_t end = i < ncuts ? cuts[i] : n;
+        o += api_ndjson_chunk(&h, 1, pos, data + pos, end - pos, out + o);
+        pos = end;
+    }
+    o += api_ndjson_flush(&h, 1, out + o);
+    decode_lines(&s, out, o);
+    CHECK(s.bad == 0);
+    CHECK(s.len[1] == n && !memcmp(s.buf[1], data, n));
+    if (want_b64_lines >= 0 && s.b64_lines != want_b64_lines) {
+        fprintf(stderr, "b64 lines %d, want %d for %.*s\n", s.b64_lines, want_b64_lines, (int)n,
+                (const char *)data);
+        failures++;
+    }
+    free(out);
+}
+
+static void test_ndjson(void)
+{
+    static const unsigned char text[] = "h\xc3\xb6 \xe2\x82\xac\xf0\x9f\x98\x80 \"q\" \\ \n\t\x01";
+    size_t n = sizeof(text) - 1;
+    char line[256];
+    struct api_utf8_hold h = {0};
+    size_t l;
+
+    /* Every single cut point and every pair of cut points keeps valid text as text. */
+    for (size_t a = 0; a <= n; a++) {
+        roundtrip(text, n, &a, 1, 0);
+        for (size_t b = a; b <= n; b++) {
+            size_t c[2] = {a, b};
+            roundtrip(text, n, c, 2, 0);
+        }
+    }
+    /* Cut at every byte. */
+    {
+        size_t c[64];
+        for (size_t i = 0; i < n; i++)
+            c[i] = i + 1;
+        roundtrip(text, n, c, n - 1, 0);
+    }
+    /* Invalid bytes go as base64, still in order. */
+    roundtrip((const unsigned char *)"ok\xff\xfe", 4, NULL, 0, 1);
+    roundtrip((const unsigned char *)"\xc0\x80 \xed\xa0\x80", 6, NULL, 0, 1);
+    /* A sequence cut off at the end of the stream is flushed as base64. */
+    roundtrip((const unsigned char *)"abc\xe2\x82", 5, NULL, 0, 1);
+    /* Held bytes followed by a non-continuation: one base64 line. */
+    {
+        size_t c[1] = {3};
+        roundtrip((const unsigned char *)"ab\xe2xyz", 6, c, 1, 1);
+    }
+    /* NUL is valid UTF-8 and travels as \u0000 text. */
+    roundtrip((const unsigned char *)"a\0b", 3, NULL, 0, 0);
+
+    /* Exact line shape. */
+    l = api_ndjson_chunk(&h, 2, 42, (const unsigned char *)"x\"y\n", 4, line);
+    CHECK(l == strlen("{\"type\":\"stderr\",\"offset\":42,\"data\":\"x\\\"y\\n\"}\n") &&
+          !memcmp(line, "{\"type\":\"stderr\",\"offset\":42,\"data\":\"x\\\"y\\n\"}\n", l));
+    l = api_ndjson_chunk(&h, 1, 0, (const unsigned char *)"\xff", 1, line);
+    CHECK(l == strlen("{\"type\":\"stdout\",\"offset\":0,\"data_b64\":\"/w==\"}\n") &&
+          !memcmp(line, "{\"type\":\"stdout\",\"offset\":0,\"data_b64\":\"/w==\"}\n", l));
+    /* A partial sequence alone emits nothing; the next chunk completes it. */
+    CHECK(api_ndjson_chunk(&h, 1, 10, (const unsigned char *)"\xe2", 1, line) == 0 && h.n == 1);
+    CHECK(api_ndjson_chunk(&h, 1, 11, (const unsigned char *)"\x82", 1, line) == 0 && h.n == 2);
+    l = api_ndjson_chunk(&h, 1, 12, (const unsigned char *)"\xac!", 2, line);
+    CHECK(h.n == 0 &&
+          l == strlen("{\"type\":\"stdout\",\"offset\":10,\"data\":\"\xe2\x82\xac!\"}\n"));
+    /* A gap in offsets flushes what was held on its own. */
+    CHECK(api_ndjson_chunk(&h, 1, 20, (const unsigned char *)"\xc3", 1, line) == 0);
+    l = api_ndjson_chunk(&h, 1, 30, (const unsigned char *)"z", 1, line);
+    CHECK(strstr(line, "\"offset\":20,\"data_b64\":\"ww==\"") &&
+          strstr(line, "\"offset\":30,\"data\":\"z\""));
+    CHECK(api_ndjson_flush(&h, 1, line) == 0);
+}
+
+int main(void)
+{
+    test_routes();
+    test_query();
+    test_bodies();
+    test_headers();
+    test_utf8_b64();
+    test_ndjson();
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
+    else
+        printf("api: all checks passed\n");
+    return failures ? 1 : 0;
+}
