@@ -1,1 +1,418 @@
-int main(void) { return 0; }
+/*
+ * main.c - warrend: assemble config, API key, sandbox table and HTTP
+ * server on one libev loop, and own signals and the shutdown order.
+ *
+ * Shutdown (SIGINT/SIGTERM): the HTTP server goes first, so every request
+ * cancels its operation while the table still exists; then the table is
+ * freed with kill_vms=false, leaving the VMs running for the next warrend
+ * to adopt; then the loop stops.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <ev.h>
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "sbx.h"
+#include "vmm.h"
+
+#ifndef WARREN_VERSION
+#define WARREN_VERSION "0.1.0"
+#endif
+
+#define KEY_BYTES 32
+
+struct daemon {
+    struct ev_loop *loop;
+    struct sbx_table *t;
+    struct http_server *h;
+    ev_signal sigint, sigterm;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: warrend [--config FILE] [--listen ADDR:PORT] [--state-dir DIR]\n"
+               "               [--image-dir DIR] [--log-level error|warn|info|debug]\n"
+               "               [--help] [--version]\n"
+               "\n"
+               "Serves the Warren REST API (default http://127.0.0.1:8080). Options are read\n"
+               "from the embedded defaults (= conf/warren.conf), then FILE, then the flags.\n");
+}
+
+/* mkdir -p; directories it creates get mode 0700. */
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0700) && errno != EEXIST)
+                return -errno;
+            *p = c;
+            if (!c)
+                break;
+        }
+    }
+    return 0;
+}
+
+static int random_bytes(unsigned char *out, size_t n)
+{
+    static const char pers[] = "warrend api key";
+    mbedtls_entropy_context ent;
+    mbedtls_ctr_drbg_context drbg;
+    int r;
+
+    mbedtls_entropy_init(&ent);
+    mbedtls_ctr_drbg_init(&drbg);
+    r = mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &ent, (const unsigned char *)pers,
+                              sizeof(pers) - 1);
+    if (!r)
+        r = mbedtls_ctr_drbg_random(&drbg, out, n);
+    mbedtls_ctr_drbg_free(&drbg);
+    mbedtls_entropy_free(&ent);
+    return r ? -EIO : 0;
+}
+
+/* Read a key file: one line of at least 16 printable characters. */
+static int read_key(const char *path, char **out)
+{
+    char buf[512];
+    struct stat st;
+    ssize_t n;
+    int fd, r = 0;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -errno;
+    n = read(fd, buf, sizeof(buf) - 1);
+    if (n < 0) {
+        r = -errno;
+        goto out;
+    }
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    if (n < 16 || strcspn(buf, " \t\r\n") != (size_t)n) {
+        LOG(LOG_ERR, "%s does not hold an API key (one line, 16+ characters)", path);
+        r = -EINVAL;
+        goto out;
+    }
+    if (fstat(fd, &st) == 0 && (st.st_mode & 077))
+        LOG(LOG_WARN, "%s is readable by other users (mode %04o): chmod 600 it", path,
+            (unsigned)(st.st_mode & 07777));
+    if (!(*out = strdup(buf)))
+        r = -ENOMEM;
+out:
+    close(fd);
+    return r;
+}
+
+/* The configured key, else state_dir/api_key, else a new one written there. */
+static int load_api_key(const struct srv_config *cfg, char **out)
+{
+    unsigned char raw[KEY_BYTES];
+    char hex[2 * KEY_BYTES + 2], *path = NULL;
+    int fd = -1, r;
+
+    if (cfg->api_key && cfg->api_key[0]) {
+        LOG(LOG_INFO, "API key: from the configuration");
+        return (*out = strdup(cfg->api_key)) ? 0 : -ENOMEM;
+    }
+    if (asprintf(&path, "%s/api_key", cfg->state_dir) < 0)
+        return -ENOMEM;
+    r = read_key(path, out);
+    if (r != -ENOENT) {
+        if (!r)
+            LOG(LOG_INFO, "API key: %s", path);
+        goto out;
+    }
+    r = random_bytes(raw, sizeof(raw));
+    if (r) {
+        LOG(LOG_ERR, "cannot get random bytes for the API key (mbedTLS entropy)");
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof(raw); i++)
+        sprintf(hex + 2 * i, "%02x", raw[i]);
+    hex[2 * KEY_BYTES] = '\n';
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        r = read_key(path, out); /* another warrend won the race */
+        goto out;
+    }
+    if (fd < 0 || write(fd, hex, 2 * KEY_BYTES + 1) != 2 * KEY_BYTES + 1 || fsync(fd)) {
+        r = -errno;
+        LOG(LOG_ERR, "cannot write %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            unlink(path);
+        goto out;
+    }
+    hex[2 * KEY_BYTES] = '\0';
+    if (!(*out = strdup(hex))) {
+        r = -ENOMEM;
+        goto out;
+    }
+    LOG(LOG_INFO, "API key: created %s (mode 0600); send it as 'Authorization: Bearer <key>'",
+        path);
+    r = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return r;
+}
+
+static int check_limits(const struct srv_config *c)
+{
+    const char *why = NULL;
+
+    if (c->min_memory_mb > c->default_memory_mb || c->default_memory_mb > c->max_memory_mb)
+        why = "need min_memory_mb <= default_memory_mb <= max_memory_mb";
+    else if (c->default_vcpus > c->max_vcpus)
+        why = "need default_vcpus <= max_vcpus";
+    else if (c->default_ttl_s > c->max_ttl_s)
+        why = "need default_ttl_seconds <= max_ttl_seconds";
+    if (why)
+        LOG(LOG_ERR, "configuration: %s", why);
+    return why ? -EINVAL : 0;
+}
+
+static bool is_loopback(const char *addr)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+
+    if (inet_pton(AF_INET, addr, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, addr, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+static void log_accel(const struct srv_config *cfg, bool *fatal)
+{
+    char why[256] = "";
+    enum vmm_accel a;
+
+    *fatal = false;
+    if (strcmp(cfg->accel, "tcg") == 0) {
+        a = VMM_ACCEL_TCG;
+        snprintf(why, sizeof(why), "accel = tcg in the configuration");
+    } else {
+        a = vmm_detect_accel(why, sizeof(why));
+        if (strcmp(cfg->accel, "kvm") == 0 && a != VMM_ACCEL_KVM) {
+            LOG(LOG_ERR, "accel = kvm, but KVM is not usable here: %s", why);
+            *fatal = true;
+            return;
+        }
+    }
+    if (a == VMM_ACCEL_KVM) {
+        LOG(LOG_INFO, "accelerator: kvm (%s)", why);
+        return;
+    }
+    LOG(LOG_INFO, "accelerator: tcg (%s)", why);
+    LOG(LOG_WARN, "WARNING: TCG is a development mode: QEMU's security guarantees cover KVM "
+                  "guests only; do not run untrusted code in sandboxes on this host");
+}
+
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    /* Every connection and every VM channel is an fd: use what the hard limit allows. */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl))
+            LOG(LOG_WARN, "cannot raise the open-file limit: %s", strerror(errno));
+    }
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+    struct daemon *d = w->data;
+
+    LOG(LOG_INFO, "signal %d: shutting down (sandboxes keep running for the next warrend)",
+        w->signum);
+    http_stop(d->h);
+    d->h = NULL;
+    sbx_table_free(d->t, false);
+    d->t = NULL;
+    ev_signal_stop(loop, &d->sigint);
+    ev_signal_stop(loop, &d->sigterm);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
+        {"state-dir", required_argument, NULL, 's'}, {"image-dir", required_argument, NULL, 'i'},
+        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
+    };
+    /* Flags are applied after the file whatever their order on the command line. */
+    const char *flag_keys[4] = {"listen", "state_dir", "image_dir", "log_level"};
+    const char *flag_vals[4] = {NULL, NULL, NULL, NULL};
+    const char *config_path = NULL;
+    struct srv_config cfg;
+    struct daemon d = {0};
+    char err[512], *key = NULL;
+    bool fatal;
+    struct stat st;
+    int c, r, rc = 1;
+
+    while ((c = getopt_long(argc, argv, "c:l:s:i:L:hV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config_path = optarg;
+            break;
+        case 'l':
+            flag_vals[0] = optarg;
+            break;
+        case 's':
+            flag_vals[1] = optarg;
+            break;
+        case 'i':
+            flag_vals[2] = optarg;
+            break;
+        case 'L':
+            flag_vals[3] = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("warrend %s\n", WARREN_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "warrend: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+
+    if (cfg_defaults(&cfg)) {
+        fprintf(stderr, "warrend: out of memory\n");
+        return 1;
+    }
+    if (config_path && cfg_load_file(&cfg, config_path, err, sizeof(err))) {
+        fprintf(stderr, "warrend: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (flag_vals[i] && cfg_set(&cfg, flag_keys[i], flag_vals[i], err, sizeof(err))) {
+            fprintf(stderr, "warrend: --%s: %s\n",
+                    i == 0   ? "listen"
+                    : i == 1 ? "state-dir"
+                    : i == 2 ? "image-dir"
+                             : "log-level",
+                    err);
+            rc = 2;
+            goto out;
+        }
+    }
+    {
+        enum log_level lvl;
+        if (log_parse_level(cfg.log_level, &lvl) == 0)
+            log_max = lvl;
+    }
+    if (check_limits(&cfg)) {
+        rc = 2;
+        goto out;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    raise_nofile();
+
+    r = mkdir_p(cfg.state_dir);
+    if (r) {
+        LOG(LOG_ERR, "cannot create state directory %s: %s", cfg.state_dir, strerror(-r));
+        goto out;
+    }
+    LOG(LOG_INFO, "state directory: %s", cfg.state_dir);
+    if (load_api_key(&cfg, &key))
+        goto out;
+
+    log_accel(&cfg, &fatal);
+    if (fatal)
+        goto out;
+    if (stat(cfg.image_dir, &st) || !S_ISDIR(st.st_mode))
+        LOG(LOG_WARN,
+            "image directory %s does not exist yet: sandboxes cannot start until the "
+            "images are built",
+            cfg.image_dir);
+    else
+        LOG(LOG_INFO, "image directory: %s", cfg.image_dir);
+    if (!is_loopback(cfg.listen_addr))
+        LOG(LOG_WARN,
+            "listening on non-loopback address %s as configured: the API is reachable "
+            "from the network over plain HTTP, guarded by the API key only",
+            cfg.listen_addr);
+
+    d.loop = ev_default_loop(EVBACKEND_EPOLL);
+    if (!d.loop) {
+        LOG(LOG_ERR, "cannot create the event loop (epoll)");
+        goto out;
+    }
+    r = sbx_table_new(d.loop, &cfg, &d.t);
+    if (r) {
+        LOG(LOG_ERR, "cannot open the sandbox table: %s", strerror(-r));
+        goto out;
+    }
+    r = http_start(d.loop, &cfg, d.t, key, &d.h);
+    if (r) {
+        sbx_table_free(d.t, false);
+        d.t = NULL;
+        goto out;
+    }
+    ev_signal_init(&d.sigint, on_signal, SIGINT);
+    ev_signal_init(&d.sigterm, on_signal, SIGTERM);
+    d.sigint.data = d.sigterm.data = &d;
+    ev_signal_start(d.loop, &d.sigint);
+    ev_signal_start(d.loop, &d.sigterm);
+
+    {
+        bool v6 = strchr(cfg.listen_addr, ':') != NULL;
+        LOG(LOG_INFO, "listening on %s%s%s:%u", v6 ? "[" : "", cfg.listen_addr, v6 ? "]" : "",
+            http_port(d.h));
+        /* Scripts and tests wait for exactly this line on stdout. */
+        printf("warrend listening on http://%s%s%s:%u\n", v6 ? "[" : "", cfg.listen_addr,
+               v6 ? "]" : "", http_port(d.h));
+        fflush(stdout);
+    }
+
+    ev_run(d.loop, 0);
+    rc = 0;
+out:
+    if (d.h)
+        http_stop(d.h);
+    if (d.t)
+        sbx_table_free(d.t, false);
+    if (d.loop)
+        ev_loop_destroy(d.loop);
+    free(key);
+    cfg_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/*
+ * http.h - warrend's REST API: libwebsockets (h1) attached to the
+ * application's libev loop as a foreign loop.
+ *
+ * The server answers /healthz and /v1/... by calling the sandbox table
+ * (sbx.h) only. Each request gets a uint64_t id that the table's sink
+ * callbacks carry back; events for an id that is gone are dropped, and a
+ * request that goes away cancels its operation (sbx_op_cancel).
+ *
+ * Ownership: the caller owns the loop, the config and the table, which must
+ * outlive the server; http_start copies the API key. One server per process
+ * (the sink callbacks carry no user pointer, only the request id).
+ */
+#ifndef WARREN_HTTP_H
+#define WARREN_HTTP_H
+
+#include <ev.h>
+
+struct http_server;
+struct srv_config;
+struct sbx_table;
+
+/* Create the lws context on loop and start listening on cfg->listen_addr:listen_port.
+ * 0; -ENOENT when lws cannot run on libev (evlib plugin missing); -EADDRNOTAVAIL when
+ * the address cannot be bound; -ENOMEM. The reason is logged. */
+int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table *t,
+               const char *api_key, struct http_server **out);
+
+/* Port actually bound (differs from the config when it asked for port 0). */
+unsigned http_port(const struct http_server *h);
+
+/* Close every connection and destroy the lws context. Operations still in flight are
+ * cancelled before this returns, so the table may be freed right after. */
+void http_stop(struct http_server *h);
+
+#endif

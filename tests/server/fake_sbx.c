@@ -1,0 +1,636 @@
+/*
+ * fake_sbx.c - a sandbox table without VMs, for testing the HTTP layer
+ * (server/http.c) below its interface, server/sbx.h. See fake_sbx.h.
+ *
+ * It keeps the contract the real table keeps: callbacks never run inside
+ * the call that started an operation (every step is an ev_timer), streamed
+ * output stops when the requester holds `window` unacknowledged bytes and
+ * resumes on sbx_op_consumed, and an upload takes at most `room` bytes until
+ * the "guest" drains them on the next loop iteration and says writable.
+ *
+ * Scripts: create {"template":"bad"} fails at once, "slow" answers after
+ * FAKE_SLOW_MS. exec cmd "echo", "fail", "sleep:MS", "ndjson" (text split
+ * inside UTF-8 characters, stderr, invalid bytes), "big:N" (N bytes of
+ * text), "forever". File reads "/small", "/big200" (200 MiB of
+ * fake_pattern), "/forever", "/missing", "/dies" (fails after 100 KiB).
+ * Uploads to "/pattern" (a slow guest) and "/zeros" are checked byte by byte.
+ */
+#include "fake_sbx.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "sbx.h"
+
+#ifndef FAKE_SLOW_MS
+#define FAKE_SLOW_MS 5000
+#endif
+#define CHUNK      (64 * 1024)
+#define EXEC_WIN   (256 * 1024)
+#define READ_WIN   (1024 * 1024)
+#define WRITE_ROOM (256 * 1024)
+
+struct fake_stats fake_stats;
+
+static void misuse(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void misuse(const char *fmt, ...)
+{
+    va_list ap;
+
+    fake_stats.misuse++;
+    fprintf(stderr, "fake_sbx: contract misuse: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+enum fop_kind { OP_LATER, OP_STREAM, OP_READ, OP_WRITE };
+enum script { S_NONE, S_NDJSON, S_TEXT, S_FILE, S_DIES };
+
+struct fsbx {
+    struct fsbx *next;
+    json_t *rec; /* {"id","state","template","metadata"} */
+};
+
+struct fop {
+    struct fop *next;
+    struct sbx_table *t;
+    sbx_op_t id;
+    enum fop_kind kind;
+    enum script script;
+    const struct sbx_sink *sink;
+    uint64_t req;
+    ev_timer tm;
+    bool busy;      /* inside a sink callback */
+    bool cancelled; /* cancelled while busy: free after */
+    /* OP_LATER */
+    int status;
+    json_t *body;
+    /* streams */
+    int step;
+    uint64_t total, sent, unconsumed, window;
+    bool head_sent;
+    uint64_t fd_off[3];
+    /* uploads */
+    char path[64];
+    uint64_t got, buffered;
+    bool finished, ok;
+};
+
+struct sbx_table {
+    struct ev_loop *loop;
+    const struct srv_config *cfg;
+    struct fsbx *sbxs;
+    struct fop *ops;
+    sbx_op_t next_op;
+    unsigned next_sbx;
+};
+
+json_t *api_error(const char *code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+}
+
+int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out)
+{
+    struct sbx_table *t = calloc(1, sizeof(*t));
+
+    if (!t)
+        return -12;
+    t->loop = loop;
+    t->cfg = cfg;
+    *out = t;
+    return 0;
+}
+
+static void op_free(struct fop *o)
+{
+    struct fop **pp;
+
+    for (pp = &o->t->ops; *pp; pp = &(*pp)->next) {
+        if (*pp == o) {
+            *pp = o->next;
+            break;
+        }
+    }
+    ev_timer_stop(o->t->loop, &o->tm);
+    json_decref(o->body);
+    fake_stats.ops_live--;
+    free(o);
+}
+
+void sbx_table_free(struct sbx_table *t, bool kill_vms)
+{
+    while (t->ops)
+        op_free(t->ops);
+    while (t->sbxs) {
+        struct fsbx *s = t->sbxs;
+        t->sbxs = s->next;
+        json_decref(s->rec);
+        free(s);
+    }
+    free(t);
+}
+
+static struct fsbx *find(struct sbx_table *t, const char *id)
+{
+    for (struct fsbx *s = t->sbxs; s; s = s->next) {
+        if (!strcmp(json_string_value(json_object_get(s->rec, "id")), id))
+            return s;
+    }
+    return NULL;
+}
+
+static struct fop *find_op(struct sbx_table *t, sbx_op_t id)
+{
+    for (struct fop *o = t->ops; o; o = o->next) {
+        if (o->id == id)
+            return o;
+    }
+    return NULL;
+}
+
+static void op_step(struct ev_loop *loop, ev_timer *w, int revents);
+
+static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct sbx_sink *sink,
+                          uint64_t req, double delay, sbx_op_t *op)
+{
+    struct fop *o = calloc(1, sizeof(*o));
+
+    if (!o)
+        abort();
+    o->t = t;
+    o->id = ++t->next_op;
+    o->kind = kind;
+    o->sink = sink;
+    o->req = req;
+    o->next = t->ops;
+    t->ops = o;
+    ev_timer_init(&o->tm, op_step, delay, 0);
+    o->tm.data = o;
+    ev_timer_start(t->loop, &o->tm);
+    fake_stats.ops_live++;
+    *op = o->id;
+    return o;
+}
+
+static void later(struct fop *o, int status, json_t *body)
+{
+    o->status = status;
+    o->body = body;
+}
+
+/* Run a sink callback; true if the op was cancelled (and is now freed) meanwhile. */
+#define CALL(o, expr)                                                                              \
+    ({                                                                                             \
+        (o)->busy = true;                                                                          \
+        expr;                                                                                      \
+        (o)->busy = false;                                                                         \
+        bool gone_ = (o)->cancelled;                                                               \
+        if (gone_)                                                                                 \
+            op_free(o);                                                                            \
+        gone_;                                                                                     \
+    })
+
+static void finish_op(struct fop *o, int status, json_t *body)
+{
+    o->body = NULL;
+    if (CALL(o, o->sink->done(o->req, status, body)))
+        return;
+    op_free(o);
+}
+
+static void fill(struct fop *o, unsigned char *buf, uint64_t off, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = off + i;
+        buf[i] = o->script == S_TEXT ? (k % 64 == 63 ? '\n' : (unsigned char)('a' + k % 26))
+                                     : fake_pattern(k);
+    }
+}
+
+/* Send what the window allows; done when everything went out. */
+static void pump(struct fop *o)
+{
+    static unsigned char buf[CHUNK];
+
+    while (o->sent < o->total && o->unconsumed < o->window) {
+        size_t n = CHUNK;
+        if (n > o->total - o->sent)
+            n = (size_t)(o->total - o->sent);
+        if (n > o->window - o->unconsumed)
+            n = (size_t)(o->window - o->unconsumed);
+        if (o->script == S_DIES && o->sent >= 100 * 1024) {
+            finish_op(o, 500, api_error("internal", "the guest went away"));
+            return;
+        }
+        fill(o, buf, o->sent, n);
+        o->unconsumed += n;
+        if (o->unconsumed > fake_stats.max_unconsumed)
+            fake_stats.max_unconsumed = o->unconsumed;
+        if (CALL(o, o->sink->data(o->req, o->kind == OP_READ ? 0 : 1, o->sent, buf, n)))
+            return;
+        o->sent += n;
+    }
+    if (o->sent == o->total) {
+        if (o->kind == OP_READ)
+            finish_op(o, 200, NULL);
+        else
+            finish_op(o, 200,
+                      json_pack("{s:s, s:i, s:I}", "type", "exit", "exit_code", 0, "bytes",
+                                (json_int_t)o->sent));
+    }
+}
+
+static void ndjson_script(struct fop *o)
+{
+    /* "wörld" with ö (c3 b6) split across events; then a 4-byte emoji split 1+3. */
+    static const struct {
+        int fd;
+        const char *s;
+        size_t n;
+    } ev[] = {
+        {1, "hello w\xc3", 8},  {1, "\xb6rld\n", 5}, {2, "err\n", 4},
+        {1, "\xff\xfe", 2},     {1, "\xf0", 1},      {1, "\x9f\x98\x80!\n", 5},
+        {2, "tail\xe2\x82", 6}, /* ends inside a 3-byte sequence: flushed as base64 at exit */
+    };
+    uint64_t *off = o->fd_off;
+
+    if ((size_t)o->step < sizeof(ev) / sizeof(ev[0])) {
+        int i = o->step++;
+        o->unconsumed += ev[i].n;
+        if (CALL(o, o->sink->data(o->req, ev[i].fd, off[ev[i].fd], ev[i].s, ev[i].n)))
+            return;
+        off[ev[i].fd] += ev[i].n;
+        ev_timer_set(&o->tm, 0.001, 0);
+        ev_timer_start(o->t->loop, &o->tm);
+        return;
+    }
+    finish_op(o, 200,
+              json_pack("{s:s, s:i, s:b, s:i}", "type", "exit", "exit_code", 3, "timed_out", 0,
+                        "duration_ms", 7));
+}
+
+static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct fop *o = w->data;
+
+    switch (o->kind) {
+    case OP_LATER:
+        finish_op(o, o->status, o->body);
+        break;
+    case OP_STREAM:
+        if (o->script == S_NDJSON)
+            ndjson_script(o);
+        else
+            pump(o);
+        break;
+    case OP_READ:
+        if (!o->head_sent) {
+            o->head_sent = true;
+            if (CALL(o, o->sink->head(o->req, o->total)))
+                return;
+        }
+        pump(o);
+        break;
+    case OP_WRITE:
+        /* The guest drained what it had: room again, or the final answer. */
+        o->buffered = 0;
+        if (o->finished) {
+            fake_stats.upload_bytes = o->got;
+            fake_stats.upload_ok = o->ok;
+            finish_op(o, 200,
+                      json_pack("{s:s, s:I, s:b}", "path", o->path, "size", (json_int_t)o->got,
+                                "ok", o->ok));
+        } else {
+            CALL(o, o->sink->writable(o->req));
+        }
+        break;
+    }
+}
+
+static json_t *need_sbx(struct sbx_table *t, const char *id, int *status)
+{
+    if (find(t, id))
+        return NULL;
+    *status = 404;
+    return api_error("not_found", "no sandbox %s", id);
+}
+
+int sbx_get(struct sbx_table *t, const char *id, json_t **out)
+{
+    struct fsbx *s = find(t, id);
+
+    if (!s) {
+        *out = api_error("not_found", "no sandbox %s", id);
+        return 404;
+    }
+    *out = json_deep_copy(s->rec);
+    return 200;
+}
+
+static bool meta_match(json_t *rec, json_t *filter)
+{
+    json_t *m = json_object_get(rec, "metadata"), *v;
+    const char *k;
+
+    json_object_foreach(filter, k, v)
+    {
+        if (!json_equal(json_object_get(m, k), v))
+            return false;
+    }
+    return true;
+}
+
+int sbx_list(struct sbx_table *t, const char *state, json_t *metadata_filter, json_t **out)
+{
+    json_t *arr = json_array();
+
+    for (struct fsbx *s = t->sbxs; s; s = s->next) {
+        if (state && strcmp(state, json_string_value(json_object_get(s->rec, "state"))))
+            continue;
+        if (metadata_filter && !meta_match(s->rec, metadata_filter))
+            continue;
+        json_array_append(arr, s->rec);
+    }
+    *out = json_pack("{s:o, s:{s:s?, s:O?}}", "sandboxes", arr, "filter", "state", state,
+                     "metadata", metadata_filter);
+    return 200;
+}
+
+int sbx_delete(struct sbx_table *t, const char *id, json_t **out)
+{
+    struct fsbx **pp;
+
+    for (pp = &t->sbxs; *pp; pp = &(*pp)->next) {
+        if (!strcmp(json_string_value(json_object_get((*pp)->rec, "id")), id)) {
+            struct fsbx *s = *pp;
+            *pp = s->next;
+            json_decref(s->rec);
+            free(s);
+            *out = json_pack("{s:s, s:s}", "id", id, "state", "ended");
+            return 200;
+        }
+    }
+    *out = api_error("not_found", "no sandbox %s", id);
+    return 404;
+}
+
+int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out)
+{
+    json_t *ttl = json_object_get(body, "ttl_seconds");
+    int st;
+
+    if ((*out = need_sbx(t, id, &st)))
+        return st;
+    if (!json_is_integer(ttl) || json_integer_value(ttl) <= 0) {
+        *out = api_error("bad_request", "ttl_seconds must be a positive integer");
+        return 400;
+    }
+    *out = json_pack("{s:s, s:O}", "id", id, "ttl_seconds", ttl);
+    return 200;
+}
+
+int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
+               sbx_op_t *op, json_t **err)
+{
+    const char *tpl = json_string_value(json_object_get(body, "template"));
+    json_t *meta = json_object_get(body, "metadata");
+    struct fsbx *s;
+    struct fop *o;
+    char id[32];
+
+    if (!tpl)
+        tpl = t->cfg->default_template;
+    if (!strcmp(tpl, "bad")) {
+        *err = api_error("unknown_template", "no template %s", tpl);
+        return 400;
+    }
+    snprintf(id, sizeof(id), "sbx-%u", ++t->next_sbx);
+    s = calloc(1, sizeof(*s));
+    s->rec = json_pack("{s:s, s:s, s:s, s:o}", "id", id, "state", "running", "template", tpl,
+                       "metadata", meta ? json_incref(meta) : json_object());
+    s->next = t->sbxs;
+    t->sbxs = s;
+    o = op_new(t, OP_LATER, sink, req, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
+    later(o, 201, json_deep_copy(s->rec));
+    return 0;
+}
+
+int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
+             const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+{
+    const char *cmd = json_string_value(json_object_get(body, "cmd"));
+    struct fop *o;
+    int st;
+
+    if ((*err = need_sbx(t, id, &st)))
+        return st;
+    if (!cmd) {
+        *err = api_error("bad_request", "cmd or argv is required");
+        return 400;
+    }
+    if (!strcmp(cmd, "fail")) {
+        o = op_new(t, OP_LATER, sink, req, 0.01, op);
+        later(o, 409, api_error("sandbox_dead", "the sandbox died: killed by signal 9"));
+        return 0;
+    }
+    if (!strncmp(cmd, "sleep:", 6)) {
+        o = op_new(t, OP_LATER, sink, req, atoi(cmd + 6) / 1000.0, op);
+        later(o, 200,
+              stream ? json_pack("{s:s, s:i}", "type", "exit", "exit_code", 0)
+                     : json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "", "stderr", "",
+                                 "duration_ms", atoi(cmd + 6)));
+        return 0;
+    }
+    if (!stream) {
+        o = op_new(t, OP_LATER, sink, req, 0.01, op);
+        later(o, 200,
+              json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "hi\n", "stderr", "",
+                        "duration_ms", 1));
+        return 0;
+    }
+    o = op_new(t, OP_STREAM, sink, req, 0.001, op);
+    o->window = EXEC_WIN;
+    if (!strcmp(cmd, "ndjson")) {
+        o->script = S_NDJSON;
+    } else if (!strncmp(cmd, "big:", 4)) {
+        o->script = S_TEXT;
+        o->total = strtoull(cmd + 4, NULL, 10);
+    } else if (!strcmp(cmd, "forever")) {
+        o->script = S_TEXT;
+        o->total = UINT64_MAX;
+    } else {
+        o->script = S_TEXT;
+        o->total = 6;
+    }
+    return 0;
+}
+
+int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
+                  const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+{
+    struct fop *o;
+    int st;
+
+    if ((*err = need_sbx(t, id, &st)))
+        return st;
+    if (!strcmp(path, "/missing")) {
+        o = op_new(t, OP_LATER, sink, req, 0.01, op);
+        later(o, 404, api_error("not_found", "%s: no such file", path));
+        return 0;
+    }
+    o = op_new(t, OP_READ, sink, req, 0.001, op);
+    o->window = READ_WIN;
+    o->script = S_FILE;
+    if (!strcmp(path, "/big200"))
+        o->total = 200ull << 20;
+    else if (!strcmp(path, "/forever"))
+        o->total = 1ull << 40;
+    else if (!strcmp(path, "/dies")) {
+        o->total = 1 << 20;
+        o->script = S_DIES;
+    } else
+        o->total = 11;
+    return 0;
+}
+
+int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
+                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+{
+    struct fop *o;
+    int st;
+
+    if ((*err = need_sbx(t, id, &st)))
+        return st;
+    o = op_new(t, OP_WRITE, sink, req, 0, op);
+    ev_timer_stop(t->loop, &o->tm); /* the first step is a drain, after the first write */
+    snprintf(o->path, sizeof(o->path), "%s", path);
+    o->ok = true;
+    fake_stats.upload_bytes = 0;
+    fake_stats.upload_ok = false;
+    return 0;
+}
+
+int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
+                const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+{
+    struct fop *o;
+    int st;
+
+    if ((*err = need_sbx(t, id, &st)))
+        return st;
+    o = op_new(t, OP_LATER, sink, req, 0.005, op);
+    later(o, 200, json_pack("{s:s, s:O}", "kind", kind, "args", args));
+    return 0;
+}
+
+size_t sbx_op_write(struct sbx_table *t, sbx_op_t op, const void *p, size_t n)
+{
+    struct fop *o = find_op(t, op);
+    const unsigned char *b = p;
+    size_t take;
+
+    if (!o || o->kind != OP_WRITE || o->finished) {
+        misuse("sbx_op_write on op %llu (%s)", (unsigned long long)op,
+               !o            ? "unknown"
+               : o->finished ? "finished"
+                             : "not an upload");
+        return 0;
+    }
+    fake_stats.write_calls++;
+    fake_stats.write_bytes += n;
+    /* "/pattern" has a slow guest with little room: most writes stall. */
+    take = (strcmp(o->path, "/pattern") ? WRITE_ROOM : 16 * 1024) - o->buffered;
+    if (take > n)
+        take = n;
+    if (take < n)
+        fake_stats.upload_stalls++;
+    if (!strcmp(o->path, "/zeros")) {
+        static const unsigned char zero[WRITE_ROOM];
+        if (memcmp(b, zero, take))
+            o->ok = false;
+    } else if (!strcmp(o->path, "/pattern")) {
+        for (size_t i = 0; i < take && o->ok; i++) {
+            if (b[i] != fake_pattern(o->got + i))
+                o->ok = false;
+        }
+    }
+    o->got += take;
+    o->buffered += take;
+    if (take && !ev_is_active(&o->tm)) {
+        ev_timer_set(&o->tm, strcmp(o->path, "/pattern") ? 0 : 0.001, 0);
+        ev_timer_start(t->loop, &o->tm);
+    }
+    return take;
+}
+
+void sbx_op_finish(struct sbx_table *t, sbx_op_t op)
+{
+    struct fop *o = find_op(t, op);
+
+    if (!o || o->kind != OP_WRITE || o->finished) {
+        misuse("sbx_op_finish on op %llu (%s)", (unsigned long long)op,
+               !o            ? "unknown"
+               : o->finished ? "finished"
+                             : "not an upload");
+        return;
+    }
+    o->finished = true;
+    if (!ev_is_active(&o->tm)) {
+        ev_timer_set(&o->tm, 0, 0);
+        ev_timer_start(t->loop, &o->tm);
+    }
+}
+
+void sbx_op_consumed(struct sbx_table *t, sbx_op_t op, size_t n)
+{
+    struct fop *o = find_op(t, op);
+
+    if (!o)
+        return; /* finished meanwhile: fine */
+    if (n > o->unconsumed) {
+        misuse("sbx_op_consumed(%zu) with %llu outstanding", n, (unsigned long long)o->unconsumed);
+        n = (size_t)o->unconsumed;
+    }
+    o->unconsumed -= n;
+    if ((o->kind == OP_STREAM || o->kind == OP_READ) && o->unconsumed < o->window &&
+        !ev_is_active(&o->tm) && !o->busy) {
+        ev_timer_set(&o->tm, 0, 0);
+        ev_timer_start(t->loop, &o->tm);
+    }
+}
+
+void sbx_op_cancel(struct sbx_table *t, sbx_op_t op)
+{
+    struct fop *o = find_op(t, op);
+
+    if (!o)
+        return;
+    fake_stats.cancels++;
+    if (o->busy) {
+        o->cancelled = true;
+        ev_timer_stop(t->loop, &o->tm);
+        return;
+    }
+    op_free(o);
+}
+
+unsigned sbx_count_live(const struct sbx_table *t)
+{
+    unsigned n = 0;
+
+    for (struct fsbx *s = t->sbxs; s; s = s->next)
+        n++;
+    return n;
+}

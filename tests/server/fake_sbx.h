@@ -1,0 +1,35 @@
+/*
+ * fake_sbx.h - what the fake sandbox table (fake_sbx.c) lets a test see.
+ *
+ * fake_sbx.c implements server/sbx.h without VMs so the HTTP layer can be
+ * driven on its own: sandboxes are records, exec and file reads produce
+ * scripted output with credit-based flow control, uploads are checked and
+ * dropped. Counters below tell a test what the HTTP layer did to it.
+ */
+#ifndef WARREN_FAKE_SBX_H
+#define WARREN_FAKE_SBX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct fake_stats {
+    unsigned ops_live;       /* operations started and not yet done or cancelled */
+    unsigned cancels;        /* sbx_op_cancel on a live operation */
+    unsigned misuse;         /* calls the contract forbids (write after finish, ...) */
+    uint64_t upload_bytes;   /* bytes taken by the last upload */
+    bool upload_ok;          /* its content matched the expected pattern */
+    uint64_t max_unconsumed; /* most streamed bytes ever awaiting sbx_op_consumed */
+    unsigned upload_stalls;  /* times sbx_op_write took less than offered */
+    uint64_t write_calls;    /* sbx_op_write calls and bytes offered, all uploads */
+    uint64_t write_bytes;
+};
+
+extern struct fake_stats fake_stats;
+
+/* Bytes of the fake's file and upload pattern at offset i. */
+static inline unsigned char fake_pattern(uint64_t i)
+{
+    return (unsigned char)((i * 7) ^ (i >> 10));
+}
+
+#endif
