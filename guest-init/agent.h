@@ -22,9 +22,14 @@ struct gi_agent_opts {
 
 /*
  * Serve frames on fd until a fatal error (-errno), or, when !opts->pid1,
- * until the peer closes the stream (0). In pid1 mode a closed host end is
- * waited out (the channel is virtio-serial: the host may reconnect) and
- * the call does not return on it.
+ * until the peer closes the stream (0) or sends a frame over the size cap
+ * (-EPROTO). In pid1 mode a closed host end is waited out (the channel is
+ * virtio-serial: the host may reconnect) and the call does not return on
+ * it; the agent also runs at SCHED_RR priority 1 (children get the normal
+ * policy back) and reaps every orphan of the VM.
+ *
+ * fd is made non-blocking and close-on-exec. SIGCHLD and SIGIO are blocked
+ * and SIGPIPE ignored while the call runs; the old state is restored.
  */
 int gi_agent_run(int fd, const struct gi_agent_opts *opts);
 

@@ -60,7 +60,6 @@ struct gi_xfer {
     int fd;
     uint64_t off;    /* bytes written (FWRITE) or sent (FREAD) */
     uint64_t credit; /* FREAD: bytes the host still accepts */
-    bool failed;     /* FWRITE: ERROR was sent; DATA/END of this id are dropped */
 };
 
 struct gi_list {
