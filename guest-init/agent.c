@@ -146,8 +146,10 @@ static void sweep(struct gi_agent *a)
 
 void gi_orphan_add(struct gi_agent *a, pid_t pid, char *cgroup)
 {
-    if (pid <= 0 && !cgroup)
+    if (pid <= 0 && (!cgroup || rmdir(cgroup) == 0 || errno == ENOENT)) {
+        free(cgroup); /* nothing left to wait for */
         return;
+    }
     if (a->norphans == GI_MAX_ORPHANS) {
         gi_log("too many orphans; forgetting pid %d", (int)pid);
         free(cgroup);

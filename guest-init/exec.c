@@ -435,6 +435,8 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         r = -errno;
     if (r < 0) {
         gi_reply_error(a, f->id, -r, "cannot start: %s", strerror(-r));
+        if (x->cgroup)
+            rmdir(x->cgroup);
         s->done = true;
         goto out;
     }
