@@ -479,15 +479,6 @@ static void send_exit(struct gi_agent *a, struct gi_stream *s)
     proto_enc_end(&e);
 }
 
-/* Release a finished exec's cgroup now, or later if background processes still hold it. */
-static void cgroup_drop(struct gi_agent *a, struct gi_exec *x)
-{
-    if (x->cgroup && rmdir(x->cgroup) != 0 && errno != ENOENT) {
-        gi_orphan_add(a, 0, x->cgroup);
-        x->cgroup = NULL;
-    }
-}
-
 static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
 {
     struct gi_exec *x = &s->u.x;
@@ -495,7 +486,9 @@ static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
     if (s->done || x->rep >= 0 || x->out[0] >= 0 || x->out[1] >= 0 || !x->reaped)
         return;
     send_exit(a, s);
-    cgroup_drop(a, x);
+    /* The cgroup goes now, or once background processes that outlived the exec are gone. */
+    gi_orphan_add(a, 0, x->cgroup);
+    x->cgroup = NULL;
     s->done = true;
 }
 
