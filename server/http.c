@@ -890,6 +890,10 @@ static void handle_request(struct pss *p, const char *uri)
     int rc, has_cl;
 
     p->method = method_of(p->wsi);
+    /* No route takes HEAD, OPTIONS or PATCH. A HEAD answer must not carry a body; rather
+     * than special-case it, any such answer ends the connection. */
+    if (p->method == API_OTHER)
+        p->close_after = true;
     p->http10 = hdr(p->wsi, WSI_TOKEN_HTTP, ver, sizeof(ver)) > 0 && !strcmp(ver, "HTTP/1.0");
     has_cl = content_length(p->wsi, &cl);
     /* A body is coming if a length says so, or (to lws) for any POST/PUT without one. */

@@ -928,8 +928,28 @@ int main(void)
     test_vanish();
     test_slow();
 
-    /* Shutdown order as in main.c: HTTP first (cancels), then the table. */
-    http_stop(h);
+    /* Shutdown order as in main.c: HTTP first, which cancels what is in flight, then
+     * the table. A long exec is running meanwhile. */
+    {
+        struct resp r;
+        struct child c = {0};
+        char u[256], p[128];
+        unsigned c0 = fake_stats.cancels;
+        snprintf(p, sizeof(p), "/v1/sandboxes/%s/exec", sbx_id);
+        url(u, sizeof(u), p);
+        const char *args[] = {"-H", authz, "--data-binary", "{\"cmd\":\"sleep:60000\"}", u, NULL};
+        memset(&r, 0, sizeof(r));
+        ev_child_init(&c.w, on_child, spawn_curl(&r, NULL, args, 3), 0);
+        ev_child_start(loop, &c.w);
+        pump_for(0.5);
+        CHECK(fake_stats.ops_live == 1);
+        http_stop(h);
+        CHECK(fake_stats.cancels == c0 + 1 && fake_stats.ops_live == 0);
+        pump_until(&c.done, 5);
+        collect(&r, 3, c.status);
+        CHECK(c.done && r.exit == 52); /* curl: empty reply from server */
+        resp_free(&r);
+    }
     sbx_table_free(t, false);
     ev_timer_stop(loop, &sampler);
     cfg_free(&cfg);
