@@ -706,12 +706,14 @@ size_t sbx_op_write(struct sbx_table *t, sbx_op_t id, const void *p, size_t n)
     while (off < take) {
         struct proto_enc e;
         size_t chunk = take - off < PROTO_MAX_DATA ? take - off : PROTO_MAX_DATA;
-        proto_enc_begin(&e, tx, PROTO_DATA, op->stream, 3);
+        proto_enc_begin(&e, tx, PROTO_DATA, op->stream, 4);
+        proto_put_u(&e, PK_OFF, op->tx_off + off);
         proto_put_bin(&e, PK_DATA, (const uint8_t *)p + off, chunk);
         proto_enc_end(&e);
         off += chunk;
     }
     op->tx_credit -= take;
+    op->tx_off += take;
     if (take < n)
         op->waiting_credit = true;
     chan_flush(op->sb->ch);
