@@ -48,6 +48,7 @@ struct op {
     char fop[8];         /* "stat", "list", ... */
     json_t *entries;     /* list results being gathered */
     size_t tx_credit;    /* upload: bytes the guest will still accept */
+    uint64_t tx_off;     /* upload: bytes sent so far (the off of the next DATA) */
     bool waiting_credit; /* upload: the requester was refused and waits for writable */
     bool finished_input; /* upload: END sent */
     bool got_head;
