@@ -175,7 +175,8 @@ static void guest_error(struct op *op, const struct proto_frame *f)
 /* Text when the bytes are UTF-8; else base64 under key_b64. */
 static void set_bytes(json_t *o, const char *key, const char *key_b64, const uint8_t *p, size_t n)
 {
-    json_t *s = json_stringn((const char *)p, n); /* NULL when not valid UTF-8 */
+    /* NULL when not valid UTF-8 (p is NULL when nothing was buffered) */
+    json_t *s = json_stringn(n ? (const char *)p : "", n);
     size_t olen = 0;
     unsigned char *b64;
 

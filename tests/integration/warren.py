@@ -88,6 +88,7 @@ class Warren:
         self.conf = dict(conf or {})
         self.proc = None
         self.log_path = os.path.join(self.state_dir, "warrend.log")
+        self.log = None
         self.key = None
 
     # -- process --
@@ -96,6 +97,8 @@ class Warren:
         with open(conf_path, "w") as f:
             for k, v in self.conf.items():
                 f.write(f"{k} = {v}\n")
+        if self.log:
+            self.log.close()
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [warrend_path(), "--config", conf_path,
@@ -106,8 +109,9 @@ class Warren:
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("warrend exited:\n" + self.log_text())
-            if b"warrend listening" in open(self.log_path, "rb").read():
-                break
+            with open(self.log_path, "rb") as f:
+                if b"warrend listening" in f.read():
+                    break
             time.sleep(0.05)
         else:
             raise RuntimeError("warrend did not start:\n" + self.log_text())
@@ -117,7 +121,8 @@ class Warren:
 
     def log_text(self):
         try:
-            return open(self.log_path, errors="replace").read()[-6000:]
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-6000:]
         except OSError:
             return ""
 
@@ -133,6 +138,9 @@ class Warren:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.log:
+            self.log.close()
+            self.log = None
 
     def cleanup(self):
         self.stop()
