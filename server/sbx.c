@@ -591,8 +591,7 @@ int sbx_get(struct sbx_table *t, const char *id, json_t **out)
 
     if (!sb)
         return not_found(id, out);
-    if (sb->state == ST_RUNNING)
-        sbx_touch(sb);
+    /* Looking at a sandbox is not using it: GET does not hold off the idle timeout. */
     *out = sandbox_json(sb);
     return 200;
 }

@@ -100,6 +100,7 @@ class Warren:
         if self.log:
             self.log.close()
         self.log = open(self.log_path, "ab")
+        seen = self.log.tell()  # a restart appends: look only at this run's lines
         self.proc = subprocess.Popen(
             [warrend_path(), "--config", conf_path,
              "--listen", f"127.0.0.1:{self.port}",
@@ -110,6 +111,7 @@ class Warren:
             if self.proc.poll() is not None:
                 raise RuntimeError("warrend exited:\n" + self.log_text())
             with open(self.log_path, "rb") as f:
+                f.seek(seen)
                 if b"warrend listening" in f.read():
                     break
             time.sleep(0.05)
