@@ -363,7 +363,9 @@ static int setup_cgroup(void)
 
     if (mount_at("cgroup2", CGROUP_FS, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
         return -ENODEV;
-    rc = write_str(CGROUP_FS "/cgroup.subtree_control", "+memory +pids");
+    /* cpu too: every exec gets its own group with an equal weight, so a fork bomb in one
+     * exec cannot starve the next exec of CPU (PID 1 itself runs SCHED_RR in the root). */
+    rc = write_str(CGROUP_FS "/cgroup.subtree_control", "+cpu +memory +pids");
     if (rc < 0) {
         gi_boot_log("cgroup controllers: %s", strerror(-rc));
         return rc;
@@ -379,6 +381,8 @@ static int setup_cgroup(void)
         return rc;
     }
     write_str(GI_CGROUP_ROOT "/memory.swap.max", "0"); /* absent without swap accounting */
+    if ((rc = write_str(GI_CGROUP_ROOT "/cgroup.subtree_control", "+cpu +pids")) < 0)
+        gi_boot_log("exec cgroup controllers: %s", strerror(-rc));
     oom_watch();
     return 0;
 }

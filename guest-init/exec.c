@@ -276,6 +276,9 @@ static int cgroup_create(struct gi_agent *a, uint32_t id, char **out)
         return r;
     }
 done:
+    /* One exec may hold at most a quarter of the sandbox's pids, so a fork bomb leaves
+     * room for the next command (fails quietly where the pids controller is absent). */
+    cg_write(path, "pids.max", "1024");
     *out = path;
     return 0;
 }
