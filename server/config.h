@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 struct srv_config {
-    char *listen_addr;          /* listen = 127.0.0.1:8080 */
+    char *listen_addr; /* listen = 127.0.0.1:8080 */
     unsigned listen_port;
     char *state_dir;            /* state_dir: LMDB index, api key, sandboxes' run dirs */
     char *api_key;              /* api_key: empty = generate/read state_dir/api_key */
