@@ -236,23 +236,22 @@ static void add_entropy(const struct proto_frame *f)
 {
     const struct proto_str *e = &f->v[PK_ENTROPY].s;
     size_t n = e->len < ENTROPY_MAX ? e->len : ENTROPY_MAX;
-    struct {
-        struct rand_pool_info info;
-        uint8_t bytes[ENTROPY_MAX];
-    } req;
+    /* rand_pool_info ends in a flexible array: give it room in an aligned buffer. */
+    _Alignas(struct rand_pool_info) uint8_t raw[sizeof(struct rand_pool_info) + ENTROPY_MAX];
+    struct rand_pool_info *info = (struct rand_pool_info *)raw;
     int fd;
 
     if (n == 0)
         return;
-    req.info.entropy_count = (int)(n * 8);
-    req.info.buf_size = (int)n;
-    memcpy(req.bytes, e->p, n);
+    info->entropy_count = (int)(n * 8);
+    info->buf_size = (int)n;
+    memcpy(info->buf, e->p, n);
     fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         gi_log("open /dev/urandom: %s", strerror(errno));
         return;
     }
-    if (ioctl(fd, RNDADDENTROPY, &req.info) != 0)
+    if (ioctl(fd, RNDADDENTROPY, info) != 0)
         gi_log("RNDADDENTROPY: %s", strerror(errno));
 #ifdef RNDRESEEDCRNG
     if (ioctl(fd, RNDRESEEDCRNG) != 0)

@@ -266,7 +266,7 @@ static int switch_root(const char *dev)
 /* The process of the user cgroup the kernel would pick (highest oom_score), or 0. */
 static pid_t oom_victim(void)
 {
-    const char *rel = GI_CGROUP_ROOT + strlen(CGROUP_FS); /* "/warren" */
+    const char *rel = &GI_CGROUP_ROOT[strlen(CGROUP_FS)]; /* "/warren" */
     size_t rlen = strlen(rel);
     DIR *d = opendir("/proc");
     struct dirent *e;

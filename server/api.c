@@ -556,7 +556,7 @@ size_t api_ndjson_flush(struct api_utf8_hold *h, int fd, char *out)
 size_t api_ndjson_chunk(struct api_utf8_hold *h, int fd, uint64_t off, const unsigned char *p,
                         size_t n, char *out)
 {
-    unsigned char head[4], tailv[6];
+    unsigned char head[4], tailv[6] = {0};
     size_t hn, total, tail, body, rest = 0, tv;
     uint64_t start;
     char *o = out;

@@ -301,18 +301,15 @@ static void on_boot_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- lifecycle ---- */
 
-static void vm_config(struct sandbox *sb, struct vmm_config *vc, char *kernel, char *initrd,
-                      size_t cap)
+static void vm_config(struct sandbox *sb, struct vmm_config *vc)
 {
     struct sbx_table *t = sb->t;
 
-    snprintf(kernel, cap, "%s/vmlinux", t->image_dir);
-    snprintf(initrd, cap, "%s/initramfs.cpio", t->image_dir);
     memset(vc, 0, sizeof(*vc));
     vc->id = sb->id;
     vc->qemu = t->cfg->qemu;
-    vc->kernel = kernel;
-    vc->initrd = initrd;
+    vc->kernel = t->kernel;
+    vc->initrd = t->initrd;
     vc->disk = sb->disk;
     vc->run_dir = sb->run_dir;
     vc->mem_mb = sb->mem_mb;
@@ -483,7 +480,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     const char *tmpl;
     unsigned ttl, idle, mem, vcpus;
     json_t *env = NULL, *meta = NULL;
-    char base[4096], real[PATH_MAX], kernel[4096], initrd[4096];
+    char base[4096], real[PATH_MAX];
     struct stat st;
     struct sandbox *sb;
     struct vmm_config vc;
@@ -560,7 +557,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     r = vmm_qcow2_create(sb->disk, real, (uint64_t)st.st_size);
     if (r != 0)
         goto fail;
-    vm_config(sb, &vc, kernel, initrd, sizeof(kernel));
+    vm_config(sb, &vc);
     r = vmm_launch(t->loop, &vc, &vm_cbs, sb, &sb->vm);
     if (r != 0)
         goto fail;
@@ -598,7 +595,7 @@ int sbx_get(struct sbx_table *t, const char *id, json_t **out)
 
 int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out)
 {
-    enum sbx_state want;
+    enum sbx_state want = ST_RUNNING;
     json_t *arr = json_array();
 
     if (state && *state && state_parse(state, &want) != 0) {
@@ -743,12 +740,11 @@ static void adopt_all(struct sbx_table *t)
 {
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         struct vmm_config vc;
-        char kernel[4096], initrd[4096];
         int r;
 
         if (sb->state >= ST_ENDED)
             continue;
-        vm_config(sb, &vc, kernel, initrd, sizeof(kernel));
+        vm_config(sb, &vc);
         r = sb->pid > 0 ? vmm_adopt(t->loop, &vc, sb->pid, &vm_cbs, sb, &sb->vm) : -ESRCH;
         if (r != 0) {
             sb->vm = NULL;
@@ -787,6 +783,13 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         r = -errno;
         LOG(LOG_ERR, "image dir %s: %s (build the images: images/build.sh)", cfg->image_dir,
             strerror(errno));
+        goto fail;
+    }
+    if (snprintf(t->kernel, sizeof(t->kernel), "%s/vmlinux", t->image_dir) >=
+            (int)sizeof(t->kernel) ||
+        snprintf(t->initrd, sizeof(t->initrd), "%s/initramfs.cpio", t->image_dir) >=
+            (int)sizeof(t->initrd)) {
+        r = -ENAMETOOLONG;
         goto fail;
     }
     snprintf(path, sizeof(path), "%s/sandboxes", cfg->state_dir);

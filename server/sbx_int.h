@@ -88,6 +88,7 @@ struct sbx_table {
     sbx_op_t next_op;
     enum vmm_accel accel;
     char image_dir[4096];
+    char kernel[4096 + 16], initrd[4096 + 16]; /* image_dir/vmlinux, image_dir/initramfs.cpio */
     ev_timer reaper;
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;

@@ -418,7 +418,8 @@ static bool has_line(struct peer *p, uint32_t id, const char *line)
 {
     char want[PATH_MAX + 16];
     struct proto_buf *b = &p->res[id].paths;
-    snprintf(want, sizeof(want), "%s\n", line);
+    if (snprintf(want, sizeof(want), "%s\n", line) >= (int)sizeof(want))
+        return false;
     return memmem(b->p + b->off, proto_buf_pending(b), want, strlen(want)) != NULL;
 }
 
@@ -778,8 +779,9 @@ static bool make_test_cgroup(char *root, size_t cap)
         snprintf(root, cap, "%s/gi-agent-test-%d", mounts[i], (int)getpid());
         if (mkdir(root, 0755) != 0)
             continue;
-        snprintf(kill_file, sizeof(kill_file), "%s/cgroup.kill", root);
-        if (access(kill_file, W_OK) == 0)
+        if (snprintf(kill_file, sizeof(kill_file), "%s/cgroup.kill", root) <
+                (int)sizeof(kill_file) &&
+            access(kill_file, W_OK) == 0)
             return true;
         rmdir(root);
     }
