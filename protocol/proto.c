@@ -198,6 +198,102 @@ static int key_index(const char *p, uint32_t len)
     return -1;
 }
 
+static uint64_t be(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/*
+ * Walk the msgpack encoding without building anything and check that it is
+ * exactly one object and that every container's element count fits in the
+ * bytes that remain. msgpack_unpack allocates a container's elements from
+ * its declared count before reading them, so without this a 30-byte frame
+ * claiming a map of 2^31 entries asks for 128 GiB (found by fuzz_proto).
+ */
+static int msgpack_check(const uint8_t *p, size_t len)
+{
+    size_t pos = 0;
+    uint64_t need = 1; /* objects still to read */
+
+    while (need > 0) {
+        uint8_t b;
+        uint64_t skip = 0, kids = 0;
+
+        if (pos >= len)
+            return PROTO_EMSGPACK;
+        b = p[pos++];
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            /* fixint, nil, bool */
+        } else if (b <= 0x8f) {
+            kids = 2ull * (b & 0x0f);
+        } else if (b <= 0x9f) {
+            kids = b & 0x0f;
+        } else if (b <= 0xbf) {
+            skip = b & 0x1f;
+        } else {
+            static const uint8_t hdr[] = {/* c4 bin8..c6 */ 1,
+                                          2,
+                                          4,
+                                          /* c7 ext8..c9 */ 1,
+                                          2,
+                                          4,
+                                          /* ca cb float */ 0,
+                                          0,
+                                          /* cc..cf uint */ 0,
+                                          0,
+                                          0,
+                                          0,
+                                          /* d0..d3 int */ 0,
+                                          0,
+                                          0,
+                                          0,
+                                          /* d4..d8 fixext */ 0,
+                                          0,
+                                          0,
+                                          0,
+                                          0,
+                                          /* d9..db str */ 1,
+                                          2,
+                                          4,
+                                          /* dc dd array */ 2,
+                                          4,
+                                          /* de df map */ 2,
+                                          4};
+            static const uint8_t fixed[] = {0, 0, 0, 1, 1, 1, 4,  8, 1, 2, 4, 8, 1, 2,
+                                            4, 8, 2, 3, 5, 9, 17, 0, 0, 0, 0, 0, 0, 0};
+            unsigned i, n;
+            uint64_t v;
+
+            if (b == 0xc1)
+                return PROTO_EMSGPACK; /* never used */
+            i = b - 0xc4;
+            n = hdr[i];
+            if (len - pos < n)
+                return PROTO_EMSGPACK;
+            v = be(p + pos, n);
+            pos += n;
+            skip = fixed[i];
+            if (b >= 0xdc && b <= 0xdd)
+                kids = v;
+            else if (b >= 0xde)
+                kids = 2 * v;
+            else if (n)
+                skip += v; /* bin, ext, str: a length (ext adds its type byte) */
+        }
+        if (skip > len - pos)
+            return PROTO_EMSGPACK;
+        pos += skip;
+        need = need - 1 + kids;
+        /* Every object still owed takes at least one byte. */
+        if (need > len - pos)
+            return PROTO_EMSGPACK;
+    }
+    return pos == len ? 0 : PROTO_EMSGPACK;
+}
+
 int proto_decode(const uint8_t *payload, size_t len, msgpack_zone *zone, struct proto_frame *f)
 {
     msgpack_object root;
@@ -207,6 +303,8 @@ int proto_decode(const uint8_t *payload, size_t len, msgpack_zone *zone, struct 
     memset(f, 0, sizeof(*f));
     if (len > PROTO_MAX_FRAME)
         return PROTO_ETOOBIG;
+    if (msgpack_check(payload, len) != 0)
+        return PROTO_EMSGPACK;
     r = msgpack_unpack((const char *)payload, len, &off, zone, &root);
     /* Exactly one object per frame: trailing bytes mean a framing bug or an attack. */
     if (r != MSGPACK_UNPACK_SUCCESS || off != len)

@@ -114,6 +114,15 @@ static void test_rejects(void)
     /* duplicate key */
     uint8_t dup[] = {0x82, 0xa1, 't', 0x01, 0xa1, 't', 0x01};
     CHECK(proto_decode(dup, sizeof(dup), &z, &f) == PROTO_ESCHEMA);
+    /* a map claiming 2^31 entries in a few bytes: rejected before msgpack allocates for them */
+    uint8_t huge[] = {0xdf, 0x80, 0x00, 0x00, 0x00, 0xa1, 't', 0x01};
+    CHECK(proto_decode(huge, sizeof(huge), &z, &f) == PROTO_EMSGPACK);
+    uint8_t hugearr[] = {0x82, 0xa1, 't',  0x03, 0xa4, 'a',  'r',
+                         'g',  'v',  0xdd, 0x7f, 0xff, 0xff, 0xff};
+    CHECK(proto_decode(hugearr, sizeof(hugearr), &z, &f) == PROTO_EMSGPACK);
+    /* a str whose length runs past the end */
+    uint8_t longstr[] = {0x81, 0xa1, 't', 0xdb, 0x00, 0x01, 0x00, 0x00, 'x'};
+    CHECK(proto_decode(longstr, sizeof(longstr), &z, &f) == PROTO_EMSGPACK);
     /* unknown keys are ignored */
     uint8_t extra[] = {0x82, 0xa1, 't', 0x01, 0xa3, 'z', 'z', 'z', 0x05};
     CHECK(proto_decode(extra, sizeof(extra), &z, &f) == 0);
