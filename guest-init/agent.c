@@ -320,6 +320,9 @@ static void handle_signal(struct gi_agent *a, const struct proto_frame *f)
     /* No reply either way: the stream's last frame is still its EXIT. */
     if (s && proto_has(f, PK_SIG))
         gi_exec_signal(a, s, (int)f->v[PK_SIG].i);
+    /* On a file transfer, any signal aborts it (ERROR ECANCELED ends the stream). */
+    if (!s && ((s = find_kind(a, f->id, GI_FREAD)) || (s = find_kind(a, f->id, GI_FWRITE))))
+        gi_file_abort(a, s);
 }
 
 /* DATA, STDIN and END for an unknown id are dropped: the stream failed or ended. */

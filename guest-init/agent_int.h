@@ -143,6 +143,7 @@ void gi_file_data(struct gi_agent *a, struct gi_stream *s, const struct proto_fr
 void gi_file_end(struct gi_agent *a, struct gi_stream *s);
 void gi_file_read(struct gi_agent *a, const struct proto_frame *f);
 void gi_file_credit(struct gi_stream *s, uint64_t n);
+void gi_file_abort(struct gi_agent *a, struct gi_stream *s);
 void gi_file_stat(struct gi_agent *a, const struct proto_frame *f);
 void gi_file_list(struct gi_agent *a, const struct proto_frame *f);
 void gi_file_mkdir(struct gi_agent *a, const struct proto_frame *f);

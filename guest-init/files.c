@@ -123,6 +123,14 @@ static void xfer_fail(struct gi_agent *a, struct gi_stream *s, int err, const ch
     s->done = true; /* the fd is closed by the sweep */
 }
 
+/* The host gave up on a transfer (its client went away): stop now instead of pushing the
+ * rest of a file nobody reads. The ERROR is the stream's last frame. */
+void gi_file_abort(struct gi_agent *a, struct gi_stream *s)
+{
+    if (!s->done)
+        xfer_fail(a, s, ECANCELED, "transfer");
+}
+
 /* ---- FWRITE ---- */
 
 void gi_file_write(struct gi_agent *a, const struct proto_frame *f)

@@ -757,6 +757,10 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
         sbx_end(sb, "create_cancelled: the client went away during create");
         return;
     case OP_EXEC:
+    case OP_FREAD:
+    case OP_FWRITE:
+        /* SIGKILL for a process; for a transfer any signal aborts it in the guest. The guest
+         * still ends the stream with a last frame, which frees the op. */
         if (sb->ch) {
             struct proto_enc e;
             proto_enc_begin(&e, chan_tx(sb->ch), PROTO_SIGNAL, op->stream, 3);
@@ -765,10 +769,6 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
             chan_flush(sb->ch);
         }
         break;
-    case OP_FWRITE:
-        sbx_op_finish(t, id);
-        break;
-    case OP_FREAD:
     case OP_FOP:
         break;
     }

@@ -391,6 +391,14 @@ static void test_file_roundtrip(void)
     CHECK(peer_wait(&p, 3, 5000));
     CHECK(proto_buf_pending(&p.res[3].out[0]) == total);
 
+    /* a signal aborts a stalled read: ERROR ECANCELED ends the stream, nothing follows */
+    send_simple(&p, PROTO_FREAD, 8, path, EXPECT_END);
+    p.res[8].auto_credit = false;
+    settle(&p, 200);
+    CHECK(proto_buf_pending(&p.res[8].out[0]) == PROTO_WINDOW && !p.res[8].done);
+    send_signal(&p, 8, 9);
+    CHECK(peer_wait(&p, 8, 2000) && p.res[8].error && p.res[8].err == ECANCELED);
+
     /* overwrite truncates; default mode 0644 applies to new files only through fchmod */
     CHECK(upload(&p, 4, path, -1, data, 10) == 10);
     CHECK(stat(path, &st) == 0 && st.st_size == 10 && (st.st_mode & 07777) == 0644);
