@@ -6,14 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+int failures;
+#include "check.h"
 
 static int decode_one(struct proto_buf *b, msgpack_zone *z, struct proto_frame *f, size_t *used)
 {

@@ -11,14 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+int failures;
+#include "check.h"
 
 static void test_routes(void)
 {

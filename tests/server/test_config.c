@@ -8,14 +8,8 @@
 
 #include <stdio.h>
 
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+int failures;
+#include "check.h"
 
 static bool same_str(const char *a, const char *b)
 {

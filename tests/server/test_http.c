@@ -32,14 +32,8 @@
 
 extern char **environ;
 
-static int failures;
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+int failures;
+#include "check.h"
 
 /* ASan's quarantine keeps freed memory resident: RSS says nothing there. */
 #if defined(__SANITIZE_ADDRESS__)

@@ -17,15 +17,9 @@
 #include "vmm.h"
 #include "vmm_int.h"
 
-static int failures;
+int failures;
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static char dir[64];
 

@@ -29,18 +29,12 @@
 
 #include "vmm.h"
 
-static int failures;
+int failures;
 static struct ev_loop *loop;
 static char tmp[64], img[1024], kernel[1200], initrd[1200], rootfs[1200];
 static bool have_rootfs;
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* Run the loop until cond holds or secs pass; a ticking timer bounds each turn. */
 #define WAIT(cond, secs)                                                                           \
