@@ -254,6 +254,17 @@ static void settle(struct peer *p, int quiet_ms)
         ;
 }
 
+/* Wait (up to 10 s: these machines are shared) until b holds want bytes, then a quiet spell,
+ * so a check for "exactly want" sees any excess too without depending on speed. */
+static void await_pending(struct peer *p, const struct proto_buf *b, size_t want)
+{
+    int64_t end = now_ms() + 10000;
+
+    while (proto_buf_pending(b) < want && now_ms() < end)
+        peer_step(p, 50);
+    settle(p, 150);
+}
+
 static void test_flow_control(void)
 {
     const size_t total = 8 << 20;
@@ -266,7 +277,7 @@ static void test_flow_control(void)
     peer_start(&p);
     wait_hello(&p, 1);
     send_exec(&p, 1, &(struct exec_opts){.cmd = "seq 1 3000000 | head -c 8388608"}, false);
-    settle(&p, 300);
+    await_pending(&p, &p.res[1].out[1], PROTO_WINDOW);
     /* without CREDIT the agent stops exactly at the window, the writer blocks meanwhile */
     CHECK(proto_buf_pending(&p.res[1].out[1]) == PROTO_WINDOW);
     CHECK(!p.res[1].done);
@@ -385,7 +396,7 @@ static void test_file_roundtrip(void)
     /* without credit a read stops at the window */
     send_simple(&p, PROTO_FREAD, 3, path, EXPECT_END);
     p.res[3].auto_credit = false;
-    settle(&p, 200);
+    await_pending(&p, &p.res[3].out[0], PROTO_WINDOW);
     CHECK(proto_buf_pending(&p.res[3].out[0]) == PROTO_WINDOW && !p.res[3].done);
     send_credit(&p, 3, total);
     CHECK(peer_wait(&p, 3, 5000));
@@ -394,7 +405,7 @@ static void test_file_roundtrip(void)
     /* a signal aborts a stalled read: ERROR ECANCELED ends the stream, nothing follows */
     send_simple(&p, PROTO_FREAD, 8, path, EXPECT_END);
     p.res[8].auto_credit = false;
-    settle(&p, 200);
+    await_pending(&p, &p.res[8].out[0], PROTO_WINDOW);
     CHECK(proto_buf_pending(&p.res[8].out[0]) == PROTO_WINDOW && !p.res[8].done);
     send_signal(&p, 8, 9);
     CHECK(peer_wait(&p, 8, 2000) && p.res[8].error && p.res[8].err == ECANCELED);
