@@ -42,8 +42,7 @@ struct op {
     bool stream_mode;
     struct proto_buf out[2]; /* JSON mode: stdout, stderr */
     bool truncated[2];
-    size_t out_credit; /* bytes the guest may still send before more credit */
-    size_t unacked;    /* bytes received but not yet credited back */
+    size_t unacked; /* bytes consumed but not yet credited back (sent in batches) */
     /* file ops */
     char fop[8];         /* "stat", "list", ... */
     json_t *entries;     /* list results being gathered */
