@@ -14,7 +14,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren  # noqa: E402
+from warren import Warren, qemu_pids, rss_kib  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -79,23 +79,37 @@ def main():
         rows.append((f"file download {a.mib} MiB", f"{a.mib / down:.1f} MB/s", ""))
         w.run(sid, "rm /root/bench.bin")
 
-        c = w.conn()
-        t0 = time.perf_counter()
-        c.request("POST", f"/v1/sandboxes/{sid}/exec",
-                  body=json.dumps({"cmd": f"head -c {a.mib * MiB} /dev/zero"}),
-                  headers={"Authorization": f"Bearer {w.key}",
-                           "Accept": "application/x-ndjson"})
-        resp = c.getresponse()
-        n = 0
-        for line in resp:
-            ev = json.loads(line)
-            if ev["type"] == "stdout":
-                n += len(ev.get("data", ""))
-        st = time.perf_counter() - t0
-        c.close()
-        assert n == a.mib * MiB, n
-        rows.append((f"exec stdout {a.mib} MiB (NDJSON)", f"{a.mib / st:.1f} MB/s", ""))
+        # Two writers: busybox head writes 4 KiB at a time (a frame per write), dd 64 KiB.
+        for label, cmd in (("4 KiB writes", f"head -c {a.mib * MiB} /dev/zero"),
+                           ("64 KiB writes",
+                            f"dd if=/dev/zero bs=65536 count={a.mib * 16} 2>/dev/null")):
+            c = w.conn()
+            t0 = time.perf_counter()
+            c.request("POST", f"/v1/sandboxes/{sid}/exec", body=json.dumps({"cmd": cmd}),
+                      headers={"Authorization": f"Bearer {w.key}",
+                               "Accept": "application/x-ndjson"})
+            resp = c.getresponse()
+            n = 0
+            for line in resp:
+                ev = json.loads(line)
+                if ev["type"] == "stdout":
+                    n += len(ev.get("data", ""))
+            st = time.perf_counter() - t0
+            c.close()
+            assert n == a.mib * MiB, n
+            rows.append((f"exec stdout {a.mib} MiB as NDJSON, {label}", f"{a.mib / st:.1f} MB/s",
+                         ""))
 
+        # Memory: warrend itself, and one booted VM's QEMU (proportional set size).
+        pss = 0
+        for pid in qemu_pids(sid):
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+        rows.append(("warrend RSS (1 sandbox, after the runs above)",
+                     f"{rss_kib(w.proc.pid) / 1024:.1f} MiB", ""))
+        rows.append(("QEMU PSS of one booted 256 MiB VM", f"{pss / 1024:.0f} MiB", ""))
         w.delete(sid)
     finally:
         w.cleanup()
