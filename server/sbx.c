@@ -158,19 +158,25 @@ void sbx_save(struct sandbox *sb)
 
 /* ---- run directory ---- */
 
-static void remove_run_dir(struct sandbox *sb)
+/* Remove a sandbox's files. keep_logs keeps console.log and qemu.log (a dead sandbox's
+ * only witnesses) until the record is purged. */
+static void remove_run_dir(const char *dir, bool keep_logs)
 {
-    DIR *d = opendir(sb->run_dir);
+    DIR *d = opendir(dir);
     struct dirent *e;
 
     if (!d)
         return;
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlinkat(dirfd(d), e->d_name, 0);
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (keep_logs && (!strcmp(e->d_name, "console.log") || !strcmp(e->d_name, "qemu.log")))
+            continue;
+        unlinkat(dirfd(d), e->d_name, 0);
     }
     closedir(d);
-    rmdir(sb->run_dir);
+    if (!keep_logs)
+        rmdir(dir);
 }
 
 /* ---- guest channel ---- */
@@ -339,7 +345,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
         vmm_free(sb->vm);
         sb->vm = NULL;
     }
-    remove_run_dir(sb);
+    remove_run_dir(sb->run_dir, state == ST_DEAD);
     sbx_save(sb);
 }
 
@@ -680,6 +686,7 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
         } else if (sb->state >= ST_ENDED &&
                    now - sb->ended_ms >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, sb->id);
+            remove_run_dir(sb->run_dir, false);
             sandbox_unlink(t, sb);
             sandbox_free(sb);
         }
@@ -760,6 +767,33 @@ static void adopt_all(struct sbx_table *t)
     }
 }
 
+/*
+ * A run directory without a record (warrend died between creating it and
+ * saving the record, or the index was lost) may still have a VM: kill it and
+ * remove the files, so a restart never leaks a VM or a disk.
+ */
+static void sweep_strays(struct sbx_table *t)
+{
+    char dir[4096], path[4096 + 256];
+    DIR *d;
+    struct dirent *e;
+
+    snprintf(dir, sizeof(dir), "%s/sandboxes", t->cfg->state_dir);
+    if (!(d = opendir(dir)))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        int killed;
+        if (e->d_name[0] == '.' || sbx_find(t, e->d_name))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        killed = vmm_kill_stray(e->d_name, path);
+        LOGS(LOG_WARN, e->d_name, "no index record: removing its files%s",
+             killed > 0 ? " and killing its VM" : "");
+        remove_run_dir(path, false);
+    }
+    closedir(d);
+}
+
 /* ---- table ---- */
 
 int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out)
@@ -813,6 +847,7 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     if (r != 0)
         goto fail;
     adopt_all(t);
+    sweep_strays(t);
     ev_timer_init(&t->reaper, on_reap, 1.0, 1.0);
     t->reaper.data = t;
     ev_timer_start(loop, &t->reaper);

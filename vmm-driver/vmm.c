@@ -18,6 +18,7 @@
  * vmm_free of a running VM kills it and keeps the struct on a private list
  * until the pidfd says the process is gone, so the loop never waits.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -755,6 +756,36 @@ static bool is_our_child(pid_t pid)
     if (!(p = strrchr(buf, ')')) || sscanf(p + 1, " %*c %d", &ppid) != 1)
         return false;
     return ppid == (int)getpid();
+}
+
+int vmm_kill_stray(const char *id, const char *run_dir)
+{
+    char name[160], qmp[4200];
+    DIR *d;
+    struct dirent *e;
+    int r, killed = 0;
+
+    if ((r = vmm_argv_name(name, sizeof(name), id)) ||
+        (r = vmm_argv_qmp(qmp, sizeof(qmp), run_dir)))
+        return r;
+    if (!(d = opendir("/proc")))
+        return -errno;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        int pidfd;
+
+        if (*end || pid <= 0)
+            continue;
+        /* As in vmm_adopt: pin the process, then check it is that VM, then kill it. */
+        if ((pidfd = sys_pidfd_open((pid_t)pid)) < 0)
+            continue;
+        if (cmdline_matches((pid_t)pid, name, qmp) == 0 && sys_pidfd_signal(pidfd, SIGKILL) == 0)
+            killed++;
+        close(pidfd);
+    }
+    closedir(d);
+    return killed;
 }
 
 int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,

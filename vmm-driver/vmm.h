@@ -91,6 +91,10 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
 
 pid_t vmm_pid(const struct vmm *vm);
 
+/* SIGKILL every QEMU that vmm_launch started for this id and run_dir and that nobody
+ * watches any more (e.g. its index record was lost). Returns how many, or -errno. */
+int vmm_kill_stray(const char *id, const char *run_dir);
+
 /* Reconnect the guest channel (e.g. after the callee closed it); cbs->channel fires again.
  * Close the previous fd first: QEMU serves one connection at a time. -ESRCH once the VM
  * has exited or was detached. */

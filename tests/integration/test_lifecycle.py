@@ -105,6 +105,30 @@ class RestartTest(unittest.TestCase):
         finally:
             w.cleanup()
 
+    def test_lost_index_leaks_no_vm_or_file(self):
+        w = Warren()
+        try:
+            w.start()
+            a = w.create()
+            self.assertEqual(len(qemu_pids(a)), 1)
+            w.kill9()
+            # The record of a live VM is gone (as if warrend died before saving it).
+            import shutil
+            shutil.rmtree(os.path.join(w.state_dir, "index"))
+            w.start()
+            deadline = time.time() + 10
+            while qemu_pids(a) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(qemu_pids(a), [], "a VM without a record must be killed")
+            self.assertFalse(os.path.exists(os.path.join(w.state_dir, "sandboxes", a)))
+            self.assertError(w.get(a), 404, "sandbox_not_found")
+        finally:
+            w.cleanup()
+
+    def assertError(self, r, status, code):
+        self.assertEqual(r.status, status, r)
+        self.assertEqual(r.json()["error"]["code"], code, r)
+
 
 if __name__ == "__main__":
     unittest.main()
