@@ -123,6 +123,7 @@ struct pss {
     bool hdrs_sent;
     bool complete;    /* the last byte is queued */
     bool close_after; /* close instead of keep-alive */
+    bool linger;      /* answered: draining the rest of an upload body before closing */
     bool chunked;
     bool throttled;
     uint64_t clen;      /* Content-Length of JSON and downloads */
@@ -377,6 +378,13 @@ static void respond(struct pss *p, int status, json_t *body)
     /* Answered before the body was read: do not make lws read and discard it. */
     if (!p->body_done)
         p->close_after = true;
+    /* An upload paused for credit must flow again so its rest is drained (see finish()):
+     * lws sends the answer only once the body is complete. */
+    if (p->upload && !p->body_done && p->rx_paused) {
+        p->rx_paused = false;
+        lws_rx_flow_control(p->wsi, 1);
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, HTTP_TIMEOUT_S);
+    }
     want_write(p);
 }
 
@@ -1012,6 +1020,19 @@ static void handle_request(struct pss *p, const char *uri)
 
 static int finish(struct pss *p)
 {
+    /* An upload answered before its body ended (disk full, sandbox gone): read and drop
+     * the rest before closing. Closing with unread bytes sends a reset, and a client that
+     * reads the answer only after sending everything would see "connection reset" instead
+     * of the error. lws's per-chunk body timeout still ends a stalled client. */
+    if (p->upload && !p->body_done) {
+        p->linger = true;
+        if (p->rx_paused) {
+            p->rx_paused = false;
+            lws_rx_flow_control(p->wsi, 1);
+        }
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, HTTP_TIMEOUT_S);
+        return 0;
+    }
     /* lws_http_transaction_completed frees p (HTTP_DROP_PROTOCOL): do not touch it after. */
     if (p->close_after)
         return -1;
@@ -1193,6 +1214,12 @@ static int on_body(struct pss *p, const void *in, size_t len)
 static int on_body_done(struct pss *p)
 {
     p->body_done = true;
+    if (p->linger)
+        return -1; /* the answer went out already; the body is drained: close */
+    if (p->upload && p->status) {
+        want_write(p); /* answered early: the answer can go out now */
+        return 0;
+    }
     if (p->upload) {
         if (p->op_live && !p->pend_len && !p->finish_sent) {
             p->finish_sent = true;

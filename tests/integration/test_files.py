@@ -63,6 +63,22 @@ class FilesTest(WarrenCase):
         self.assertError(self.files("GET", "/x", sid="sb-0000000000000000"), 404,
                          "sandbox_not_found")
 
+    def test_full_disk_is_507_and_loses_nothing(self):
+        # /tmp is a tmpfs of a quarter of the guest's 256 MiB: 96 MiB cannot fit.
+        self.assertEqual(self.files("PUT", "/tmp/keep.txt", body=b"kept").status, 200)
+        try:
+            r = self.files("PUT", "/tmp/fill.bin", body=os.urandom(96 * MiB))
+            status = r.status
+            body = r.json()
+        except (ConnectionError, OSError) as e:
+            self.fail(f"warrend must answer a full disk with an error, not drop the upload: {e}")
+        self.assertEqual(status, 507, body)
+        self.assertEqual(body["error"]["code"], "disk_full")
+        # The sandbox keeps working and earlier files are intact.
+        self.assertEqual(self.files("GET", "/tmp/keep.txt").body, b"kept")
+        self.w.run(self.sid, "rm -f /tmp/fill.bin")
+        self.assertEqual(self.files("PUT", "/tmp/after.txt", body=b"ok").status, 200)
+
     def test_sandboxes_are_isolated(self):
         other = self.w.create()
         self.assertEqual(self.files("PUT", "/root/secret", body=b"mine").status, 200)
