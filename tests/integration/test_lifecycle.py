@@ -5,7 +5,7 @@ import signal
 import time
 import unittest
 
-from warren import Warren, WarrenCase, qemu_pids
+from warren import Warren, WarrenCase, qemu_pids, wait_no_qemu
 
 
 class LifecycleTest(WarrenCase):
@@ -27,7 +27,7 @@ class LifecycleTest(WarrenCase):
         sb = self.w.get(sid).json()
         self.assertEqual((sb["state"], sb["end_reason"]), ("ended", "deleted"))
         self.assertError(self.w.exec(sid, "true"), 409, "sandbox_ended")
-        self.assertEqual(qemu_pids(sid), [])
+        self.assertEqual(wait_no_qemu(sid), [])
 
     def test_ttl_and_idle_reaping(self):
         ttl = self.w.create(ttl_seconds=2, idle_timeout_seconds=0)
@@ -36,7 +36,7 @@ class LifecycleTest(WarrenCase):
         self.assertEqual(sb["end_reason"], "ttl_expired")
         sb = self.w.wait_state(idle, ("ended",), timeout=30)
         self.assertEqual(sb["end_reason"], "idle_timeout")
-        self.assertEqual(qemu_pids(ttl) + qemu_pids(idle), [])
+        self.assertEqual(wait_no_qemu(ttl) + wait_no_qemu(idle), [])
 
     def test_busy_sandbox_is_not_idle(self):
         sid = self.w.create(ttl_seconds=600, idle_timeout_seconds=2)
@@ -116,10 +116,7 @@ class RestartTest(unittest.TestCase):
             import shutil
             shutil.rmtree(os.path.join(w.state_dir, "index"))
             w.start()
-            deadline = time.time() + 10
-            while qemu_pids(a) and time.time() < deadline:
-                time.sleep(0.1)
-            self.assertEqual(qemu_pids(a), [], "a VM without a record must be killed")
+            self.assertEqual(wait_no_qemu(a), [], "a VM without a record must be killed")
             self.assertFalse(os.path.exists(os.path.join(w.state_dir, "sandboxes", a)))
             self.assertError(w.get(a), 404, "sandbox_not_found")
         finally:

@@ -60,6 +60,14 @@ def qemu_pids(marker):
     return out
 
 
+def wait_no_qemu(marker, timeout=15):
+    """The QEMU pids still matching marker after waiting: a killed VM takes a moment to go."""
+    deadline = time.time() + timeout
+    while qemu_pids(marker) and time.time() < deadline:
+        time.sleep(0.05)
+    return qemu_pids(marker)
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
