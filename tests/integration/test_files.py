@@ -41,6 +41,11 @@ class FilesTest(WarrenCase):
     def test_metadata_ops(self):
         self.assertEqual(self.files("POST", "/root/a/b/c", sub="/mkdir").status, 200)
         self.assertEqual(self.files("PUT", "/root/a/b/c/f.txt", body=b"hello").status, 200)
+        r = self.files("PUT", "/root/a/run.sh", body=b"#!/bin/sh\necho ran\n", mode="0755")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.files("GET", "/root/a/run.sh", sub="/stat").json()["mode"], "0755")
+        self.assertEqual(self.w.run(self.sid, "/root/a/run.sh")["stdout"], "ran\n")
+        self.assertEqual(self.files("DELETE", "/root/a/run.sh").status, 200)
         st = self.files("GET", "/root/a/b/c/f.txt", sub="/stat").json()
         self.assertEqual((st["type"], st["size"], st["name"]), ("file", 5, "f.txt"))
         ls = self.files("GET", "/root/a", sub="/list", depth=3).json()
