@@ -445,24 +445,12 @@ static int exec_validate(json_t *body, json_t **err)
 {
     static const char *const fields[] = {
         "cmd", "argv", "cwd", "env", "user", "stdin", "timeout_seconds", NULL};
-    const char *k;
     json_t *v, *cmd = json_object_get(body, "cmd"), *argv = json_object_get(body, "argv");
     size_t i;
+    int status;
 
-    if (!json_is_object(body)) {
-        *err = api_error("bad_request", "the body must be a JSON object");
-        return 400;
-    }
-    json_object_foreach(body, k, v)
-    {
-        bool ok = false;
-        for (const char *const *a = fields; *a && !ok; a++)
-            ok = strcmp(*a, k) == 0;
-        if (!ok) {
-            *err = api_error("invalid_argument", "unknown field '%s'", k);
-            return 400;
-        }
-    }
+    if ((status = check_fields(body, fields, err)))
+        return status;
     if (!!cmd == !!argv) {
         *err = api_error("invalid_argument", "give exactly one of cmd (string) or argv (array)");
         return 400;
@@ -591,59 +579,64 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     return 0;
 }
 
-static struct op *start_file_op(struct sandbox *sb, enum op_kind kind, const char *path,
-                                const struct sbx_sink *sink, uint64_t req, json_t **err)
+/*
+ * The common start of a file request: check the path and the sandbox, make
+ * the op and begin its frame with {path}; the caller adds `extra` more keys
+ * and calls file_op_send().
+ */
+static int file_op_begin(struct sbx_table *t, const char *id, const char *path, enum op_kind kind,
+                         enum proto_type type, uint32_t extra, const struct sbx_sink *sink,
+                         uint64_t req, struct op **opp, struct proto_enc *e, json_t **err)
 {
-    struct op *op = op_new(sb, kind, sink, req);
+    struct sandbox *sb;
+    struct op *op;
+    int status;
 
-    if (!op) {
+    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)))
+        return status;
+    if (!(op = op_new(sb, kind, sink, req))) {
         *err = api_error("internal", "out of memory");
-        return NULL;
+        return 500;
     }
     snprintf(op->path, sizeof(op->path), "%s", path);
-    return op;
+    proto_enc_begin(e, chan_tx(sb->ch), type, op->stream, 3 + extra);
+    proto_put_cstr(e, PK_PATH, path);
+    *opp = op;
+    return 0;
+}
+
+static int file_op_send(struct op *op, struct proto_enc *e, sbx_op_t *opid)
+{
+    proto_enc_end(e);
+    chan_flush(op->sb->ch);
+    *opid = op->id;
+    return 0;
 }
 
 int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
 {
-    struct sandbox *sb;
     struct op *op;
     struct proto_enc e;
     int status;
 
-    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)))
+    if ((status = file_op_begin(t, id, path, OP_FREAD, PROTO_FREAD, 0, sink, req, &op, &e, err)))
         return status;
-    if (!(op = start_file_op(sb, OP_FREAD, path, sink, req, err)))
-        return 500;
-    proto_enc_begin(&e, chan_tx(sb->ch), PROTO_FREAD, op->stream, 3);
-    proto_put_cstr(&e, PK_PATH, path);
-    proto_enc_end(&e);
-    chan_flush(sb->ch);
-    *opid = op->id;
-    return 0;
+    return file_op_send(op, &e, opid);
 }
 
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
                    const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
 {
-    struct sandbox *sb;
     struct op *op;
     struct proto_enc e;
     int status;
 
-    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)))
+    if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, req, &op, &e, err)))
         return status;
-    if (!(op = start_file_op(sb, OP_FWRITE, path, sink, req, err)))
-        return 500;
     op->tx_credit = PROTO_WINDOW;
-    proto_enc_begin(&e, chan_tx(sb->ch), PROTO_FWRITE, op->stream, 4);
-    proto_put_cstr(&e, PK_PATH, path);
     proto_put_u(&e, PK_MODE, mode ? mode : 0644);
-    proto_enc_end(&e);
-    chan_flush(sb->ch);
-    *opid = op->id;
-    return 0;
+    return file_op_send(op, &e, opid);
 }
 
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
@@ -661,7 +654,6 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
     const char *to = json_string_value(json_object_get(args, "to"));
     json_t *depth = json_object_get(args, "depth");
     enum proto_type type = 0;
-    struct sandbox *sb;
     struct op *op;
     struct proto_enc e;
     int status;
@@ -682,24 +674,18 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
         *err = api_error("invalid_argument", "depth must be an integer from 1 to 10");
         return 400;
     }
-    if ((status = sbx_usable(t, id, &sb, err)))
+    if ((status = file_op_begin(t, id, path, OP_FOP, type,
+                                type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE,
+                                sink, req, &op, &e, err)))
         return status;
-    if (!(op = start_file_op(sb, OP_FOP, path, sink, req, err)))
-        return 500;
     snprintf(op->fop, sizeof(op->fop), "%s", kind);
-    proto_enc_begin(&e, chan_tx(sb->ch), type, op->stream,
-                    3 + (type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE));
-    proto_put_cstr(&e, PK_PATH, path);
     if (type == PROTO_RENAME)
         proto_put_cstr(&e, PK_TO, to);
     else if (type == PROTO_LIST)
         proto_put_u(&e, PK_DEPTH, depth ? (uint64_t)json_integer_value(depth) : 1);
     else if (type == PROTO_REMOVE)
         proto_put_b(&e, PK_RECURSIVE, json_is_true(json_object_get(args, "recursive")));
-    proto_enc_end(&e);
-    chan_flush(sb->ch);
-    *opid = op->id;
-    return 0;
+    return file_op_send(op, &e, opid);
 }
 
 /* ---- requester-side calls on ops ---- */

@@ -440,7 +440,7 @@ bad:
     return 400;
 }
 
-static int check_fields(json_t *body, const char *const *allowed, json_t **err)
+int check_fields(json_t *body, const char *const *allowed, json_t **err)
 {
     const char *k;
     json_t *v;

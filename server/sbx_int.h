@@ -115,6 +115,8 @@ void ops_fail_all(struct sandbox *sb, int status, const char *code, const char *
 /* An object whose values are all strings (env, metadata) at body[key]; absent means empty.
  * 0 and a new reference in *out, or 400 with *err. */
 int json_str_map(json_t *body, const char *key, json_t **out, json_t **err);
+/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or 400 with *err. */
+int check_fields(json_t *body, const char *const *allowed, json_t **err);
 /* Map a guest errno to an HTTP status and error body. */
 int errno_to_http(int err, const char *msg, json_t **body);
 
