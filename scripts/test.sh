@@ -13,15 +13,39 @@ quick=0
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Run ctest, keep its output, and add its counts to the totals printed at the end.
+passed=0
+failed=0
+run_ctest() {
+  local out
+  out=$(mktemp)
+  set +e
+  "$@" 2>&1 | tee "$out"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  local line
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$out" | tail -1)
+  rm -f "$out"
+  if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+    failed=$((failed + BASH_REMATCH[1]))
+    passed=$((passed + BASH_REMATCH[2] - BASH_REMATCH[1]))
+  fi
+  if [ "$rc" != 0 ]; then
+    echo "$passed passed, $failed failed"
+    exit "$rc"
+  fi
+}
+
 step "set-up: packages, build, guest images"
 bash scripts/setup.sh --build-dir "$top/build"
 
 # ctest runs one test at a time: every integration test boots real VMs under
 # TCG, and two cores are all this machine has.
 step "unit and integration tests"
-ctest --test-dir "$top/build" --output-on-failure
+run_ctest ctest --test-dir "$top/build" --output-on-failure
 
 if [ "$quick" = 1 ]; then
+  echo "$passed passed, $failed failed"
   exit 0
 fi
 
@@ -30,9 +54,12 @@ cmake -S . -B "$top/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWARREN_SANITIZE=ON >/
 cmake --build "$top/build-asan" -j2 >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" \
-  ctest --test-dir "$top/build-asan" --output-on-failure
+  run_ctest ctest --test-dir "$top/build-asan" --output-on-failure
 
 step "fuzzers (30 s each)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
 cmake --build "$top/build-fuzz" -j2 --target fuzz_api fuzz_proto >/dev/null
-ctest --test-dir "$top/build-fuzz" -L fuzz --output-on-failure
+run_ctest ctest --test-dir "$top/build-fuzz" -L fuzz --output-on-failure
+
+# All three stages together (the line CI reads).
+echo "$passed passed, $failed failed"
