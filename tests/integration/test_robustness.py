@@ -6,7 +6,11 @@ import socket
 import time
 import unittest
 
-from warren import WarrenCase
+import os
+import signal
+import threading
+
+from warren import WarrenCase, qemu_pids
 
 
 class RobustnessTest(WarrenCase):
@@ -93,6 +97,44 @@ class RobustnessTest(WarrenCase):
             time.sleep(0.2)
         self.assertEqual(out.strip(), "", "the process of a vanished client must be killed")
         self.assertEqual(self.w.get(self.sid).json()["state"], "running")
+
+    def test_vm_dying_mid_request_answers_at_once(self):
+        sid = self.w.create(ttl_seconds=900)
+        results = {}
+
+        def json_exec():
+            results["json"] = self.w.exec(sid, "sleep 300")
+
+        def ndjson_exec():
+            c = self.w.conn(timeout=120)
+            c.request("POST", f"/v1/sandboxes/{sid}/exec",
+                      body=json.dumps({"cmd": "echo started; sleep 300"}),
+                      headers={"Authorization": f"Bearer {self.w.key}",
+                               "Accept": "application/x-ndjson"})
+            r = c.getresponse()
+            results["ndjson_status"] = r.status
+            results["ndjson"] = [json.loads(line) for line in r]
+            c.close()
+
+        threads = [threading.Thread(target=json_exec), threading.Thread(target=ndjson_exec)]
+        for t in threads:
+            t.start()
+        time.sleep(2)  # both execs are running in the guest
+        t0 = time.time()
+        os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+        for t in threads:
+            t.join(timeout=60)
+        waited = time.time() - t0
+        self.assertFalse(any(t.is_alive() for t in threads), "requests hung on a dead VM")
+        print(f"\nrequests answered {waited:.2f} s after the VM was killed")
+        r = results["json"]
+        self.assertIn(r.status, (409, 502), r)
+        self.assertIn(r.json()["error"]["code"], ("sandbox_dead", "guest_channel_lost"))
+        # The stream had started: it ends with an error line, not silence.
+        self.assertEqual(results["ndjson_status"], 200)
+        self.assertEqual(results["ndjson"][0]["data"], "started\n")
+        self.assertEqual(results["ndjson"][-1]["type"], "error", results["ndjson"])
+        self.assertEqual(self.w.wait_state(sid, ("dead",))["state"], "dead")
 
     def test_fork_bomb_and_memory_hog_are_contained(self):
         bomb = self.w.create(ttl_seconds=900)
