@@ -56,6 +56,7 @@ static const struct opt opts[] = {
     {"exec_max_output_bytes", T_SIZE, F(exec_max_output), "16777216", 1},
     {"console_log_bytes", T_SIZE, F(console_max_bytes), "1048576", 4096},
     {"default_template", T_STR, F(default_template), "base", 0},
+    {"kernel_append", T_STR, F(kernel_append), "", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -335,5 +336,6 @@ void cfg_free(struct srv_config *c)
     free(c->accel);
     free(c->log_level);
     free(c->default_template);
+    free(c->kernel_append);
     memset(c, 0, sizeof(*c));
 }

@@ -35,6 +35,7 @@ struct srv_config {
     size_t exec_max_output;     /* exec_max_output_bytes = 16777216 (JSON mode) */
     size_t console_max_bytes;   /* console_log_bytes = 1048576 */
     char *default_template;     /* default_template = base */
+    char *kernel_append;        /* kernel_append = (empty): extra guest kernel command line */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

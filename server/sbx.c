@@ -316,6 +316,7 @@ static void vm_config(struct sandbox *sb, struct vmm_config *vc)
     vc->qemu = t->cfg->qemu;
     vc->kernel = t->kernel;
     vc->initrd = t->initrd;
+    vc->append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
     vc->disk = sb->disk;
     vc->run_dir = sb->run_dir;
     vc->mem_mb = sb->mem_mb;

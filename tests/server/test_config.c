@@ -58,9 +58,10 @@ static void test_file_equals_defaults(const char *path)
     CHECK(d.exec_max_output == f.exec_max_output);
     CHECK(d.console_max_bytes == f.console_max_bytes);
     CHECK(same_str(d.default_template, f.default_template));
+    CHECK(same_str(d.kernel_append, f.kernel_append));
     /* A field added to struct srv_config changes its size: then add it above, to the
      * option table in config.c and to conf/warren.conf, and update this number. */
-    CHECK(sizeof(struct srv_config) == 144);
+    CHECK(sizeof(struct srv_config) == 152);
 
     /* Every option appears exactly once as an active "key =" line. */
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
