@@ -92,7 +92,7 @@ class FilesTest(WarrenCase):
         self.assertNotIn("mine", res["stdout"])
         self.w.delete(other)
 
-    def test_1gib_upload_constant_memory(self):
+    def test_1gib_upload_and_download_constant_memory(self):
         pid = self.w.proc.pid
         size = 1024 * MiB
         before = rss_kib(pid)
@@ -131,11 +131,42 @@ class FilesTest(WarrenCase):
         self.assertEqual(r.status, 200, resp)
         st = self.files("GET", "/root/big.bin", sub="/stat").json()
         self.assertEqual(st["size"], size)
-        res = self.w.run(self.sid, "sha256sum /root/big.bin; rm /root/big.bin")
+        res = self.w.run(self.sid, "sha256sum /root/big.bin")
         self.assertEqual(res["stdout"].split()[0], h.hexdigest())
-        growth_mib = (peak[0] - before) / 1024
-        print(f"\n1 GiB upload: warrend RSS {before} KiB -> peak {peak[0]} KiB")
-        self.assertLess(growth_mib, 32, "warrend memory must stay flat during an upload")
+        up_peak = peak[0]
+        print(f"\n1 GiB upload: warrend RSS {before} KiB -> peak {up_peak} KiB")
+        self.assertLess((up_peak - before) / 1024, 32,
+                        "warrend memory must stay flat during an upload")
+
+        # And back: a streamed 1 GiB download, read slowly enough to need backpressure.
+        stop.clear()
+        peak[0] = rss_kib(pid)
+        t = threading.Thread(target=sample)
+        t.start()
+        h2 = hashlib.sha256()
+        got = 0
+        try:
+            c = self.w.conn()
+            c.request("GET", f"/v1/sandboxes/{self.sid}/files?{q('/root/big.bin')}",
+                      headers={"Authorization": f"Bearer {self.w.key}"})
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            self.assertEqual(int(r.getheader("Content-Length")), size)
+            while True:
+                chunk = r.read(MiB)
+                if not chunk:
+                    break
+                h2.update(chunk)
+                got += len(chunk)
+            c.close()
+        finally:
+            stop.set()
+            t.join()
+        self.assertEqual((got, h2.hexdigest()), (size, h.hexdigest()))
+        print(f"1 GiB download: warrend RSS peak {peak[0]} KiB")
+        self.assertLess((peak[0] - before) / 1024, 32,
+                        "warrend memory must stay flat during a download")
+        self.w.run(self.sid, "rm /root/big.bin")
 
 
 if __name__ == "__main__":
