@@ -53,7 +53,7 @@ step "ASan+UBSan build and tests"
 cmake -S . -B "$top/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWARREN_SANITIZE=ON >/dev/null
 cmake --build "$top/build-asan" -j2 >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" \
+  LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
   run_ctest ctest --test-dir "$top/build-asan" --output-on-failure
 
 step "fuzzers (30 s each)"

@@ -17,6 +17,9 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Set by scripts/test.sh for the ASan+UBSan run: ASan keeps freed memory in its
+# quarantine (256 MiB), so RSS says nothing about warrend's own memory there.
+SANITIZED = os.environ.get("WARREN_SANITIZED") == "1"
 
 
 def image_dir():
