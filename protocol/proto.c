@@ -234,48 +234,34 @@ static int msgpack_check(const uint8_t *p, size_t len)
         } else if (b <= 0xbf) {
             skip = b & 0x1f;
         } else {
-            static const uint8_t hdr[] = {/* c4 bin8..c6 */ 1,
-                                          2,
-                                          4,
-                                          /* c7 ext8..c9 */ 1,
-                                          2,
-                                          4,
-                                          /* ca cb float */ 0,
-                                          0,
-                                          /* cc..cf uint */ 0,
-                                          0,
-                                          0,
-                                          0,
-                                          /* d0..d3 int */ 0,
-                                          0,
-                                          0,
-                                          0,
-                                          /* d4..d8 fixext */ 0,
-                                          0,
-                                          0,
-                                          0,
-                                          0,
-                                          /* d9..db str */ 1,
-                                          2,
-                                          4,
-                                          /* dc dd array */ 2,
-                                          4,
-                                          /* de df map */ 2,
-                                          4};
-            static const uint8_t fixed[] = {0, 0, 0, 1, 1, 1, 4,  8, 1, 2, 4, 8, 1, 2,
-                                            4, 8, 2, 3, 5, 9, 17, 0, 0, 0, 0, 0, 0, 0};
+            /* For types c4..df: the size of the big-endian length or count that follows the
+             * type byte, and the fixed bytes after it (ext's type byte, a number's value). */
+            static const struct {
+                uint8_t len, fixed;
+            } t[] = {
+                {1, 0},  {2, 0}, {4, 0},         /* c4-c6 bin 8/16/32 */
+                {1, 1},  {2, 1}, {4, 1},         /* c7-c9 ext 8/16/32 */
+                {0, 4},  {0, 8},                 /* ca-cb float 32/64 */
+                {0, 1},  {0, 2}, {0, 4}, {0, 8}, /* cc-cf uint 8..64 */
+                {0, 1},  {0, 2}, {0, 4}, {0, 8}, /* d0-d3 int 8..64 */
+                {0, 2},  {0, 3}, {0, 5}, {0, 9}, /* d4-d7 fixext 1..8 */
+                {0, 17},                         /* d8 fixext 16 */
+                {1, 0},  {2, 0}, {4, 0},         /* d9-db str 8/16/32 */
+                {2, 0},  {4, 0},                 /* dc-dd array 16/32 */
+                {2, 0},  {4, 0},                 /* de-df map 16/32 */
+            };
             unsigned i, n;
             uint64_t v;
 
             if (b == 0xc1)
                 return PROTO_EMSGPACK; /* never used */
             i = b - 0xc4;
-            n = hdr[i];
+            n = t[i].len;
             if (len - pos < n)
                 return PROTO_EMSGPACK;
             v = be(p + pos, n);
             pos += n;
-            skip = fixed[i];
+            skip = t[i].fixed;
             if (b >= 0xdc && b <= 0xdd)
                 kids = v;
             else if (b >= 0xde)
