@@ -31,17 +31,6 @@ int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-json_t *api_error(const char *code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg);
-}
-
 static const char *state_name(enum sbx_state s)
 {
     static const char *const n[] = {"starting", "running", "ended", "dead"};

@@ -90,17 +90,6 @@ struct sbx_table {
     unsigned next_sbx;
 };
 
-json_t *api_error(const char *code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    return json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-}
-
 int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out)
 {
     struct sbx_table *t = calloc(1, sizeof(*t));
