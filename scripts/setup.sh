@@ -68,7 +68,7 @@ fi
 # --- images ----------------------------------------------------------------
 if [ $images = 1 ]; then
     # Under sudo, keep the caller's cache: warrend looks there by default.
-    as_root env WARREN_CACHE="${WARREN_CACHE:-$HOME/.cache/warren}" \
+    as_root env WARREN_CACHE="${WARREN_CACHE:-${HOME:-/root}/.cache/warren}" \
         bash "$top/images/build.sh" --build-dir "$build_dir"
 fi
 say "done"
