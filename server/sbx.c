@@ -73,7 +73,8 @@ static int not_found(const char *id, json_t **err)
     return 404;
 }
 
-int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+/* The sandbox if it exists and has not ended: 0 and *out, or 404/409 with *err. */
+static int sbx_alive(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
@@ -84,6 +85,17 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t
                          "sandbox %s is %s: %s", sb->id, state_name(sb->state), sb->reason);
         return 409;
     }
+    *out = sb;
+    return 0;
+}
+
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+{
+    struct sandbox *sb;
+    int status = sbx_alive(t, id, &sb, err);
+
+    if (status)
+        return status;
     if (sb->state != ST_RUNNING || !sb->ready || !sb->ch) {
         *err = api_error("sandbox_not_ready", "sandbox %s is %s; try again shortly", sb->id,
                          sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
@@ -636,12 +648,8 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     unsigned ttl;
     int status;
 
-    if ((status = sbx_usable(t, id, &sb, out)) && status != 503)
-        return status;
-    if (status == 503)
-        json_decref(*out); /* extending a sandbox that is reconnecting is fine */
-    sb = sbx_find(t, id);
-    if ((status = check_fields(body, fields, out)))
+    /* A sandbox still starting or reconnecting may be extended too. */
+    if ((status = sbx_alive(t, id, &sb, out)) || (status = check_fields(body, fields, out)))
         return status;
     if (!json_object_get(body, "ttl_seconds")) {
         *out = api_error("invalid_argument", "ttl_seconds is required");
@@ -650,6 +658,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, out)))
         return status;
     sb->expires_ms = now_ms() + (int64_t)ttl * 1000;
+    sbx_touch(sb);
     sbx_save(sb);
     *out = sandbox_json(sb);
     return 200;
