@@ -184,8 +184,15 @@ class Warren:
         finally:
             c.close()
 
+    # Test sandboxes live far longer than any test uses them (a class can take
+    # several minutes under ASan): only tests of the TTL or idle timeout set
+    # these, explicitly.
+    TEST_TTL_S = 4 * 3600
+    TEST_IDLE_S = 2 * 3600
+
     def create(self, **kw):
-        body = {"template": "minimal"}
+        body = {"template": "minimal", "ttl_seconds": self.TEST_TTL_S,
+                "idle_timeout_seconds": self.TEST_IDLE_S}
         body.update(kw)
         r = self.request("POST", "/v1/sandboxes", body)
         if r.status != 201:
