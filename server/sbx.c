@@ -24,11 +24,33 @@
 
 static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *reason);
 
-int64_t now_ms(void)
+static int64_t clock_ms(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(id, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t now_ms(void)
+{
+    return clock_ms(CLOCK_MONOTONIC);
+}
+
+int64_t sbx_wall_ms(void)
+{
+    return clock_ms(CLOCK_REALTIME);
+}
+
+/* The monotonic clock restarts with the host: the index keeps wall times and
+ * they are converted at save and restore. */
+static int64_t mono_to_wall(int64_t mono)
+{
+    return sbx_wall_ms() + (mono - now_ms());
+}
+
+static int64_t wall_to_mono(int64_t wall)
+{
+    return now_ms() + (wall - sbx_wall_ms());
 }
 
 static const char *state_name(enum sbx_state s)
@@ -64,7 +86,7 @@ struct sandbox *sbx_find(struct sbx_table *t, const char *id)
 
 void sbx_touch(struct sandbox *sb)
 {
-    sb->last_active_ms = now_ms();
+    sb->active_mono = now_ms();
 }
 
 static int not_found(const char *id, json_t **err)
@@ -144,7 +166,7 @@ void sbx_save(struct sandbox *sb)
                           sb->id, "template", sb->tmpl, "state", state_name(sb->state), "reason",
                           sb->reason, "created_ms", (json_int_t)sb->created_ms, "expires_ms",
                           (json_int_t)sb->expires_ms, "ended_ms", (json_int_t)sb->ended_ms,
-                          "last_active_ms", (json_int_t)sb->last_active_ms, "idle_s",
+                          "last_active_ms", (json_int_t)mono_to_wall(sb->active_mono), "idle_s",
                           (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
                           (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env", sb->env,
                           "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
@@ -218,7 +240,7 @@ static void sandbox_ready(struct sandbox *sb)
     sb->state = ST_RUNNING;
     sbx_touch(sb);
     sbx_save(sb);
-    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)", (double)(now_ms() - sb->created_ms));
+    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)", (double)(now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind == OP_CREATE)
@@ -333,7 +355,8 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
         return;
     sb->state = state;
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
-    sb->ended_ms = now_ms();
+    sb->ended_ms = sbx_wall_ms();
+    sb->ended_mono = now_ms();
     sb->ready = false;
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
     LOGS(LOG_INFO, sb->id, "%s: %s", state_name(state), reason);
@@ -543,8 +566,10 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
     sb->state = ST_STARTING;
-    sb->created_ms = sb->last_active_ms = now_ms();
+    sb->created_ms = sbx_wall_ms();
+    sb->created_mono = sb->active_mono = now_ms();
     sb->expires_ms = sb->created_ms + (int64_t)ttl * 1000;
+    sb->expires_mono = sb->created_mono + (int64_t)ttl * 1000;
     sb->idle_s = idle;
     sb->mem_mb = mem;
     sb->vcpus = vcpus;
@@ -657,7 +682,8 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     }
     if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, out)))
         return status;
-    sb->expires_ms = now_ms() + (int64_t)ttl * 1000;
+    sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
+    sb->expires_mono = now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
     *out = sandbox_json(sb);
@@ -677,13 +703,13 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
             vmm_free(sb->vm);
             sb->vm = NULL;
         }
-        if (sb->state == ST_RUNNING && now >= sb->expires_ms) {
+        if (sb->state == ST_RUNNING && now >= sb->expires_mono) {
             sandbox_end(sb, ST_ENDED, "ttl_expired");
         } else if (sb->state == ST_RUNNING && sb->idle_s && sb->nops == 0 &&
-                   now - sb->last_active_ms >= (int64_t)sb->idle_s * 1000) {
+                   now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
             sandbox_end(sb, ST_ENDED, "idle_timeout");
         } else if (sb->state >= ST_ENDED &&
-                   now - sb->ended_ms >= (int64_t)t->cfg->ended_keep_s * 1000) {
+                   now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, sb->id);
             remove_run_dir(sb->run_dir, false);
             sandbox_unlink(t, sb);
@@ -731,7 +757,10 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->created_ms = created;
     sb->expires_ms = expires;
     sb->ended_ms = ended;
-    sb->last_active_ms = active;
+    sb->created_mono = wall_to_mono(created);
+    sb->expires_mono = wall_to_mono(expires);
+    sb->ended_mono = wall_to_mono(ended);
+    sb->active_mono = wall_to_mono(active);
     sb->idle_s = (unsigned)idle;
     sb->mem_mb = (unsigned)mem;
     sb->vcpus = (unsigned)vcpus;

@@ -61,7 +61,11 @@ struct sandbox {
     char tmpl[64];
     enum sbx_state state;
     char reason[256];
-    int64_t created_ms, expires_ms, ended_ms, last_active_ms;
+    /* Wall clock (ms since the epoch): what GET shows and the index keeps. */
+    int64_t created_ms, expires_ms, ended_ms;
+    /* Monotonic (now_ms): what the reaper compares, so a step of the wall clock
+     * neither expires a sandbox early nor keeps it past its TTL. */
+    int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
     char run_dir[4096];
@@ -93,7 +97,10 @@ struct sbx_table {
     mbedtls_ctr_drbg_context drbg;
 };
 
+/* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
 int64_t now_ms(void);
+/* Milliseconds on CLOCK_REALTIME: only timestamps shown to clients or saved. */
+int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
 /* Look up a sandbox for an operation: 0 and *out, or an HTTP status with *err. */
 int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err);

@@ -129,3 +129,37 @@ class RestartTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ClockStepTest(unittest.TestCase):
+    """A step of the wall clock neither ends a sandbox early nor moves what GET
+    shows: TTL and idle limits run on the monotonic clock. warrend's own
+    CLOCK_REALTIME is shifted by an LD_PRELOAD shim (the machine's clock is
+    never touched)."""
+
+    def test_wall_clock_step_does_not_expire(self):
+        shim = os.environ.get("WARREN_CLOCKSHIFT")
+        if not shim:
+            self.fail("WARREN_CLOCKSHIFT (the clockshift shim) is not set; run through ctest")
+        w = Warren(env={"LD_PRELOAD": shim,
+                        "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+                        ":verify_asan_link_order=0"})
+        shift = os.path.join(w.state_dir, "clock_shift")
+        w.env["WARREN_TEST_CLOCK_SHIFT_FILE"] = shift
+        with open(shift, "w") as f:
+            f.write("0")
+        try:
+            w.start()
+            sid = w.create(ttl_seconds=600, idle_timeout_seconds=300)
+            before = w.get(sid).json()
+            with open(shift, "w") as f:
+                f.write(str(3 * 3600))  # three hours forward, past both limits
+            # The shim re-reads the file within 0.1 s; the reaper runs every 1 s.
+            # Waiting 5 s gives it several rounds to (wrongly) end the sandbox.
+            time.sleep(5)
+            after = w.get(sid).json()
+            self.assertEqual(after["state"], "running", after)
+            self.assertEqual(after["expires_at"], before["expires_at"])
+            self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+        finally:
+            w.cleanup()

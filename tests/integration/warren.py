@@ -93,8 +93,9 @@ class Response:
 
 
 class Warren:
-    def __init__(self, conf=None):
+    def __init__(self, conf=None, env=None):
         self.state_dir = tempfile.mkdtemp(prefix="warren-it-")
+        self.env = dict(os.environ, **(env or {}))
         self.port = free_port()
         self.conf = dict(conf or {})
         self.proc = None
@@ -116,7 +117,7 @@ class Warren:
             [warrend_path(), "--config", conf_path,
              "--listen", f"127.0.0.1:{self.port}",
              "--state-dir", self.state_dir, "--image-dir", image_dir()],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
