@@ -175,6 +175,8 @@ void sbx_save(struct sandbox *sb)
 
     if (r != 0)
         LOGS(LOG_ERR, sb->id, "cannot save to the index: %s", idx_strerror(r));
+    else
+        sb->t->idx_dirty = true;
     free(s);
     json_decref(o);
 }
@@ -200,6 +202,77 @@ static void remove_run_dir(const char *dir, bool keep_logs)
     closedir(d);
     if (!keep_logs)
         rmdir(dir);
+}
+
+struct rm_job {
+    bool keep_logs;
+    char dir[];
+};
+
+static void rm_work(void *arg)
+{
+    struct rm_job *j = arg;
+
+    remove_run_dir(j->dir, j->keep_logs);
+    free(j);
+}
+
+/*
+ * Remove a run dir on the worker thread: unlinking a multi-GB disk can take
+ * the filesystem a long time, and the loop never waits on the disk. Jobs
+ * run in order, so a later purge of the same dir comes after this one.
+ */
+static void run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs)
+{
+    size_t n = strlen(dir) + 1;
+    struct rm_job *j = malloc(sizeof(*j) + n);
+
+    if (!j || bg_run(t->bg, rm_work, NULL, j) != 0) {
+        free(j);
+        remove_run_dir(dir, keep_logs); /* out of memory: do it here rather than leak */
+        return;
+    }
+    j->keep_logs = keep_logs;
+    memcpy(j->dir, dir, n);
+}
+
+/* ---- index flush: LMDB runs with MDB_NOSYNC; the reaper flushes what changed ---- */
+
+struct flush_job {
+    struct sbx_table *t;
+    int r;
+};
+
+static void flush_work(void *arg)
+{
+    struct flush_job *j = arg;
+
+    j->r = idx_sync(j->t->idx);
+}
+
+static void flush_done(void *arg)
+{
+    struct flush_job *j = arg;
+
+    j->t->idx_flushing = false;
+    if (j->r != 0)
+        LOG(LOG_ERR, "cannot flush the index: %s", idx_strerror(j->r));
+    free(j);
+}
+
+static void index_flush(struct sbx_table *t)
+{
+    struct flush_job *j;
+
+    if (!t->idx_dirty || t->idx_flushing || !(j = calloc(1, sizeof(*j))))
+        return;
+    j->t = t;
+    if (bg_run(t->bg, flush_work, flush_done, j) != 0) {
+        free(j);
+        return;
+    }
+    t->idx_dirty = false;
+    t->idx_flushing = true;
 }
 
 /* ---- guest channel ---- */
@@ -370,7 +443,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
         vmm_free(sb->vm);
         sb->vm = NULL;
     }
-    remove_run_dir(sb->run_dir, state == ST_DEAD);
+    run_dir_remove(sb->t, sb->run_dir, state == ST_DEAD);
     sbx_save(sb);
 }
 
@@ -711,12 +784,12 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
         } else if (sb->state >= ST_ENDED &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, sb->id);
-            remove_run_dir(sb->run_dir, false);
+            run_dir_remove(t, sb->run_dir, false);
             sandbox_unlink(t, sb);
             sandbox_free(sb);
         }
     }
-    idx_sync(t->idx);
+    index_flush(t);
 }
 
 /* ---- restore after a restart ---- */
@@ -817,7 +890,7 @@ static void sweep_strays(struct sbx_table *t)
         killed = vmm_kill_stray(e->d_name, path);
         LOGS(LOG_WARN, e->d_name, "no index record: removing its files%s",
              killed > 0 ? " and killing its VM" : "");
-        remove_run_dir(path, false);
+        run_dir_remove(t, path, false);
     }
     closedir(d);
 }
@@ -854,6 +927,8 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         r = -ENAMETOOLONG;
         goto fail;
     }
+    if ((r = bg_new(loop, &t->bg)) != 0)
+        goto fail;
     snprintf(path, sizeof(path), "%s/sandboxes", cfg->state_dir);
     if (mkdir(path, 0700) != 0 && errno != EEXIST) {
         r = -errno;
@@ -899,8 +974,12 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
             vmm_detach(sb->vm);
         sandbox_free(sb);
     }
-    if (t->idx)
+    /* Queued removals and flushes finish first; shutdown may then wait on the disk. */
+    bg_free(t->bg);
+    if (t->idx) {
+        idx_sync(t->idx);
         idx_close(t->idx);
+    }
     mbedtls_ctr_drbg_free(&t->drbg);
     mbedtls_entropy_free(&t->entropy);
     free(t);

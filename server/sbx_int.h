@@ -13,6 +13,7 @@
 #define WARREN_SBX_INT_H
 
 #include "sbx.h"
+#include "bg.h"
 #include "chan.h"
 #include "config.h"
 #include "idx.h"
@@ -93,6 +94,9 @@ struct sbx_table {
     char image_dir[4096];
     char kernel[4096 + 16], initrd[4096 + 16]; /* image_dir/vmlinux, image_dir/initramfs.cpio */
     ev_timer reaper;
+    struct bg *bg;     /* disk work off the loop: run dir removal, index flush */
+    bool idx_dirty;    /* written since the last flush was queued */
+    bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
 };

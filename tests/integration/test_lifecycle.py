@@ -26,6 +26,12 @@ class LifecycleTest(WarrenCase):
         self.assertEqual(self.w.delete(sid).status, 200)
         sb = self.w.get(sid).json()
         self.assertEqual((sb["state"], sb["end_reason"]), ("ended", "deleted"))
+        # The run dir (disk, sockets, logs) is removed off the loop, soon after.
+        run_dir = os.path.join(self.w.state_dir, "sandboxes", sid)
+        deadline = time.time() + 30
+        while os.path.exists(run_dir) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(run_dir), run_dir)
         self.assertError(self.w.exec(sid, "true"), 409, "sandbox_ended")
         self.assertEqual(wait_no_qemu(sid), [])
 
