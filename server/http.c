@@ -348,8 +348,6 @@ static void refuse(int fd, int status, const char *code, const char *msg)
     shutdown(fd, SHUT_WR);
 }
 
-/* A new connection: count it, or refuse it past max_connections or
- * max_connections_per_client. Nonzero refuses (lws closes the fd). */
 static void conn_free(struct conn *cn)
 {
     ev_timer_stop(srv->loop, &cn->deadline);
@@ -373,6 +371,8 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     lws_set_timeout(wsi, PENDING_TIMEOUT_HOLDING_AH, LWS_TO_KILL_SYNC);
 }
 
+/* A new connection: count it, or refuse it past max_connections or
+ * max_connections_per_client. Nonzero refuses (lws closes the fd). */
 static int conn_filter(const struct lws_filter_network_conn_args *f)
 {
     unsigned char a[16];
