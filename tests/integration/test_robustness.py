@@ -230,6 +230,71 @@ class QuotaTest(WarrenCase):
         self.assertEqual(r.json()["stdout"], "again\n")
 
 
+class ClientTest(WarrenCase):
+    """Careless clients against a real guest (issue 5): chunked request bodies
+    (refused with 411 before) and a client that stops reading a stream."""
+    conf = {"stream_stall_timeout_seconds": 3}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sid = cls.w.create(ttl_seconds=1800)
+
+    def test_chunked_upload_and_json(self):
+        import hashlib
+        data = os.urandom(5 * 1024 * 1024 + 12345)
+
+        def pieces():  # uneven pieces, as from a pipe
+            off, n = 0, 1
+            while off < len(data):
+                yield data[off:off + n]
+                off += n
+                n = n * 3 % 200000 + 1
+        c = self.w.conn(timeout=120)
+        c.request("PUT", f"/v1/sandboxes/{self.sid}/files?path=/root/chunked.bin", body=pieces(),
+                  headers={"Authorization": f"Bearer {self.w.key}"}, encode_chunked=True)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        self.assertEqual(r.status, 200, body)
+        self.assertEqual(json.loads(body)["size"], len(data))
+        res = self.w.run(self.sid, "sha256sum /root/chunked.bin")
+        self.assertEqual(res["stdout"].split()[0], hashlib.sha256(data).hexdigest())
+        # A chunked JSON body: an exec.
+        c = self.w.conn(timeout=120)
+        c.request("POST", f"/v1/sandboxes/{self.sid}/exec",
+                  body=iter([b'{"cmd":', b'"echo chunk', b'ed"}']),
+                  headers={"Authorization": f"Bearer {self.w.key}"}, encode_chunked=True)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        self.assertEqual(r.status, 200, body)
+        self.assertEqual(json.loads(body)["stdout"], "chunked\n")
+
+    def test_stalled_stream_is_dropped_and_its_process_killed(self):
+        # An NDJSON exec of an endless writer whose client never reads: after the stall
+        # timeout the connection is dropped and the process killed in the guest.
+        s = socket.create_connection(("127.0.0.1", self.w.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = json.dumps({"cmd": "exec yes stalled-writer"}).encode()
+        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
+                  b"Authorization: Bearer %s\r\nAccept: application/x-ndjson\r\n"
+                  b"Content-Length: %d\r\n\r\n%s"
+                  % (self.sid.encode(), self.w.key.encode(), len(body), body))
+        deadline = time.time() + 60
+        while time.time() < deadline and "client took nothing" not in self.w.log_text():
+            time.sleep(0.5)
+        self.assertIn("client took nothing of a streamed answer", self.w.log_text())
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            ps = self.w.run(self.sid, "ps -o comm,args | grep -c '[s]talled-writer' || true")
+            if ps["stdout"].strip() == "0":
+                break
+            time.sleep(0.5)
+        self.assertEqual(ps["stdout"].strip(), "0", "the stalled exec still runs")
+        s.close()
+
+
 class IndexFailureTest(unittest.TestCase):
     """A create whose index write fails is a failed create (500
     index_write_failed, VM stopped). Before, it answered 201 and the next
