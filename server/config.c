@@ -57,6 +57,15 @@ static const struct opt opts[] = {
     {"console_log_bytes", T_SIZE, F(console_max_bytes), "1048576", 4096},
     {"default_template", T_STR, F(default_template), "base", 0},
     {"kernel_append", T_STR, F(kernel_append), "", 0},
+    {"max_connections", T_UINT, F(max_connections), "4096", 1},
+    {"max_connections_per_client", T_UINT, F(max_conn_per_client), "256", 1},
+    {"header_timeout_seconds", T_UINT, F(header_timeout_s), "10", 1},
+    {"stream_stall_timeout_seconds", T_UINT, F(stall_timeout_s), "60", 1},
+    {"max_operations_per_sandbox", T_UINT, F(max_ops_per_sbx), "64", 1},
+    {"max_operations", T_UINT, F(max_ops_total), "1024", 1},
+    {"max_env_metadata_bytes", T_SIZE, F(max_env_meta_bytes), "65536", 2},
+    {"memory_reserve_mb", T_UINT, F(mem_reserve_mb), "1024", 0},
+    {"min_free_disk_mb", T_UINT, F(min_free_disk_mb), "1024", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -36,6 +36,16 @@ struct srv_config {
     size_t console_max_bytes;   /* console_log_bytes = 1048576 */
     char *default_template;     /* default_template = base */
     char *kernel_append;        /* kernel_append = (empty): extra guest kernel command line */
+    /* Limits on clients and resources (issue 5). */
+    unsigned max_connections;     /* max_connections = 4096: open HTTP connections in total */
+    unsigned max_conn_per_client; /* max_connections_per_client = 256: per client address */
+    unsigned header_timeout_s;    /* header_timeout_seconds = 10: to send a request's headers */
+    unsigned stall_timeout_s;     /* stream_stall_timeout_seconds = 60: streamed answer unread */
+    unsigned max_ops_per_sbx;     /* max_operations_per_sandbox = 64: concurrent operations */
+    unsigned max_ops_total;       /* max_operations = 1024: concurrent operations, all sandboxes */
+    size_t max_env_meta_bytes;    /* max_env_metadata_bytes = 65536: env + metadata at create */
+    unsigned mem_reserve_mb;      /* memory_reserve_mb = 1024: host memory kept from guests */
+    unsigned min_free_disk_mb;    /* min_free_disk_mb = 1024: in state_dir, for create/upload */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -28,10 +28,27 @@
  * - after the headers it arms PENDING_TIMEOUT_HTTP_CONTENT (timeout_secs)
  *   and re-arms it after each body chunk; an answer that takes longer
  *   (a create under TCG, a long exec) must clear it;
- * - a POST/PUT without Content-Length is read as a 100 MiB body and
- *   chunked request bodies are not decoded: such requests are answered
- *   without their body, and the connection is closed afterwards;
- * - it never answers "Expect: 100-continue" itself.
+ * - a POST/PUT without Content-Length is read as a 100 MiB body, and
+ *   chunked request bodies are not decoded: they reach HTTP_BODY raw, chunk
+ *   framing included. So chunked bodies are decoded here (chunked.c); lws
+ *   still counts down its 100 MiB, so the connection is closed after such a
+ *   request (the next request's bytes would be read as body), and a chunked
+ *   body longer than 100 MiB on the wire is cut off by closing;
+ * - Content-Length wins over Transfer-Encoding in lws: a request with both
+ *   is refused here (400, closed), since a proxy in front may frame it the
+ *   other way (request smuggling);
+ * - it never answers "Expect: 100-continue" itself;
+ * - FILTER_NETWORK_CONNECTION, SERVER_NEW_CLIENT_INSTANTIATED and WSI_DESTROY
+ *   go to protocols[0] with `user` not a pss (the filter's is its args):
+ *   connections are counted there, each one's struct conn riding on the wsi's
+ *   opaque user data (which adoption resets after WSI_CREATE);
+ * - its timeouts (lws_set_timeout, timeout_secs_ah_idle) live on a timer
+ *   list that its libev plugin reschedules only after I/O, so one set while
+ *   an earlier-armed, later deadline is pending can fire long after its time:
+ *   the header deadline and the stall deadline are ev_timers of our own;
+ * - lws_close_free_wsi first flushes what lws still buffers for the socket,
+ *   for up to 5 s on such a timer: a deliberate drop shuts the socket down
+ *   first, so the flush fails at once.
  */
 #include "http.h"
 
@@ -43,10 +60,14 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <arpa/inet.h>
 #include <libwebsockets.h>
 
 #include "api.h"
+#include "chunked.h"
 #include "config.h"
 #include "log.h"
 #include "sbx.h"
@@ -66,6 +87,9 @@
 #define FDS_PER_SBX     8    /* fds a sandbox costs warrend (QMP, channel, console...) */
 #define QUERY_STORE     8192 /* decoded query fragments (lws caps headers at 4 KiB) */
 #define QUERY_FRAGS_MAX 64
+#define CLIENT_BUCKETS  1024 /* client address -> open connections */
+#define CONN_FAIR       4    /* past max_connections, an address holding fewer may still connect */
+#define STALL_REASON    (PENDING_TIMEOUT_USER_REASON_BASE + 1)
 
 enum resp {
     RESP_NONE = 0,
@@ -99,6 +123,16 @@ struct pss {
     char sbx[API_ID_MAX + 1];
     bool http10;
     bool ndjson; /* exec: client streams */
+
+    /* chunked request body (Transfer-Encoding: chunked) */
+    bool te_chunked;   /* the body is chunk-framed: decode before use */
+    bool te_done;      /* its last chunk and trailer arrived */
+    bool te_untimeout; /* clear the body timeout lws armed after that last chunk */
+    bool te_bad;       /* its framing was malformed: the rest is ignored until closing */
+    struct chunked te;
+
+    /* streamed answer: the client must keep taking bytes */
+    ev_timer stall;
 
     /* request body */
     bool want_body;  /* JSON body to collect */
@@ -149,6 +183,24 @@ struct http_server {
     uint64_t *keys;
     struct pss **vals;
     size_t cap, count;
+    /* open connections, in total and per client address */
+    unsigned conns;
+    struct client *clients[CLIENT_BUCKETS];
+    struct conn *accepted; /* counted by the filter, not yet bound to its wsi */
+};
+
+/* Open connections from one address (IPv4 as v4-mapped IPv6). */
+struct client {
+    struct client *next;
+    unsigned char addr[16];
+    unsigned n;
+};
+
+/* One open connection, from accept to WSI_DESTROY (the wsi's opaque user data). */
+struct conn {
+    struct client *cl;
+    struct lws *wsi;
+    ev_timer deadline; /* the next request's headers must be complete by then */
 };
 
 /* The sink callbacks carry only a request id: the one server is found here. */
@@ -239,6 +291,156 @@ static void reqs_del(uint64_t id)
     srv->count--;
 }
 
+/* ----------------------------------------------------- connection caps */
+
+static size_t client_slot(const unsigned char *a)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (int i = 0; i < 16; i++)
+        h = (h ^ a[i]) * 0x100000001b3ull;
+    return (size_t)(h % CLIENT_BUCKETS);
+}
+
+static void client_addr(const struct sockaddr_storage *ss, unsigned char a[16])
+{
+    memset(a, 0, 16);
+    if (ss->ss_family == AF_INET6) {
+        memcpy(a, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    } else if (ss->ss_family == AF_INET) {
+        a[10] = a[11] = 0xff;
+        memcpy(a + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    }
+}
+
+static void client_put(struct client *c)
+{
+    struct client **pp;
+
+    if (--c->n)
+        return;
+    for (pp = &srv->clients[client_slot(c->addr)]; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    free(c);
+}
+
+/* Answer a connection refused by a cap, best effort: the socket is fresh, so a short
+ * answer fits its buffer. What the client sent already is read first, so closing does
+ * not turn into a reset that could destroy the answer before the client reads it. */
+static void refuse(int fd, int status, const char *code, const char *msg)
+{
+    char body[256], buf[512], junk[4096];
+    int bl, n;
+
+    bl = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", code,
+                  msg);
+    n = snprintf(buf, sizeof(buf),
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                 "Connection: close\r\n\r\n%s",
+                 status, status == 429 ? "Too Many Requests" : "Service Unavailable", bl, body);
+    for (int i = 0; i < 4 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
+        ;
+    if (send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        return;
+    shutdown(fd, SHUT_WR);
+}
+
+static void conn_free(struct conn *cn)
+{
+    ev_timer_stop(srv->loop, &cn->deadline);
+    srv->conns--;
+    client_put(cn->cl);
+    free(cn);
+}
+
+/* A connection sent no complete request head in time (slow-loris, or idle): close it.
+ * An ev_timer of ours rather than lws's timeouts, which its libev plugin can fire late
+ * (it reschedules its wheel only after I/O: a silent peer outlived a 2 s deadline by
+ * 10 s and more). Not inside an lws callback, so closing at once is allowed. */
+static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct conn *cn = (struct conn *)((char *)w - offsetof(struct conn, deadline));
+    struct lws *wsi = cn->wsi;
+
+    ev_timer_stop(loop, w);
+    LOG(LOG_DEBUG, "closing a connection that sent no complete request in time");
+    shutdown(lws_get_socket_fd(wsi), SHUT_RDWR);
+    lws_set_timeout(wsi, PENDING_TIMEOUT_HOLDING_AH, LWS_TO_KILL_SYNC);
+}
+
+/* A new connection: count it, or refuse it past max_connections or
+ * max_connections_per_client. Nonzero refuses (lws closes the fd).
+ * Past max_connections an address that holds fewer than CONN_FAIR connections is still
+ * let in, up to a reserve of max_connections / 16 + 16 more: a flood spread over many
+ * addresses then fills the cap without locking out a client that holds few (seen with
+ * load/slow_clients.py: 5000 peers from 50 addresses left a well-behaved client 503 in
+ * 5 of 7 probes). */
+static int conn_filter(const struct lws_filter_network_conn_args *f)
+{
+    unsigned char a[16];
+    struct client *c;
+    struct conn *cn;
+    size_t s;
+
+    if (srv->accepted) {
+        /* The last one accepted never became a wsi (lws failed to adopt it). */
+        conn_free(srv->accepted);
+        srv->accepted = NULL;
+    }
+    client_addr(&f->cli_addr, a);
+    s = client_slot(a);
+    for (c = srv->clients[s]; c && memcmp(c->addr, a, 16); c = c->next)
+        ;
+    if (srv->conns >= srv->cfg->max_connections &&
+        ((c && c->n >= CONN_FAIR) ||
+         srv->conns >= srv->cfg->max_connections + srv->cfg->max_connections / 16 + 16)) {
+        refuse(f->accept_fd, 503, "too_many_connections",
+               "the server has too many open connections; retry later");
+        return 1;
+    }
+    if (c && c->n >= srv->cfg->max_conn_per_client) {
+        refuse(f->accept_fd, 429, "too_many_connections",
+               "too many open connections from this address; close some and retry");
+        return 1;
+    }
+    if (!(cn = calloc(1, sizeof(*cn))))
+        return 1;
+    if (!c) {
+        if (!(c = calloc(1, sizeof(*c)))) {
+            free(cn);
+            return 1;
+        }
+        memcpy(c->addr, a, 16);
+        c->next = srv->clients[s];
+        srv->clients[s] = c;
+    }
+    c->n++;
+    srv->conns++;
+    cn->cl = c;
+    ev_init(&cn->deadline, on_deadline);
+    srv->accepted = cn;
+    return 0;
+}
+
+/* Arm (or stop, s == 0) the connection's header deadline. */
+static void conn_deadline(struct lws *wsi, unsigned s)
+{
+    struct conn *cn = lws_get_opaque_user_data(wsi);
+
+    if (!cn)
+        return;
+    if (!s) {
+        ev_timer_stop(srv->loop, &cn->deadline);
+        return;
+    }
+    cn->deadline.repeat = s;
+    ev_timer_again(srv->loop, &cn->deadline);
+}
+
 /* --------------------------------------------------------- output queue */
 
 static struct obuf *obuf_new(size_t cap)
@@ -323,6 +525,44 @@ static void obuf_seal(struct pss *p, struct obuf *ob)
 static void want_write(struct pss *p)
 {
     lws_callback_on_writable(p->wsi);
+}
+
+static void req_end(struct pss *p);
+
+/* The client of a streamed answer took nothing for stall_timeout_s: drop it. The
+ * operation is cancelled now (a running exec is killed). lws would first try to flush
+ * what it holds for the socket, for up to 5 s on a timer its libev plugin may not
+ * schedule: shutting the socket down makes that fail at once. */
+static void on_stall(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pss *p = (struct pss *)((char *)w - offsetof(struct pss, stall));
+    struct lws *wsi = p->wsi;
+
+    LOG(LOG_WARN,
+        "%s: client took nothing of a streamed answer for %u s: dropping it and "
+        "cancelling the operation",
+        p->sbx, srv->cfg->stall_timeout_s);
+    req_end(p);
+    shutdown(lws_get_socket_fd(wsi), SHUT_RDWR);
+    lws_set_timeout(wsi, STALL_REASON, LWS_TO_KILL_SYNC);
+}
+
+/* A streamed answer has bytes waiting: the client must take some within
+ * stream_stall_timeout_seconds. Re-armed by every write (write_body), stopped while
+ * nothing waits. An ev_timer of our own, not lws_set_timeout: lws's libev plugin only
+ * reschedules its timer wheel after I/O, so a timeout set from a sandbox event may not
+ * fire (seen: a stalled NDJSON client kept for 20 s against a 2 s timeout). */
+static void stall_arm(struct pss *p, bool rearm)
+{
+    if (ev_is_active(&p->stall) && !rearm)
+        return;
+    p->stall.repeat = srv->cfg->stall_timeout_s;
+    ev_timer_again(srv->loop, &p->stall);
+}
+
+static void stall_clear(struct pss *p)
+{
+    ev_timer_stop(srv->loop, &p->stall);
 }
 
 /* A JSON answer. Steals body. Ignored if an answer is already under way. */
@@ -544,6 +784,7 @@ static void sink_head(uint64_t req, uint64_t size)
     p->kind = RESP_DOWNLOAD;
     p->clen = size;
     p->chunked = false;
+    stall_arm(p, false);
     want_write(p);
 }
 
@@ -587,6 +828,7 @@ static void sink_data(uint64_t req, int fd, uint64_t off, const void *ptr, size_
     } else {
         return;
     }
+    stall_arm(p, false);
     want_write(p);
     return;
 oom:
@@ -659,6 +901,7 @@ static const struct sbx_sink sink = {
 
 static void req_end(struct pss *p)
 {
+    ev_timer_stop(srv->loop, &p->stall);
     if (p->id) {
         reqs_del(p->id);
         p->id = 0;
@@ -749,6 +992,8 @@ static void file_op(struct pss *p, const char *kind, json_t *args)
     start_op(p, rc, err);
 }
 
+static bool disk_full(struct pss *p);
+
 /* A route whose JSON body has fully arrived. */
 static void dispatch_body(struct pss *p)
 {
@@ -765,6 +1010,8 @@ static void dispatch_body(struct pss *p)
     p->body = NULL;
     switch (p->route) {
     case API_R_SANDBOXES:
+        if (disk_full(p))
+            break;
         rc = sbx_create(srv->t, body, &sink, p->id, &p->op, &err);
         start_op(p, rc, err);
         break;
@@ -805,6 +1052,59 @@ static int content_length(struct lws *wsi, uint64_t *cl)
     return errno || *end ? -1 : 1;
 }
 
+/* Transfer-Encoding: none, or chunked alone on a POST/PUT of HTTP/1.1 with no
+ * Content-Length, which is then decoded here. Anything else is answered (and closed):
+ * 1; else 0. */
+static int transfer_encoding(struct pss *p, int has_cl)
+{
+    char te[64];
+    int n = hdr(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING, te, sizeof(te));
+
+    if (n == 0 && !lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING))
+        return 0;
+    /* lws would read such a request by its Content-Length (or none), whereas a proxy in
+     * front may go by Transfer-Encoding: refuse what two parsers could frame apart. */
+    p->close_after = true;
+    p->body_done = true; /* nothing more is read: the connection closes after the answer */
+    if (has_cl) {
+        respond_code(p, 400, "bad_request",
+                     "both Transfer-Encoding and Content-Length: the body's framing is ambiguous");
+        return 1;
+    }
+    if (p->http10 || !(p->method & (API_POST | API_PUT))) {
+        respond_code(p, 400, "bad_request",
+                     "Transfer-Encoding is accepted on HTTP/1.1 POST and PUT requests only");
+        return 1;
+    }
+    if (n < 0 || strcasecmp(te, "chunked")) {
+        respond_code(p, 501, "not_implemented",
+                     "only 'Transfer-Encoding: chunked' is accepted for request bodies");
+        return 1;
+    }
+    p->te_chunked = true;
+    p->body_done = false;
+    chunked_init(&p->te);
+    return 0;
+}
+
+/* Free space in state_dir below min_free_disk_mb: answered 507, and true. */
+static bool disk_full(struct pss *p)
+{
+    struct statvfs v;
+    uint64_t free_mb;
+
+    if (!srv->cfg->min_free_disk_mb || statvfs(srv->cfg->state_dir, &v) != 0)
+        return false;
+    free_mb = (uint64_t)v.f_bavail * v.f_frsize >> 20;
+    if (free_mb >= srv->cfg->min_free_disk_mb)
+        return false;
+    respond(p, 507,
+            api_error("insufficient_storage",
+                      "the server's disk has %" PRIu64 " MiB free, below its minimum of %u MiB",
+                      free_mb, srv->cfg->min_free_disk_mb));
+    return true;
+}
+
 static bool expects_continue(struct pss *p)
 {
     char b[32];
@@ -816,12 +1116,15 @@ static bool expects_continue(struct pss *p)
 /* Start collecting a JSON body (or dispatch now when there is none to read). */
 static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
 {
-    if (!has_cl) {
-        if (lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING)) {
-            respond_code(p, 411, "length_required",
-                         "send the body with a Content-Length (chunked bodies are not read)");
-            return;
+    if (p->te_chunked) {
+        p->want_body = true; /* the buffer grows as chunks come (on_body_bytes) */
+        if (expects_continue(p)) {
+            p->need_continue = true;
+            want_write(p);
         }
+        return;
+    }
+    if (!has_cl) {
         /* No length and no chunking: an empty body. lws still expects one, so the
          * connection closes after the answer (respond sees !body_done). */
         dispatch_body(p);
@@ -858,10 +1161,13 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
         respond_err(p, &e);
         return;
     }
-    if (!has_cl) {
-        respond_code(p, 411, "length_required", "upload with a Content-Length");
+    if (!has_cl && !p->te_chunked) {
+        respond_code(p, 411, "length_required",
+                     "upload with a Content-Length or Transfer-Encoding: chunked");
         return;
     }
+    if (disk_full(p))
+        return;
     rc = sbx_file_write(srv->t, p->sbx, q->path, q->mode, &sink, p->id, &p->op, &err);
     if (rc) {
         start_op(p, rc, err);
@@ -869,7 +1175,7 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
     }
     p->op_live = true;
     p->upload = true;
-    if (cl == 0) {
+    if (has_cl && cl == 0) {
         p->finish_sent = true;
         sbx_op_finish(srv->t, p->op);
     } else if (expects_continue(p)) {
@@ -911,6 +1217,8 @@ static void handle_request(struct pss *p, const char *uri)
         respond_code(p, 400, "bad_request", "malformed Content-Length");
         return;
     }
+    if (transfer_encoding(p, has_cl))
+        return;
 
     rc = api_route_match(uri, &r);
     if (r.auth && !(hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, authz, sizeof(authz)) > 0 &&
@@ -1104,6 +1412,14 @@ static int write_body(struct pss *p)
             p->credit_pending += ob->credit;
             free(ob);
         }
+        /* The client took the last write (lws calls WRITEABLE only once its partial went
+         * out): it has stall_timeout_s again for the next. */
+        if (p->kind == RESP_NDJSON || p->kind == RESP_DOWNLOAD) {
+            if (p->qh && !last)
+                stall_arm(p, true);
+            else
+                stall_clear(p);
+        }
         if (last)
             return finish(p);
     } else if (p->complete) {
@@ -1129,6 +1445,11 @@ static int on_writeable(struct pss *p)
     if (p->rx_paused)
         /* lws re-armed its body timeout after the chunk that made us pause. */
         lws_set_timeout(p->wsi, NO_PENDING_TIMEOUT, 0);
+    if (p->te_untimeout) {
+        /* ... and after the last chunk of a chunked body, as it waits for 100 MiB. */
+        p->te_untimeout = false;
+        lws_set_timeout(p->wsi, NO_PENDING_TIMEOUT, 0);
+    }
     if (!p->status) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
         unsigned char buf[LWS_PRE + sizeof(cont)];
@@ -1149,7 +1470,7 @@ static int on_writeable(struct pss *p)
 
 /* ----------------------------------------------------------------- input */
 
-static int on_body(struct pss *p, const void *in, size_t len)
+static int on_body_bytes(struct pss *p, const void *in, size_t len)
 {
     if (p->upload) {
         size_t took;
@@ -1202,13 +1523,75 @@ static int on_body(struct pss *p, const void *in, size_t len)
     }
     if (!p->want_body || p->status || p->dispatched || !len)
         return 0;
+    if (p->te_chunked && len > p->body_cap - p->body_len &&
+        p->body_len + len <= srv->cfg->max_body_bytes) {
+        /* A chunked body has no announced length: grow up to max_json_body_bytes. */
+        size_t cap = p->body_cap ? p->body_cap : 4096;
+        char *nb;
+        while (cap < p->body_len + len)
+            cap *= 2;
+        if (cap > srv->cfg->max_body_bytes)
+            cap = srv->cfg->max_body_bytes;
+        if (!(nb = realloc(p->body, cap))) {
+            respond_code(p, 500, "internal", "out of memory");
+            return 0;
+        }
+        p->body = nb;
+        p->body_cap = cap;
+    }
     if (len > p->body_cap - p->body_len) {
-        respond(p, 413, api_error("body_too_large", "JSON body too large"));
+        respond(
+            p, 413,
+            api_error("body_too_large", "JSON body exceeds %zu bytes", srv->cfg->max_body_bytes));
         return 0;
     }
     memcpy(p->body + p->body_len, in, len);
     p->body_len += len;
     return 0;
+}
+
+static int on_body_done(struct pss *p);
+
+/* Raw body bytes from lws: as they are, or through the chunked decoder. */
+static int on_body(struct pss *p, const void *in, size_t len)
+{
+    const unsigned char *b = in;
+
+    if (!p->te_chunked)
+        return on_body_bytes(p, in, len);
+    if (p->te_bad)
+        return 0;
+    while (len && !p->te_done) {
+        size_t used, off, dlen;
+        int r = chunked_decode(&p->te, b, len, &used, &off, &dlen);
+
+        if (r < 0) {
+            LOG(LOG_WARN, "%s: malformed chunked request body (%s): closing", p->sbx,
+                r == -E2BIG ? "a chunk line or trailer too long" : "bad framing");
+            if (p->status || p->linger)
+                return -1;
+            p->te_bad = true;
+            /* Where the body ends is unknown: answer, then close without reading on. */
+            p->body_done = true;
+            if (p->op_live) {
+                p->op_live = false;
+                sbx_op_cancel(srv->t, p->op);
+            }
+            respond_code(p, 400, "bad_request", "malformed chunked request body");
+            return 0;
+        }
+        if (dlen && on_body_bytes(p, b + off, dlen))
+            return -1;
+        b += used;
+        len -= used;
+        if (r == CHUNKED_DONE) {
+            p->te_done = true;
+            p->te_untimeout = true;
+            want_write(p);
+            return on_body_done(p);
+        }
+    }
+    return 0; /* bytes after the body: the connection closes after the answer */
 }
 
 static int on_body_done(struct pss *p)
@@ -1238,10 +1621,32 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     struct pss *p = user;
 
     switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        return conn_filter(user);
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+        /* The filter's fd, adopted (lws_adopt_descriptor_vhost2). Not at WSI_CREATE:
+         * adoption sets the opaque user data to NULL after that. */
+        if (srv->accepted) {
+            srv->accepted->wsi = wsi;
+            lws_set_opaque_user_data(wsi, srv->accepted);
+            srv->accepted = NULL;
+            conn_deadline(wsi, srv->cfg->header_timeout_s);
+        }
+        return 0;
+    case LWS_CALLBACK_WSI_DESTROY: {
+        struct conn *cn = lws_get_opaque_user_data(wsi);
+        if (cn) {
+            lws_set_opaque_user_data(wsi, NULL);
+            conn_free(cn);
+        }
+        return 0;
+    }
     case LWS_CALLBACK_HTTP:
+        conn_deadline(wsi, 0); /* the head is complete */
         if (p->id)
             req_end(p);
         memset(p, 0, sizeof(*p));
+        ev_init(&p->stall, on_stall);
         p->wsi = wsi;
         p->id = ++srv->next_id;
         if (reqs_put(p->id, p)) {
@@ -1258,10 +1663,27 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     case LWS_CALLBACK_HTTP_BODY:
         return p && p->id ? on_body(p, in, len) : 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (p && p->id && p->te_chunked) {
+            if (p->te_done)
+                return 0;
+            /* lws read its 100 MiB without the body ending: it would parse what follows
+             * as a new request. Nothing sane can be answered: close. */
+            LOG(LOG_WARN,
+                "%s: chunked request body longer than 100 MiB: closing (send a "
+                "Content-Length for bigger uploads)",
+                p->sbx);
+            return -1;
+        }
         return p && p->id ? on_body_done(p) : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
         return p && p->id ? on_writeable(p) : 0;
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+        /* Answered, kept alive: the next request may idle for the keep-alive time, then
+         * its head must be complete within the header deadline. */
+        conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
+        if (p)
+            req_end(p);
+        return 0;
     case LWS_CALLBACK_CLOSED_HTTP:
         if (p)
             req_end(p);
@@ -1351,7 +1773,9 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     info.protocols = protocols;
     info.vhost_name = "warren";
     info.keepalive_timeout = KEEPALIVE_S;
-    info.timeout_secs_ah_idle = HTTP_TIMEOUT_S;
+    /* The header deadline: a connection that has not sent a whole request head this long
+     * after it opened (or after its last answer) is closed, however it trickles. */
+    info.timeout_secs_ah_idle = cfg->header_timeout_s;
     h->vh = lws_create_vhost(h->ctx, &info);
     if (!h->vh) {
         LOG(LOG_ERR, "cannot listen on %s%s%s:%u (in use, or not an address of this host)",
@@ -1377,6 +1801,15 @@ void http_stop(struct http_server *h)
     /* Closing every connection runs req_end, which cancels what is in flight. */
     if (h->ctx)
         lws_context_destroy(h->ctx);
+    if (h->accepted)
+        conn_free(h->accepted);
+    for (size_t i = 0; i < CLIENT_BUCKETS; i++) {
+        while (h->clients[i]) {
+            struct client *c = h->clients[i];
+            h->clients[i] = c->next;
+            free(c);
+        }
+    }
     free(h->keys);
     free(h->vals);
     free(h->scratch);

@@ -1,4 +1,9 @@
-/* idx.c - LMDB-backed sandbox index (see idx.h). */
+/* idx.c - LMDB-backed sandbox index (see idx.h).
+ *
+ * The map is a fixed-size window over the file: a write that does not fit
+ * fails with MDB_MAP_FULL. Writes then double the map (mdb_env_set_mapsize
+ * is allowed here: warrend is one thread and no transaction is open between
+ * calls) and try again, up to IDX_MAP_MAX. */
 #include "idx.h"
 
 #include <errno.h>
@@ -7,9 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#define IDX_MAP_DEFAULT (256ull << 20)
+#define IDX_MAP_MAX     (64ull << 30)
+
 struct idx {
     MDB_env *env;
     MDB_dbi dbi;
+    size_t map;
 };
 
 static int lerr(int rc)
@@ -24,6 +33,11 @@ const char *idx_strerror(int err)
 
 int idx_open(const char *dir, struct idx **out)
 {
+    return idx_open_map(dir, IDX_MAP_DEFAULT, out);
+}
+
+int idx_open_map(const char *dir, size_t map_bytes, struct idx **out)
+{
     struct idx *ix = calloc(1, sizeof(*ix));
     MDB_txn *txn = NULL;
     int rc;
@@ -37,10 +51,17 @@ int idx_open(const char *dir, struct idx **out)
     rc = mdb_env_create(&ix->env);
     if (rc)
         goto fail;
-    mdb_env_set_mapsize(ix->env, 256ull << 20);
+    rc = mdb_env_set_mapsize(ix->env, map_bytes);
+    if (rc)
+        goto fail;
     rc = mdb_env_open(ix->env, dir, MDB_NOSYNC | MDB_NOTLS, 0600);
     if (rc)
         goto fail;
+    {
+        /* An existing file bigger than asked keeps its size: LMDB says what it is. */
+        MDB_envinfo info;
+        ix->map = mdb_env_info(ix->env, &info) == 0 ? info.me_mapsize : map_bytes;
+    }
     rc = mdb_txn_begin(ix->env, NULL, 0, &txn);
     if (rc)
         goto fail;
@@ -71,36 +92,62 @@ void idx_close(struct idx *ix)
     free(ix);
 }
 
+/* Double the map after MDB_MAP_FULL: 0 to retry, or the error to return. */
+static int grow(struct idx *ix)
+{
+    size_t want = ix->map * 2;
+    int rc;
+
+    if (ix->map >= IDX_MAP_MAX)
+        return MDB_MAP_FULL;
+    if (want > IDX_MAP_MAX)
+        want = IDX_MAP_MAX;
+    rc = mdb_env_set_mapsize(ix->env, want);
+    if (rc)
+        return rc;
+    ix->map = want;
+    return 0;
+}
+
+/* One write transaction: put (val) or delete (val NULL), grown and retried on MAP_FULL
+ * (mdb_put or mdb_txn_commit can report it; either aborts the transaction). */
+static int write_one(struct idx *ix, const char *key, const char *val, size_t len)
+{
+    MDB_val k = {strlen(key), (void *)key}, v = {len, (void *)val};
+    MDB_txn *txn;
+    int rc;
+
+    for (;;) {
+        rc = mdb_txn_begin(ix->env, NULL, 0, &txn);
+        if (rc)
+            return lerr(rc);
+        rc = val ? mdb_put(txn, ix->dbi, &k, &v, 0) : mdb_del(txn, ix->dbi, &k, NULL);
+        if (!val && rc == MDB_NOTFOUND)
+            rc = 0;
+        if (rc)
+            mdb_txn_abort(txn);
+        else
+            rc = mdb_txn_commit(txn);
+        if (rc != MDB_MAP_FULL)
+            return lerr(rc);
+        if ((rc = grow(ix)) != 0)
+            return lerr(rc);
+    }
+}
+
 int idx_put(struct idx *ix, const char *key, const char *val, size_t len)
 {
-    MDB_txn *txn;
-    MDB_val k = {strlen(key), (void *)key}, v = {len, (void *)val};
-    int rc = mdb_txn_begin(ix->env, NULL, 0, &txn);
-
-    if (rc)
-        return lerr(rc);
-    rc = mdb_put(txn, ix->dbi, &k, &v, 0);
-    if (rc) {
-        mdb_txn_abort(txn);
-        return lerr(rc);
-    }
-    return lerr(mdb_txn_commit(txn));
+    return write_one(ix, key, val ? val : "", val ? len : 0);
 }
 
 int idx_del(struct idx *ix, const char *key)
 {
-    MDB_txn *txn;
-    MDB_val k = {strlen(key), (void *)key};
-    int rc = mdb_txn_begin(ix->env, NULL, 0, &txn);
+    return write_one(ix, key, NULL, 0);
+}
 
-    if (rc)
-        return lerr(rc);
-    rc = mdb_del(txn, ix->dbi, &k, NULL);
-    if (rc && rc != MDB_NOTFOUND) {
-        mdb_txn_abort(txn);
-        return lerr(rc);
-    }
-    return lerr(mdb_txn_commit(txn));
+size_t idx_map_size(const struct idx *ix)
+{
+    return ix->map;
 }
 
 int idx_foreach(struct idx *ix,

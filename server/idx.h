@@ -15,6 +15,12 @@
 struct idx;
 
 int idx_open(const char *dir, struct idx **out);
+/* As idx_open with an initial map of map_bytes (tests use a tiny one). Writes that do
+ * not fit grow the map (doubling, up to 64 GiB) and are retried; only past that do they
+ * fail, with -MDB_MAP_FULL. */
+int idx_open_map(const char *dir, size_t map_bytes, struct idx **out);
+/* The map's current size in bytes. */
+size_t idx_map_size(const struct idx *ix);
 void idx_close(struct idx *ix);
 int idx_put(struct idx *ix, const char *key, const char *val, size_t len);
 int idx_del(struct idx *ix, const char *key); /* deleting a missing key is not an error */

@@ -34,6 +34,7 @@
 #endif
 
 #define KEY_BYTES 32
+#define KEY_MIN   32 /* characters of a configured key */
 
 struct daemon {
     struct ev_loop *loop;
@@ -93,7 +94,9 @@ static int random_bytes(unsigned char *out, size_t n)
     return r ? -EIO : 0;
 }
 
-/* Read a key file: one line of at least 16 printable characters. */
+/* Read a key file: one line of at least 16 printable characters, in a file only
+ * warrend's user can read (0600 or stricter) and owns. Anything looser is refused:
+ * whoever can read it owns every sandbox. */
 static int read_key(const char *path, char **out)
 {
     char buf[512];
@@ -104,6 +107,18 @@ static int read_key(const char *path, char **out)
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return -errno;
+    if (fstat(fd, &st) != 0) {
+        r = -errno;
+        goto out;
+    }
+    if ((st.st_mode & 077) || st.st_uid != geteuid()) {
+        LOG(LOG_ERR,
+            "%s must be owned by warrend's user (uid %u) and readable by it alone; it is mode "
+            "%04o, uid %u: chown it and chmod 600 it",
+            path, (unsigned)geteuid(), (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        r = -EPERM;
+        goto out;
+    }
     n = read(fd, buf, sizeof(buf) - 1);
     if (n < 0) {
         r = -errno;
@@ -117,9 +132,6 @@ static int read_key(const char *path, char **out)
         r = -EINVAL;
         goto out;
     }
-    if (fstat(fd, &st) == 0 && (st.st_mode & 077))
-        LOG(LOG_WARN, "%s is readable by other users (mode %04o): chmod 600 it", path,
-            (unsigned)(st.st_mode & 07777));
     if (!(*out = strdup(buf)))
         r = -ENOMEM;
 out:
@@ -191,9 +203,31 @@ static int check_limits(const struct srv_config *c)
         why = "need default_vcpus <= max_vcpus";
     else if (c->default_ttl_s > c->max_ttl_s)
         why = "need default_ttl_seconds <= max_ttl_seconds";
+    else if (c->api_key && c->api_key[0] && strlen(c->api_key) < KEY_MIN)
+        why = "api_key must be at least 32 characters (leave it empty to use a generated one)";
     if (why)
         LOG(LOG_ERR, "configuration: %s", why);
     return why ? -EINVAL : 0;
+}
+
+/* The state directory holds the API key, the index and every VM's disk: it must be
+ * warrend's own and writable by nobody else, or another user could swap any of them. */
+static int check_state_dir(const char *dir)
+{
+    struct stat st;
+
+    if (stat(dir, &st) != 0) {
+        LOG(LOG_ERR, "state directory %s: %s", dir, strerror(errno));
+        return -errno;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+        LOG(LOG_ERR,
+            "state directory %s must be owned by warrend's user (uid %u) and writable by it "
+            "alone; it is mode %04o, uid %u: chown it and chmod 700 it",
+            dir, (unsigned)geteuid(), (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        return -EPERM;
+    }
+    return 0;
 }
 
 static bool is_loopback(const char *addr)
@@ -351,6 +385,8 @@ int main(int argc, char **argv)
         LOG(LOG_ERR, "cannot create state directory %s: %s", cfg.state_dir, strerror(-r));
         goto out;
     }
+    if (check_state_dir(cfg.state_dir))
+        goto out;
     LOG(LOG_INFO, "state directory: %s", cfg.state_dir);
     if (load_api_key(&cfg, &key))
         goto out;

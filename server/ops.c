@@ -21,6 +21,28 @@
 #include <string.h>
 #include <time.h>
 
+/* max_operations_per_sandbox and max_operations: 0, or 429 with *err. Ops still draining
+ * after a cancel count: they hold a stream and its credit until the guest ends them. */
+static int op_quota(struct sandbox *sb, json_t **err)
+{
+    const struct srv_config *c = sb->t->cfg;
+    unsigned n = 0;
+
+    if (sb->nops >= c->max_ops_per_sbx) {
+        *err = api_error("too_many_operations",
+                         "this sandbox has %u operations in flight, its limit", sb->nops);
+        return 429;
+    }
+    for (struct op *op = sb->t->ops; op && n < c->max_ops_total; op = op->next_all)
+        n++;
+    if (n >= c->max_ops_total) {
+        *err = api_error("too_many_operations", "the server has %u operations in flight, its limit",
+                         n);
+        return 429;
+    }
+    return 0;
+}
+
 struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req)
 {
     struct sbx_table *t = sb->t;
@@ -521,6 +543,10 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     tmo = json_object_get(body, "timeout_seconds");
     nkeys += json_is_string(cwd) + (json_is_number(tmo) ? 1 : 0) + 1 /* stdin flag */;
 
+    if ((status = op_quota(sb, err))) {
+        json_decref(env);
+        return status;
+    }
     op = op_new(sb, OP_EXEC, sink, req);
     if (!op) {
         json_decref(env);
@@ -592,7 +618,8 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     struct op *op;
     int status;
 
-    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)))
+    if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
+        (status = op_quota(sb, err)))
         return status;
     if (!(op = op_new(sb, kind, sink, req))) {
         *err = api_error("internal", "out of memory");

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -160,7 +161,7 @@ static json_t *sandbox_json(const struct sandbox *sb)
 }
 
 /* The index keeps what GET shows plus what a restart needs to re-adopt the VM. */
-void sbx_save(struct sandbox *sb)
+int sbx_save(struct sandbox *sb)
 {
     json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id",
                           sb->id, "template", sb->tmpl, "state", state_name(sb->state), "reason",
@@ -179,6 +180,7 @@ void sbx_save(struct sandbox *sb)
         sb->t->idx_dirty = true;
     free(s);
     json_decref(o);
+    return r;
 }
 
 /* ---- run directory ---- */
@@ -312,7 +314,19 @@ static void sandbox_ready(struct sandbox *sb)
     }
     sb->state = ST_RUNNING;
     sbx_touch(sb);
-    sbx_save(sb);
+    if (sbx_save(sb) != 0) {
+        /* A sandbox the index does not know as running would not be re-adopted by the
+         * next warrend: fail the create rather than answer 201 for it. */
+        for (struct op *op = sb->ops, *next; op; op = next) {
+            next = op->next_sb;
+            if (op->kind == OP_CREATE)
+                op_finish(op, 500,
+                          api_error("index_write_failed",
+                                    "the sandbox could not be recorded in the index"));
+        }
+        sandbox_end(sb, ST_DEAD, "index_write_failed");
+        return;
+    }
     LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)", (double)(now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
@@ -572,6 +586,91 @@ static bool template_name_ok(const char *s)
     return true;
 }
 
+/* ---- create: quotas ---- */
+
+/* MemTotal in MiB, 0 if unknown. */
+static uint64_t host_mem_mb(void)
+{
+    char line[128];
+    unsigned long long kb = 0;
+    FILE *f = fopen("/proc/meminfo", "re");
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb / 1024;
+}
+
+static bool env_name_ok(const char *k)
+{
+    size_t n = strlen(k);
+
+    if (n == 0 || n > 256 || (k[0] >= '0' && k[0] <= '9'))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(k[i] == '_' || (k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z') ||
+              (k[i] >= '0' && k[i] <= '9')))
+            return false;
+    return true;
+}
+
+/* env and metadata as given to a create, and the memory it asks for, against the
+ * configured limits: 0, or an HTTP status with *err. An env key that is not a valid
+ * variable name would make every later exec fail in the guest: refused here. */
+static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *meta, json_t **err)
+{
+    const struct srv_config *c = t->cfg;
+    uint64_t total = host_mem_mb(), used = 0;
+    const char *k;
+    json_t *v;
+    size_t size;
+
+    json_object_foreach(env, k, v)
+    {
+        if (!env_name_ok(k) || strlen(json_string_value(v)) != json_string_length(v)) {
+            *err = api_error("invalid_argument",
+                             "env key '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, "
+                             "at most 256) or its value holds a NUL byte",
+                             k);
+            return 400;
+        }
+    }
+    json_object_foreach(meta, k, v)
+    {
+        bool ok = k[0] && strlen(k) <= 256;
+        for (const char *p = k; ok && *p; p++)
+            ok = (unsigned char)*p >= 0x20 && *p != 0x7f && *p != '=' && *p != '&';
+        if (!ok) {
+            *err = api_error("invalid_argument",
+                             "metadata key '%.64s' must be 1 to 256 bytes without control "
+                             "characters, '=' or '&'",
+                             k);
+            return 400;
+        }
+    }
+    size = json_dumpb(env, NULL, 0, JSON_COMPACT) + json_dumpb(meta, NULL, 0, JSON_COMPACT);
+    if (size > c->max_env_meta_bytes) {
+        *err = api_error("env_metadata_too_large",
+                         "env and metadata take %zu bytes of JSON, more than the limit of %zu",
+                         size, c->max_env_meta_bytes);
+        return 413;
+    }
+    for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
+        if (sb->state == ST_STARTING || sb->state == ST_RUNNING)
+            used += sb->mem_mb;
+    if (total && used + mem + c->mem_reserve_mb > total) {
+        *err = api_error("memory_exhausted",
+                         "%u MiB more for guests would pass the host's %" PRIu64
+                         " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
+                         mem, total, c->mem_reserve_mb, used);
+        return 429;
+    }
+    return 0;
+}
+
 /* ---- create ---- */
 
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
@@ -626,6 +725,11 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
                          c->max_sandboxes);
         return 429;
     }
+    if ((status = create_quota(t, mem, env, meta, err))) {
+        json_decref(env);
+        json_decref(meta);
+        return status;
+    }
 
     sb = sandbox_alloc(t);
     if (!sb) {
@@ -668,13 +772,21 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     if (r != 0)
         goto fail;
     sb->pid = vmm_pid(sb->vm);
+    /* Recorded before anything is answered: a VM the index does not know is killed as a
+     * stray by the next warrend, so a sandbox that cannot be saved is not created. */
+    r = sbx_save(sb);
+    if (r != 0) {
+        *err = api_error("index_write_failed", "cannot record the sandbox in the index: %s",
+                         idx_strerror(r));
+        sandbox_end(sb, ST_DEAD, "index_write_failed");
+        return 500;
+    }
     op = op_new(sb, OP_CREATE, sink, req);
     if (!op) {
         r = -ENOMEM;
         goto fail;
     }
     ev_timer_start(t->loop, &sb->boot_timer);
-    sbx_save(sb);
     LOGS(LOG_INFO, sb->id, "starting: template %s, %u MiB, %u vCPU, pid %d", tmpl, mem, vcpus,
          (int)sb->pid);
     *opid = op->id;

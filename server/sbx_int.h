@@ -111,7 +111,8 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t
 void sbx_touch(struct sandbox *sb);
 /* End a sandbox for reason (state "ended"): fails its ops, stops its VM. */
 void sbx_end(struct sandbox *sb, const char *reason);
-void sbx_save(struct sandbox *sb);
+/* Write sb's record to the index: 0, or the idx_* error (logged). */
+int sbx_save(struct sandbox *sb);
 void sbx_random(struct sbx_table *t, void *p, size_t n);
 
 struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req);

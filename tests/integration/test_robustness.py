@@ -8,9 +8,19 @@ import unittest
 
 import os
 import signal
+import subprocess
+import tempfile
 import threading
 
-from warren import WarrenCase, qemu_pids
+from warren import Warren, WarrenCase, qemu_pids, wait_no_qemu
+
+
+def mem_total_mb():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    raise RuntimeError("no MemTotal in /proc/meminfo")
 
 
 class RobustnessTest(WarrenCase):
@@ -156,6 +166,173 @@ class RobustnessTest(WarrenCase):
         self.assertEqual(self.w.get(hog).json()["state"], "running")
         self.w.delete(hog)
         self.w.delete(other)
+
+
+class QuotaTest(WarrenCase):
+    """Create and operation quotas on a real warrend (issue 5). Each check was
+    accepted before: a bad env key gave 201 (and broke every later exec), and
+    nothing limited concurrent operations or the guests' total memory."""
+    # Room for one 128 MiB guest and no more: what is left of MemTotal is 200 MiB.
+    conf = {"max_operations_per_sandbox": 2, "memory_reserve_mb": mem_total_mb() - 200,
+            "max_env_metadata_bytes": 4096}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sid = cls.w.create(memory_mb=128, ttl_seconds=1800)
+
+    def test_env_and_metadata_checked_at_create(self):
+        for env in ({"1BAD": "x"}, {"A B": "x"}, {"": "x"}, {"A=B": "x"}):
+            r = self.w.request("POST", "/v1/sandboxes",
+                               {"template": "minimal", "memory_mb": 128, "env": env})
+            self.assertError(r, 400, "invalid_argument")
+            self.assertIn("env", r.json()["error"]["message"])
+        for meta in ({"a=b": "x"}, {"": "x"}, {"k\n": "x"}):
+            r = self.w.request("POST", "/v1/sandboxes",
+                               {"template": "minimal", "memory_mb": 128, "metadata": meta})
+            self.assertError(r, 400, "invalid_argument")
+        r = self.w.request("POST", "/v1/sandboxes",
+                           {"template": "minimal", "memory_mb": 128,
+                            "env": {"BIG": "x" * 3000}, "metadata": {"m": "y" * 2000}})
+        self.assertError(r, 413, "env_metadata_too_large")
+
+    def test_host_memory(self):
+        # One 128 MiB guest runs; another would take guests past MemTotal - reserve.
+        r = self.w.request("POST", "/v1/sandboxes", {"template": "minimal", "memory_mb": 128})
+        self.assertError(r, 429, "memory_exhausted")
+
+    def test_operations_per_sandbox(self):
+        # Two execs in flight (their clients wait), the third is refused; once the
+        # first two are gone (client closed: op cancelled), execs run again.
+        conns = []
+        for _ in range(2):
+            c = self.w.conn(timeout=60)
+            body = json.dumps({"cmd": "sleep 600"}).encode()
+            c.request("POST", f"/v1/sandboxes/{self.sid}/exec", body=body,
+                      headers={"Authorization": f"Bearer {self.w.key}"})
+            conns.append(c)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = self.w.exec(self.sid, "true")
+            if r.status == 429:
+                break
+            time.sleep(0.2)
+        self.assertError(r, 429, "too_many_operations")
+        for c in conns:
+            c.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            r = self.w.exec(self.sid, "echo again")
+            if r.status == 200:
+                break
+            time.sleep(0.5)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["stdout"], "again\n")
+
+
+class ClientTest(WarrenCase):
+    """Careless clients against a real guest (issue 5): chunked request bodies
+    (refused with 411 before) and a client that stops reading a stream."""
+    conf = {"stream_stall_timeout_seconds": 3}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sid = cls.w.create(ttl_seconds=1800)
+
+    def test_chunked_upload_and_json(self):
+        import hashlib
+        data = os.urandom(5 * 1024 * 1024 + 12345)
+
+        def pieces():  # uneven pieces, as from a pipe
+            off, n = 0, 1
+            while off < len(data):
+                yield data[off:off + n]
+                off += n
+                n = n * 3 % 200000 + 1
+        c = self.w.conn(timeout=120)
+        c.request("PUT", f"/v1/sandboxes/{self.sid}/files?path=/root/chunked.bin", body=pieces(),
+                  headers={"Authorization": f"Bearer {self.w.key}"}, encode_chunked=True)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        self.assertEqual(r.status, 200, body)
+        self.assertEqual(json.loads(body)["size"], len(data))
+        res = self.w.run(self.sid, "sha256sum /root/chunked.bin")
+        self.assertEqual(res["stdout"].split()[0], hashlib.sha256(data).hexdigest())
+        # A chunked JSON body: an exec.
+        c = self.w.conn(timeout=120)
+        c.request("POST", f"/v1/sandboxes/{self.sid}/exec",
+                  body=iter([b'{"cmd":', b'"echo chunk', b'ed"}']),
+                  headers={"Authorization": f"Bearer {self.w.key}"}, encode_chunked=True)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        self.assertEqual(r.status, 200, body)
+        self.assertEqual(json.loads(body)["stdout"], "chunked\n")
+
+    def test_stalled_stream_is_dropped_and_its_process_killed(self):
+        # An NDJSON exec of an endless writer whose client never reads: after the stall
+        # timeout the connection is dropped and the process killed in the guest.
+        s = socket.create_connection(("127.0.0.1", self.w.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = json.dumps({"cmd": "exec yes stalled-writer"}).encode()
+        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
+                  b"Authorization: Bearer %s\r\nAccept: application/x-ndjson\r\n"
+                  b"Content-Length: %d\r\n\r\n%s"
+                  % (self.sid.encode(), self.w.key.encode(), len(body), body))
+        deadline = time.time() + 60
+        while time.time() < deadline and "client took nothing" not in self.w.log_text():
+            time.sleep(0.5)
+        self.assertIn("client took nothing of a streamed answer", self.w.log_text())
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            ps = self.w.run(self.sid, "ps -o comm,args | grep -c '[s]talled-writer' || true")
+            if ps["stdout"].strip() == "0":
+                break
+            time.sleep(0.5)
+        self.assertEqual(ps["stdout"].strip(), "0", "the stalled exec still runs")
+        s.close()
+
+
+class IndexFailureTest(unittest.TestCase):
+    """A create whose index write fails is a failed create (500
+    index_write_failed, VM stopped). Before, it answered 201 and the next
+    warrend killed the VM as a stray. The state directory is a small tmpfs
+    filled so that the VM's overlay still fits (3 pages) but LMDB's next page
+    does not."""
+
+    def test_create_fails_when_the_index_cannot_be_written(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to mount a tmpfs")
+        mnt = tempfile.mkdtemp(prefix="warren-tmpfs-")
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", mnt]
+                          ).returncode:
+            os.rmdir(mnt)
+            self.skipTest("cannot mount a tmpfs here")
+        w = Warren({"min_free_disk_mb": 0})
+        own_dir = w.state_dir  # keeps warrend.log; cleanup removes it
+        try:
+            w.state_dir = mnt
+            w.start()
+            st = os.statvfs(mnt)
+            free = st.f_bavail * st.f_frsize
+            with open(os.path.join(mnt, "filler"), "wb") as f:
+                os.posix_fallocate(f.fileno(), 0, free - 3 * 4096)
+            r = w.request("POST", "/v1/sandboxes", {"template": "minimal", "ttl_seconds": 600})
+            self.assertEqual(r.status, 500, f"{r}\n{w.log_text()}")
+            self.assertEqual(r.json()["error"]["code"], "index_write_failed", r)
+            self.assertEqual(wait_no_qemu(mnt), [], "the VM of a failed create still runs")
+            self.assertIn("cannot save to the index", w.log_text())
+        finally:
+            w.stop()
+            for pid in qemu_pids(mnt):
+                os.kill(pid, signal.SIGKILL)
+            wait_no_qemu(mnt)
+            subprocess.run(["umount", mnt])
+            os.rmdir(mnt)
+            w.state_dir = own_dir
+            w.cleanup()
 
 
 if __name__ == "__main__":

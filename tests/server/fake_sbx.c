@@ -4,9 +4,13 @@
  *
  * It keeps the contract the real table keeps: callbacks never run inside
  * the call that started an operation (every step is an ev_timer), streamed
- * output stops when the requester holds `window` unacknowledged bytes and
- * resumes on sbx_op_consumed, and an upload takes at most `room` bytes until
- * the "guest" drains them on the next loop iteration and says writable.
+ * output stops when the requester holds `window` (PROTO_WINDOW, as the real
+ * credit) unacknowledged bytes and resumes on sbx_op_consumed, and an upload
+ * takes at most `room` bytes until the "guest" drains them on the next loop
+ * iteration and says writable. A cancelled operation is not freed at once:
+ * like the real one it drains (the guest's last frame comes later) and makes
+ * no callback meanwhile; only a cancelled create is freed at once. Any call
+ * on a cancelled operation, or a second cancel, is counted as misuse.
  *
  * Scripts: create {"template":"bad"} fails at once, "slow" answers after
  * FAKE_SLOW_MS. exec cmd "echo", "fail", "sleep:MS", "ndjson" (text split
@@ -23,15 +27,17 @@
 #include <string.h>
 
 #include "config.h"
+#include "proto.h"
 #include "sbx.h"
 
 #ifndef FAKE_SLOW_MS
 #define FAKE_SLOW_MS 5000
 #endif
 #define CHUNK      (64 * 1024)
-#define EXEC_WIN   (256 * 1024)
-#define READ_WIN   (1024 * 1024)
-#define WRITE_ROOM (256 * 1024)
+#define EXEC_WIN   PROTO_WINDOW
+#define READ_WIN   PROTO_WINDOW
+#define WRITE_ROOM PROTO_WINDOW
+#define DRAIN_S    0.02 /* a cancelled op's last frame arrives this much later */
 
 struct fake_stats fake_stats;
 
@@ -66,7 +72,8 @@ struct fop {
     uint64_t req;
     ev_timer tm;
     bool busy;      /* inside a sink callback */
-    bool cancelled; /* cancelled while busy: free after */
+    bool cancelled; /* the requester is gone: draining, no more callbacks */
+    bool create;    /* a create: freed at once when cancelled, as the real table does */
     /* OP_LATER */
     int status;
     json_t *body;
@@ -179,7 +186,21 @@ static void later(struct fop *o, int status, json_t *body)
     o->body = body;
 }
 
-/* Run a sink callback; true if the op was cancelled (and is now freed) meanwhile. */
+/* A cancelled op drains: its remaining frames arrive and are dropped, then it goes. */
+static void op_drain(struct fop *o)
+{
+    o->cancelled = true;
+    ev_timer_stop(o->t->loop, &o->tm);
+    if (o->create) {
+        op_free(o);
+        return;
+    }
+    ev_timer_set(&o->tm, DRAIN_S, 0);
+    ev_timer_start(o->t->loop, &o->tm);
+}
+
+/* Run a sink callback; true if the op was cancelled meanwhile (it is draining, or freed
+ * if a create). */
 #define CALL(o, expr)                                                                              \
     ({                                                                                             \
         (o)->busy = true;                                                                          \
@@ -187,7 +208,7 @@ static void later(struct fop *o, int status, json_t *body)
         (o)->busy = false;                                                                         \
         bool gone_ = (o)->cancelled;                                                               \
         if (gone_)                                                                                 \
-            op_free(o);                                                                            \
+            op_drain(o);                                                                           \
         gone_;                                                                                     \
     })
 
@@ -274,6 +295,10 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct fop *o = w->data;
 
+    if (o->cancelled) {
+        op_free(o); /* drained */
+        return;
+    }
     switch (o->kind) {
     case OP_LATER:
         finish_op(o, o->status, o->body);
@@ -412,6 +437,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     s->next = t->sbxs;
     t->sbxs = s;
     o = op_new(t, OP_LATER, sink, req, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
+    o->create = true;
     later(o, 201, json_deep_copy(s->rec));
     return 0;
 }
@@ -530,11 +556,12 @@ size_t sbx_op_write(struct sbx_table *t, sbx_op_t op, const void *p, size_t n)
     const unsigned char *b = p;
     size_t take;
 
-    if (!o || o->kind != OP_WRITE || o->finished) {
+    if (!o || o->kind != OP_WRITE || o->finished || o->cancelled) {
         misuse("sbx_op_write on op %llu (%s)", (unsigned long long)op,
-               !o            ? "unknown"
-               : o->finished ? "finished"
-                             : "not an upload");
+               !o             ? "unknown"
+               : o->cancelled ? "cancelled"
+               : o->finished  ? "finished"
+                              : "not an upload");
         return 0;
     }
     fake_stats.write_calls++;
@@ -568,11 +595,12 @@ void sbx_op_finish(struct sbx_table *t, sbx_op_t op)
 {
     struct fop *o = find_op(t, op);
 
-    if (!o || o->kind != OP_WRITE || o->finished) {
+    if (!o || o->kind != OP_WRITE || o->finished || o->cancelled) {
         misuse("sbx_op_finish on op %llu (%s)", (unsigned long long)op,
-               !o            ? "unknown"
-               : o->finished ? "finished"
-                             : "not an upload");
+               !o             ? "unknown"
+               : o->cancelled ? "cancelled"
+               : o->finished  ? "finished"
+                              : "not an upload");
         return;
     }
     o->finished = true;
@@ -588,6 +616,10 @@ void sbx_op_consumed(struct sbx_table *t, sbx_op_t op, size_t n)
 
     if (!o)
         return; /* finished meanwhile: fine */
+    if (o->cancelled) {
+        misuse("sbx_op_consumed on cancelled op %llu", (unsigned long long)op);
+        return;
+    }
     if (n > o->unconsumed) {
         misuse("sbx_op_consumed(%zu) with %llu outstanding", n, (unsigned long long)o->unconsumed);
         n = (size_t)o->unconsumed;
@@ -606,13 +638,17 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t op)
 
     if (!o)
         return;
+    if (o->cancelled) {
+        misuse("sbx_op_cancel twice on op %llu", (unsigned long long)op);
+        return;
+    }
     fake_stats.cancels++;
     if (o->busy) {
-        o->cancelled = true;
+        o->cancelled = true; /* CALL drains it once the callback returns */
         ev_timer_stop(t->loop, &o->tm);
         return;
     }
-    op_free(o);
+    op_drain(o);
 }
 
 unsigned sbx_count_live(const struct sbx_table *t)

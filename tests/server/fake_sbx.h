@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 struct fake_stats {
-    unsigned ops_live;       /* operations started and not yet done or cancelled */
+    unsigned ops_live;       /* operations started and not yet done or drained after a cancel */
     unsigned cancels;        /* sbx_op_cancel on a live operation */
     unsigned misuse;         /* calls the contract forbids (write after finish, ...) */
     uint64_t upload_bytes;   /* bytes taken by the last upload */

@@ -59,9 +59,18 @@ static void test_file_equals_defaults(const char *path)
     CHECK(d.console_max_bytes == f.console_max_bytes);
     CHECK(same_str(d.default_template, f.default_template));
     CHECK(same_str(d.kernel_append, f.kernel_append));
+    CHECK(d.max_connections == f.max_connections);
+    CHECK(d.max_conn_per_client == f.max_conn_per_client);
+    CHECK(d.header_timeout_s == f.header_timeout_s);
+    CHECK(d.stall_timeout_s == f.stall_timeout_s);
+    CHECK(d.max_ops_per_sbx == f.max_ops_per_sbx);
+    CHECK(d.max_ops_total == f.max_ops_total);
+    CHECK(d.max_env_meta_bytes == f.max_env_meta_bytes);
+    CHECK(d.mem_reserve_mb == f.mem_reserve_mb);
+    CHECK(d.min_free_disk_mb == f.min_free_disk_mb);
     /* A field added to struct srv_config changes its size: then add it above, to the
      * option table in config.c and to conf/warren.conf, and update this number. */
-    CHECK(sizeof(struct srv_config) == 152);
+    CHECK(sizeof(struct srv_config) == 192);
 
     /* Every option appears exactly once as an active "key =" line. */
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {

@@ -189,11 +189,59 @@ static void test_chan_hostile(struct ev_loop *loop)
     proto_buf_free(&b);
 }
 
+static int count_cb(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    (void)key;
+    (void)klen;
+    (void)val;
+    *(unsigned *)ud += vlen == 1000;
+    return 0;
+}
+
+/* A map far too small for what is written: every write still succeeds, the map grows
+ * (MDB_MAP_FULL, then mdb_env_set_mapsize and a retry), and a reopen finds it all.
+ * Before, the first put past 64 KiB failed with MDB_MAP_FULL. */
+static void test_idx_grow(void)
+{
+    char dir[] = "/tmp/warren-idx-XXXXXX", key[32], val[1000], p[128];
+    struct idx *ix = NULL;
+    unsigned n = 0, fails = 0;
+    size_t map0;
+
+    memset(val, 'v', sizeof(val));
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(idx_open_map(dir, 64 * 1024, &ix) == 0);
+    map0 = idx_map_size(ix);
+    for (int i = 0; i < 2000; i++) {
+        snprintf(key, sizeof(key), "sb-%06d", i);
+        fails += idx_put(ix, key, val, sizeof(val)) != 0;
+    }
+    for (int i = 0; i < 2000; i += 2) {
+        snprintf(key, sizeof(key), "sb-%06d", i);
+        fails += idx_del(ix, key) != 0;
+    }
+    CHECK(fails == 0);
+    CHECK(idx_map_size(ix) > map0);
+    printf("idx: map grew from %zu KiB to %zu KiB for 2000 records of 1000 bytes\n", map0 >> 10,
+           idx_map_size(ix) >> 10);
+    idx_close(ix);
+    CHECK(idx_open_map(dir, 64 * 1024, &ix) == 0);
+    CHECK(idx_foreach(ix, count_cb, &n) == 0);
+    CHECK(n == 1000);
+    idx_close(ix);
+    snprintf(p, sizeof(p), "%s/data.mdb", dir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/lock.mdb", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void)
 {
     struct ev_loop *loop = ev_default_loop(EVBACKEND_EPOLL);
 
     test_idx();
+    test_idx_grow();
     test_chan_split_reads(loop);
     test_chan_hostile(loop);
     if (failures) {

@@ -94,11 +94,17 @@ check "log level warn hides info" sh -c "! grep -q 'API key' '$T/err'"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "$URL/v1/sandboxes")
 check "old key still works" [ "$code" = 200 ]
 check "SIGINT-free stop" stop
-printf 'api_key = configured-key-0123456789\nlisten = 127.0.0.1:1\n' >"$T/key.conf"
+printf 'api_key = short-key-0123456789\n' >"$T/short.conf"
+"$WARREND" --config "$T/short.conf" --state-dir "$T/state/deep" --listen 127.0.0.1:0 \
+    >/dev/null 2>"$T/err"
+check "a configured key under 32 characters exits 2" [ $? -eq 2 ]
+check "... and says so" grep -q "api_key must be at least 32 characters" "$T/err"
+CKEY=configured-key-0123456789abcdefghij
+printf 'api_key = %s\nlisten = 127.0.0.1:1\n' "$CKEY" >"$T/key.conf"
 check "start with config key" start --config "$T/key.conf" --state-dir "$T/state/deep" \
     --listen 127.0.0.1:0
 check "flag overrides file (port 1 not used)" sh -c "! echo '$URL' | grep -q ':1\$'"
-code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer configured-key-0123456789" \
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $CKEY" \
     "$URL/v1/sandboxes")
 check "configured key works" [ "$code" = 200 ]
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "$URL/v1/sandboxes")
@@ -107,6 +113,32 @@ kill -INT "$PID"
 wait "$PID"
 check "SIGINT exits 0" [ $? -eq 0 ]
 PID=
+
+# A key file others can read, or a state dir others can write: refused with a clear
+# message, exit 1 (before, a readable key file was only a warning).
+chmod 644 "$T/state/deep/api_key"
+"$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
+check "a 0644 key file exits 1" [ $? -eq 1 ]
+check "... and says chmod 600" grep -q "api_key must be owned by warrend's user.*chmod 600" "$T/err"
+chmod 600 "$T/state/deep/api_key"
+chmod 770 "$T/state/deep"
+"$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
+check "a group-writable state dir exits 1" [ $? -eq 1 ]
+check "... and says chmod 700" grep -q "state directory .* must be owned.*chmod 700" "$T/err"
+chmod 700 "$T/state/deep"
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+    chown nobody "$T/state/deep"
+    "$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
+    check "a state dir of another user exits 1" [ $? -eq 1 ]
+    check "... and names the owner" grep -q "uid $(id -u nobody)" "$T/err"
+    chown 0 "$T/state/deep"
+    chown nobody "$T/state/deep/api_key"
+    "$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
+    check "a key file of another user exits 1" [ $? -eq 1 ]
+    chown 0 "$T/state/deep/api_key"
+fi
+check "fixed up, it starts again" start --state-dir "$T/state/deep" --listen 127.0.0.1:0
+check "SIGTERM exits 0 (again)" stop
 
 # Without lws's libev plugin (hidden in a private mount namespace, root only):
 # a clear message naming the package, exit 1.
