@@ -57,6 +57,10 @@ static const struct opt opts[] = {
     {"console_log_bytes", T_SIZE, F(console_max_bytes), "1048576", 4096},
     {"default_template", T_STR, F(default_template), "base", 0},
     {"kernel_append", T_STR, F(kernel_append), "", 0},
+    {"protocol_violations_max", T_UINT, F(violations_max), "5", 1},
+    {"channel_send_buffer_bytes", T_SIZE, F(chan_send_max), "8388608", 1048576},
+    {"list_max_entries", T_UINT, F(list_max_entries), "10000", 1},
+    {"list_max_bytes", T_SIZE, F(list_max_bytes), "4194304", 4096},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -36,6 +36,11 @@ struct srv_config {
     size_t console_max_bytes;   /* console_log_bytes = 1048576 */
     char *default_template;     /* default_template = base */
     char *kernel_append;        /* kernel_append = (empty): extra guest kernel command line */
+    /* a hostile guest (issue 5) */
+    unsigned violations_max;   /* protocol_violations_max = 5: then the sandbox is dead */
+    unsigned list_max_entries; /* list_max_entries = 10000 */
+    size_t chan_send_max;      /* channel_send_buffer_bytes = 8388608 */
+    size_t list_max_bytes;     /* list_max_bytes = 4194304 */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

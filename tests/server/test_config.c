@@ -59,9 +59,11 @@ static void test_file_equals_defaults(const char *path)
     CHECK(d.console_max_bytes == f.console_max_bytes);
     CHECK(same_str(d.default_template, f.default_template));
     CHECK(same_str(d.kernel_append, f.kernel_append));
+    CHECK(d.violations_max == f.violations_max && d.list_max_entries == f.list_max_entries);
+    CHECK(d.chan_send_max == f.chan_send_max && d.list_max_bytes == f.list_max_bytes);
     /* A field added to struct srv_config changes its size: then add it above, to the
      * option table in config.c and to conf/warren.conf, and update this number. */
-    CHECK(sizeof(struct srv_config) == 152);
+    CHECK(sizeof(struct srv_config) == 176);
 
     /* Every option appears exactly once as an active "key =" line. */
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
