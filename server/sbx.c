@@ -215,6 +215,7 @@ static void send_init(struct sandbox *sb)
     proto_put_u(&e, PK_MEM_MB, sb->mem_mb);
     proto_enc_end(&e);
     sb->init_end = chan_tx_mark(sb->ch);
+    sb->inits_unanswered++;
     chan_flush(sb->ch);
 }
 
@@ -238,6 +239,10 @@ static void sandbox_ready(struct sandbox *sb)
             op_finish(op, 201, sandbox_json(sb));
     }
 }
+
+/* An agent that reopens its port says HELLO{id:0} and answers the INIT that follows; one
+ * that keeps saying it without ever answering is flooding. */
+#define INITS_UNANSWERED_MAX 16
 
 /* Frame types a guest sends; anything else from it breaks the protocol. */
 static bool from_guest(uint32_t type)
@@ -275,7 +280,10 @@ static void on_frame(void *ud, const struct proto_frame *f)
     }
     if (f->type == PROTO_HELLO) {
         if (f->id == sb->session && f->id != 0 && !sb->ready) {
+            sb->inits_unanswered = 0;
             sandbox_ready(sb);
+        } else if (f->id == 0 && sb->inits_unanswered >= INITS_UNANSWERED_MAX) {
+            sbx_violation(sb, "%u INITs unanswered, and still HELLO{id:0}", sb->inits_unanswered);
         } else if (f->id == 0 && sb->ch && chan_tx_passed(sb->ch, sb->init_end)) {
             /* The agent (re)opened its port after our INIT: say it again, but only once
              * the last INIT has left: one INIT in flight, however many HELLOs come (a
@@ -382,6 +390,7 @@ static void on_vm_channel(void *ud, int fd)
         return;
     }
     chan_set_tx_max(sb->ch, sb->t->cfg->chan_send_max);
+    sb->inits_unanswered = 0;
     send_init(sb);
 }
 

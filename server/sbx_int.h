@@ -77,11 +77,12 @@ struct sandbox {
     struct op *ops;
     unsigned nops;
     ev_timer boot_timer;
-    uint64_t init_end;       /* channel bytes up to the end of the last INIT (chan_tx_mark) */
-    unsigned violations;     /* protocol violations so far (protocol_violations_max: dead) */
-    ev_timer backoff_timer;  /* reconnect after a violation, later each time */
-    int64_t viol_log_ms;     /* when the last violation was logged */
-    unsigned viol_log_quiet; /* violations not logged since */
+    uint64_t init_end;         /* channel bytes up to the end of the last INIT (chan_tx_mark) */
+    unsigned inits_unanswered; /* INITs sent on this channel since the guest last answered */
+    unsigned violations;       /* protocol violations so far (protocol_violations_max: dead) */
+    ev_timer backoff_timer;    /* reconnect after a violation, later each time */
+    int64_t viol_log_ms;       /* when the last violation was logged */
+    unsigned viol_log_quiet;   /* violations not logged since */
 };
 
 struct sbx_table {
