@@ -1,6 +1,5 @@
 /* gstream.c - host-side accounting of a guest's streams (see gstream.h). */
 #include "gstream.h"
-#include "proto.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -28,7 +27,7 @@ static void say(char *why, size_t cap, const char *fmt, ...)
 void gstream_init(struct gstream *g)
 {
     memset(g, 0, sizeof(*g));
-    g->granted = PROTO_WINDOW;
+    g->granted = GSTREAM_WINDOW;
     g->size = GSTREAM_NO_SIZE;
 }
 
@@ -83,7 +82,7 @@ uint64_t gstream_tx_room(const struct gstream *g)
 {
     uint64_t in_flight = g->tx_sent - g->tx_acked;
 
-    return in_flight >= PROTO_WINDOW ? 0 : PROTO_WINDOW - in_flight;
+    return in_flight >= GSTREAM_WINDOW ? 0 : GSTREAM_WINDOW - in_flight;
 }
 
 void gstream_tx_sent(struct gstream *g, uint64_t n)

@@ -4,7 +4,7 @@
  * The guest owns its end of the channel and may be hostile (root in a VM
  * can take the agent's channel fd): nothing it says about a stream is
  * trusted. The host counts each stream itself: the offset the next data
- * of each fd must carry, the bytes it granted (PROTO_WINDOW plus every
+ * of each fd must carry, the bytes it granted (GSTREAM_WINDOW plus every
  * CREDIT it sent), the size a file read announced; and, for an upload, the
  * bytes in flight to the guest, so the guest's CREDIT can never open a
  * window wider than PROTO_WINDOW. Also here: the checks of single values a
@@ -22,6 +22,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto.h"
+
+/* The window granted per stream and direction. Only the fuzzer builds with a smaller one,
+ * so that credit abuse is reachable with small inputs. */
+#ifndef GSTREAM_WINDOW
+#define GSTREAM_WINDOW PROTO_WINDOW
+#endif
+
 #define GSTREAM_FDS     2  /* exec: stdout, stderr (index fd - 1); a file read uses 0 */
 #define GSTREAM_SIG_MAX 64 /* highest signal number a guest may report (Linux: SIGRTMAX) */
 #define GSTREAM_NO_SIZE UINT64_MAX
@@ -36,14 +44,14 @@ struct gstream {
     /* guest -> host */
     uint64_t next_off[GSTREAM_FDS]; /* the off the next data of each fd must carry */
     uint64_t received;              /* data bytes accepted, all fds together */
-    uint64_t granted;               /* PROTO_WINDOW + credit the host has sent */
+    uint64_t granted;               /* GSTREAM_WINDOW + credit the host has sent */
     uint64_t size;                  /* file read: announced size, or GSTREAM_NO_SIZE */
     /* host -> guest (upload) */
     uint64_t tx_sent;  /* data bytes sent */
     uint64_t tx_acked; /* credit the guest returned, never above tx_sent */
 };
 
-/* A new stream: nothing received, PROTO_WINDOW granted, no size, nothing sent. */
+/* A new stream: nothing received, GSTREAM_WINDOW granted, no size, nothing sent. */
 void gstream_init(struct gstream *g);
 
 /*
@@ -60,12 +68,12 @@ void gstream_granted(struct gstream *g, uint64_t n);
  * (with why) if they are over it already, else 0. */
 int gstream_set_size(struct gstream *g, uint64_t size, char *why, size_t cap);
 
-/* Upload: bytes the host may send now (PROTO_WINDOW minus bytes in flight). */
+/* Upload: bytes the host may send now (GSTREAM_WINDOW minus bytes in flight). */
 uint64_t gstream_tx_room(const struct gstream *g);
 /* Upload: the host sent n bytes (n <= gstream_tx_room()). */
 void gstream_tx_sent(struct gstream *g, uint64_t n);
 /* Upload: the guest returned n bytes of credit. Credit for bytes never sent is ignored
- * (clamped), so the room never exceeds PROTO_WINDOW. Returns the credit taken. */
+ * (clamped), so the room never exceeds GSTREAM_WINDOW. Returns the credit taken. */
 uint64_t gstream_tx_credit(struct gstream *g, uint64_t n);
 
 /* An exit signal a guest may report: 1..GSTREAM_SIG_MAX. */

@@ -269,12 +269,12 @@ static void on_frame(void *ud, const struct proto_frame *f)
     struct op *op;
 
     if (!from_guest(f->type)) {
-        sbx_violation(sb, "a %s frame from the guest", proto_type_name(f->type));
+        sbx_violation(sb, "%s frame from the guest", proto_type_name(f->type));
         return;
     }
     /* Stream and session ids are the host's: one it never gave out is made up. */
     if (f->id > sb->next_stream) {
-        sbx_violation(sb, "a %s frame for stream %u, never opened", proto_type_name(f->type),
+        sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type),
                       f->id);
         return;
     }

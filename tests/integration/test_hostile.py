@@ -55,7 +55,7 @@ class Peak:
 
 
 class HostileGuestTest(WarrenCase):
-    conf = {"protocol_violations_max": 5}
+    conf = {}  # the default protocol_violations_max (5): the fifth violation kills
     peaks = {}
 
     @classmethod
@@ -156,13 +156,11 @@ class HostileGuestTest(WarrenCase):
         if not SANITIZED:
             self.assertLess(peak.kib, CEIL_KIB, f"{name}: warrend RSS {peak.kib} KiB")
 
-    # -- cases --
-    def test_a_one_sandbox_until_dead(self):
+    # -- cases: each on a fresh sandbox, so one case's outcome is its own --
+    def test_list_huge(self):
+        """800,000 one-byte list entries: bounded and flagged, not a violation."""
         sid = self.hostile_sandbox()
-        pid = self.w.proc.pid
-
-        # Huge listing: bounded and flagged, not a violation.
-        with Peak(pid) as peak:
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "list")
             ls = self.w.request("GET", f"/v1/sandboxes/{sid}/files/list?path=/")
             self.assertEqual(ls.status, 200, ls)
@@ -170,9 +168,12 @@ class HostileGuestTest(WarrenCase):
             self.assertEqual(len(ls.json()["entries"]), 10000)
             self.assertEqual(self.rest(c, r)["type"], "exit")
         self.check_case("list", peak)
+        self.assertEqual(self.w.run(sid, "echo still")["stdout"], "still\n")
 
-        # mtime INT64_MAX: clamped, a proper answer.
-        with Peak(pid) as peak:
+    def test_mtime_int64_max(self):
+        """mtime INT64_MAX: clamped, a proper answer."""
+        sid = self.hostile_sandbox()
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "mtime")
             st = self.w.request("GET", f"/v1/sandboxes/{sid}/files/stat?path=/x")
             self.assertEqual(st.status, 200, st)
@@ -180,53 +181,75 @@ class HostileGuestTest(WarrenCase):
             self.assertEqual(self.rest(c, r)["type"], "exit")
         self.check_case("mtime", peak)
 
-        # A partial UTF-8 byte, then output at a non-contiguous offset (violation 1).
-        with Peak(pid) as peak:
+    def test_offsets_not_contiguous(self):
+        """A partial UTF-8 byte, then output at a non-contiguous offset."""
+        sid = self.hostile_sandbox()
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "offsets")
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
         self.check_case("offsets", peak)
 
-        # 64 MiB of output against a 1 MiB window; the client reads nothing (violation 2).
-        with Peak(pid) as peak:
+    def test_out_past_window(self):
+        """64 MiB of output against a 1 MiB window while the client reads nothing."""
+        sid = self.hostile_sandbox()
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "window")
             self.wait_usable(sid)
             self.assert_violation_line(self.rest(c, r))
         self.check_case("window", peak)
 
-        # EXIT with sig 2^40 (violation 3).
-        with Peak(pid) as peak:
+    def test_exit_signal_2_40(self):
+        sid = self.hostile_sandbox()
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "exit_sig")
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
         self.check_case("exit_sig", peak)
 
-        # A download announced as 10 bytes, then 64 KiB of it (violation 4).
-        with Peak(pid) as peak:
+    def test_download_over_announced_size(self):
+        """A download announced as 10 bytes, then 64 KiB of it."""
+        sid = self.hostile_sandbox()
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "fread")
             self.assert_download_cut(sid)
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
         self.check_case("fread", peak)
 
-        # 3 million HELLO{id:0} without reading: the fifth violation ends the sandbox.
-        with Peak(pid) as peak:
+    def test_hello_flood(self):
+        """3 million HELLO{id:0} from a guest that reads nothing."""
+        sid = self.hostile_sandbox()
+        with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "hello")
-            info = self.w.wait_state(sid, ["dead"], timeout=120)
-            self.assertTrue(info["end_reason"].startswith("protocol_violation: "), info)
             last = self.rest(c, r)
             self.assertEqual(last.get("type"), "error", last)
+            self.wait_usable(sid)
         self.check_case("hello", peak)
-        self.assertError(self.w.exec(sid, "true"), 409, "sandbox_dead")
 
-    def test_b_bogus_stream_id(self):
+    def test_bogus_stream_id(self):
         sid = self.hostile_sandbox()
         with Peak(self.w.proc.pid) as peak:
             c, r = self.start(sid, "bogus_id")
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
         self.check_case("bogus_id", peak)
-        self.assertEqual(self.w.get(sid).json()["state"], "running")
+
+    def test_violations_until_dead(self):
+        """Each violation reconnects later than the last; the fifth ends the sandbox."""
+        sid = self.hostile_sandbox()
+        for i in range(4):
+            c, r = self.start(sid, "exit_sig")
+            self.assert_violation_line(self.rest(c, r))
+            self.wait_usable(sid)
+            self.assertEqual(self.w.get(sid).json()["state"], "running")
+        c, r = self.start(sid, "exit_sig")
+        self.rest(c, r)
+        info = self.w.wait_state(sid, ["dead"], timeout=60)
+        self.assertTrue(info["end_reason"].startswith("protocol_violation: "), info)
+        self.assertIn("signal 1099511627776", info["end_reason"])
+        self.assertError(self.w.exec(sid, "true"), 409, "sandbox_dead")
+        self.assertEqual(self.w.run(self.good, "echo ok")["stdout"], "ok\n")
 
 
 if __name__ == "__main__":
