@@ -58,7 +58,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 step "fuzzers (30 s each)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
-cmake --build "$top/build-fuzz" -j2 --target fuzz_api fuzz_proto >/dev/null
+cmake --build "$top/build-fuzz" -j2 --target fuzz_api fuzz_proto fuzz_gstream >/dev/null
 run_ctest ctest --test-dir "$top/build-fuzz" -L fuzz --output-on-failure
 
 # All three stages together (the line CI reads).
