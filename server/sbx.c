@@ -272,12 +272,6 @@ static void on_frame(void *ud, const struct proto_frame *f)
         sbx_violation(sb, "%s frame from the guest", proto_type_name(f->type));
         return;
     }
-    /* Stream and session ids are the host's: one it never gave out is made up. */
-    if (f->id > sb->next_stream) {
-        sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type),
-                      f->id);
-        return;
-    }
     if (f->type == PROTO_HELLO) {
         if (f->id == sb->session && f->id != 0 && !sb->ready) {
             sb->inits_unanswered = 0;
@@ -296,8 +290,15 @@ static void on_frame(void *ud, const struct proto_frame *f)
         }
         return;
     }
+    /* Before the HELLO of this session, frames may still come from an earlier one (of an
+     * earlier warrend, numbered apart): dropped. After it, the ids are this host's: one it
+     * never gave out is made up. */
     if (f->type == PROTO_PONG || !sb->ready)
         return;
+    if (f->id > sb->next_stream) {
+        sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
+        return;
+    }
     op = op_by_stream(sb, f->id);
     if (!op)
         return; /* a late frame of a cancelled or finished op */
@@ -308,7 +309,7 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sandbox *sb = w->data;
 
-    if (sb->vm && !sb->vm_gone && !sb->ch && sb->state <= ST_RUNNING)
+    if (sb->vm && !sb->vm_gone && !sb->ch && (sb->state == ST_STARTING || sb->state == ST_RUNNING))
         vmm_channel_reconnect(sb->vm);
 }
 

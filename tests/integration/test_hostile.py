@@ -31,8 +31,9 @@ def hostile_path():
 class Peak:
     """Samples warrend's RSS in a thread while a case runs."""
 
-    def __init__(self, pid):
+    def __init__(self, pid, name=None):
         self.pid = pid
+        self.name = name
         self.kib = rss_kib(pid)
         self.stop = threading.Event()
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -52,6 +53,8 @@ class Peak:
     def __exit__(self, *exc):
         self.stop.set()
         self.t.join()
+        if self.name:  # kept even when the case failed, for the summary line
+            HostileGuestTest.peaks[self.name] = self.kib
 
 
 class HostileGuestTest(WarrenCase):
@@ -149,7 +152,6 @@ class HostileGuestTest(WarrenCase):
         self.fail(f"{sid} never answered again:\n{self.w.log_text()}")
 
     def check_case(self, name, peak):
-        self.peaks[name] = peak.kib
         self.assertIsNone(self.w.proc.poll(), "warrend died:\n" + self.w.log_text())
         self.assertEqual(self.w.request("GET", "/healthz").status, 200)
         self.assertEqual(self.w.run(self.good, "echo ok")["stdout"], "ok\n")
@@ -160,7 +162,7 @@ class HostileGuestTest(WarrenCase):
     def test_list_huge(self):
         """800,000 one-byte list entries: bounded and flagged, not a violation."""
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "list") as peak:
             c, r = self.start(sid, "list")
             ls = self.w.request("GET", f"/v1/sandboxes/{sid}/files/list?path=/")
             self.assertEqual(ls.status, 200, ls)
@@ -173,7 +175,7 @@ class HostileGuestTest(WarrenCase):
     def test_mtime_int64_max(self):
         """mtime INT64_MAX: clamped, a proper answer."""
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "mtime") as peak:
             c, r = self.start(sid, "mtime")
             st = self.w.request("GET", f"/v1/sandboxes/{sid}/files/stat?path=/x")
             self.assertEqual(st.status, 200, st)
@@ -184,7 +186,7 @@ class HostileGuestTest(WarrenCase):
     def test_offsets_not_contiguous(self):
         """A partial UTF-8 byte, then output at a non-contiguous offset."""
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "offsets") as peak:
             c, r = self.start(sid, "offsets")
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
@@ -193,7 +195,7 @@ class HostileGuestTest(WarrenCase):
     def test_out_past_window(self):
         """64 MiB of output against a 1 MiB window while the client reads nothing."""
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "window") as peak:
             c, r = self.start(sid, "window")
             self.wait_usable(sid)
             self.assert_violation_line(self.rest(c, r))
@@ -201,7 +203,7 @@ class HostileGuestTest(WarrenCase):
 
     def test_exit_signal_2_40(self):
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "exit_sig") as peak:
             c, r = self.start(sid, "exit_sig")
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
@@ -210,7 +212,7 @@ class HostileGuestTest(WarrenCase):
     def test_download_over_announced_size(self):
         """A download announced as 10 bytes, then 64 KiB of it."""
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "fread") as peak:
             c, r = self.start(sid, "fread")
             self.assert_download_cut(sid)
             self.assert_violation_line(self.rest(c, r))
@@ -220,7 +222,7 @@ class HostileGuestTest(WarrenCase):
     def test_hello_flood(self):
         """3 million HELLO{id:0} from a guest that reads nothing."""
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "hello") as peak:
             c, r = self.start(sid, "hello")
             last = self.rest(c, r)
             self.assertEqual(last.get("type"), "error", last)
@@ -229,7 +231,7 @@ class HostileGuestTest(WarrenCase):
 
     def test_bogus_stream_id(self):
         sid = self.hostile_sandbox()
-        with Peak(self.w.proc.pid) as peak:
+        with Peak(self.w.proc.pid, "bogus_id") as peak:
             c, r = self.start(sid, "bogus_id")
             self.assert_violation_line(self.rest(c, r))
             self.wait_usable(sid)
