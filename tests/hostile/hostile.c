@@ -16,6 +16,8 @@
  *   fread     answers the next FREAD with size 10, then 64 KiB of DATA
  *   list      answers the next LIST with 4 frames of 200,000 empty entries
  *   mtime     answers the next STAT with mtime INT64_MAX
+ *   upload    answers the next FWRITE with CREDIT 2^40, reads nothing for 5 s,
+ *             then ends it with ERROR EIO
  *
  * Its own stream id comes from its cgroup (the agent names it exec-<id>).
  * It first sends OUT "READY\n" on that stream (a valid frame), so the test
@@ -180,7 +182,9 @@ static uint64_t rd_uint(const uint8_t *p, size_t n, size_t *i)
     return v;
 }
 
-/* Read host frames until one of type want arrives; its id. The host writes t and id first. */
+/* Read host frames until one of type want arrives; its id. The host writes t and id first.
+ * want 0: drop whole frames until none came for timeout_ms and no partial one is left, so
+ * the agent, when it resumes, reads from a frame boundary. */
 static uint32_t wait_for(unsigned want, int timeout_ms)
 {
     static uint8_t rx[1 << 20];
@@ -217,7 +221,13 @@ static uint32_t wait_for(unsigned want, int timeout_ms)
         clock_gettime(CLOCK_MONOTONIC, &t);
         int left =
             timeout_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-        if (left <= 0 || poll(&pfd, 1, left) <= 0) {
+        if (want == 0) {
+            if (poll(&pfd, 1, timeout_ms) <= 0) {
+                if (have == 0)
+                    return 0;
+                continue;
+            }
+        } else if (left <= 0 || poll(&pfd, 1, left) <= 0) {
             fprintf(stderr, "hostile: no frame of type %u came\n", want);
             exit(3);
         }
@@ -377,6 +387,24 @@ int main(int argc, char **argv)
             if (send_all(&b))
                 break;
         }
+    } else if (!strcmp(c, "upload")) {
+        /* Credit for a terabyte the host never sent, then read nothing for a while: the
+         * host must keep at most a window in flight, whatever the guest grants. */
+        id = wait_for(PROTO_FWRITE, 60000);
+        at = frame_begin(&b, 3, PROTO_CREDIT, id);
+        uint_(&b, "n", 1ull << 40);
+        frame_end(&b, at);
+        if (send_all(&b))
+            die("send CREDIT");
+        sleep(5);
+        at = frame_begin(&b, 4, PROTO_ERROR, id);
+        uint_(&b, "code", EIO);
+        str_(&b, "msg", "hostile: upload refused");
+        frame_end(&b, at);
+        if (send_all(&b))
+            die("send ERROR");
+        /* The DATA the host sent meanwhile: the agent must not resume inside a frame. */
+        wait_for(0, 1000);
     } else if (!strcmp(c, "mtime")) {
         id = wait_for(PROTO_STAT, 60000);
         at = frame_begin(&b, 8, PROTO_RESULT, id);

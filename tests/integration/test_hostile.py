@@ -229,6 +229,29 @@ class HostileGuestTest(WarrenCase):
             self.wait_usable(sid)
         self.check_case("hello", peak)
 
+    def test_upload_credit_clamped(self):
+        """A guest grants 2^40 bytes of upload credit and reads nothing: warrend keeps at most
+        a window in flight and the client's 64 MiB wait in its socket, not in warrend."""
+        import http.client
+        sid = self.hostile_sandbox()
+        body = b"U" * (64 << 20)
+        with Peak(self.w.proc.pid, "upload") as peak:
+            c, r = self.start(sid, "upload")
+            up = self.w.conn(timeout=300)
+            status = None
+            try:
+                up.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/up&mode=0644",
+                           body=body, headers={"Authorization": f"Bearer {self.w.key}"})
+                status = up.getresponse().status
+            except (ConnectionError, http.client.HTTPException):
+                pass  # answered (the guest's ERROR) before the body was all sent
+            finally:
+                up.close()
+            self.assertNotEqual(status, 200)
+            self.assertEqual(self.rest(c, r)["type"], "exit")
+        self.check_case("upload", peak)
+        self.assertEqual(self.w.run(sid, "echo still")["stdout"], "still\n")
+
     def test_bogus_stream_id(self):
         sid = self.hostile_sandbox()
         with Peak(self.w.proc.pid, "bogus_id") as peak:
