@@ -10,6 +10,11 @@
  * (sbx_op_consumed), so host memory per stream stays bounded by the window.
  * A cancelled op keeps crediting and discarding until the guest's last
  * frame, so the guest never blocks on a stream nobody reads.
+ *
+ * The guest is not trusted to keep to this: op->gs (gstream.c) counts each
+ * stream's offsets, the credit granted and a read's announced size, and any
+ * frame outside them is a protocol violation (sbx_violation), after which
+ * the op is gone. An upload's credit from the guest is clamped the same way.
  */
 #include "sbx_int.h"
 #include "log.h"
