@@ -60,6 +60,7 @@ struct gi_xfer {
     int fd;
     uint64_t off;    /* bytes written (FWRITE) or sent (FREAD) */
     uint64_t credit; /* FREAD: bytes the host still accepts */
+    uint64_t size;   /* FREAD: the size announced in RESULT; never send more */
 };
 
 struct gi_list {

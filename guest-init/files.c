@@ -263,6 +263,7 @@ void gi_file_read(struct gi_agent *a, const struct proto_frame *f)
     }
     s->u.f.fd = fd;
     s->u.f.credit = PROTO_WINDOW;
+    s->u.f.size = (uint64_t)st.st_size;
     if (proto_enc_begin(&e, &a->out, PROTO_RESULT, f->id, 5) == 0) {
         proto_put_u(&e, PK_SIZE, (uint64_t)st.st_size);
         proto_put_u(&e, PK_MODE, st.st_mode & 07777);
@@ -284,11 +285,17 @@ static void read_pump(struct gi_agent *a, struct gi_stream *s)
     struct gi_xfer *x = &s->u.f;
     size_t want = x->credit < sizeof(buf) ? (size_t)x->credit : sizeof(buf);
     struct proto_enc e;
-    ssize_t n;
+    ssize_t n = 0;
 
-    do
-        n = read(x->fd, buf, want);
-    while (n < 0 && errno == EINTR);
+    /* The host holds us to the size announced (it is the download's Content-Length): a
+     * file that grew while being read ends there. */
+    if (x->size - x->off < want)
+        want = (size_t)(x->size - x->off);
+    if (want > 0) {
+        do
+            n = read(x->fd, buf, want);
+        while (n < 0 && errno == EINTR);
+    }
     if (n < 0) {
         xfer_fail(a, s, errno, "read");
         return;

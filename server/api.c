@@ -524,8 +524,11 @@ static char *json_escape(const unsigned char *p, size_t n, char *o)
 
 size_t api_ndjson_max(size_t n)
 {
-    /* prefix + suffix < 64; escaping costs at most 6 bytes per byte (base64 less). */
-    return 64 + 6 * (n + 3);
+    /* Up to two lines: held bytes that can no longer complete (a gap in offsets) are
+     * flushed first as their own base64 line (< 64 + 4 bytes), then the line for p.
+     * Each line's prefix + suffix < 64; escaping costs at most 6 bytes per byte (base64
+     * less), and the held bytes (at most 3) may join p's line. */
+    return (64 + 4) + 64 + 6 * (n + 3);
 }
 
 static char *line_start(char *o, int fd, uint64_t off, bool text)

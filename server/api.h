@@ -124,7 +124,8 @@ void api_b64_encode(const unsigned char *in, size_t n, char *out);
 /* Decodes standard padded base64; -1 on bad input, else the length. */
 long api_b64_decode(const char *in, size_t n, unsigned char *out);
 
-/* Most bytes api_ndjson_chunk/api_ndjson_flush write for n input bytes. */
+/* Most bytes one api_ndjson_chunk (or api_ndjson_flush) call writes for n input bytes,
+ * whatever the offsets and the bytes held from earlier calls. */
 size_t api_ndjson_max(size_t n);
 /* Encode bytes of fd (1 stdout, 2 stderr) at stream offset off as zero or one
  * line {"type":"stdout","offset":N,"data":"..."}\n (or "data_b64" when not

@@ -17,6 +17,9 @@ struct chan {
     int in_cb;   /* >0 while a callback runs: freeing is deferred */
     int dead;    /* freed or closed: make no further callback */
     int freeing; /* chan_free() called during a callback */
+    int full;    /* the send buffer passed tx_max: close from the loop */
+    size_t tx_max;
+    uint64_t tx_sent; /* bytes the socket took, ever */
 };
 
 static void release(struct chan *c)
@@ -122,6 +125,7 @@ static int try_write(struct chan *c)
             return -errno;
         }
         proto_buf_consume(&c->tx, (size_t)n);
+        c->tx_sent += (uint64_t)n;
     }
     ev_io_stop(c->loop, &c->wio);
     return 0;
@@ -130,9 +134,11 @@ static int try_write(struct chan *c)
 static void on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct chan *c = w->data;
-    int r = try_write(c);
+    int r = c->full ? CHAN_EFULL : try_write(c);
 
-    if (r < 0)
+    if (r == CHAN_EFULL)
+        fail(c, r, "the guest is not reading its channel (send buffer full)");
+    else if (r < 0)
         fail(c, r, strerror(-r));
     if (c->freeing && c->in_cb == 0)
         release(c);
@@ -148,6 +154,7 @@ int chan_new(struct ev_loop *loop, int fd, const struct chan_cbs *cbs, void *ud,
     c->fd = fd;
     c->cbs = *cbs;
     c->ud = ud;
+    c->tx_max = CHAN_TX_MAX_DEF;
     proto_buf_init(&c->rx);
     proto_buf_init(&c->tx);
     if (!msgpack_zone_init(&c->zone, 4096)) {
@@ -167,14 +174,38 @@ struct proto_buf *chan_tx(struct chan *c)
     return &c->tx;
 }
 
+void chan_set_tx_max(struct chan *c, size_t max)
+{
+    c->tx_max = max;
+}
+
 void chan_flush(struct chan *c)
 {
-    if (c->dead || ev_is_active(&c->wio))
+    if (c->dead || c->full)
         return;
-    /* A write error is reported from the loop (the write watcher sees it again), never
-     * from inside the caller's call. */
-    if (try_write(c) < 0)
+    if (!ev_is_active(&c->wio) && try_write(c) < 0) {
+        /* A write error is reported from the loop (the write watcher sees it again),
+         * never from inside the caller's call. */
         ev_io_start(c->loop, &c->wio);
+        return;
+    }
+    /* A peer that never reads would grow the buffer without end (a guest answering every
+     * INIT with HELLO{id:0} and reading nothing did). The write watcher may never fire
+     * for such a peer, so the close is fed to the loop as an event of its own. */
+    if (proto_buf_pending(&c->tx) > c->tx_max) {
+        c->full = 1;
+        ev_feed_event(c->loop, &c->wio, EV_WRITE);
+    }
+}
+
+uint64_t chan_tx_mark(const struct chan *c)
+{
+    return c->tx_sent + proto_buf_pending(&c->tx);
+}
+
+bool chan_tx_passed(const struct chan *c, uint64_t mark)
+{
+    return c->tx_sent >= mark;
 }
 
 void chan_free(struct chan *c)

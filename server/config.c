@@ -66,6 +66,10 @@ static const struct opt opts[] = {
     {"max_env_metadata_bytes", T_SIZE, F(max_env_meta_bytes), "65536", 2},
     {"memory_reserve_mb", T_UINT, F(mem_reserve_mb), "1024", 0},
     {"min_free_disk_mb", T_UINT, F(min_free_disk_mb), "1024", 0},
+    {"protocol_violations_max", T_UINT, F(violations_max), "5", 1},
+    {"channel_send_buffer_bytes", T_SIZE, F(chan_send_max), "8388608", 1048576},
+    {"list_max_entries", T_UINT, F(list_max_entries), "10000", 1},
+    {"list_max_bytes", T_SIZE, F(list_max_bytes), "4194304", 4096},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -46,6 +46,11 @@ struct srv_config {
     size_t max_env_meta_bytes;    /* max_env_metadata_bytes = 65536: env + metadata at create */
     unsigned mem_reserve_mb;      /* memory_reserve_mb = 1024: host memory kept from guests */
     unsigned min_free_disk_mb;    /* min_free_disk_mb = 1024: in state_dir, for create/upload */
+    /* a hostile guest (issue 5) */
+    unsigned violations_max;   /* protocol_violations_max = 5: then the sandbox is dead */
+    unsigned list_max_entries; /* list_max_entries = 10000 */
+    size_t chan_send_max;      /* channel_send_buffer_bytes = 8388608 */
+    size_t list_max_bytes;     /* list_max_bytes = 4194304 */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -10,11 +10,17 @@
  * (sbx_op_consumed), so host memory per stream stays bounded by the window.
  * A cancelled op keeps crediting and discarding until the guest's last
  * frame, so the guest never blocks on a stream nobody reads.
+ *
+ * The guest is not trusted to keep to this: op->gs (gstream.c) counts each
+ * stream's offsets, the credit granted and a read's announced size, and any
+ * frame outside them is a protocol violation (sbx_violation), after which
+ * the op is gone. An upload's credit from the guest is clamped the same way.
  */
 #include "sbx_int.h"
 #include "log.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <mbedtls/base64.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +63,7 @@ struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *
     op->req = req;
     op->started_ms = now_ms();
     op->stream = kind == OP_CREATE ? 0 : ++sb->next_stream;
+    gstream_init(&op->gs);
     proto_buf_init(&op->out[0]);
     proto_buf_init(&op->out[1]);
     op->next_all = t->ops;
@@ -180,6 +187,7 @@ static void send_credit(struct op *op, size_t n)
     if (!sb->ch || op->unacked < CREDIT_BATCH)
         return;
     proto_send_credit(chan_tx(sb->ch), op->stream, op->unacked);
+    gstream_granted(&op->gs, op->unacked);
     op->unacked = 0;
     chan_flush(sb->ch);
 }
@@ -225,12 +233,11 @@ static void set_bytes(json_t *o, const char *key, const char *key_b64, const uin
 
 static json_t *iso(int64_t s)
 {
-    char buf[40];
-    time_t tt = (time_t)s;
-    struct tm tm;
+    char buf[32];
 
-    gmtime_r(&tt, &tm);
-    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    /* The guest's mtime: INT64_MAX once made gmtime_r fail and strftime leave buf
+     * unterminated. gstream_time_iso clamps and always terminates. */
+    gstream_time_iso(s, buf, sizeof(buf));
     return json_string(buf);
 }
 
@@ -296,13 +303,35 @@ static json_t *entry_json(const msgpack_object *m)
     return stat_json(&f);
 }
 
+/* What one list entry counts against list_max_bytes: its strings, plus 128 for the rest
+ * (keys, numbers, the JSON object itself). */
+static size_t list_entry_cost(const msgpack_object *m)
+{
+    size_t cost = 128;
+
+    if (m->type != MSGPACK_OBJECT_MAP)
+        return cost;
+    for (uint32_t i = 0; i < m->via.map.size; i++)
+        if (m->via.map.ptr[i].val.type == MSGPACK_OBJECT_STR)
+            cost += m->via.map.ptr[i].val.via.str.size;
+    return cost;
+}
+
 /* ---- frames from the guest ---- */
 
 static void exec_exit(struct op *op, const struct proto_frame *f)
 {
     int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;
     int64_t sig = proto_has(f, PK_SIG) ? f->v[PK_SIG].i : 0;
-    json_t *o = json_object();
+    json_t *o;
+
+    /* 0 is "no signal"; anything but a real signal number is a lie (128 + 2^63 once
+     * overflowed). */
+    if (sig != 0 && !gstream_sig_ok(sig)) {
+        sbx_violation(op->sb, "EXIT on stream %u with signal %" PRId64, op->stream, sig);
+        return;
+    }
+    o = json_object();
 
     if (op->stream_mode)
         json_object_set_new(o, "type", json_string("exit"));
@@ -321,13 +350,30 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
     op_finish(op, 200, o);
 }
 
+/* Count data the guest sent on op's stream; false (and the op is gone) if it broke the rules. */
+static bool data_ok(struct op *op, const struct proto_frame *f, unsigned fd_index)
+{
+    char why[160];
+    int r = gstream_rx(&op->gs, fd_index, proto_has(f, PK_OFF), f->v[PK_OFF].u, f->v[PK_DATA].s.len,
+                       why, sizeof(why));
+
+    if (r == 0)
+        return true;
+    sbx_violation(op->sb, "%s on stream %u: %s", proto_type_name(f->type), op->stream, why);
+    return false;
+}
+
 static void exec_out(struct op *op, const struct proto_frame *f)
 {
-    unsigned fd = proto_has(f, PK_FD) ? (unsigned)f->v[PK_FD].u : 0;
+    uint64_t fd = proto_has(f, PK_FD) ? f->v[PK_FD].u : 0;
     const struct proto_str *d = &f->v[PK_DATA].s;
     size_t cap = op->sb->t->cfg->exec_max_output;
 
-    if ((fd != 1 && fd != 2) || !proto_has(f, PK_DATA))
+    if ((fd != 1 && fd != 2) || !proto_has(f, PK_DATA)) {
+        sbx_violation(op->sb, "OUT on stream %u without data of fd 1 or 2", op->stream);
+        return;
+    }
+    if (!data_ok(op, f, (unsigned)fd - 1))
         return;
     if (op->cancelled) {
         send_credit(op, d->len);
@@ -354,16 +400,33 @@ static void fop_result(struct op *op, const struct proto_frame *f)
         return;
     }
     if (strcmp(op->fop, "list") == 0) {
+        const struct srv_config *cfg = op->sb->t->cfg;
+        bool truncated = false;
+
         if (!op->entries)
             op->entries = json_array();
         if (proto_has(f, PK_ENTRIES)) {
             const msgpack_object_array *a = f->v[PK_ENTRIES].arr;
-            for (uint32_t i = 0; i < a->size; i++)
+            for (uint32_t i = 0; i < a->size && !truncated; i++) {
+                size_t cost = list_entry_cost(&a->ptr[i]);
+                /* A listing is held whole until its last frame: bounded in entries and
+                 * bytes, or one 256 KiB frame of empty entries became ~65 MiB of JSON. */
+                if (json_array_size(op->entries) >= cfg->list_max_entries ||
+                    cost > cfg->list_max_bytes - op->list_bytes) {
+                    truncated = true;
+                    break;
+                }
+                op->list_bytes += cost;
                 json_array_append_new(op->entries, entry_json(&a->ptr[i]));
+            }
         }
-        if (proto_has(f, PK_EOF) && !f->v[PK_EOF].b)
+        if (!truncated && proto_has(f, PK_EOF) && !f->v[PK_EOF].b)
             return;
+        /* Cut short: answered now; the guest's later frames for the stream are dropped
+         * like any late frame of a finished op. */
         o = json_pack("{s:s,s:O}", "path", op->path, "entries", op->entries);
+        if (truncated)
+            json_object_set_new(o, "truncated", json_true());
         op_finish(op, 200, o);
         return;
     }
@@ -385,10 +448,20 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
         break;
     case OP_FREAD:
         if (f->type == PROTO_RESULT && !op->got_head) {
+            uint64_t size = proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0;
             op->got_head = true;
+            /* The download's Content-Length: the guest must then send exactly that. */
+            gstream_set_size(&op->gs, size, NULL, 0);
             if (!op->cancelled)
-                op->sink.head(op->req, proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0);
-        } else if (f->type == PROTO_DATA && proto_has(f, PK_DATA)) {
+                op->sink.head(op->req, size);
+        } else if (f->type == PROTO_DATA) {
+            if (!op->got_head || !proto_has(f, PK_DATA)) {
+                sbx_violation(sb, "DATA on stream %u %s", op->stream,
+                              op->got_head ? "without data" : "before its RESULT");
+                return;
+            }
+            if (!data_ok(op, f, 0))
+                return;
             if (op->cancelled)
                 send_credit(op, f->v[PK_DATA].s.len);
             else
@@ -399,8 +472,10 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
         break;
     case OP_FWRITE:
         if (f->type == PROTO_CREDIT) {
-            op->tx_credit += f->v[PK_N].u;
-            if (op->waiting_credit && !op->cancelled) {
+            /* Clamped to the bytes in flight: credit for bytes never sent would let the
+             * host queue more than a window toward a guest that does not read. */
+            if (proto_has(f, PK_N) && gstream_tx_credit(&op->gs, f->v[PK_N].u) > 0 &&
+                op->waiting_credit && !op->cancelled) {
                 op->waiting_credit = false;
                 op->sink.writable(op->req);
             }
@@ -661,7 +736,6 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
 
     if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, req, &op, &e, err)))
         return status;
-    op->tx_credit = PROTO_WINDOW;
     proto_put_u(&e, PK_MODE, mode ? mode : 0644);
     return file_op_send(op, &e, opid);
 }
@@ -725,19 +799,18 @@ size_t sbx_op_write(struct sbx_table *t, sbx_op_t id, const void *p, size_t n)
 
     if (!op || op->kind != OP_FWRITE || op->finished_input || !op->sb->ch)
         return n; /* nothing will read it: swallow, the op's done() tells the outcome */
-    take = n < op->tx_credit ? n : op->tx_credit;
+    take = n < gstream_tx_room(&op->gs) ? n : (size_t)gstream_tx_room(&op->gs);
     tx = chan_tx(op->sb->ch);
     while (off < take) {
         struct proto_enc e;
         size_t chunk = take - off < PROTO_MAX_DATA ? take - off : PROTO_MAX_DATA;
         proto_enc_begin(&e, tx, PROTO_DATA, op->stream, 4);
-        proto_put_u(&e, PK_OFF, op->tx_off + off);
+        proto_put_u(&e, PK_OFF, op->gs.tx_sent + off);
         proto_put_bin(&e, PK_DATA, (const uint8_t *)p + off, chunk);
         proto_enc_end(&e);
         off += chunk;
     }
-    op->tx_credit -= take;
-    op->tx_off += take;
+    gstream_tx_sent(&op->gs, take);
     if (take < n)
         op->waiting_credit = true;
     chan_flush(op->sb->ch);

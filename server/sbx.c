@@ -279,6 +279,18 @@ static void index_flush(struct sbx_table *t)
 
 /* ---- guest channel ---- */
 
+/* Fail the ops whose streams live on the channel (not a create waiting for the guest). */
+static void fail_streams(struct sandbox *sb, int status, const char *code, const char *msg)
+{
+    for (struct op *op = sb->ops, *next; op; op = next) {
+        next = op->next_sb;
+        if (op->kind != OP_CREATE) {
+            op_finish(op, status, api_error(code, "sandbox %s: %s", sb->id, msg));
+            next = sb->ops; /* the callee may have started or ended other ops */
+        }
+    }
+}
+
 static void send_init(struct sandbox *sb)
 {
     struct proto_enc e;
@@ -299,6 +311,8 @@ static void send_init(struct sandbox *sb)
     proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
     proto_put_u(&e, PK_MEM_MB, sb->mem_mb);
     proto_enc_end(&e);
+    sb->init_end = chan_tx_mark(sb->ch);
+    sb->inits_unanswered++;
     chan_flush(sb->ch);
 }
 
@@ -335,30 +349,130 @@ static void sandbox_ready(struct sandbox *sb)
     }
 }
 
+/* An agent that reopens its port says HELLO{id:0} and answers the INIT that follows; one
+ * that keeps saying it without ever answering is flooding. */
+#define INITS_UNANSWERED_MAX 16
+
+/* Frame types a guest sends; anything else from it breaks the protocol. */
+static bool from_guest(uint32_t type)
+{
+    switch (type) {
+    case PROTO_HELLO:
+    case PROTO_OUT:
+    case PROTO_EXIT:
+    case PROTO_CREDIT:
+    case PROTO_DATA:
+    case PROTO_END:
+    case PROTO_RESULT:
+    case PROTO_ERROR:
+    case PROTO_PONG:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static void on_frame(void *ud, const struct proto_frame *f)
 {
     struct sandbox *sb = ud;
     struct op *op;
 
-    if (f->type == PROTO_HELLO) {
-        if (f->id == sb->session && f->id != 0)
-            sandbox_ready(sb);
-        else if (f->id == 0 && sb->ch)
-            send_init(sb); /* the agent (re)opened its port after our INIT: say it again */
+    if (!from_guest(f->type)) {
+        sbx_violation(sb, "%s frame from the guest", proto_type_name(f->type));
         return;
     }
+    if (f->type == PROTO_HELLO) {
+        if (f->id == sb->session && f->id != 0 && !sb->ready) {
+            sb->inits_unanswered = 0;
+            sandbox_ready(sb);
+        } else if (f->id == 0 && sb->inits_unanswered >= INITS_UNANSWERED_MAX) {
+            sbx_violation(sb, "%u INITs unanswered, and still HELLO{id:0}", sb->inits_unanswered);
+        } else if (f->id == 0 && sb->ch && chan_tx_passed(sb->ch, sb->init_end)) {
+            /* The agent (re)opened its port after our INIT: say it again, but only once
+             * the last INIT has left: one INIT in flight, however many HELLOs come (a
+             * flood of them once queued an INIT each). The new session ends the old
+             * one's streams in the guest, so they end here too. */
+            sb->ready = false; /* no new op may start on the old session meanwhile */
+            fail_streams(sb, 502, "guest_channel_lost", "the guest agent restarted its session");
+            if (sb->ch)
+                send_init(sb);
+        }
+        return;
+    }
+    /* Before the HELLO of this session, frames may still come from an earlier one (of an
+     * earlier warrend, numbered apart): dropped. After it, the ids are this host's: one it
+     * never gave out is made up. */
     if (f->type == PROTO_PONG || !sb->ready)
         return;
+    if (f->id > sb->next_stream) {
+        sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
+        return;
+    }
     op = op_by_stream(sb, f->id);
     if (!op)
         return; /* a late frame of a cancelled or finished op */
     ops_frame(sb, op, f);
 }
 
+static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct sandbox *sb = w->data;
+
+    if (sb->vm && !sb->vm_gone && !sb->ch && (sb->state == ST_STARTING || sb->state == ST_RUNNING))
+        vmm_channel_reconnect(sb->vm);
+}
+
+void sbx_violation(struct sandbox *sb, const char *fmt, ...)
+{
+    char why[200], reason[256];
+    int64_t now = now_ms();
+    double delay;
+    va_list ap;
+
+    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    sb->violations++;
+    /* At most one line per sandbox per 10 s, however the guest behaves. */
+    if (sb->violations == 1 || now - sb->viol_log_ms >= 10000) {
+        LOGS(LOG_WARN, sb->id, "protocol violation %u of %u: %s (%u not logged)", sb->violations,
+             sb->t->cfg->violations_max, why, sb->viol_log_quiet);
+        sb->viol_log_ms = now;
+        sb->viol_log_quiet = 0;
+    } else {
+        sb->viol_log_quiet++;
+    }
+    snprintf(reason, sizeof(reason), "protocol_violation: %s", why);
+    if (sb->violations >= sb->t->cfg->violations_max) {
+        sandbox_end(sb, ST_DEAD, reason);
+        return;
+    }
+    if (sb->ch) {
+        chan_free(sb->ch); /* deferred when inside its callback */
+        sb->ch = NULL;
+    }
+    sb->ready = false;
+    ops_fail_all(sb, 502, "protocol_violation", why);
+    /* 0.5 s, 1 s, 2 s ... 60 s: a guest that breaks every session cannot make the host
+     * reconnect and re-INIT in a tight loop. */
+    delay = 0.5 * (double)(1u << (sb->violations - 1 < 7 ? sb->violations - 1 : 7));
+    ev_timer_stop(sb->t->loop, &sb->backoff_timer);
+    ev_timer_set(&sb->backoff_timer, delay < 60 ? delay : 60, 0);
+    ev_timer_start(sb->t->loop, &sb->backoff_timer);
+}
+
 static void on_chan_closed(void *ud, int err, const char *why)
 {
     struct sandbox *sb = ud;
 
+    /* Bytes that are not frames of ours, or a guest that does not read: its fault. */
+    if (err == PROTO_ETOOBIG || err == PROTO_EMSGPACK || err == PROTO_ESCHEMA ||
+        err == CHAN_EFULL) {
+        sbx_violation(sb, "%s", why);
+        return;
+    }
     LOGS(LOG_WARN, sb->id, "guest channel lost: %s", why);
     chan_free(sb->ch);
     sb->ch = NULL;
@@ -385,6 +499,8 @@ static void on_vm_channel(void *ud, int fd)
         LOGS(LOG_ERR, sb->id, "cannot set up the guest channel: %s", strerror(-r));
         return;
     }
+    chan_set_tx_max(sb->ch, sb->t->cfg->chan_send_max);
+    sb->inits_unanswered = 0;
     send_init(sb);
 }
 
@@ -446,6 +562,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
     sb->ended_mono = now_ms();
     sb->ready = false;
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
+    ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     LOGS(LOG_INFO, sb->id, "%s: %s", state_name(state), reason);
     ops_fail_all(sb, 409, state == ST_DEAD ? "sandbox_dead" : "sandbox_ended", reason);
     if (sb->ch) {
@@ -469,6 +586,7 @@ void sbx_end(struct sandbox *sb, const char *reason)
 static void sandbox_free(struct sandbox *sb)
 {
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
+    ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     if (sb->ch)
         chan_free(sb->ch);
     if (sb->vm)
@@ -487,6 +605,8 @@ static struct sandbox *sandbox_alloc(struct sbx_table *t)
     sb->t = t;
     ev_timer_init(&sb->boot_timer, on_boot_timeout, t->cfg->boot_timeout_s, 0);
     sb->boot_timer.data = sb;
+    ev_timer_init(&sb->backoff_timer, on_backoff, 1, 0);
+    sb->backoff_timer.data = sb;
     sb->next = t->sandboxes;
     t->sandboxes = sb;
     return sb;

@@ -16,6 +16,7 @@
 #include "bg.h"
 #include "chan.h"
 #include "config.h"
+#include "gstream.h"
 #include "idx.h"
 #include "proto.h"
 #include "vmm.h"
@@ -43,12 +44,12 @@ struct op {
     bool stream_mode;
     struct proto_buf out[2]; /* JSON mode: stdout, stderr */
     bool truncated[2];
-    size_t unacked; /* bytes consumed but not yet credited back (sent in batches) */
+    size_t unacked;    /* bytes consumed but not yet credited back (sent in batches) */
+    struct gstream gs; /* offsets, credit and size of the stream, as the host counts them */
     /* file ops */
     char fop[8];         /* "stat", "list", ... */
     json_t *entries;     /* list results being gathered */
-    size_t tx_credit;    /* upload: bytes the guest will still accept */
-    uint64_t tx_off;     /* upload: bytes sent so far (the off of the next DATA) */
+    size_t list_bytes;   /* list: the listing's size so far, as counted against list_max_bytes */
     bool waiting_credit; /* upload: the requester was refused and waits for writable */
     bool finished_input; /* upload: END sent */
     bool got_head;
@@ -81,6 +82,12 @@ struct sandbox {
     struct op *ops;
     unsigned nops;
     ev_timer boot_timer;
+    uint64_t init_end;         /* channel bytes up to the end of the last INIT (chan_tx_mark) */
+    unsigned inits_unanswered; /* INITs sent on this channel since the guest last answered */
+    unsigned violations;       /* protocol violations so far (protocol_violations_max: dead) */
+    ev_timer backoff_timer;    /* reconnect after a violation, later each time */
+    int64_t viol_log_ms;       /* when the last violation was logged */
+    unsigned viol_log_quiet;   /* violations not logged since */
 };
 
 struct sbx_table {
@@ -113,6 +120,15 @@ void sbx_touch(struct sandbox *sb);
 void sbx_end(struct sandbox *sb, const char *reason);
 /* Write sb's record to the index: 0, or the idx_* error (logged). */
 int sbx_save(struct sandbox *sb);
+/*
+ * The guest broke the protocol (why: what it did, for the log, the failed ops
+ * and the end reason): close the channel, fail every op on it with
+ * protocol_violation, and reconnect after a backoff that doubles with each
+ * violation; the protocol_violations_max-th one ends the sandbox dead with
+ * reason "protocol_violation: why". Safe inside a channel callback; the op
+ * being handled may be freed: return right after.
+ */
+void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_random(struct sbx_table *t, void *p, size_t n);
 
 struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req);

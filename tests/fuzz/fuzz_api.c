@@ -3,7 +3,8 @@
  * bodies, rename bodies, query strings (split at '&' as lws does), routes,
  * bearer headers, base64, and the NDJSON encoder, whose output is decoded
  * again and must give back exactly the input bytes, in order, with text
- * lines only when the input was valid UTF-8.
+ * lines only when the input was valid UTF-8; and the encoder again at offsets
+ * with gaps, as a hostile guest once chose them, against its exact budget.
  *
  * Build: CC=clang cmake -DWARREN_FUZZ=ON ...; make fuzz_api;
  *        ./tests/fuzz/fuzz_api -max_total_time=60 corpus_dir
@@ -156,6 +157,50 @@ static void fuzz_ndjson(const uint8_t *d, size_t n)
     }
 }
 
+/* Offsets as a hostile guest picks them (gaps, overlaps, huge): every call's output must fit
+ * the budget of exactly api_ndjson_max() bytes (heap-allocated: ASan sees one byte over) and
+ * be whole JSON lines. */
+static void fuzz_ndjson_gaps(const uint8_t *d, size_t n)
+{
+    struct api_utf8_hold h[3] = {{{0}, 0, 0}};
+    uint64_t off[3] = {0, 0, 0};
+    size_t pos = 0;
+
+    while (pos + 2 <= n) {
+        uint8_t ctl = d[pos], jump = d[pos + 1];
+        size_t piece = 1 + ctl % 9;
+        int fd = 1 + ((ctl >> 4) & 1);
+        char *out;
+        size_t l;
+
+        pos += 2;
+        if (piece > n - pos)
+            piece = n - pos;
+        /* Mostly the next byte; else a gap, a step back, or near the top of the range. */
+        if (ctl & 0x20)
+            off[fd] += jump;
+        else if (ctl & 0x40)
+            off[fd] -= off[fd] < jump ? off[fd] : jump;
+        else if ((ctl & 0xe0) == 0x80)
+            off[fd] = UINT64_MAX - jump * 1000ull;
+        out = malloc(api_ndjson_max(piece));
+        l = api_ndjson_chunk(&h[fd], fd, off[fd], d + pos, piece, out);
+        if (l > api_ndjson_max(piece) || (l && out[l - 1] != '\n'))
+            abort();
+        for (const char *p = out, *nl; p < out + l; p = nl + 1) {
+            json_t *j;
+            nl = memchr(p, '\n', (size_t)(out + l - p));
+            if (!nl || !(j = json_loadb(p, (size_t)(nl - p),
+                                        JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL)))
+                abort();
+            json_decref(j);
+        }
+        free(out);
+        off[fd] += piece;
+        pos += piece;
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
     if (n > MAX_IN)
@@ -163,5 +208,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     fuzz_body(d, n);
     fuzz_query_route(d, n);
     fuzz_ndjson(d, n);
+    fuzz_ndjson_gaps(d, n);
     return 0;
 }

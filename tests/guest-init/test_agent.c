@@ -410,6 +410,20 @@ static void test_file_roundtrip(void)
     send_signal(&p, 8, 9);
     CHECK(peer_wait(&p, 8, 2000) && p.res[8].error && p.res[8].err == ECANCELED);
 
+    /* a file that grows while it is read ends at the size announced in its RESULT: that
+     * is the download's Content-Length, and the host treats more as a protocol violation */
+    send_simple(&p, PROTO_FREAD, 9, path, EXPECT_END);
+    p.res[9].auto_credit = false;
+    await_pending(&p, &p.res[9].out[0], PROTO_WINDOW);
+    {
+        int fd = open(path, O_WRONLY | O_APPEND);
+        CHECK(fd >= 0 && write(fd, data, 4096) == 4096);
+        close(fd);
+    }
+    send_credit(&p, 9, 2 * total);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error && p.res[9].size == total);
+    CHECK(proto_buf_pending(&p.res[9].out[0]) == total);
+
     /* overwrite truncates; default mode 0644 applies to new files only through fchmod */
     CHECK(upload(&p, 4, path, -1, data, 10) == 10);
     CHECK(stat(path, &st) == 0 && st.st_size == 10 && (st.st_mode & 07777) == 0644);

@@ -370,6 +370,50 @@ static void test_ndjson(void)
     CHECK(api_ndjson_flush(&h, 1, line) == 0);
 }
 
+/*
+ * api_ndjson_max() is the budget http.c sizes its scratch buffer by. A held
+ * partial UTF-8 byte followed by a chunk at a non-contiguous offset writes two
+ * lines (the flushed hold, then the chunk): once a guest could pick offsets,
+ * that overflowed the buffer (ASan: heap-buffer-overflow in json_escape). The
+ * buffers here are exactly the budget, on the heap, so ASan sees one byte over.
+ */
+static void test_ndjson_budget(void)
+{
+    static const uint64_t offs[] = {0, 7, 999999, UINT64_MAX / 2, UINT64_MAX - 70000};
+    unsigned char in[4096];
+
+    /* Control bytes escape to \u00XX: the most output per input byte. */
+    memset(in, 0x01, sizeof(in));
+    for (size_t k = 0; k < sizeof(offs) / sizeof(offs[0]); k++) {
+        for (size_t n = 1; n <= sizeof(in); n = n * 3 + 1) {
+            struct api_utf8_hold h = {0};
+            char *out = malloc(api_ndjson_max(1));
+            size_t l = api_ndjson_chunk(&h, 1, offs[k], (const unsigned char *)"\xe2", 1, out);
+
+            CHECK(l == 0 && h.n == 1);
+            free(out);
+            out = malloc(api_ndjson_max(n));
+            /* Not the next byte: the hold is flushed on its own line, then this chunk. */
+            l = api_ndjson_chunk(&h, 2, offs[k] + 5, in, n, out);
+            CHECK(l <= api_ndjson_max(n));
+            CHECK(l > 0 && out[l - 1] == '\n' && memchr(out, '\n', l) != out + l - 1);
+            free(out);
+            /* The same with a 3-byte hold and invalid bytes (base64 path). */
+            memset(&h, 0, sizeof(h));
+            out = malloc(api_ndjson_max(3));
+            CHECK(api_ndjson_chunk(&h, 1, offs[k], (const unsigned char *)"\xf0\x9f\x98", 3, out) ==
+                  0);
+            free(out);
+            out = malloc(api_ndjson_max(n));
+            in[0] = 0xff;
+            l = api_ndjson_chunk(&h, 1, offs[k] + 3 + (n & 1), in, n, out);
+            in[0] = 0x01;
+            CHECK(l <= api_ndjson_max(n));
+            free(out);
+        }
+    }
+}
+
 int main(void)
 {
     test_routes();
@@ -378,6 +422,7 @@ int main(void)
     test_headers();
     test_utf8_b64();
     test_ndjson();
+    test_ndjson_budget();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else

@@ -236,6 +236,44 @@ static void test_idx_grow(void)
     rmdir(dir);
 }
 
+/* A peer that never reads: the send buffer is capped, and the close comes from the loop,
+ * never from inside chan_flush() (its caller may be in the middle of an operation). */
+static void test_chan_send_cap(struct ev_loop *loop)
+{
+    struct probe p;
+    int sv[2];
+    static uint8_t junk[PROTO_MAX_DATA];
+    uint64_t mark;
+    int frames = 0;
+
+    start(loop, &p, sv);
+    chan_set_tx_max(p.c, 1024 * 1024);
+    /* Small frames go out at once: the mark is passed. */
+    proto_send_end(chan_tx(p.c), 1);
+    mark = chan_tx_mark(p.c);
+    chan_flush(p.c);
+    CHECK(chan_tx_passed(p.c, mark));
+    /* Fill the socket, then the buffer, with nobody reading sv[1]. */
+    while (p.closed == 0 && frames < 1000) {
+        struct proto_enc e;
+        proto_enc_begin(&e, chan_tx(p.c), PROTO_DATA, 1, 3);
+        proto_put_bin(&e, PK_DATA, junk, sizeof(junk));
+        proto_enc_end(&e);
+        mark = chan_tx_mark(p.c);
+        chan_flush(p.c);
+        CHECK(p.closed == 0); /* never from inside chan_flush */
+        frames++;
+        if (!chan_tx_passed(p.c, mark))
+            ev_run(loop, EVRUN_NOWAIT);
+    }
+    CHECK(!chan_tx_passed(p.c, mark));
+    CHECK(p.closed == 1 && p.err == CHAN_EFULL);
+    /* It stopped well before the 64 MiB offered: at the cap plus what the socket holds. */
+    CHECK(frames < 200);
+    chan_free(p.c);
+    close(sv[1]);
+}
+
 int main(void)
 {
     struct ev_loop *loop = ev_default_loop(EVBACKEND_EPOLL);
@@ -244,6 +282,7 @@ int main(void)
     test_idx_grow();
     test_chan_split_reads(loop);
     test_chan_hostile(loop);
+    test_chan_send_cap(loop);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
