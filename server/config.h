@@ -36,6 +36,15 @@ struct srv_config {
     size_t console_max_bytes;   /* console_log_bytes = 1048576 */
     char *default_template;     /* default_template = base */
     char *kernel_append;        /* kernel_append = (empty): extra guest kernel command line */
+    /* QEMU in a jail (issue 5) */
+    size_t qemu_log_bytes;         /* qemu_log_bytes = 262144 */
+    char *jail;                    /* jail = auto | required | off */
+    unsigned jail_uid_base;        /* jail_uid_base = 200000 */
+    unsigned jail_uid_count;       /* jail_uid_count = 10000 */
+    char *jail_cgroup;             /* jail_cgroup = warren */
+    unsigned jail_mem_overhead_mb; /* jail_memory_overhead_mb = 256 */
+    unsigned jail_pids_max;        /* jail_pids_max = 512 */
+    unsigned allow_tcg;            /* allow_tcg = false (0/1) */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -91,6 +91,7 @@ struct sbx_table {
     ev_timer reaper;
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
+    struct vmm_jail *jail; /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
 };
 
 int64_t now_ms(void);

@@ -59,9 +59,17 @@ static void test_file_equals_defaults(const char *path)
     CHECK(d.console_max_bytes == f.console_max_bytes);
     CHECK(same_str(d.default_template, f.default_template));
     CHECK(same_str(d.kernel_append, f.kernel_append));
+    CHECK(d.qemu_log_bytes == f.qemu_log_bytes);
+    CHECK(same_str(d.jail, f.jail));
+    CHECK(d.jail_uid_base == f.jail_uid_base);
+    CHECK(d.jail_uid_count == f.jail_uid_count);
+    CHECK(same_str(d.jail_cgroup, f.jail_cgroup));
+    CHECK(d.jail_mem_overhead_mb == f.jail_mem_overhead_mb);
+    CHECK(d.jail_pids_max == f.jail_pids_max);
+    CHECK(d.allow_tcg == f.allow_tcg);
     /* A field added to struct srv_config changes its size: then add it above, to the
      * option table in config.c and to conf/warren.conf, and update this number. */
-    CHECK(sizeof(struct srv_config) == 152);
+    CHECK(sizeof(struct srv_config) == 200);
 
     /* Every option appears exactly once as an active "key =" line. */
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
