@@ -1024,15 +1024,20 @@ void vmm_free(struct vmm *vm)
     teardown_io(vm);
     vm->state = VM_FREED;
     if (running && vm->pidfd >= 0) {
-        int st;
+        struct pollfd pf = {.fd = vm->pidfd, .events = POLLIN};
+        int st, rr;
         send_kill(vm);
-        if (reap(vm, &st) == 0) {
+        rr = reap(vm, &st);
+        /* An adopted VM is not our child (ECHILD): the pidfd alone says when it is
+         * gone, and only then may its uid and cgroups be given back. */
+        if (rr == 0 || (rr < 0 && poll(&pf, 1, 0) == 0)) {
             /* Still dying: reap it from the loop when the pidfd says so. */
             ev_io_start(vm->loop, &vm->pid_w);
             vm->next_orphan = orphans;
             orphans = vm;
             return;
         }
+        jail_release(vm);
     }
     close_pidfd(vm);
     if (vm->depth > 0)
