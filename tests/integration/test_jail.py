@@ -242,16 +242,40 @@ class JailRestartTest(unittest.TestCase):
             w.cleanup()
 
 
-class AllowTcgTest(unittest.TestCase):
-    def start(self, conf_lines):
+class StartupTest(unittest.TestCase):
+    def start(self, conf_lines, addr="0.0.0.0", jail="off"):
         d = Warren().state_dir
         conf = os.path.join(d, "t.conf")
         with open(conf, "w") as f:
-            f.write("accel = tcg\njail = off\n" + conf_lines)
+            f.write(f"accel = tcg\njail = {jail}\n" + conf_lines)
         p = subprocess.Popen([warrend_path(), "--config", conf, "--listen",
-                              f"0.0.0.0:{free_port()}", "--state-dir", d, "--image-dir",
+                              f"{addr}:{free_port()}", "--state-dir", d, "--image-dir",
                               image_dir()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         return d, p
+
+    def test_jail_required_refuses_to_run_unjailed(self):
+        # A parent group that cannot be used: required stops, auto warns and runs.
+        bad = "jail_cgroup = /not/relative\n"
+        d, p = self.start(bad, addr="127.0.0.1", jail="required")
+        try:
+            out, _ = p.communicate(timeout=30)
+            self.assertNotEqual(p.returncode, 0, out)
+            self.assertIn(b"jail = required, but QEMU cannot be jailed here", out)
+        finally:
+            subprocess.run(["rm", "-rf", d])
+        d, p = self.start(bad, addr="127.0.0.1", jail="auto")
+        try:
+            seen = b""
+            line = p.stdout.readline()
+            while line and b"warrend listening" not in line:
+                seen += line
+                line = p.stdout.readline()
+            self.assertIn(b"warrend listening", line)
+            self.assertIn(b"WARNING: QEMU runs UNJAILED", seen)
+        finally:
+            p.terminate()
+            p.wait(timeout=30)
+            subprocess.run(["rm", "-rf", d])
 
     def test_tcg_on_a_public_address_needs_allow_tcg(self):
         d, p = self.start("")
