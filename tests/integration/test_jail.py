@@ -63,6 +63,18 @@ def vm_groups(w):
     return sorted(out)
 
 
+def cleanup(w):
+    """Stop w and its VMs, then remove its (empty) parent groups."""
+    parents = group_parents(w)
+    w.cleanup()
+    for p in parents:
+        for d in (p, os.path.dirname(p)):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass  # not empty: another warrend's, or a leak the test reports
+
+
 def proc_uid(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -104,6 +116,10 @@ def mount_count():
 @unittest.skipUnless(jail_possible(), "needs root and cgroups (memory, cpu, pids)")
 class JailTest(WarrenCase):
     conf = jail_conf()
+
+    @classmethod
+    def tearDownClass(cls):
+        cleanup(cls.w)
 
     def test_distinct_uids_and_private_view(self):
         w = self.w
@@ -174,7 +190,7 @@ class JailTest(WarrenCase):
                 time.sleep(0.1)
             self.assertEqual(vm_groups(w), [])
         finally:
-            w.cleanup()
+            cleanup(w)
 
 
 @unittest.skipUnless(jail_possible(), "needs root and cgroups (memory, cpu, pids)")
@@ -207,7 +223,7 @@ class JailRestartTest(unittest.TestCase):
             w.delete(keep)
             self.assertEqual(wait_no_qemu(w.state_dir), [])
         finally:
-            w.cleanup()
+            cleanup(w)
 
     def test_no_leaks_after_cycles_and_kill9(self):
         n_uids = 50
@@ -239,7 +255,7 @@ class JailRestartTest(unittest.TestCase):
             left = os.listdir(f"{w.state_dir}/sandboxes")
             self.assertEqual(left, [])
         finally:
-            w.cleanup()
+            cleanup(w)
 
 
 class StartupTest(unittest.TestCase):
