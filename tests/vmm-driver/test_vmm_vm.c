@@ -761,7 +761,7 @@ static void test_jail(void)
         close(c2.chan_fd);
 
     /* The price: vmm_launch (it returns once QEMU is exec'd) jailed vs not. */
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 20; i++) {
         struct vmctx k;
         ev_tstamp t0;
         ctx_init(&k);
@@ -780,8 +780,8 @@ static void test_jail(void)
             vmm_free(k.vm);
         }
     }
-    printf("launch cost: %.2f ms unjailed, %.2f ms jailed (mean of 5 each)\n", t_plain * 1e3 / 5,
-           t_jail * 1e3 / 5);
+    printf("launch cost: %.2f ms unjailed, %.2f ms jailed (mean of 10 each)\n", t_plain * 1e3 / 10,
+           t_jail * 1e3 / 10);
 out:
     if (c.vm)
         vmm_free(c.vm);
