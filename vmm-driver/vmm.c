@@ -144,11 +144,15 @@ static void destroy(struct vmm *vm)
     free(vm);
 }
 
-/* The process is gone: its uid and cgroups go back to the jail. */
+/* The process is gone: its uid and cgroups go back to the jail. The run dir
+ * (kept for a dead sandbox's logs) goes back to root first, so the next VM
+ * given this uid never owns it. */
 static void jail_release(struct vmm *vm)
 {
-    if (vm->jail)
-        vmm_jail_release(vm->jail, &vm->jv);
+    if (!vm->jail || !vm->jv.on)
+        return;
+    (void)!chown(vm->run_dir, 0, 0);
+    vmm_jail_release(vm->jail, &vm->jv);
 }
 
 void vmm_enter(struct vmm *vm)

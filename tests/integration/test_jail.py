@@ -180,6 +180,10 @@ class JailTest(WarrenCase):
             s = w.wait_state(hog, ["dead"], timeout=60)
             self.assertIn("out of memory", s["end_reason"])
             self.assertIn("cgroup limit of 512 MiB", s["end_reason"])
+            # Its logs are kept, in a run dir no longer owned by the freed uid.
+            rd = f"{w.state_dir}/sandboxes/{hog}"
+            self.assertEqual(os.stat(rd).st_uid, 0)
+            self.assertTrue(os.path.exists(f"{rd}/console.log"))
             # warrend is untouched and still serves; the other sandbox answers.
             self.assertIsNone(w.proc.poll())
             self.assertEqual(w.get(hog).status, 200)
