@@ -931,6 +931,8 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     }
     if (t->idx)
         idx_close(t->idx);
+    /* Deleted VMs still dying give their uid and cgroups back before we go. */
+    (void)vmm_settle_orphans(2000);
     vmm_jail_free(t->jail);
     mbedtls_ctr_drbg_free(&t->drbg);
     mbedtls_entropy_free(&t->entropy);

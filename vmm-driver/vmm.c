@@ -32,6 +32,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vmm_int.h"
@@ -144,6 +145,42 @@ static void destroy(struct vmm *vm)
     free(vm);
 }
 
+/* Groups still busy when their VM was released are retried from the loop every
+ * 50 ms for up to 30 s (then the next start's sweep takes them). One timer for
+ * the process: warrend has one jail. */
+static struct {
+    ev_timer t;
+    struct ev_loop *loop;
+    struct vmm_jail *jail; /* referenced while the timer runs */
+    unsigned tries;
+} cg_retry;
+
+static void cg_retry_stop(void)
+{
+    ev_timer_stop(cg_retry.loop, &cg_retry.t);
+    vmm_jail_free(cg_retry.jail);
+    cg_retry.jail = NULL;
+}
+
+static void on_cg_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    if (vmm_jail_retry(cg_retry.jail) == 0 || ++cg_retry.tries >= 600)
+        cg_retry_stop();
+}
+
+static void cg_retry_start(struct vmm *vm)
+{
+    if (vmm_jail_retry(vm->jail) == 0)
+        return;
+    cg_retry.tries = 0;
+    if (cg_retry.jail)
+        return;
+    cg_retry.jail = vmm_jail_ref(vm->jail);
+    cg_retry.loop = vm->loop;
+    ev_timer_init(&cg_retry.t, on_cg_retry, 0.05, 0.05);
+    ev_timer_start(vm->loop, &cg_retry.t);
+}
+
 /* The process is gone: its uid and cgroups go back to the jail. The run dir
  * (kept for a dead sandbox's logs) goes back to root first, so the next VM
  * given this uid never owns it. */
@@ -153,6 +190,7 @@ static void jail_release(struct vmm *vm)
         return;
     (void)!chown(vm->run_dir, 0, 0);
     vmm_jail_release(vm->jail, &vm->jv);
+    cg_retry_start(vm);
 }
 
 void vmm_enter(struct vmm *vm)
@@ -381,6 +419,34 @@ static void orphan_done(struct vmm *vm)
     jail_release(vm);
     orphan_unlink(vm);
     destroy(vm);
+}
+
+int vmm_settle_orphans(unsigned max_ms)
+{
+    struct timespec t0, now;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (orphans) {
+        struct pollfd pf = {.fd = orphans->pidfd, .events = POLLIN};
+        long left;
+
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        left =
+            (long)max_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
+            break;
+        orphan_done(orphans);
+    }
+    /* Their groups empty once they are reaped: give that a moment too. */
+    while (cg_retry.jail && vmm_jail_retry(cg_retry.jail) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= max_ms)
+            break;
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    if (cg_retry.jail && vmm_jail_retry(cg_retry.jail) == 0)
+        cg_retry_stop();
+    return orphans || cg_retry.jail ? -ETIMEDOUT : 0;
 }
 
 static void try_reap(struct vmm *vm)

@@ -153,6 +153,12 @@ void vmm_detach(struct vmm *vm);
  * the loop once it is gone (the struct lingers privately until then; no callback). */
 void vmm_free(struct vmm *vm);
 
+/* At shutdown: wait up to max_ms for VMs freed while running (already SIGKILLed)
+ * to be gone, and finish them (a jailed VM's uid and cgroups are given back).
+ * 0, or -ETIMEDOUT if some are still dying (the next start's sweep takes their
+ * groups). Blocks: for the end of the process only. */
+int vmm_settle_orphans(unsigned max_ms);
+
 /* Send one QMP command (a JSON object with "execute"; any "id" is replaced by the
  * driver's own) and get the "return" (err 0) or "error" (err -EREMOTEIO) JSON text
  * back, in order. Commands sent before the QMP handshake completes are queued.

@@ -152,6 +152,10 @@ int vmm_jail_spawn(struct vmm_jail *j, const struct vmm_jail_vm *jv, const struc
                    char **argv, int out_fd, pid_t *pid, char *why, size_t cap);
 /* The process is gone: remove its groups (retried later if still busy), free the uid. */
 void vmm_jail_release(struct vmm_jail *j, struct vmm_jail_vm *jv);
+/* rmdir the groups that were still busy (an exited QEMU stays in its group
+ * until it is reaped, by its parent or, for an adopted VM, by init). Returns
+ * how many are still pending. */
+unsigned vmm_jail_retry(struct vmm_jail *j);
 /* The memory controller killed something in this VM's group. */
 bool vmm_jail_oom_killed(const struct vmm_jail *j, const struct vmm_jail_vm *jv);
 

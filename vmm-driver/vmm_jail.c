@@ -371,10 +371,13 @@ struct vmm_jail *vmm_jail_ref(struct vmm_jail *j)
     return j;
 }
 
+static void retry_pending(struct vmm_jail *j);
+
 void vmm_jail_free(struct vmm_jail *j)
 {
     if (!j || --j->refs > 0)
         return;
+    retry_pending(j);
     free(j->uids);
     free(j->cgroup_name);
     free(j->root_dir);
@@ -407,6 +410,12 @@ static void retry_pending(struct vmm_jail *j)
         if (rmdir(j->pending[i]) != 0 && errno == EBUSY)
             memmove(j->pending[k++], j->pending[i], PATH_MAX);
     j->npending = k;
+}
+
+unsigned vmm_jail_retry(struct vmm_jail *j)
+{
+    retry_pending(j);
+    return j->npending;
 }
 
 /* SIGKILL every process in a group dir (a QEMU left over from a lost record). */
