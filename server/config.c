@@ -21,7 +21,18 @@
 
 #include "log.h"
 
-enum opt_type { T_STR, T_UINT, T_SIZE, T_LISTEN, T_ACCEL, T_LEVEL, T_DIR_STATE, T_DIR_IMAGE };
+enum opt_type {
+    T_STR,
+    T_UINT,
+    T_SIZE,
+    T_LISTEN,
+    T_ACCEL,
+    T_LEVEL,
+    T_DIR_STATE,
+    T_DIR_IMAGE,
+    T_JAIL,
+    T_BOOL
+};
 
 struct opt {
     const char *key;
@@ -70,6 +81,14 @@ static const struct opt opts[] = {
     {"channel_send_buffer_bytes", T_SIZE, F(chan_send_max), "8388608", 1048576},
     {"list_max_entries", T_UINT, F(list_max_entries), "10000", 1},
     {"list_max_bytes", T_SIZE, F(list_max_bytes), "4194304", 4096},
+    {"qemu_log_bytes", T_SIZE, F(qemu_log_bytes), "262144", 4096},
+    {"jail", T_JAIL, F(jail), "auto", 0},
+    {"jail_uid_base", T_UINT, F(jail_uid_base), "200000", 1},
+    {"jail_uid_count", T_UINT, F(jail_uid_count), "10000", 1},
+    {"jail_cgroup", T_STR, F(jail_cgroup), "warren", 0},
+    {"jail_memory_overhead_mb", T_UINT, F(jail_mem_overhead_mb), "256", 0},
+    {"jail_pids_max", T_UINT, F(jail_pids_max), "512", 16},
+    {"allow_tcg", T_BOOL, F(allow_tcg), "false", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -238,6 +257,19 @@ int cfg_set(struct srv_config *c, const char *key, const char *value, char *err,
             return -EINVAL;
         }
         return replace_str(slot, value);
+    case T_JAIL:
+        if (strcmp(value, "auto") && strcmp(value, "required") && strcmp(value, "off")) {
+            set_err(err, errcap, "jail must be auto, required or off, got '%s'", value);
+            return -EINVAL;
+        }
+        return replace_str(slot, value);
+    case T_BOOL:
+        if (strcmp(value, "true") && strcmp(value, "false")) {
+            set_err(err, errcap, "%s must be true or false, got '%s'", key, value);
+            return -EINVAL;
+        }
+        *(unsigned *)slot = strcmp(value, "true") == 0;
+        return 0;
     case T_LEVEL:
         if (log_parse_level(value, &lvl)) {
             set_err(err, errcap, "log_level must be error, warn, info or debug, got '%s'", value);
@@ -350,5 +382,7 @@ void cfg_free(struct srv_config *c)
     free(c->log_level);
     free(c->default_template);
     free(c->kernel_append);
+    free(c->jail);
+    free(c->jail_cgroup);
     memset(c, 0, sizeof(*c));
 }

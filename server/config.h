@@ -51,6 +51,15 @@ struct srv_config {
     unsigned list_max_entries; /* list_max_entries = 10000 */
     size_t chan_send_max;      /* channel_send_buffer_bytes = 8388608 */
     size_t list_max_bytes;     /* list_max_bytes = 4194304 */
+    /* QEMU in a jail (issue 5) */
+    size_t qemu_log_bytes;         /* qemu_log_bytes = 262144 */
+    char *jail;                    /* jail = auto | required | off */
+    unsigned jail_uid_base;        /* jail_uid_base = 200000 */
+    unsigned jail_uid_count;       /* jail_uid_count = 10000 */
+    char *jail_cgroup;             /* jail_cgroup = warren */
+    unsigned jail_mem_overhead_mb; /* jail_memory_overhead_mb = 256 */
+    unsigned jail_pids_max;        /* jail_pids_max = 512 */
+    unsigned allow_tcg;            /* allow_tcg = false (0/1) */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -240,7 +240,7 @@ static bool is_loopback(const char *addr)
     return inet_pton(AF_INET6, addr, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
-static void log_accel(const struct srv_config *cfg, bool *fatal)
+static void log_accel(const struct srv_config *cfg, bool *fatal, enum vmm_accel *out)
 {
     char why[256] = "";
     enum vmm_accel a;
@@ -257,6 +257,7 @@ static void log_accel(const struct srv_config *cfg, bool *fatal)
             return;
         }
     }
+    *out = a;
     if (a == VMM_ACCEL_KVM) {
         LOG(LOG_INFO, "accelerator: kvm (%s)", why);
         return;
@@ -391,9 +392,23 @@ int main(int argc, char **argv)
     if (load_api_key(&cfg, &key))
         goto out;
 
-    log_accel(&cfg, &fatal);
-    if (fatal)
-        goto out;
+    {
+        enum vmm_accel acc = VMM_ACCEL_TCG;
+        log_accel(&cfg, &fatal, &acc);
+        if (fatal)
+            goto out;
+        /* TCG is not a security boundary QEMU stands behind: reachable from the
+         * network, untrusted code must run under KVM unless the operator says so. */
+        if (acc == VMM_ACCEL_TCG && !is_loopback(cfg.listen_addr) && !cfg.allow_tcg) {
+            LOG(LOG_ERR,
+                "refusing to listen on non-loopback address %s with TCG: QEMU's security "
+                "guarantees cover KVM guests only, so a guest escaping TCG would own this "
+                "host. Use a host with KVM, listen on loopback, or set allow_tcg = true",
+                cfg.listen_addr);
+            rc = 2;
+            goto out;
+        }
+    }
     if (stat(cfg.image_dir, &st) || !S_ISDIR(st.st_mode))
         LOG(LOG_WARN,
             "image directory %s does not exist yet: sandboxes cannot start until the "

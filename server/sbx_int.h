@@ -106,6 +106,7 @@ struct sbx_table {
     bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
+    struct vmm_jail *jail; /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */

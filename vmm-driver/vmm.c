@@ -28,9 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vmm_int.h"
@@ -52,7 +54,7 @@ struct vmm {
     struct vmm_cbs cbs;
     void *ud;
     char id[72];
-    char *run_dir, *qmp_path, *con_path, *chan_path, *log_path, *qemu_log_path;
+    char *run_dir, *qmp_path, *con_path, *chan_path, *log_path, *qemu_log_path, *pipe_path;
     pid_t pid;
     int pidfd;
     ev_io pid_w;
@@ -73,6 +75,11 @@ struct vmm {
     int con_fd;
     ev_io con_w;
     struct vmm_log log;
+    int qout_fd; /* read end of qemu.pipe: QEMU's stdout and stderr */
+    ev_io qout_w;
+    struct vmm_log qlog;   /* bounded qemu.log */
+    struct vmm_jail *jail; /* referenced; NULL when unjailed */
+    struct vmm_jail_vm jv; /* jv.on: uid and cgroups to give back when the process is gone */
     struct vmm *next_orphan;
 };
 
@@ -120,6 +127,11 @@ const char *vmm_console_path(const struct vmm *vm)
     return vm->log_path;
 }
 
+uid_t vmm_uid(const struct vmm *vm)
+{
+    return vm->jv.on ? vm->jv.uid : (uid_t)-1;
+}
+
 static void destroy(struct vmm *vm)
 {
     free(vm->run_dir);
@@ -128,7 +140,57 @@ static void destroy(struct vmm *vm)
     free(vm->chan_path);
     free(vm->log_path);
     free(vm->qemu_log_path);
+    free(vm->pipe_path);
+    vmm_jail_free(vm->jail);
     free(vm);
+}
+
+/* Groups still busy when their VM was released are retried from the loop every
+ * 50 ms for up to 30 s (then the next start's sweep takes them). One timer for
+ * the process: warrend has one jail. */
+static struct {
+    ev_timer t;
+    struct ev_loop *loop;
+    struct vmm_jail *jail; /* referenced while the timer runs */
+    unsigned tries;
+} cg_retry;
+
+static void cg_retry_stop(void)
+{
+    ev_timer_stop(cg_retry.loop, &cg_retry.t);
+    vmm_jail_free(cg_retry.jail);
+    cg_retry.jail = NULL;
+}
+
+static void on_cg_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    if (vmm_jail_retry(cg_retry.jail) == 0 || ++cg_retry.tries >= 600)
+        cg_retry_stop();
+}
+
+static void cg_retry_start(struct vmm *vm)
+{
+    if (vmm_jail_retry(vm->jail) == 0)
+        return;
+    cg_retry.tries = 0;
+    if (cg_retry.jail)
+        return;
+    cg_retry.jail = vmm_jail_ref(vm->jail);
+    cg_retry.loop = vm->loop;
+    ev_timer_init(&cg_retry.t, on_cg_retry, 0.05, 0.05);
+    ev_timer_start(vm->loop, &cg_retry.t);
+}
+
+/* The process is gone: its uid and cgroups go back to the jail. The run dir
+ * (kept for a dead sandbox's logs) goes back to root first, so the next VM
+ * given this uid never owns it. */
+static void jail_release(struct vmm *vm)
+{
+    if (!vm->jail || !vm->jv.on)
+        return;
+    (void)!chown(vm->run_dir, 0, 0);
+    vmm_jail_release(vm->jail, &vm->jv);
+    cg_retry_start(vm);
 }
 
 void vmm_enter(struct vmm *vm)
@@ -159,6 +221,57 @@ static void teardown_io(struct vmm *vm)
         close(vm->con_fd);
     vm->con_fd = -1;
     vmm_log_close(&vm->log);
+    ev_io_stop(vm->loop, &vm->qout_w);
+    if (vm->qout_fd >= 0)
+        close(vm->qout_fd);
+    vm->qout_fd = -1;
+    vmm_log_close(&vm->qlog);
+}
+
+/* Copy what QEMU wrote into the bounded qemu.log. Bounded work per call.
+ * Returns false at EOF (every writer gone) or on error. */
+static bool qout_pump(struct vmm *vm)
+{
+    char buf[16384];
+
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = read(vm->qout_fd, buf, sizeof(buf));
+        if (n > 0) {
+            vmm_log_write(&vm->qlog, buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        return n < 0 && errno == EAGAIN;
+    }
+    return true;
+}
+
+static void on_qemu_out(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    if (!qout_pump(vm)) {
+        ev_io_stop(loop, w);
+        close(vm->qout_fd);
+        vm->qout_fd = -1;
+    }
+}
+
+/* Open the read end of qemu.pipe (never following a link: a jailed QEMU owns the dir). */
+static int qout_open(struct vmm *vm)
+{
+    struct stat st;
+    int fd = open(vm->pipe_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+        close(fd);
+        return -EINVAL;
+    }
+    vm->qout_fd = fd;
+    return 0;
 }
 
 static void close_pidfd(struct vmm *vm)
@@ -174,7 +287,7 @@ static void close_pidfd(struct vmm *vm)
 static void qemu_log_tail(struct vmm *vm, char *out, size_t cap)
 {
     char buf[512];
-    int fd = open(vm->qemu_log_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(vm->qemu_log_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     off_t end;
     ssize_t n;
     char *p, *line;
@@ -234,6 +347,9 @@ static void finish_exit(struct vmm *vm, int status, bool known)
     size_t n;
 
     vmm_qmp_drain_events(vm, &vm->qmp);
+    /* The writer is gone: what is left in the pipe is QEMU's last words. */
+    if (vm->qout_fd >= 0)
+        (void)qout_pump(vm);
     if (!known)
         n = (size_t)snprintf(reason, sizeof(reason), "process exited%s",
                              vm->sigkilled ? " after SIGKILL" : "");
@@ -243,6 +359,10 @@ static void finish_exit(struct vmm *vm, int status, bool known)
         n = (size_t)snprintf(reason, sizeof(reason), "exited with status %d", WEXITSTATUS(status));
     if (vm->fail[0])
         snprintf(extra, sizeof(extra), " (%s)", vm->fail);
+    else if (vm->jail && vmm_jail_oom_killed(vm->jail, &vm->jv))
+        snprintf(extra, sizeof(extra),
+                 " (out of memory: the VM's cgroup limit of %llu MiB was reached)",
+                 (unsigned long long)(vm->jv.mem_limit >> 20));
     else if (vm->qmp.shutdown_reason[0])
         snprintf(extra, sizeof(extra), ": %s", shutdown_text(vm->qmp.shutdown_reason));
     else if (known && WIFEXITED(status) && WEXITSTATUS(status) != 0) {
@@ -256,6 +376,7 @@ static void finish_exit(struct vmm *vm, int status, bool known)
 
     teardown_io(vm);
     close_pidfd(vm);
+    jail_release(vm);
     vm->state = VM_EXITED;
     if (vm->cbs.exited)
         vm->cbs.exited(vm->ud, known ? status : -1, reason);
@@ -295,8 +416,37 @@ static void orphan_done(struct vmm *vm)
     (void)reap(vm, &st);
     ev_io_stop(vm->loop, &vm->pid_w);
     close_pidfd(vm);
+    jail_release(vm);
     orphan_unlink(vm);
     destroy(vm);
+}
+
+int vmm_settle_orphans(unsigned max_ms)
+{
+    struct timespec t0, now;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (orphans) {
+        struct pollfd pf = {.fd = orphans->pidfd, .events = POLLIN};
+        long left;
+
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        left =
+            (long)max_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        if (left <= 0 || poll(&pf, 1, (int)left) <= 0)
+            break;
+        orphan_done(orphans);
+    }
+    /* Their groups empty once they are reaped: give that a moment too. */
+    while (cg_retry.jail && vmm_jail_retry(cg_retry.jail) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >= max_ms)
+            break;
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    if (cg_retry.jail && vmm_jail_retry(cg_retry.jail) == 0)
+        cg_retry_stop();
+    return orphans || cg_retry.jail ? -ETIMEDOUT : 0;
 }
 
 static void try_reap(struct vmm *vm)
@@ -560,14 +710,18 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->pidfd = -1;
     vm->con_fd = -1;
     vm->log.fd = -1;
+    vm->qout_fd = -1;
+    vm->qlog.fd = -1;
+    vm->jail = vmm_jail_ref(cfg->jail);
     vm->run_dir = strdup(cfg->run_dir);
     vm->qmp_path = path_join(cfg->run_dir, "qmp.sock");
     vm->con_path = path_join(cfg->run_dir, "console.sock");
     vm->chan_path = path_join(cfg->run_dir, "chan.sock");
     vm->log_path = path_join(cfg->run_dir, "console.log");
     vm->qemu_log_path = path_join(cfg->run_dir, "qemu.log");
+    vm->pipe_path = path_join(cfg->run_dir, "qemu.pipe");
     if (!vm->run_dir || !vm->qmp_path || !vm->con_path || !vm->chan_path || !vm->log_path ||
-        !vm->qemu_log_path) {
+        !vm->qemu_log_path || !vm->pipe_path) {
         destroy(vm);
         return -ENOMEM;
     }
@@ -587,6 +741,8 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->ready_t.data = vm;
     ev_io_init(&vm->con_w, on_console, -1, EV_READ);
     vm->con_w.data = vm;
+    ev_io_init(&vm->qout_w, on_qemu_out, -1, EV_READ);
+    vm->qout_w.data = vm;
     *out = vm;
     return 0;
 }
@@ -603,9 +759,13 @@ static void vm_start(struct vmm *vm, bool our_child)
     conn_start(vm, &vm->qmp_c);
     conn_start(vm, &vm->con_c);
     conn_start(vm, &vm->chan_c);
+    if (vm->qout_fd >= 0) {
+        ev_io_set(&vm->qout_w, vm->qout_fd, EV_READ);
+        ev_io_start(vm->loop, &vm->qout_w);
+    }
 }
 
-static int spawn(struct vmm *vm, char **argv)
+static int spawn(struct vmm *vm, char **argv, int out_fd)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
@@ -624,9 +784,8 @@ static int spawn(struct vmm *vm, char **argv)
         return -r;
     }
     if ((r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0)) ||
-        (r = posix_spawn_file_actions_addopen(&fa, 1, vm->qemu_log_path,
-                                              O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600)) ||
-        (r = posix_spawn_file_actions_adddup2(&fa, 1, 2)) ||
+        (r = posix_spawn_file_actions_adddup2(&fa, out_fd, 1)) ||
+        (r = posix_spawn_file_actions_adddup2(&fa, out_fd, 2)) ||
         (r = posix_spawn_file_actions_addclosefrom_np(&fa, 3)) ||
         /* Own session: a signal to warrend's process group never reaches the VM. */
         (r = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
@@ -650,6 +809,7 @@ static void unlink_sockets(struct vmm *vm)
     unlink(vm->qmp_path);
     unlink(vm->con_path);
     unlink(vm->chan_path);
+    unlink(vm->pipe_path);
 }
 
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
@@ -659,7 +819,8 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     struct vmm_config c;
     struct vmm_argv av = {0};
     struct vmm *vm = NULL;
-    int r;
+    char why[200] = "";
+    int wfd = -1, r;
 
     if (!cfg)
         return -EINVAL;
@@ -673,10 +834,31 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     if ((r = vmm_argv_build(&av, &c, VMM_BOOT_KERNEL, tsc_khz)) != 0)
         goto fail;
     unlink_sockets(vm);
-    if ((r = vmm_log_open(&vm->log, vm->log_path, c.console_max, false)) != 0)
+    if ((r = vmm_log_open(&vm->log, vm->log_path, c.console_max, false)) != 0 ||
+        (r = vmm_log_open_named(&vm->qlog, "qemu", vm->qemu_log_path, c.qemu_log_max, false)) != 0)
         goto fail;
-    if ((r = spawn(vm, av.v)) != 0)
+    /* QEMU's output goes through a pipe into the bounded qemu.log. A named
+     * pipe, so that a warrend restarted later can read it again. QEMU's end
+     * is non-blocking: a full pipe drops its messages, never stalls the VM;
+     * with no reader (warrend down) QEMU gets EPIPE (it ignores SIGPIPE). */
+    if (mkfifo(vm->pipe_path, 0600) != 0 || (r = qout_open(vm)) != 0 ||
+        (wfd = open(vm->pipe_path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+        r = r ? r : -errno;
         goto fail;
+    }
+    if (vm->jail) {
+        if ((r = vmm_jail_prepare(vm->jail, &c, &vm->jv)) != 0) {
+            snprintf(why, sizeof(why), "jail: %s", strerror(-r));
+            goto fail;
+        }
+        r = vmm_jail_spawn(vm->jail, &vm->jv, &c, av.v, wfd, &vm->pid, why, sizeof(why));
+    } else {
+        r = spawn(vm, av.v, wfd);
+    }
+    if (r != 0)
+        goto fail;
+    close(wfd);
+    wfd = -1;
     vm->pidfd = sys_pidfd_open(vm->pid);
     if (vm->pidfd < 0) {
         r = -errno;
@@ -689,8 +871,17 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     *out = vm;
     return 0;
 fail:
+    if (why[0]) {
+        /* The only witness of a jail that could not be set up. */
+        char line[256];
+        int n = snprintf(line, sizeof(line), "[warren: %s]\n", why);
+        vmm_log_write(&vm->qlog, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    }
+    if (wfd >= 0)
+        close(wfd);
     vmm_argv_free(&av);
-    vmm_log_close(&vm->log);
+    teardown_io(vm);
+    jail_release(vm);
     destroy(vm);
     return r;
 }
@@ -816,8 +1007,14 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
         r = -ESRCH;
         goto fail;
     }
-    if ((r = vmm_log_open(&vm->log, vm->log_path, cfg->console_max, true)) != 0)
+    if (vm->jail && (r = vmm_jail_adopt(vm->jail, cfg, pid, &vm->jv)) != 0)
         goto fail;
+    if ((r = vmm_log_open(&vm->log, vm->log_path, cfg->console_max, true)) != 0 ||
+        (r = vmm_log_open_named(&vm->qlog, "qemu", vm->qemu_log_path, cfg->qemu_log_max, true)) !=
+            0)
+        goto fail;
+    /* A VM started before qemu.log was bounded has no pipe: nothing to read. */
+    (void)qout_open(vm);
     vm->pid = pid;
     vm->pidfd = pidfd;
     vm_start(vm, is_our_child(pid));
@@ -826,7 +1023,11 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
 fail:
     if (pidfd >= 0)
         close(pidfd);
-    vmm_log_close(&vm->log);
+    teardown_io(vm);
+    /* The process lives on: give the uid back to the table without touching
+     * its groups (another adoption attempt may still want them). */
+    if (vm->jv.on)
+        vmm_jail_uid_release(vm->jail, vm->jv.uid);
     destroy(vm);
     return r;
 }
@@ -893,15 +1094,20 @@ void vmm_free(struct vmm *vm)
     teardown_io(vm);
     vm->state = VM_FREED;
     if (running && vm->pidfd >= 0) {
-        int st;
+        struct pollfd pf = {.fd = vm->pidfd, .events = POLLIN};
+        int st, rr;
         send_kill(vm);
-        if (reap(vm, &st) == 0) {
+        rr = reap(vm, &st);
+        /* An adopted VM is not our child (ECHILD): the pidfd alone says when it is
+         * gone, and only then may its uid and cgroups be given back. */
+        if (rr == 0 || (rr < 0 && poll(&pf, 1, 0) == 0)) {
             /* Still dying: reap it from the loop when the pidfd says so. */
             ev_io_start(vm->loop, &vm->pid_w);
             vm->next_orphan = orphans;
             orphans = vm;
             return;
         }
+        jail_release(vm);
     }
     close_pidfd(vm);
     if (vm->depth > 0)

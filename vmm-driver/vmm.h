@@ -43,22 +43,60 @@ enum vmm_accel vmm_detect_accel(char *why, size_t why_cap);
 unsigned long vmm_tsc_khz(void);
 
 struct vmm_config {
-    const char *id;       /* sandbox id, 1-64 of [A-Za-z0-9_.-]: names the VM ("warren-<id>") */
-    const char *qemu;     /* qemu-system-x86_64 path; NULL: found in PATH */
-    const char *kernel;   /* uncompressed vmlinux (PVH) */
-    const char *initrd;   /* initramfs holding warren-init; NULL for none */
-    const char *disk;     /* root disk (qcow2 overlay, no commas); NULL for none */
-    const char *run_dir;  /* existing dir for qmp.sock, chan.sock, console.sock, console.log,
-                           * qemu.log; no commas, short enough for a socket path (< 95) */
-    const char *append;   /* extra kernel command line, may be NULL */
-    unsigned mem_mb;      /* 0: 256 */
-    unsigned vcpus;       /* 0: 1 */
-    enum vmm_accel accel; /* KVM or TCG; AUTO makes vmm_launch probe (better: probe once) */
-    size_t console_max;   /* console.log size cap (0: 1 MiB, at least 4 KiB). Past it the
-                           * file keeps the first half of the output, a marker line
-                           * "[warren: console truncated, N bytes dropped]" and the
-                           * most recent output. */
+    const char *id;        /* sandbox id, 1-64 of [A-Za-z0-9_.-]: names the VM ("warren-<id>") */
+    const char *qemu;      /* qemu-system-x86_64 path; NULL: found in PATH */
+    const char *kernel;    /* uncompressed vmlinux (PVH) */
+    const char *initrd;    /* initramfs holding warren-init; NULL for none */
+    const char *disk;      /* root disk (qcow2 overlay, no commas); NULL for none */
+    const char *run_dir;   /* existing dir for qmp.sock, chan.sock, console.sock, console.log,
+                            * qemu.log; no commas, short enough for a socket path (< 95) */
+    const char *append;    /* extra kernel command line, may be NULL */
+    unsigned mem_mb;       /* 0: 256 */
+    unsigned vcpus;        /* 0: 1 */
+    enum vmm_accel accel;  /* KVM or TCG; AUTO makes vmm_launch probe (better: probe once) */
+    size_t console_max;    /* console.log size cap (0: 1 MiB, at least 4 KiB). Past it the
+                            * file keeps the first half of the output, a marker line
+                            * "[warren: console truncated, N bytes dropped]" and the
+                            * most recent output. */
+    size_t qemu_log_max;   /* qemu.log (QEMU's stdout and stderr) cap, same rules (0: 1 MiB).
+                            * QEMU writes into a pipe (run_dir/qemu.pipe, non-blocking on
+                            * its side) that the driver copies into the bounded file, so
+                            * QEMU can neither fill the disk nor stall on a slow warrend. */
+    struct vmm_jail *jail; /* NULL: QEMU runs as warrend's uid, unconfined. Else see
+                            * vmm_jail_new; the vmm holds a reference until it is freed. */
+    const char *backing;   /* jail: the disk's read-only backing file (shown in the jail) */
 };
+
+/* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */
+
+struct vmm_jail_conf {
+    unsigned uid_base, uid_count; /* the VMs' uids (gid = uid): [base, base + count) */
+    const char *cgroup_name;      /* parent group under each hierarchy, e.g. "warren" */
+    const char *cgroup_sysfs;     /* NULL: /sys/fs/cgroup */
+    const char *root_dir;         /* an empty directory (created 0700): mount point of
+                                   * each VM's root inside its own namespace */
+    unsigned mem_overhead_mb;     /* memory limit = guest RAM + this (TCG cache, QEMU) */
+    unsigned pids_max;            /* 0: 512 */
+};
+
+struct vmm_jail;
+
+/* Check that jailing works here (root, a cgroup hierarchy with the memory, cpu and
+ * pids controllers, v1 or v2) and create the parent groups. 0 and *out, or -errno
+ * with a one-line reason in why (-EPERM: not root; -ENOTSUP: no usable cgroups). */
+int vmm_jail_new(const struct vmm_jail_conf *c, struct vmm_jail **out, char *why, size_t cap);
+/* Drop the owner's reference; VMs still holding one keep it alive. */
+void vmm_jail_free(struct vmm_jail *j);
+/* After every surviving VM was adopted: remove every VM cgroup under the parent
+ * whose uid no live VM holds (killing what is still in it). Returns how many. */
+int vmm_jail_sweep(struct vmm_jail *j);
+/* Uids held by live VMs (for tests and stats). */
+unsigned vmm_jail_uids_in_use(const struct vmm_jail *j);
+/* "uids 200000-209999, cgroup v1 {memory,cpu,pids}/warren" */
+const char *vmm_jail_describe(const struct vmm_jail *j, char *buf, size_t cap);
+struct vmm;
+/* The uid a VM runs as ((uid_t)-1 when unjailed). */
+uid_t vmm_uid(const struct vmm *vm);
 
 struct vmm;
 
@@ -114,6 +152,12 @@ void vmm_detach(struct vmm *vm);
 /* Free; kills a still-running, non-detached process (SIGKILL) and reaps it from
  * the loop once it is gone (the struct lingers privately until then; no callback). */
 void vmm_free(struct vmm *vm);
+
+/* At shutdown: wait up to max_ms for VMs freed while running (already SIGKILLed)
+ * to be gone, and finish them (a jailed VM's uid and cgroups are given back).
+ * 0, or -ETIMEDOUT if some are still dying (the next start's sweep takes their
+ * groups). Blocks: for the end of the process only. */
+int vmm_settle_orphans(unsigned max_ms);
 
 /* Send one QMP command (a JSON object with "execute"; any "id" is replaced by the
  * driver's own) and get the "return" (err 0) or "error" (err -EREMOTEIO) JSON text

@@ -66,6 +66,7 @@ struct vmm_log {
     uint64_t size;    /* current file size */
     uint64_t dropped; /* bytes dropped so far */
     bool truncated;   /* the marker is in place */
+    char what[12];    /* "console", "qemu": named in the marker */
 };
 
 #define VMM_LOG_MARK_LEN 64
@@ -77,6 +78,86 @@ int vmm_log_open(struct vmm_log *l, const char *path, size_t cap, bool append);
  * a regular-file write. */
 void vmm_log_write(struct vmm_log *l, const void *buf, size_t n);
 void vmm_log_close(struct vmm_log *l);
+
+/* Same, with the word naming the file in the marker ("[warren: <what> truncated, ..."). */
+int vmm_log_open_named(struct vmm_log *l, const char *what, const char *path, size_t cap,
+                       bool append);
+
+/* ---- jail (vmm_jail.c) ---- */
+
+#include <limits.h>
+#include <sys/types.h>
+
+enum vmm_cg_mode { VMM_CG_NONE = 0, VMM_CG_V1, VMM_CG_V2 };
+enum { VMM_CG_MEM = 0, VMM_CG_CPU, VMM_CG_PIDS, VMM_CG_V1_N };
+
+/* Where the VM groups go: v2 one parent dir, v1 one per controller (memory, cpu, pids). */
+struct vmm_cg_host {
+    enum vmm_cg_mode mode;
+    int n;
+    char root[PATH_MAX];                /* v2: the hierarchy's root; v1: the sysfs dir */
+    char parent[VMM_CG_V1_N][PATH_MAX]; /* <hierarchy>/<name> */
+};
+
+struct vmm_cg_limits {
+    uint64_t mem_bytes;
+    uint64_t cpu_quota_us, cpu_period_us;
+    unsigned cpu_weight, cpu_shares, pids_max;
+};
+
+/* One VM's jail: its uid and groups. */
+struct vmm_jail_vm {
+    bool on;
+    uid_t uid;
+    int ncg;
+    char cg[VMM_CG_V1_N][PATH_MAX];
+    uint64_t mem_limit;
+};
+
+/* Pure parts, unit-tested: the group name "u<uid>.<id>" and its parser; the
+ * limits for a VM's size; detection over a sysfs tree (a fake one in tests). */
+int vmm_cg_name(char *buf, size_t cap, uid_t uid, const char *id);
+int vmm_cg_parse(const char *name, uid_t *uid);
+void vmm_cg_limits(unsigned mem_mb, unsigned vcpus, unsigned overhead_mb, unsigned pids_max,
+                   struct vmm_cg_limits *l);
+int vmm_cg_detect(const char *sysfs, const char *name, struct vmm_cg_host *h, char *why,
+                  size_t cap);
+int vmm_cg_group_dirs(const struct vmm_cg_host *h, uid_t uid, const char *id,
+                      char dirs[][PATH_MAX]);
+
+int vmm_jail_uid_alloc(struct vmm_jail *j, uid_t *uid);
+/* -ERANGE outside the range, -EEXIST if a live VM holds it. */
+int vmm_jail_uid_claim(struct vmm_jail *j, uid_t uid);
+void vmm_jail_uid_release(struct vmm_jail *j, uid_t uid);
+struct vmm_jail *vmm_jail_ref(struct vmm_jail *j);
+
+/* The jail's mount plan for cfg (what the child will mount), built in the parent. */
+struct vmm_jail_plan_view;
+size_t vmm_jail_plan_size(void);
+int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const char *exe,
+                        struct vmm_jail_plan_view *view);
+/* kind: 0 dir ro, 1 file ro, 2 device, 3 dir rw, 4 symlink (src = target). */
+int vmm_jail_plan_entry(const struct vmm_jail_plan_view *view, int i, int *kind, const char **src,
+                        const char **dst);
+
+/* Launch: allocate a uid, create the cgroup with its limits, chown the run dir and
+ * disk. Adopt: find the uid again (the run dir's owner, checked against the
+ * process) and claim it; jv->on stays false for a VM that was started unjailed. */
+int vmm_jail_prepare(struct vmm_jail *j, const struct vmm_config *cfg, struct vmm_jail_vm *jv);
+int vmm_jail_adopt(struct vmm_jail *j, const struct vmm_config *cfg, pid_t pid,
+                   struct vmm_jail_vm *jv);
+/* Fork, jail, exec argv with stdout/stderr on out_fd. Blocks only until the
+ * child has exec'd (or failed: -errno, and why says at which step). */
+int vmm_jail_spawn(struct vmm_jail *j, const struct vmm_jail_vm *jv, const struct vmm_config *cfg,
+                   char **argv, int out_fd, pid_t *pid, char *why, size_t cap);
+/* The process is gone: remove its groups (retried later if still busy), free the uid. */
+void vmm_jail_release(struct vmm_jail *j, struct vmm_jail_vm *jv);
+/* rmdir the groups that were still busy (an exited QEMU stays in its group
+ * until it is reaped, by its parent or, for an adopted VM, by init). Returns
+ * how many are still pending. */
+unsigned vmm_jail_retry(struct vmm_jail *j);
+/* The memory controller killed something in this VM's group. */
+bool vmm_jail_oom_killed(const struct vmm_jail *j, const struct vmm_jail_vm *jv);
 
 /* ---- QMP client (vmm_qmp.c) ---- */
 

@@ -20,12 +20,11 @@
 
 #include "vmm_int.h"
 
-#define MARK_PREFIX "\n[warren: console truncated, "
-
 static void put_marker(struct vmm_log *l)
 {
     char m[VMM_LOG_MARK_LEN + 1];
-    int n = snprintf(m, sizeof(m), MARK_PREFIX "%20" PRIu64 " bytes dropped]", l->dropped);
+    int n = snprintf(m, sizeof(m), "\n[warren: %s truncated, %20" PRIu64 " bytes dropped]", l->what,
+                     l->dropped);
 
     /* Pad to the fixed width and end the line. */
     if (n < 0)
@@ -108,7 +107,7 @@ void vmm_log_write(struct vmm_log *l, const void *buf, size_t n)
 /* Adopting an existing log: find the marker at offset head, if any. */
 static void recover(struct vmm_log *l)
 {
-    char m[VMM_LOG_MARK_LEN + 1];
+    char m[VMM_LOG_MARK_LEN + 1], prefix[48];
     unsigned long long dropped;
 
     if (l->size > l->cap) {
@@ -125,9 +124,10 @@ static void recover(struct vmm_log *l)
     if (pread(l->fd, m, VMM_LOG_MARK_LEN, (off_t)l->head) != VMM_LOG_MARK_LEN)
         return;
     m[VMM_LOG_MARK_LEN] = 0;
-    if (strncmp(m, MARK_PREFIX, strlen(MARK_PREFIX)) != 0)
+    snprintf(prefix, sizeof(prefix), "\n[warren: %s truncated, ", l->what);
+    if (strncmp(m, prefix, strlen(prefix)) != 0)
         return;
-    if (sscanf(m + strlen(MARK_PREFIX), "%llu", &dropped) == 1) {
+    if (sscanf(m + strlen(prefix), "%llu", &dropped) == 1) {
         l->dropped = dropped;
         l->truncated = true;
     }
@@ -135,9 +135,16 @@ static void recover(struct vmm_log *l)
 
 int vmm_log_open(struct vmm_log *l, const char *path, size_t cap, bool append)
 {
+    return vmm_log_open_named(l, "console", path, cap, append);
+}
+
+int vmm_log_open_named(struct vmm_log *l, const char *what, const char *path, size_t cap,
+                       bool append)
+{
     struct stat st;
 
     memset(l, 0, sizeof(*l));
+    snprintf(l->what, sizeof(l->what), "%s", what);
     l->fd = -1;
     if (cap == 0)
         cap = VMM_CONSOLE_DEFAULT;
@@ -145,9 +152,18 @@ int vmm_log_open(struct vmm_log *l, const char *path, size_t cap, bool append)
         cap = VMM_CONSOLE_MIN;
     l->cap = cap;
     l->head = cap / 2;
-    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (append ? 0 : O_TRUNC), 0600);
+    /* O_NOFOLLOW, and a regular file only: a jailed QEMU owns the run dir and
+     * could leave a symlink or a FIFO here for warrend (root) to open. */
+    l->fd =
+        open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | (append ? 0 : O_TRUNC),
+             0600);
     if (l->fd < 0)
         return -errno;
+    if (fstat(l->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(l->fd);
+        l->fd = -1;
+        return -EINVAL;
+    }
     if (append && fstat(l->fd, &st) == 0) {
         l->size = (uint64_t)st.st_size;
         recover(l);

@@ -35,7 +35,11 @@ static void check_same(const struct srv_config *d, const struct srv_config *f)
         case T_SIZE:
             same = *(const size_t *)a == *(const size_t *)b;
             break;
+        case T_BOOL:
+            same = *(const unsigned *)a == *(const unsigned *)b;
+            break;
         case T_STR:
+        case T_JAIL:
         case T_ACCEL:
         case T_LEVEL:
         case T_DIR_STATE:

@@ -1,7 +1,9 @@
 /*
  * test_vmm_unit.c - vmm-driver parts that need no VM: qcow2 overlays (checked
  * by qemu-img and qemu-io, QEMU's own block layer), host probes, the argv
- * builder and the bounded console log.
+ * builder, the bounded console log, and the jail's pure parts (cgroup
+ * detection over fake sysfs trees, group names, limits, uid allocation, the
+ * mount plan).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -312,6 +314,241 @@ static void test_log(void)
     vmm_log_close(&l);
 }
 
+static void touch(const char *a, const char *b, const char *content)
+{
+    char p[512];
+    FILE *f;
+
+    snprintf(p, sizeof(p), "%s/%s", a, b);
+    f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(content, f);
+        fclose(f);
+    }
+}
+
+static void mkdirs(const char *root, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof(p), "mkdir -p '%s/%s'", root, rel);
+    CHECK(run(p, NULL, 0) == 0);
+}
+
+/* The qemu.log marker names its file; adoption finds it again. */
+static void test_log_named(void)
+{
+    char path[128], buf[256];
+    struct vmm_log l;
+    size_t len;
+    char *b;
+
+    snprintf(path, sizeof(path), "%s/qemu.log", dir);
+    CHECK(vmm_log_open_named(&l, "qemu", path, 4096, false) == 0);
+    memset(buf, 'q', sizeof(buf));
+    for (int i = 0; i < 100; i++)
+        vmm_log_write(&l, buf, sizeof(buf));
+    CHECK(file_size(path) <= 4096 && l.truncated);
+    vmm_log_close(&l);
+    b = slurp(path, &len);
+    CHECK(strstr(b, "[warren: qemu truncated,") != NULL);
+    free(b);
+    CHECK(vmm_log_open_named(&l, "qemu", path, 4096, true) == 0);
+    CHECK(l.truncated);
+    vmm_log_close(&l);
+    /* A symlink planted in the run dir is never followed. */
+    snprintf(buf, sizeof(buf), "%s/link.log", dir);
+    CHECK(symlink(path, buf) == 0);
+    CHECK(vmm_log_open_named(&l, "qemu", buf, 4096, false) == -ELOOP);
+}
+
+static void test_cgroup_paths(void)
+{
+    struct vmm_cg_host h;
+    struct vmm_cg_limits lim;
+    char root[128], why[256], name[512], dirs[VMM_CG_V1_N][PATH_MAX];
+    uid_t uid = 0;
+
+    /* Names carry the uid: the sweep keeps exactly the adopted VMs' groups. */
+    CHECK(vmm_cg_name(name, sizeof(name), 200042, "sb-0123") == 0);
+    CHECK(strcmp(name, "u200042.sb-0123") == 0);
+    CHECK(vmm_cg_parse(name, &uid) == 0 && uid == 200042);
+    CHECK(vmm_cg_parse("u12", &uid) == -EINVAL);
+    CHECK(vmm_cg_parse("x1.a", &uid) == -EINVAL);
+    CHECK(vmm_cg_parse("u.a", &uid) == -EINVAL);
+    CHECK(vmm_cg_parse("u99999999999.a", &uid) == -EINVAL);
+
+    /* Limits from the size: RAM + overhead, vCPUs + half a core, pids. */
+    vmm_cg_limits(512, 2, 256, 0, &lim);
+    CHECK(lim.mem_bytes == (768ull << 20));
+    CHECK(lim.cpu_quota_us == 250000 && lim.cpu_period_us == 100000);
+    CHECK(lim.cpu_weight == 200 && lim.cpu_shares == 2048 && lim.pids_max == 512);
+    vmm_cg_limits(0, 0, 0, 64, &lim);
+    CHECK(lim.mem_bytes == (256ull << 20) && lim.cpu_quota_us == 150000 && lim.pids_max == 64);
+
+    /* v1 (this host): one hierarchy per controller. */
+    snprintf(root, sizeof(root), "%s/cg-v1", dir);
+    mkdirs(root, "memory");
+    mkdirs(root, "cpu");
+    mkdirs(root, "pids");
+    mkdirs(root, "unified");
+    touch(root, "memory/cgroup.procs", "");
+    touch(root, "cpu/cgroup.procs", "");
+    touch(root, "pids/cgroup.procs", "");
+    touch(root, "unified/cgroup.controllers", "hugetlb\n");
+    CHECK(vmm_cg_detect(root, "warren/abc", &h, why, sizeof(why)) == 0);
+    CHECK(h.mode == VMM_CG_V1 && h.n == 3);
+    snprintf(name, sizeof(name), "%s/memory/warren/abc", root);
+    CHECK(strcmp(h.parent[VMM_CG_MEM], name) == 0);
+    snprintf(name, sizeof(name), "%s/pids/warren/abc", root);
+    CHECK(strcmp(h.parent[VMM_CG_PIDS], name) == 0);
+    CHECK(vmm_cg_group_dirs(&h, 200001, "sb-1", dirs) == 0);
+    snprintf(name, sizeof(name), "%s/cpu/warren/abc/u200001.sb-1", root);
+    CHECK(strcmp(dirs[VMM_CG_CPU], name) == 0);
+    CHECK(vmm_cg_detect(root, "../escape", &h, why, sizeof(why)) == -EINVAL);
+    CHECK(vmm_cg_detect(root, "/abs", &h, why, sizeof(why)) == -EINVAL);
+
+    /* Hybrid with the controllers in the unified hierarchy only: v2 there. */
+    snprintf(root, sizeof(root), "%s/cg-hybrid", dir);
+    mkdirs(root, "unified");
+    touch(root, "unified/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma\n");
+    CHECK(vmm_cg_detect(root, "warren", &h, why, sizeof(why)) == 0);
+    CHECK(h.mode == VMM_CG_V2 && h.n == 1);
+    snprintf(name, sizeof(name), "%s/unified/warren", root);
+    CHECK(strcmp(h.parent[0], name) == 0);
+
+    /* Pure v2 (production): /sys/fs/cgroup itself. */
+    snprintf(root, sizeof(root), "%s/cg-v2", dir);
+    mkdirs(root, "");
+    touch(root, "cgroup.controllers", "cpuset cpu io memory pids\n");
+    CHECK(vmm_cg_detect(root, "warren", &h, why, sizeof(why)) == 0);
+    CHECK(h.mode == VMM_CG_V2);
+    CHECK(vmm_cg_group_dirs(&h, 7, "x", dirs) == 0);
+    snprintf(name, sizeof(name), "%s/warren/u7.x", root);
+    CHECK(strcmp(dirs[0], name) == 0);
+
+    /* v2 without the pids controller, and no v1: nothing usable, said why. */
+    snprintf(root, sizeof(root), "%s/cg-none", dir);
+    mkdirs(root, "");
+    touch(root, "cgroup.controllers", "cpu memory\n");
+    why[0] = 0;
+    CHECK(vmm_cg_detect(root, "warren", &h, why, sizeof(why)) == -ENOTSUP && why[0]);
+}
+
+/* The uid range, on a jail over a fake v1 tree (needs root, like the jail). */
+static void test_jail_uids(void)
+{
+    char root[256], jroot[256], why[256] = "", p[512];
+    struct vmm_jail_conf jc = {0};
+    struct vmm_jail *j = NULL;
+    uid_t a, b, c;
+
+    if (geteuid() != 0) {
+        CHECK(vmm_jail_new(&jc, &j, why, sizeof(why)) == -EPERM && j == NULL);
+        printf("jail uids: not root, skipped\n");
+        return;
+    }
+    snprintf(root, sizeof(root), "%s/cg-v1", dir); /* made by test_cgroup_paths */
+    snprintf(jroot, sizeof(jroot), "%s/jail-root", dir);
+    jc.uid_base = 250000;
+    jc.uid_count = 3;
+    jc.cgroup_name = "warren/t";
+    jc.cgroup_sysfs = root;
+    jc.root_dir = jroot;
+    CHECK(vmm_jail_new(&jc, &j, why, sizeof(why)) == 0);
+    if (!j) {
+        printf("jail: %s\n", why);
+        return;
+    }
+    snprintf(p, sizeof(p), "%s/memory/warren/t", root);
+    CHECK(access(p, F_OK) == 0); /* parents made with mkdir -p */
+    CHECK(access(jroot, F_OK) == 0);
+    /* After a restart the adopted VMs' uids are claimed first... */
+    CHECK(vmm_jail_uid_claim(j, 250001) == 0);
+    CHECK(vmm_jail_uid_claim(j, 250001) == -EEXIST);
+    CHECK(vmm_jail_uid_claim(j, 249999) == -ERANGE);
+    CHECK(vmm_jail_uid_claim(j, 250003) == -ERANGE);
+    /* ...and new VMs never get one of those. */
+    CHECK(vmm_jail_uid_alloc(j, &a) == 0 && a == 250000);
+    CHECK(vmm_jail_uid_alloc(j, &b) == 0 && b == 250002);
+    CHECK(vmm_jail_uid_alloc(j, &c) == -EUSERS);
+    CHECK(vmm_jail_uids_in_use(j) == 3);
+    vmm_jail_uid_release(j, a);
+    CHECK(vmm_jail_uid_alloc(j, &c) == 0 && c == 250000);
+
+    /* Sweep: a group of a uid nobody holds goes, the held ones stay, foreign names stay. */
+    mkdirs(root, "memory/warren/t/u250001.sb-kept");
+    mkdirs(root, "memory/warren/t/u250005.sb-stale");
+    mkdirs(root, "memory/warren/t/not-ours");
+    CHECK(vmm_jail_sweep(j) == 1);
+    snprintf(p, sizeof(p), "%s/memory/warren/t/u250001.sb-kept", root);
+    CHECK(access(p, F_OK) == 0);
+    snprintf(p, sizeof(p), "%s/memory/warren/t/u250005.sb-stale", root);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof(p), "%s/memory/warren/t/not-ours", root);
+    CHECK(access(p, F_OK) == 0);
+    vmm_jail_free(j);
+}
+
+/* What a jailed QEMU gets to see: exactly these paths, at their host paths. */
+static void test_jail_plan(void)
+{
+    struct vmm_config vc = {0};
+    struct vmm_jail_plan_view *pv = malloc(vmm_jail_plan_size());
+    char run[256], kern[256], want[512];
+    bool usr = false, rundir = false, kernel = false, null = false, kvm = false, lib = false;
+    int kind, n = 0;
+    const char *src, *dst;
+
+    snprintf(run, sizeof(run), "%s/state/sandboxes/sb-1", dir);
+    mkdirs(dir, "state/sandboxes/sb-1");
+    snprintf(kern, sizeof(kern), "%s/vmlinux", dir);
+    touch(dir, "vmlinux", "k");
+    vc.id = "sb-1";
+    vc.run_dir = run;
+    vc.kernel = kern;
+    vc.accel = VMM_ACCEL_TCG;
+    CHECK(pv != NULL);
+    if (!pv)
+        return;
+    CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+    for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++, n++) {
+        CHECK(strncmp(dst, "/jr/", 4) == 0);
+        CHECK(strstr(dst, "api_key") == NULL && strstr(dst, "index") == NULL);
+        if (strcmp(dst, "/jr/usr") == 0)
+            usr = kind == 0; /* read-only dir */
+        snprintf(want, sizeof(want), "/jr%s", run);
+        if (strcmp(dst, want) == 0)
+            rundir = kind == 3 && strcmp(src, run) == 0; /* the only writable one */
+        else
+            CHECK(kind != 3);
+        snprintf(want, sizeof(want), "/jr%s", kern);
+        if (strcmp(dst, want) == 0)
+            kernel = kind == 1;
+        if (strcmp(dst, "/jr/dev/null") == 0)
+            null = kind == 2;
+        if (strcmp(dst, "/jr/dev/kvm") == 0)
+            kvm = true;
+        if (strcmp(dst, "/jr/lib") == 0)
+            lib = true;
+        /* QEMU under /usr is not bound twice. */
+        CHECK(strstr(dst, "qemu-system") == NULL);
+    }
+    CHECK(usr && rundir && kernel && null && lib && !kvm);
+    CHECK(n < 24);
+    /* Under KVM /dev/kvm is there too. */
+    vc.accel = VMM_ACCEL_KVM;
+    CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+    kvm = false;
+    for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++)
+        kvm |= strcmp(dst, "/jr/dev/kvm") == 0;
+    CHECK(kvm);
+    /* A template that does not exist fails the plan, not the child. */
+    vc.backing = "/nonexistent/base.ext4";
+    CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ENOENT);
+    free(pv);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -328,6 +565,10 @@ int main(void)
     test_host();
     test_argv();
     test_log();
+    test_log_named();
+    test_cgroup_paths();
+    test_jail_uids();
+    test_jail_plan();
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);

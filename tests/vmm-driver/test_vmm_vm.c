@@ -11,8 +11,12 @@
  * struct (QMP and channel again, pid-reuse guard); vmm_kill -> exited exactly
  * once with "killed by signal 9"; QMP quit; guest panic -> exit reason;
  * QEMU startup failure -> reason from qemu.log; a chatty console stays under
- * its cap; vmm_free of a running VM kills and reaps it without blocking.
- * Prints: launch -> QMP ready, launch -> channel, idle RSS/PSS.
+ * its cap; vmm_free of a running VM kills and reaps it without blocking;
+ * QEMU's own output stays under its cap (qemu.log); a jailed VM (as root
+ * with cgroups) runs under its uid, in its cgroup, seeing only its run dir
+ * and the read-only images, and gives both back when it is gone.
+ * Prints: launch -> QMP ready, launch -> channel, idle RSS/PSS, the cost of
+ * vmm_launch jailed and not.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -596,6 +600,199 @@ static void test_console_cap(void)
         close(c.chan_fd);
 }
 
+/* QEMU writing far more than qemu_log_max to stderr (a wrapper that prints
+ * 200 KB, then execs QEMU): qemu.log stays under the cap, marker included.
+ * Before the pipe, qemu.log was QEMU's stderr itself and grew without bound. */
+static void test_qemu_log_cap(void)
+{
+    struct vmctx c;
+    struct vmm_config vc;
+    char run_dir[256], wrapper[300], qlog[300];
+    FILE *f;
+    off_t max = 0;
+
+    ctx_init(&c);
+    config(&vc, "t-qlog", run_dir, sizeof(run_dir));
+    snprintf(wrapper, sizeof(wrapper), "%s/noisy-qemu.sh", tmp);
+    snprintf(qlog, sizeof(qlog), "%s/qemu.log", run_dir);
+    f = fopen(wrapper, "w");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    fprintf(f, "#!/bin/sh\nhead -c 200000 /dev/zero | tr '\\0' x >&2\n"
+               "echo >&2\nexec qemu-system-x86_64 \"$@\"\n");
+    fclose(f);
+    chmod(wrapper, 0755);
+    vc.qemu = wrapper;
+    vc.qemu_log_max = 8192;
+    CHECK(launch(&vc, &c) == 0);
+    if (!c.vm)
+        return;
+    for (int i = 0; i < 300 && !file_has(qlog, "[warren: qemu truncated,"); i++) {
+        WAIT(false, 0.1);
+        if (fsize(qlog) > max)
+            max = fsize(qlog);
+    }
+    CHECK(file_has(qlog, "[warren: qemu truncated,"));
+    CHECK(max <= 8192 && fsize(qlog) <= 8192);
+    printf("qemu.log: %lld bytes on disk after 200 KB of output (cap 8192)\n",
+           (long long)fsize(qlog));
+    vmm_free(c.vm);
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+}
+
+static uid_t proc_uid(pid_t pid)
+{
+    long v = proc_kb(pid, "status", "Uid:");
+    return v < 0 ? (uid_t)-1 : (uid_t)v;
+}
+
+/* A jailed VM: its own uid and cgroup, a root that shows only its run dir and
+ * the images; all given back when it is gone. Also the price of the jail. */
+static void test_jail(void)
+{
+    struct vmm_jail_conf jc = {0};
+    struct vmm_jail *j = NULL;
+    struct vmctx c, c2;
+    struct vmm_config vc, vc2;
+    char run_dir[256], run2[256], jroot[300], why[256] = "", cgname[64], p[2048], disk[300];
+    char line[512];
+    double t_plain = 0, t_jail = 0;
+    pid_t pid;
+    FILE *f;
+    bool in_mem = false;
+
+    if (geteuid() != 0) {
+        printf("jail: not root, skipped\n");
+        return;
+    }
+    snprintf(jroot, sizeof(jroot), "%s/jail-root", tmp);
+    snprintf(cgname, sizeof(cgname), "warren-test/%d", (int)getpid());
+    jc.uid_base = 320000 + (unsigned)(getpid() % 1000) * 10;
+    jc.uid_count = 10;
+    jc.cgroup_name = cgname;
+    jc.root_dir = jroot;
+    jc.mem_overhead_mb = 256;
+    if (vmm_jail_new(&jc, &j, why, sizeof(why)) != 0) {
+        printf("jail: unavailable here (%s), skipped\n", why);
+        return;
+    }
+    ctx_init(&c);
+    config(&vc, "t-jail", run_dir, sizeof(run_dir));
+    if (have_rootfs) {
+        snprintf(disk, sizeof(disk), "%s/disk.qcow2", run_dir);
+        CHECK(vmm_qcow2_create(disk, rootfs, 0) == 0);
+        vc.disk = disk;
+        vc.backing = rootfs;
+    }
+    vc.jail = j;
+    /* A file beside the run dirs (as the API key is) and another VM's run dir. */
+    snprintf(p, sizeof(p), "%s/api_key", tmp);
+    f = fopen(p, "w");
+    if (f) {
+        fputs("secret\n", f);
+        fclose(f);
+    }
+    ctx_init(&c2);
+    config(&vc2, "t-jail2", run2, sizeof(run2));
+    vc2.jail = j;
+    CHECK(launch(&vc, &c) == 0);
+    CHECK(launch(&vc2, &c2) == 0);
+    if (!c.vm || !c2.vm)
+        goto out;
+    pid = vmm_pid(c.vm);
+    WAIT(c.chans > 0 && c2.chans > 0, 60);
+    CHECK(c.chans == 1 && c2.chans == 1 && c.exited == 0);
+    /* Distinct non-root uids, as ps shows them. */
+    CHECK(proc_uid(pid) == jc.uid_base && vmm_uid(c.vm) == jc.uid_base);
+    CHECK(proc_uid(vmm_pid(c2.vm)) == jc.uid_base + 1);
+    CHECK(vmm_jail_uids_in_use(j) == 2);
+    /* Its view of the file system. */
+    snprintf(p, sizeof(p), "/proc/%d/root%s/qmp.sock", (int)pid, run_dir);
+    CHECK(access(p, F_OK) == 0);
+    snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, run2);
+    CHECK(access(p, F_OK) != 0); /* the other VM's run dir */
+    snprintf(p, sizeof(p), "/proc/%d/root%s/api_key", (int)pid, tmp);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof(p), "/proc/%d/root/etc/passwd", (int)pid);
+    CHECK(access(p, F_OK) != 0);
+    snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, kernel);
+    CHECK(access(p, R_OK) == 0);
+    /* Its cgroup, with the memory limit of its size. */
+    snprintf(p, sizeof(p), "/proc/%d/cgroup", (int)pid);
+    if ((f = fopen(p, "r"))) {
+        char want[128];
+        snprintf(want, sizeof(want), "/u%u.t-jail", jc.uid_base);
+        while (fgets(line, sizeof(line), f))
+            in_mem |= strstr(line, cgname) && strstr(line, want);
+        fclose(f);
+    }
+    CHECK(in_mem);
+    /* The run dir is the VM's (0700), its sockets were made by QEMU as that uid. */
+    {
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/qmp.sock", run_dir);
+        CHECK(stat(run_dir, &st) == 0 && st.st_uid == jc.uid_base && (st.st_mode & 0777) == 0700);
+        CHECK(stat(p, &st) == 0 && st.st_uid == jc.uid_base);
+    }
+    vmm_kill(c.vm);
+    vmm_kill(c2.vm);
+    WAIT(c.exited && c2.exited, 20);
+    CHECK(c.exited == 1 && c2.exited == 1);
+    CHECK(vmm_jail_uids_in_use(j) == 0);
+    {
+        /* Groups removed with the process. */
+        char out[64];
+        snprintf(p, sizeof(p),
+                 "ls /sys/fs/cgroup/*/%s /sys/fs/cgroup/%s 2>/dev/null | grep -c '^u'", cgname,
+                 cgname);
+        FILE *ls = popen(p, "r");
+        CHECK(ls && fgets(out, sizeof(out), ls) && atoi(out) == 0);
+        if (ls)
+            pclose(ls);
+    }
+    vmm_free(c.vm);
+    vmm_free(c2.vm);
+    c.vm = c2.vm = NULL;
+    if (c.chan_fd >= 0)
+        close(c.chan_fd);
+    if (c2.chan_fd >= 0)
+        close(c2.chan_fd);
+
+    /* The price: vmm_launch (it returns once QEMU is exec'd) jailed vs not. */
+    for (int i = 0; i < 20; i++) {
+        struct vmctx k;
+        ev_tstamp t0;
+        ctx_init(&k);
+        vc2.jail = i % 2 ? j : NULL;
+        chown(run2, 0, 0);
+        ev_now_update(loop);
+        t0 = ev_time();
+        CHECK(launch(&vc2, &k) == 0);
+        if (i % 2)
+            t_jail += ev_time() - t0;
+        else
+            t_plain += ev_time() - t0;
+        if (k.vm) {
+            vmm_kill(k.vm);
+            WAIT(k.exited, 20);
+            vmm_free(k.vm);
+        }
+    }
+    printf("launch cost: %.2f ms unjailed, %.2f ms jailed (mean of 10 each)\n", t_plain * 1e3 / 10,
+           t_jail * 1e3 / 10);
+out:
+    if (c.vm)
+        vmm_free(c.vm);
+    if (c2.vm)
+        vmm_free(c2.vm);
+    vmm_jail_free(j);
+    snprintf(p, sizeof(p), "rmdir /sys/fs/cgroup/*/%s /sys/fs/cgroup/%s 2>/dev/null", cgname,
+             cgname);
+    (void)!system(p);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -659,6 +856,8 @@ int main(int argc, char **argv)
     test_panic();
     test_bad_start();
     test_console_cap();
+    test_qemu_log_cap();
+    test_jail();
 
     ev_timer_stop(loop, &tick);
     nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
