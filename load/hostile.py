@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import threading
 import time
@@ -23,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 sys.path.insert(0, HERE)
 import slow_clients  # noqa: E402
-from warren import Warren, rss_kib  # noqa: E402
+from warren import RssPeak, Warren, hostile_path, rss_kib  # noqa: E402
 
 # Cases of hostile.c that hit warrend hardest: 64 MiB of OUT against a 1 MiB
 # window, 3 million HELLO{id:0} without reading, and a non-contiguous offset
@@ -31,30 +30,9 @@ from warren import Warren, rss_kib  # noqa: E402
 CASES = ("window", "hello", "offsets")
 
 
-def hostile_path():
-    p = os.environ.get("HOSTILE")
-    if p:
-        return p
-    return os.path.abspath(os.path.join(HERE, "..", "build", "tests", "hostile", "hostile"))
-
-
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))] if xs else float("nan")
-
-
-class Peak(threading.Thread):
-    def __init__(self, pid):
-        super().__init__(daemon=True)
-        self.pid, self.kib, self.stop = pid, rss_kib(pid), threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            try:
-                self.kib = max(self.kib, rss_kib(self.pid))
-            except OSError:
-                return
-            time.sleep(0.02)
 
 
 class Hostiles(threading.Thread):
@@ -114,8 +92,7 @@ def main():
         good = w.create()
         w.run(good, "true")
         idle_kib = rss_kib(w.proc.pid)
-        peak = Peak(w.proc.pid)
-        peak.start()
+        peak = RssPeak(w.proc.pid).__enter__()
         stop_at = time.time() + a.hold
         hostile = Hostiles(w, program, stop_at)
         hostile.start()
@@ -138,7 +115,7 @@ def main():
             time.sleep(1)
         hostile.join(timeout=180)
         st.join(timeout=180)
-        peak.stop.set()
+        peak.__exit__(None, None, None)
         after = w.run(good, "echo ok")["stdout"] == "ok\n"
         alive = w.proc.poll() is None
     finally:

@@ -6,55 +6,24 @@ answering exec, and the hostile sandbox's operations fail with
 protocol_violation (or get a bounded answer) until, after
 protocol_violations_max violations, it is dead with that reason."""
 import json
-import os
-import threading
 import time
 import unittest
 
-from warren import SANITIZED, WarrenCase, rss_kib
+from warren import SANITIZED, RssPeak, WarrenCase, hostile_path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CEIL_KIB = 48 * 1024  # warrend's RSS ceiling during any case (it idles at ~10 MiB)
 
 
-def hostile_path():
-    p = os.environ.get("HOSTILE")
-    if p:
-        return p
-    for cand in ("build/tests/hostile/hostile", "../build/tests/hostile/hostile"):
-        c = os.path.join(HERE, "..", "..", cand)
-        if os.path.exists(c):
-            return os.path.abspath(c)
-    raise RuntimeError("set HOSTILE to the hostile test program")
+class Peak(RssPeak):
+    """warrend's RSS peak during one case, kept by name for the summary line."""
 
-
-class Peak:
-    """Samples warrend's RSS in a thread while a case runs."""
-
-    def __init__(self, pid, name=None):
-        self.pid = pid
+    def __init__(self, pid, name):
+        super().__init__(pid)
         self.name = name
-        self.kib = rss_kib(pid)
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-
-    def run(self):
-        while not self.stop.is_set():
-            try:
-                self.kib = max(self.kib, rss_kib(self.pid))
-            except OSError:
-                return
-            time.sleep(0.02)
-
-    def __enter__(self):
-        self.t.start()
-        return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.t.join()
-        if self.name:  # kept even when the case failed, for the summary line
-            HostileGuestTest.peaks[self.name] = self.kib
+        super().__exit__(*exc)
+        HostileGuestTest.peaks[self.name] = self.kib  # kept even when the case failed
 
 
 class HostileGuestTest(WarrenCase):

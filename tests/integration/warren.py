@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -30,15 +31,25 @@ def image_dir():
     return os.path.join(cache, "images", "current")
 
 
-def warrend_path():
-    p = os.environ.get("WARREND")
+def built(env, rel):
+    """A build artifact: $env if set (ctest sets it), else build/<rel> beside the sources."""
+    p = os.environ.get(env)
     if p:
         return p
-    for cand in ("build/server/warrend", "../build/server/warrend"):
-        c = os.path.join(HERE, "..", "..", cand)
+    for cand in ("build", "../build"):
+        c = os.path.join(HERE, "..", "..", cand, rel)
         if os.path.exists(c):
             return os.path.abspath(c)
-    raise RuntimeError("set WARREND to the warrend binary")
+    raise RuntimeError(f"set {env} to the built {rel}")
+
+
+def warrend_path():
+    return built("WARREND", "server/warrend")
+
+
+def hostile_path():
+    """The hostile guest program (tests/hostile), run as root inside sandboxes."""
+    return built("HOSTILE", "tests/hostile/hostile")
 
 
 def free_port():
@@ -77,6 +88,33 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+class RssPeak:
+    """Samples a process's RSS every 20 ms in a thread, as a context manager;
+    .kib is the highest seen (it starts at the RSS on creation)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.kib = rss_kib(pid)
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.kib = max(self.kib, rss_kib(self.pid))
+            except OSError:
+                return
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
 
 
 class Response:
