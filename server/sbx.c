@@ -229,13 +229,15 @@ static void run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs)
     size_t n = strlen(dir) + 1;
     struct rm_job *j = malloc(sizeof(*j) + n);
 
+    if (j) {
+        /* Filled before it is queued: from bg_run on, the job is the worker's. */
+        j->keep_logs = keep_logs;
+        memcpy(j->dir, dir, n);
+    }
     if (!j || bg_run(t->bg, rm_work, NULL, j) != 0) {
         free(j);
         remove_run_dir(dir, keep_logs); /* out of memory: do it here rather than leak */
-        return;
     }
-    j->keep_logs = keep_logs;
-    memcpy(j->dir, dir, n);
 }
 
 /* ---- index flush: LMDB runs with MDB_NOSYNC; the reaper flushes what changed ---- */
