@@ -19,10 +19,11 @@
  * remove after vmm_free.
  *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
- * stdout/stderr to run_dir/qemu.log and no other inherited fd. Its exit is
- * watched with a pidfd; on libev's default loop (which reaps every child
- * itself) an ev_child watcher is added for our own children so the wait
- * status is not lost.
+ * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
+ * and no other inherited fd; with cfg->jail, under its own uid, mount
+ * namespace and cgroup (vmm_jail_new). Its exit is watched with a pidfd; on
+ * libev's default loop (which reaps every child itself) an ev_child watcher
+ * is added for our own children so the wait status is not lost.
  */
 #ifndef WARREN_VMM_H
 #define WARREN_VMM_H
