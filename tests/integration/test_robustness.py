@@ -97,15 +97,20 @@ class RobustnessTest(WarrenCase):
                   % (self.sid.encode(), self.w.key.encode(), len(body), body))
         got = s.recv(65536)
         self.assertIn(b"200", got.split(b"\r\n")[0])
+        # busybox pgrep sees no process here (it shows '{yes} /bin/sh -c yes ...'): count
+        # with ps; the [v] keeps this command's own line out.
+        count = "ps -o args | grep -c '[v]anishing-client' || true"
+        self.assertEqual(self.w.run(self.sid, count)["stdout"].strip(), "1",
+                         "the process must be running before its client vanishes")
         s.close()
         # The abandoned process is killed; the sandbox and warrend keep serving.
         deadline = time.time() + 20
         while time.time() < deadline:
-            out = self.w.run(self.sid, "pgrep -f vanishing-client || true")["stdout"]
-            if not out.strip():
+            out = self.w.run(self.sid, count)["stdout"]
+            if out.strip() == "0":
                 break
             time.sleep(0.2)
-        self.assertEqual(out.strip(), "", "the process of a vanished client must be killed")
+        self.assertEqual(out.strip(), "0", "the process of a vanished client must be killed")
         self.assertEqual(self.w.get(self.sid).json()["state"], "running")
 
     def test_vm_dying_mid_request_answers_at_once(self):
@@ -113,12 +118,12 @@ class RobustnessTest(WarrenCase):
         results = {}
 
         def json_exec():
-            results["json"] = self.w.exec(sid, "sleep 300")
+            results["json"] = self.w.exec(sid, "touch /tmp/json-started; sleep 300")
 
         def ndjson_exec():
             c = self.w.conn(timeout=120)
             c.request("POST", f"/v1/sandboxes/{sid}/exec",
-                      body=json.dumps({"cmd": "echo started; sleep 300"}),
+                      body=json.dumps({"cmd": "touch /tmp/ndjson-started; echo started; sleep 300"}),
                       headers={"Authorization": f"Bearer {self.w.key}",
                                "Accept": "application/x-ndjson"})
             r = c.getresponse()
@@ -129,7 +134,15 @@ class RobustnessTest(WarrenCase):
         threads = [threading.Thread(target=json_exec), threading.Thread(target=ndjson_exec)]
         for t in threads:
             t.start()
-        time.sleep(2)  # both execs are running in the guest
+        # Both execs are running in the guest before the VM is killed.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            out = self.w.run(sid, "ls /tmp/json-started /tmp/ndjson-started 2>/dev/null | wc -l")[
+                "stdout"]
+            if out.strip() == "2":
+                break
+            time.sleep(0.2)
+        self.assertEqual(out.strip(), "2", "both execs must be running")
         t0 = time.time()
         os.kill(qemu_pids(sid)[0], signal.SIGKILL)
         for t in threads:
@@ -202,22 +215,21 @@ class QuotaTest(WarrenCase):
         self.assertError(r, 429, "memory_exhausted")
 
     def test_operations_per_sandbox(self):
-        # Two execs in flight (their clients wait), the third is refused; once the
-        # first two are gone (client closed: op cancelled), execs run again.
+        # Two execs in flight (streamed, each has printed its first line, so both are
+        # running before the third is tried); the third is refused; once the first two
+        # are gone (client closed: op cancelled), execs run again.
         conns = []
         for _ in range(2):
             c = self.w.conn(timeout=60)
-            body = json.dumps({"cmd": "sleep 600"}).encode()
-            c.request("POST", f"/v1/sandboxes/{self.sid}/exec", body=body,
-                      headers={"Authorization": f"Bearer {self.w.key}"})
+            c.request("POST", f"/v1/sandboxes/{self.sid}/exec",
+                      body=json.dumps({"cmd": "echo started; sleep 600"}).encode(),
+                      headers={"Authorization": f"Bearer {self.w.key}",
+                               "Accept": "application/x-ndjson"})
+            r = c.getresponse()
+            self.assertEqual(r.status, 200)
+            self.assertEqual(json.loads(r.readline()).get("data"), "started\n")
             conns.append(c)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r = self.w.exec(self.sid, "true")
-            if r.status == 429:
-                break
-            time.sleep(0.2)
-        self.assertError(r, 429, "too_many_operations")
+        self.assertError(self.w.exec(self.sid, "true"), 429, "too_many_operations")
         for c in conns:
             c.close()
         deadline = time.time() + 60
