@@ -932,17 +932,11 @@ out:
 static bool is_our_child(pid_t pid)
 {
     char path[64], buf[512], *p;
-    int fd, ppid = 0;
-    ssize_t n;
+    int ppid = 0;
 
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+    if (vmm_read_small(path, buf, sizeof(buf)) < 0)
         return false;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
     /* "pid (comm) state ppid ...": comm may hold spaces and parentheses. */
     if (!(p = strrchr(buf, ')')) || sscanf(p + 1, " %*c %d", &ppid) != 1)
         return false;

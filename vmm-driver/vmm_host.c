@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <linux/kvm.h>
 
-#include "vmm.h"
+#include "vmm_int.h"
 
 /* True if the first "flags" line of /proc/cpuinfo has the word vmx or svm. */
 static bool cpu_has_hw_virt(void)
@@ -105,4 +105,21 @@ unsigned long vmm_tsc_khz(void)
     free(line);
     fclose(f);
     return khz;
+}
+
+ssize_t vmm_read_small(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return -errno;
+    n = read(fd, buf, cap - 1);
+    n = n < 0 ? -errno : n;
+    close(fd);
+    if (n == 0)
+        return -ENODATA;
+    if (n > 0)
+        buf[n] = 0;
+    return n;
 }

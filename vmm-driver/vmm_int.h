@@ -47,6 +47,9 @@ void vmm_argv_free(struct vmm_argv *a);
 /* The exact argv strings that identify a VM: used by the builder and by
  * vmm_adopt's /proc/<pid>/cmdline check, so they cannot drift apart. */
 int vmm_argv_name(char *buf, size_t cap, const char *id);
+/* Read a small file (a /proc or cgroup entry) with one read: up to cap - 1 bytes,
+ * NUL-terminated. The byte count (> 0), or -errno (-ENODATA when empty). */
+ssize_t vmm_read_small(const char *path, char *buf, size_t cap);
 int vmm_argv_qmp(char *buf, size_t cap, const char *run_dir);
 
 /* 0 if id is usable (1-64 of [A-Za-z0-9_.-]), else -EINVAL. */

@@ -113,17 +113,10 @@ static bool v2_has_controllers(const char *dir)
 {
     char p[PATH_MAX], buf[512];
     bool mem = false, cpu = false, pids = false;
-    int fd;
-    ssize_t n;
 
-    snprintf(p, sizeof(p), "%s/cgroup.controllers", dir);
-    if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+    if (snprintf(p, sizeof(p), "%s/cgroup.controllers", dir) >= (int)sizeof(p) ||
+        vmm_read_small(p, buf, sizeof(buf)) < 0)
         return false;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = 0;
     for (char *save = NULL, *w = strtok_r(buf, " \n", &save); w; w = strtok_r(NULL, " \n", &save)) {
         mem |= strcmp(w, "memory") == 0;
         cpu |= strcmp(w, "cpu") == 0;
