@@ -192,6 +192,24 @@ static void send_credit(struct op *op, size_t n)
     chan_flush(sb->ch);
 }
 
+/*
+ * A cancelled op's requester dropped the bytes it had queued without passing them on, so
+ * their credit never came back: give the guest its whole window again, at once (not in
+ * batches). Without it a guest whose window was full when the client stopped reading can
+ * never send the rest of its output and the EXIT (or END) that frees this op: the op, its
+ * stream and the process's cgroup stayed forever and the sandbox never went idle.
+ */
+static void credit_held_back(struct op *op)
+{
+    uint64_t n = op->gs.received + GSTREAM_WINDOW - op->gs.granted;
+
+    op->unacked = 0;
+    if (n == 0 || !op->sb->ch)
+        return;
+    proto_send_credit(chan_tx(op->sb->ch), op->stream, n);
+    gstream_granted(&op->gs, n);
+}
+
 static void guest_error(struct op *op, const struct proto_frame *f)
 {
     char msg[512];
@@ -862,6 +880,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
             proto_enc_begin(&e, chan_tx(sb->ch), PROTO_SIGNAL, op->stream, 3);
             proto_put_i(&e, PK_SIG, 9);
             proto_enc_end(&e);
+            credit_held_back(op);
             chan_flush(sb->ch);
         }
         break;

@@ -113,6 +113,29 @@ class RobustnessTest(WarrenCase):
         self.assertEqual(out.strip(), "0", "the process of a vanished client must be killed")
         self.assertEqual(self.w.get(self.sid).json()["state"], "running")
 
+    def test_stalled_reader_vanishes_sandbox_goes_idle(self):
+        """A client that stops reading a streamed exec holds back the guest's credit; when it
+        then disconnects, the cancel must give the guest its window back, or the guest can
+        never send EXIT: the operation stays forever and the sandbox never goes idle."""
+        sid = self.w.create(ttl_seconds=900, idle_timeout_seconds=6)
+        s = socket.create_connection(("127.0.0.1", self.w.port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = json.dumps({"cmd": "yes stalled-reader"}).encode()
+        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
+                  b"Authorization: Bearer %s\r\nAccept: application/x-ndjson\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (sid.encode(), self.w.key.encode(), len(body), body))
+        self.assertIn(b"200", s.recv(4096).split(b"\r\n")[0])
+        # Stop reading until the guest has used its whole window: warrend's queue for this
+        # client is then full and no credit flows back. 1 MiB of "yes" takes well under a
+        # second even under TCG; wait far longer.
+        time.sleep(8)
+        s.close()
+        # GET does not count as activity, so with nothing in flight the sandbox goes idle.
+        st = self.w.wait_state(sid, ("ended",), timeout=90)
+        self.assertEqual(st["state"], "ended", st)
+        self.assertEqual(st["end_reason"], "idle_timeout", st)
+
     def test_vm_dying_mid_request_answers_at_once(self):
         sid = self.w.create(ttl_seconds=900)
         results = {}
