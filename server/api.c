@@ -36,6 +36,55 @@ static bool id_char(char c)
            c == '_';
 }
 
+/* tail: what follows "/processes" (len bytes, not NUL-terminated at len). */
+static int proc_route(const char *tail, size_t len, const char *id, size_t idlen,
+                      struct api_route *r)
+{
+    static const struct {
+        const char *tail;
+        enum api_route_id id;
+        unsigned methods;
+    } subs[] = {
+        {"", API_R_PROC, API_GET},
+        {"/output", API_R_PROC_OUTPUT, API_GET},
+        {"/stdin", API_R_PROC_STDIN, API_POST},
+        {"/signal", API_R_PROC_SIGNAL, API_POST},
+        {"/resize", API_R_PROC_RESIZE, API_POST},
+    };
+    size_t i = 1, tl;
+    uint32_t pid = 0;
+
+    if (len == 0) {
+        r->id = API_R_PROCS;
+        r->methods = API_GET;
+        goto found;
+    }
+    if (tail[0] != '/')
+        return -ENOENT;
+    /* A pid: decimal, no sign, no leading zero, 1..API_PID_MAX. */
+    if (i >= len || tail[i] < '1' || tail[i] > '9')
+        return -ENOENT;
+    for (; i < len && tail[i] >= '0' && tail[i] <= '9'; i++) {
+        pid = pid * 10 + (uint32_t)(tail[i] - '0');
+        if (pid > API_PID_MAX)
+            return -ENOENT;
+    }
+    tl = len - i;
+    for (size_t k = 0; k < sizeof(subs) / sizeof(subs[0]); k++) {
+        if (strlen(subs[k].tail) == tl && memcmp(tail + i, subs[k].tail, tl) == 0) {
+            r->id = subs[k].id;
+            r->methods = subs[k].methods;
+            r->pid = pid;
+            goto found;
+        }
+    }
+    return -ENOENT;
+found:
+    memcpy(r->sbx, id, idlen);
+    r->sbx[idlen] = '\0';
+    return 0;
+}
+
 int api_route_match(const char *path, struct api_route *r)
 {
     static const struct {
@@ -84,6 +133,8 @@ int api_route_match(const char *path, struct api_route *r)
     if (idlen == 0 || idlen > API_ID_MAX)
         return -ENOENT;
     rest = id + idlen;
+    if ((size_t)(path + len - rest) >= 10 && memcmp(rest, "/processes", 10) == 0)
+        return proc_route(rest + 10, (size_t)(path + len - rest) - 10, id, idlen, r);
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         size_t tl = strlen(subs[i].tail);
         if ((size_t)(path + len - rest) == tl && memcmp(rest, subs[i].tail, tl) == 0) {
@@ -152,6 +203,10 @@ int api_query_parse(const char *const *frags, size_t n, unsigned allowed, struct
             bit = API_Q_RECURSIVE;
         else if (nl == 5 && memcmp(f, "state", 5) == 0)
             bit = API_Q_STATE;
+        else if (nl == 6 && memcmp(f, "offset", 6) == 0)
+            bit = API_Q_OFFSET;
+        else if (nl == 6 && memcmp(f, "follow", 6) == 0)
+            bit = API_Q_FOLLOW;
         else if (nl > sizeof(mdp) - 1 && memcmp(f, mdp, sizeof(mdp) - 1) == 0)
             bit = API_Q_METADATA;
         if (!bit || !(allowed & bit)) {
@@ -183,14 +238,27 @@ int api_query_parse(const char *const *frags, size_t n, unsigned allowed, struct
             q->depth = (unsigned)num;
             break;
         case API_Q_RECURSIVE:
+        case API_Q_FOLLOW: {
+            bool *b = bit == API_Q_RECURSIVE ? &q->recursive : &q->follow;
             if (!strcmp(v, "true") || !strcmp(v, "1"))
-                q->recursive = true;
+                *b = true;
             else if (!strcmp(v, "false") || !strcmp(v, "0"))
-                q->recursive = false;
+                *b = false;
             else {
-                fail(e, 400, "bad_request", "recursive must be true or false");
+                fail(e, 400, "bad_request", "%s must be true or false",
+                     bit == API_Q_RECURSIVE ? "recursive" : "follow");
                 goto bad;
             }
+            break;
+        }
+        case API_Q_OFFSET:
+            /* Offsets are byte counts of one process's output: 2^53 keeps them exact in
+             * every JSON client. */
+            if (!parse_uint(v, 10, (1ULL << 53), &num)) {
+                fail(e, 400, "bad_request", "offset must be a byte offset 0..2^53");
+                goto bad;
+            }
+            q->offset = num;
             break;
         case API_Q_STATE:
             if (!*v || strlen(v) > 32) {

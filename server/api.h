@@ -47,13 +47,22 @@ enum api_route_id {
     API_R_FILES_LIST,   /* /v1/sandboxes/{id}/files/list */
     API_R_FILES_MKDIR,  /* /v1/sandboxes/{id}/files/mkdir */
     API_R_FILES_RENAME, /* /v1/sandboxes/{id}/files/rename */
+    API_R_PROCS,        /* /v1/sandboxes/{id}/processes */
+    API_R_PROC,         /* /v1/sandboxes/{id}/processes/{pid} */
+    API_R_PROC_OUTPUT,  /* /v1/sandboxes/{id}/processes/{pid}/output */
+    API_R_PROC_STDIN,   /* /v1/sandboxes/{id}/processes/{pid}/stdin */
+    API_R_PROC_SIGNAL,  /* /v1/sandboxes/{id}/processes/{pid}/signal */
+    API_R_PROC_RESIZE,  /* /v1/sandboxes/{id}/processes/{pid}/resize */
 };
+
+#define API_PID_MAX 4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */
 
 struct api_route {
     enum api_route_id id;
     unsigned methods; /* API_* methods the route answers */
     bool auth;        /* needs the bearer key */
     char sbx[API_ID_MAX + 1];
+    uint32_t pid; /* API_R_PROC*: 1..API_PID_MAX */
 };
 
 /* Match a decoded, normalized path (no query). 0, or -ENOENT (404). */
@@ -67,6 +76,8 @@ enum api_qparam {
     API_Q_RECURSIVE = 1 << 3, /* recursive=true|false|1|0 */
     API_Q_STATE = 1 << 4,     /* state=running */
     API_Q_METADATA = 1 << 5,  /* metadata.KEY=VALUE, repeatable */
+    API_Q_OFFSET = 1 << 6,    /* offset=N (a process's output offset) */
+    API_Q_FOLLOW = 1 << 7,    /* follow=true|false|1|0 */
 };
 #define API_DEPTH_MAX 64
 
@@ -78,6 +89,8 @@ struct api_query {
     bool recursive;
     const char *state;
     json_t *metadata; /* object of KEY: VALUE strings, or NULL; caller decrefs */
+    uint64_t offset;  /* default 0 */
+    bool follow;      /* default false */
 };
 
 /* Parse decoded "name=value" fragments (as lws hands them out: split at

@@ -89,6 +89,8 @@ static const struct opt opts[] = {
     {"jail_memory_overhead_mb", T_UINT, F(jail_mem_overhead_mb), "256", 0},
     {"jail_pids_max", T_UINT, F(jail_pids_max), "512", 16},
     {"allow_tcg", T_BOOL, F(allow_tcg), "false", 0},
+    {"process_ring_bytes", T_SIZE, F(process_ring_bytes), "1048576", 4096},
+    {"max_processes_per_sandbox", T_UINT, F(max_procs_per_sbx), "64", 1},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -60,6 +60,9 @@ struct srv_config {
     unsigned jail_mem_overhead_mb; /* jail_memory_overhead_mb = 256 */
     unsigned jail_pids_max;        /* jail_pids_max = 512 */
     unsigned allow_tcg;            /* allow_tcg = false (0/1) */
+    /* processes that belong to the sandbox (issue 6) */
+    size_t process_ring_bytes;  /* process_ring_bytes = 1048576: output kept per process */
+    unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

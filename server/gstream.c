@@ -63,6 +63,42 @@ int gstream_rx(struct gstream *g, unsigned fd, bool has_off, uint64_t off, uint6
     return 0;
 }
 
+void gstream_init_ring(struct gstream *g, uint64_t off)
+{
+    gstream_init(g);
+    g->next_off[0] = off;
+}
+
+int gstream_rx_ring(struct gstream *g, unsigned fd, bool has_off, uint64_t off, uint64_t lost,
+                    uint64_t n, char *why, size_t cap)
+{
+    uint64_t want = g->next_off[0];
+
+    if (fd >= GSTREAM_FDS) {
+        say(why, cap, "data for fd index %u", fd);
+        return GSTREAM_EFD;
+    }
+    /* Skipping is the ring's right, but only in the open: a frame that claims to skip
+     * must land exactly there, and offsets never wrap. */
+    if (lost > UINT64_MAX - want || !has_off || off != want + lost || n > UINT64_MAX - off) {
+        if (has_off)
+            say(why, cap,
+                "ring data at offset %" PRIu64 " with %" PRIu64 " lost, expected %" PRIu64, off,
+                lost, want);
+        else
+            say(why, cap, "ring data without an offset, expected %" PRIu64, want);
+        return GSTREAM_EOFF;
+    }
+    if (n > g->granted - g->received) {
+        say(why, cap, "%" PRIu64 " bytes with %" PRIu64 " bytes of credit left", n,
+            g->granted - g->received);
+        return GSTREAM_EWINDOW;
+    }
+    g->next_off[0] = off + n;
+    g->received += n;
+    return 0;
+}
+
 void gstream_granted(struct gstream *g, uint64_t n)
 {
     g->granted = n > UINT64_MAX - g->granted ? UINT64_MAX : g->granted + n;

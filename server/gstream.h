@@ -62,6 +62,22 @@ void gstream_init(struct gstream *g);
  */
 int gstream_rx(struct gstream *g, unsigned fd, bool has_off, uint64_t off, uint64_t n, char *why,
                size_t cap);
+/*
+ * A stream attached to a background process's ring (ATTACH): stdout and stderr share
+ * one offset space that starts where the host asked (off), and a frame may skip bytes
+ * the ring no longer holds: it then carries lost = how many, and its off must be
+ * exactly the expected offset plus lost. gstream_rx_ring() counts such a frame (fd is
+ * only checked to be 0 or 1); credit is counted as for any stream.
+ */
+void gstream_init_ring(struct gstream *g, uint64_t off);
+int gstream_rx_ring(struct gstream *g, unsigned fd, bool has_off, uint64_t off, uint64_t lost,
+                    uint64_t n, char *why, size_t cap);
+/* The offset the next byte of a ring stream must carry (before any loss). */
+static inline uint64_t gstream_ring_next(const struct gstream *g)
+{
+    return g->next_off[0];
+}
+
 /* The host sent the guest a CREDIT of n bytes. */
 void gstream_granted(struct gstream *g, uint64_t n);
 /* A file read announced its size. Bytes already received count against it: GSTREAM_ESIZE

@@ -45,6 +45,29 @@ static void test_routes(void)
     CHECK(api_route_match("/v1/sandboxes/abc/files/chmod", &r) == -ENOENT);
     CHECK(api_route_match("/v1/sandboxes/abc/exec/x", &r) == -ENOENT);
     CHECK(api_route_match("/v1/sandboxes//exec", &r) == -ENOENT);
+    /* Processes: a pid is decimal 1..API_PID_MAX, nothing else. */
+    CHECK(api_route_match("/v1/sandboxes/abc/processes", &r) == 0 && r.id == API_R_PROCS &&
+          r.methods == API_GET && r.auth && !strcmp(r.sbx, "abc") && r.pid == 0);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/", &r) == 0 && r.id == API_R_PROCS);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/42", &r) == 0 && r.id == API_R_PROC &&
+          r.pid == 42 && !strcmp(r.sbx, "abc"));
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/4194304/output", &r) == 0 &&
+          r.id == API_R_PROC_OUTPUT && r.pid == 4194304 && r.methods == API_GET);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/7/stdin", &r) == 0 &&
+          r.id == API_R_PROC_STDIN && r.methods == API_POST && r.pid == 7);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/7/signal", &r) == 0 &&
+          r.id == API_R_PROC_SIGNAL);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/7/resize", &r) == 0 &&
+          r.id == API_R_PROC_RESIZE);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/4194305", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/99999999999999999999", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/0", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/07", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/-1", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/7x", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes/7/kill", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processesX", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/processes//output", &r) == -ENOENT);
     char longid[100] = "/v1/sandboxes/";
     memset(longid + 14, 'a', 65);
     CHECK(api_route_match(longid, &r) == -ENOENT);
@@ -105,6 +128,14 @@ static void test_query(void)
     CHECK(qp(all, &q, &e, 2, "path=/a", "path=/b") == -EINVAL);
     CHECK(qp(all, &q, &e, 1, "bogus=1") == -EINVAL && strstr(e.msg, "bogus"));
     CHECK(qp(API_Q_PATH, &q, &e, 1, "depth=2") == -EINVAL && strstr(e.msg, "depth"));
+    CHECK(qp(API_Q_OFFSET | API_Q_FOLLOW, &q, &e, 2, "offset=9007199254740992", "follow=1") == 0 &&
+          q.offset == 9007199254740992ULL && q.follow);
+    CHECK(qp(API_Q_OFFSET | API_Q_FOLLOW, &q, &e, 0) == 0 && q.offset == 0 && !q.follow);
+    CHECK(qp(API_Q_OFFSET, &q, &e, 1, "offset=9007199254740993") == -EINVAL);
+    CHECK(qp(API_Q_OFFSET, &q, &e, 1, "offset=-1") == -EINVAL);
+    CHECK(qp(API_Q_OFFSET, &q, &e, 1, "offset=") == -EINVAL);
+    CHECK(qp(API_Q_FOLLOW, &q, &e, 1, "follow=maybe") == -EINVAL && strstr(e.msg, "follow"));
+    CHECK(qp(API_Q_PATH, &q, &e, 1, "offset=2") == -EINVAL);
     CHECK(qp(API_Q_PATH, &q, &e, 1, "path") == 0 && !strcmp(q.path, ""));
     api_query_clear(&q);
 

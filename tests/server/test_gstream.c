@@ -104,6 +104,41 @@ static void test_upload_credit(void)
     CHECK(gstream_tx_room(&g) == PROTO_WINDOW);
 }
 
+/* An attach stream: one offset space for both fds, from where the host asked, and a skip
+ * only when announced and exact. */
+static void test_ring(void)
+{
+    struct gstream g;
+    char why[160];
+
+    gstream_init_ring(&g, 1000);
+    CHECK(gstream_ring_next(&g) == 1000);
+    CHECK(gstream_rx_ring(&g, 0, true, 1000, 0, 10, why, sizeof(why)) == 0);
+    CHECK(gstream_rx_ring(&g, 1, true, 1010, 0, 5, why, sizeof(why)) == 0); /* stderr shares */
+    CHECK(gstream_ring_next(&g) == 1015);
+    /* A silent gap, a skip that lands elsewhere, a replay: refused, nothing counted. */
+    CHECK(gstream_rx_ring(&g, 0, true, 1020, 0, 1, why, sizeof(why)) == GSTREAM_EOFF);
+    CHECK(strstr(why, "offset 1020 with 0 lost, expected 1015") != NULL);
+    CHECK(gstream_rx_ring(&g, 0, true, 1020, 4, 1, why, sizeof(why)) == GSTREAM_EOFF);
+    CHECK(gstream_rx_ring(&g, 0, true, 1000, 0, 1, why, sizeof(why)) == GSTREAM_EOFF);
+    CHECK(gstream_rx_ring(&g, 0, false, 0, 0, 1, why, sizeof(why)) == GSTREAM_EOFF);
+    CHECK(gstream_rx_ring(&g, 0, true, 0, UINT64_MAX, 1, NULL, 0) == GSTREAM_EOFF);
+    CHECK(gstream_rx_ring(&g, 2, true, 1015, 0, 1, why, sizeof(why)) == GSTREAM_EFD);
+    CHECK(g.received == 15);
+    /* An announced, exact skip is accepted and moves the offset past it. */
+    CHECK(gstream_rx_ring(&g, 0, true, 1020, 5, 2, why, sizeof(why)) == 0);
+    CHECK(gstream_ring_next(&g) == 1022 && g.received == 17);
+    /* Offsets never wrap. */
+    CHECK(gstream_rx_ring(&g, 0, true, UINT64_MAX - 1, UINT64_MAX - 1 - 1022, 2, why,
+                          sizeof(why)) == GSTREAM_EOFF);
+    /* Credit is counted as for any stream. */
+    CHECK(gstream_rx_ring(&g, 0, true, 1022, 0, GSTREAM_WINDOW, why, sizeof(why)) ==
+          GSTREAM_EWINDOW);
+    CHECK(gstream_rx_ring(&g, 0, true, 1022, 0, GSTREAM_WINDOW - 17, why, sizeof(why)) == 0);
+    CHECK(gstream_rx_ring(&g, 0, true, 1022 + GSTREAM_WINDOW - 17, 0, 1, why, sizeof(why)) ==
+          GSTREAM_EWINDOW);
+}
+
 static void test_values(void)
 {
     char buf[32];
@@ -132,6 +167,7 @@ int main(void)
     test_window();
     test_size();
     test_upload_credit();
+    test_ring();
     test_values();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
