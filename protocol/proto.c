@@ -51,6 +51,16 @@ static const struct {
     [PK_ENTRIES] = {"entries", W_MAPARR},
     [PK_MSG] = {"msg", W_STR},
     [PK_MEM_MB] = {"mem_mb", W_UINT},
+    [PK_BG] = {"bg", W_BOOL},
+    [PK_TAG] = {"tag", W_STR},
+    [PK_COLS] = {"cols", W_UINT},
+    [PK_ROWS] = {"rows", W_UINT},
+    [PK_PID] = {"pid", W_UINT},
+    [PK_LOST] = {"lost", W_UINT},
+    [PK_FOLLOW] = {"follow", W_BOOL},
+    [PK_PROCS] = {"procs", W_MAPARR},
+    [PK_RING] = {"ring", W_UINT},
+    [PK_MAX_PROCS] = {"max_procs", W_UINT},
 };
 
 static const char *const type_names[PROTO_TYPE_MAX] = {
@@ -61,6 +71,8 @@ static const char *const type_names[PROTO_TYPE_MAX] = {
     [PROTO_STAT] = "stat",     [PROTO_LIST] = "list",     [PROTO_MKDIR] = "mkdir",
     [PROTO_REMOVE] = "remove", [PROTO_RENAME] = "rename", [PROTO_RESULT] = "result",
     [PROTO_ERROR] = "error",   [PROTO_PING] = "ping",     [PROTO_PONG] = "pong",
+    [PROTO_ATTACH] = "attach", [PROTO_DETACH] = "detach", [PROTO_PLIST] = "plist",
+    [PROTO_PCTL] = "pctl",
 };
 
 const char *proto_key_name(enum proto_key k)

@@ -23,20 +23,24 @@
 #include <stdbool.h>
 #include <msgpack.h>
 
-#define PROTO_VERSION   1
+#define PROTO_VERSION   2
 #define PROTO_HDR       4             /* length prefix */
 #define PROTO_MAX_FRAME (256 * 1024)  /* hard cap on a payload */
 #define PROTO_MAX_DATA  (64 * 1024)   /* bytes of "data" per frame */
 #define PROTO_WINDOW    (1024 * 1024) /* initial credit per stream, each way */
 #define PROTO_ENTROPY   64            /* bytes of host entropy in INIT */
+#define PROTO_TAG_MAX   256           /* bytes of an EXEC tag */
+#define PROTO_CMD_SHOWN 1024          /* bytes of a command line in a PLIST entry */
 
 /* Frame types. g->h: guest to host, h->g: host to guest. */
 enum proto_type {
     PROTO_HELLO = 1, /* g->h {id, v, kernel}: id 0 when the agent opens the port, else the
                       * id of the INIT it answers (the host is ready at that HELLO) */
-    PROTO_INIT,      /* h->g {id, v, time_ns, entropy, hostname, mem_mb}: a new host session.
-                      * Streams of an earlier session are ended (processes killed). */
-    PROTO_EXEC,      /* h->g {id, argv | cmd, env, cwd, user, timeout_ms, stdin} */
+    PROTO_INIT,      /* h->g {id, v, time_ns, entropy, hostname, mem_mb, ring, max_procs}: a new
+                      * host session. Streams of an earlier session end (foreground processes
+                      * killed); background processes and PTYs keep running (v2). */
+    PROTO_EXEC,      /* h->g {id, argv | cmd, env, cwd, user, timeout_ms, stdin, bg, tag, cols,
+                      * rows}: bg or cols+rows -> RESULT {id, pid} ends the stream */
     PROTO_STDIN,     /* h->g {id, data?, eof?}: bytes for a process's stdin */
     PROTO_SIGNAL,    /* h->g {id, sig}: signal a process group */
     PROTO_OUT,       /* g->h {id, fd, off, data}: process output, off counts per fd */
@@ -56,6 +60,11 @@ enum proto_type {
     PROTO_ERROR,     /* g->h {id, code (errno), msg}: request failed; last frame of id */
     PROTO_PING,      /* h->g {id} -> PONG {id} */
     PROTO_PONG,
+    /* v2: processes that belong to the sandbox (background execs, PTYs). */
+    PROTO_ATTACH, /* h->g {id, pid, off, follow} -> OUT {id, fd, off, data, lost?}*, EXIT or END */
+    PROTO_DETACH, /* h->g {id}: stop attach stream id -> END {id} */
+    PROTO_PLIST,  /* h->g {id, pid?} -> RESULT {id, procs} */
+    PROTO_PCTL,   /* h->g {id, pid, data?, eof?, sig?, cols?, rows?} -> RESULT {id} or ERROR */
     PROTO_TYPE_MAX
 };
 
@@ -95,6 +104,17 @@ enum proto_key {
     PK_ENTRIES,   /* array of maps with the stat keys */
     PK_MSG,       /* str */
     PK_MEM_MB,    /* uint: memory the host gave the VM */
+    /* v2 */
+    PK_BG,        /* bool: EXEC in the background (outlives its stream) */
+    PK_TAG,       /* str: EXEC: client label (<= PROTO_TAG_MAX bytes) */
+    PK_COLS,      /* uint: EXEC: open a PTY of this size; PCTL: resize */
+    PK_ROWS,      /* uint */
+    PK_PID,       /* uint: a background process (guest pid) */
+    PK_LOST,      /* uint: OUT of an attach stream: bytes skipped just before this frame */
+    PK_FOLLOW,    /* bool: ATTACH: keep streaming live output after catching up */
+    PK_PROCS,     /* array of maps: RESULT of PLIST */
+    PK_RING,      /* uint: INIT: ring bytes per background process */
+    PK_MAX_PROCS, /* uint: INIT: most background processes + PTYs (running or kept) */
     PK__COUNT
 };
 
@@ -108,7 +128,7 @@ union proto_val {
     int64_t i;
     bool b;
     struct proto_str s;              /* str and bin */
-    const msgpack_object_array *arr; /* PK_ARGV (strs), PK_ENTRIES (maps) */
+    const msgpack_object_array *arr; /* PK_ARGV (strs), PK_ENTRIES, PK_PROCS (maps) */
     const msgpack_object_map *map;   /* PK_ENV (str -> str) */
 };
 

@@ -180,8 +180,102 @@ static void test_oversized_frame_dropped(void)
     proto_buf_free(&b);
 }
 
+/* v2: the new frame types come after PONG and the new keys carry their wire types. */
+static void test_v2_frames(void)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    struct proto_frame f;
+    msgpack_zone z;
+    size_t used;
+
+    CHECK(PROTO_VERSION == 2);
+    CHECK(PROTO_PONG == 21 && PROTO_ATTACH == 22 && PROTO_DETACH == 23 && PROTO_PLIST == 24 &&
+          PROTO_PCTL == 25 && PROTO_TYPE_MAX == 26);
+    CHECK(PK_MEM_MB == 33 && PK_BG == 34 && PK_MAX_PROCS == 43);
+    CHECK(strcmp(proto_type_name(PROTO_PCTL), "pctl") == 0);
+    CHECK(strcmp(proto_key_name(PK_MAX_PROCS), "max_procs") == 0);
+    CHECK(strcmp(proto_key_name(PK_LOST), "lost") == 0);
+
+    proto_buf_init(&b);
+    msgpack_zone_init(&z, 1024);
+    CHECK(proto_enc_begin(&e, &b, PROTO_EXEC, 5, 7) == 0);
+    proto_put_cstr(&e, PK_CMD, "top");
+    proto_put_b(&e, PK_BG, true);
+    proto_put_cstr(&e, PK_TAG, "t1");
+    proto_put_u(&e, PK_COLS, 80);
+    proto_put_u(&e, PK_ROWS, 24);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(proto_enc_begin(&e, &b, PROTO_ATTACH, 6, 5) == 0);
+    proto_put_u(&e, PK_PID, 123);
+    proto_put_u(&e, PK_OFF, 1u << 20);
+    proto_put_b(&e, PK_FOLLOW, false);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(proto_enc_begin(&e, &b, PROTO_OUT, 6, 6) == 0);
+    proto_put_u(&e, PK_FD, 2);
+    proto_put_u(&e, PK_OFF, 100);
+    proto_put_u(&e, PK_LOST, 40);
+    proto_put_bin(&e, PK_DATA, "x", 1);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(proto_enc_begin(&e, &b, PROTO_RESULT, 7, 3) == 0);
+    proto_enc_key(&e, PK_PROCS);
+    msgpack_pack_array(&e.pk, 1);
+    msgpack_pack_map(&e.pk, 1);
+    msgpack_pack_str_with_body(&e.pk, "pid", 3);
+    msgpack_pack_uint64(&e.pk, 9);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(proto_enc_begin(&e, &b, PROTO_INIT, 8, 4) == 0);
+    proto_put_u(&e, PK_RING, 4096);
+    proto_put_u(&e, PK_MAX_PROCS, 3);
+    CHECK(proto_enc_end(&e) == 0);
+
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_EXEC && f.v[PK_BG].b && f.v[PK_COLS].u == 80 && f.v[PK_ROWS].u == 24);
+    CHECK(f.v[PK_TAG].s.len == 2 && memcmp(f.v[PK_TAG].s.p, "t1", 2) == 0);
+    proto_buf_consume(&b, used);
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_ATTACH && f.v[PK_PID].u == 123 && f.v[PK_OFF].u == 1u << 20);
+    CHECK(proto_has(&f, PK_FOLLOW) && !f.v[PK_FOLLOW].b);
+    proto_buf_consume(&b, used);
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_OUT && f.v[PK_LOST].u == 40 && f.v[PK_OFF].u == 100);
+    proto_buf_consume(&b, used);
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_RESULT && f.v[PK_PROCS].arr->size == 1);
+    proto_buf_consume(&b, used);
+    CHECK(decode_one(&b, &z, &f, &used) == 0);
+    CHECK(f.type == PROTO_INIT && f.v[PK_RING].u == 4096 && f.v[PK_MAX_PROCS].u == 3);
+    proto_buf_consume(&b, used);
+
+    /* wrong wire types of the new keys are rejected */
+    CHECK(proto_enc_begin(&e, &b, PROTO_EXEC, 9, 3) == 0);
+    proto_put_u(&e, PK_BG, 1);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(decode_one(&b, &z, &f, &used) == PROTO_ESCHEMA);
+    proto_buf_consume(&b, used);
+    CHECK(proto_enc_begin(&e, &b, PROTO_PCTL, 9, 3) == 0);
+    proto_put_i(&e, PK_PID, -1);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(decode_one(&b, &z, &f, &used) == PROTO_ESCHEMA);
+    proto_buf_consume(&b, used);
+    CHECK(proto_enc_begin(&e, &b, PROTO_RESULT, 9, 3) == 0);
+    proto_enc_key(&e, PK_PROCS);
+    msgpack_pack_array(&e.pk, 1);
+    msgpack_pack_uint64(&e.pk, 1);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(decode_one(&b, &z, &f, &used) == PROTO_ESCHEMA);
+    proto_buf_consume(&b, used);
+    /* one past the last type is unknown */
+    CHECK(proto_enc_begin(&e, &b, (enum proto_type)PROTO_TYPE_MAX, 9, 2) == 0);
+    CHECK(proto_enc_end(&e) == 0);
+    CHECK(decode_one(&b, &z, &f, &used) == PROTO_ESCHEMA);
+    msgpack_zone_destroy(&z);
+    proto_buf_free(&b);
+}
+
 int main(void)
 {
+    test_v2_frames();
     test_roundtrip();
     test_split_prefixes();
     test_rejects();
