@@ -2,8 +2,9 @@
  * fuzz_gstream.c - libFuzzer target for the host's handling of SEQUENCES of
  * guest frames: the input is a byte stream as a hostile guest could write
  * it, split and decoded by protocol/proto.c, and every frame is applied the
- * way ops.c applies it to four streams (1 and 2: exec, 3: file read, 4:
- * upload), through server/gstream.c, with accepted exec output encoded by
+ * way ops.c and ops_proc.c apply it to six streams (1 and 2: exec, 3: file
+ * read, 4: upload, 5: an ATTACH to a process's ring from offset 1000, 6: a
+ * process list), through server/gstream.c and server/procs.c, with accepted exec output encoded by
  * server/api.c's NDJSON encoder into buffers of exactly api_ndjson_max()
  * bytes (ASan reports one byte over). Wrong offsets, credit abuse, oversize
  * data, sizes announced late and bogus ids all come from the input.
@@ -13,18 +14,24 @@
  * nothing; upload room never exceeds the window; signals and times are
  * checked as ops.c relies on. All OUT data is also fed to a second encoder
  * at the guest's own offsets (the pre-check path), so the encoder's budget
- * is fuzzed with non-contiguous offsets too. Built with GSTREAM_WINDOW
+ * is fuzzed with non-contiguous offsets too. On the ring stream a frame
+ * may skip bytes (lost) only to land exactly where it says; every RESULT
+ * with a process list goes through procs_list_json, whose refusal must
+ * leave nothing behind and whose output must be the documented JSON. Built with GSTREAM_WINDOW
  * 4096 so that credit abuse takes inputs of a few KiB, not MiBs.
  */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
 #include "gstream.h"
+#include "procs.h"
 #include "proto.h"
 
-#define NSTREAMS 5 /* index = stream id; 0 unused */
+#define NSTREAMS  7 /* index = stream id; 0 unused */
+#define RING_FROM 1000
 
 struct host {
     struct gstream g[NSTREAMS];
@@ -77,6 +84,59 @@ static void data(struct host *h, uint32_t id, unsigned fd, const struct proto_fr
     consume(h, id, n);
 }
 
+static void ring_data(struct host *h, unsigned fd, const struct proto_frame *f)
+{
+    struct gstream *g = &h->g[5], before = *g;
+    uint64_t n = f->v[PK_DATA].s.len, lost = proto_has(f, PK_LOST) ? f->v[PK_LOST].u : 0;
+    char why[200];
+    int r = gstream_rx_ring(g, fd, proto_has(f, PK_OFF), f->v[PK_OFF].u, lost, n, why, sizeof(why));
+
+    if (r != 0) {
+        if (memcmp(&before, g, sizeof(before)) != 0 || !why[0])
+            abort();
+        h->dead[5] = true;
+        return;
+    }
+    /* Accepted: exactly where the skip said, and the offset moved past the data. */
+    if (f->v[PK_OFF].u != gstream_ring_next(&before) + lost ||
+        gstream_ring_next(g) != f->v[PK_OFF].u + n || g->received > g->granted)
+        abort();
+    encode(&h->hold[fd + 1], (int)fd + 1, f->v[PK_OFF].u, (const uint8_t *)f->v[PK_DATA].s.p, n);
+    consume(h, 5, n);
+}
+
+static void process_list(const struct proto_frame *f)
+{
+    json_t *o = NULL, *arr, *p;
+    char why[256];
+    size_t i;
+    int r = procs_list_json(f->v[PK_PROCS].arr, 64, &o, why, sizeof(why));
+
+    if (r != 0) {
+        if (o || (r == -EPROTO && !why[0]))
+            abort();
+        return;
+    }
+    arr = json_object_get(o, "processes");
+    if (!json_is_array(arr) || json_array_size(arr) != f->v[PK_PROCS].arr->size)
+        abort();
+    json_array_foreach(arr, i, p)
+    {
+        json_int_t pid = json_integer_value(json_object_get(p, "pid"));
+        if (pid < 1 || pid > PROCS_PID_MAX ||
+            json_integer_value(json_object_get(p, "output_start")) >
+                json_integer_value(json_object_get(p, "output_end")) ||
+            !json_is_string(json_object_get(p, "cmd")))
+            abort();
+    }
+    /* What a client would be sent must serialize. */
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (!s)
+        abort();
+    free(s);
+    json_decref(o);
+}
+
 static void frame(struct host *h, const struct proto_frame *f)
 {
     uint32_t id = f->id;
@@ -95,8 +155,13 @@ static void frame(struct host *h, const struct proto_frame *f)
     }
     if (id == 0 || id >= NSTREAMS || h->dead[id])
         return; /* sbx.c: a violation, or a late frame dropped */
+    if (f->type == PROTO_RESULT && proto_has(f, PK_PROCS))
+        process_list(f);
     switch (f->type) {
     case PROTO_OUT:
+        if (id == 5 && proto_has(f, PK_DATA) && proto_has(f, PK_FD) &&
+            (f->v[PK_FD].u == 1 || f->v[PK_FD].u == 2))
+            ring_data(h, (unsigned)f->v[PK_FD].u - 1, f);
         if (id <= 2 && proto_has(f, PK_DATA) && proto_has(f, PK_FD) &&
             (f->v[PK_FD].u == 1 || f->v[PK_FD].u == 2))
             data(h, id, (unsigned)f->v[PK_FD].u - 1, f);
@@ -151,6 +216,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data_in, size_t size)
     memset(&h, 0, sizeof(h));
     for (int i = 0; i < NSTREAMS; i++)
         gstream_init(&h.g[i]);
+    gstream_init_ring(&h.g[5], RING_FROM);
     if (!msgpack_zone_init(&zone, 1024))
         return 0;
     while (off < size) {
