@@ -4,10 +4,10 @@
  * One lws protocol serves every route. lws owns the per-transaction state
  * (struct pss); lws frees and re-zeroes it when a keep-alive transaction
  * completes (HTTP_DROP_PROTOCOL) or the connection closes (CLOSED_HTTP),
- * and req_end() runs on both: it unregisters the request id and cancels
- * an operation still in flight. The sandbox table reaches a request only
- * through its id (reqs_get), so a late event for a finished request is
- * dropped, never written to freed memory.
+ * and req_end() runs on both: it cancels an operation still in flight.
+ * The sandbox table calls back with the pss as its sink's user pointer;
+ * since a cancelled operation never calls back (sbx.h), no event reaches a
+ * pss after req_end, and none reaches freed memory.
  *
  * Output: every byte goes out from HTTP_WRITEABLE, one lws_write per
  * callback, at most WRITE_MAX bytes, from a per-request queue of buffers
@@ -115,7 +115,7 @@ struct obuf {
 
 struct pss {
     struct lws *wsi;
-    uint64_t id; /* 0: not registered */
+    struct http_server *srv; /* set from LWS_CALLBACK_HTTP until req_end: the transaction is live */
     sbx_op_t op;
     bool op_live; /* started, and no done() yet */
     enum api_route_id route;
@@ -176,13 +176,8 @@ struct http_server {
     struct lws_context *ctx;
     struct lws_vhost *vh;
     unsigned port;
-    uint64_t next_id;
     char *scratch; /* one NDJSON line being encoded */
     size_t scratch_cap;
-    /* request id -> pss: open addressing, linear probing, backward-shift delete */
-    uint64_t *keys;
-    struct pss **vals;
-    size_t cap, count;
     /* open connections, in total and per client address */
     unsigned conns;
     struct client *clients[CLIENT_BUCKETS];
@@ -198,98 +193,11 @@ struct client {
 
 /* One open connection, from accept to WSI_DESTROY (the wsi's opaque user data). */
 struct conn {
+    struct http_server *srv;
     struct client *cl;
     struct lws *wsi;
     ev_timer deadline; /* the next request's headers must be complete by then */
 };
-
-/* The sink callbacks carry only a request id: the one server is found here. */
-static struct http_server *srv;
-
-/* ------------------------------------------------------------ id table */
-
-static size_t slot_of(uint64_t id, size_t cap)
-{
-    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 17) & (cap - 1);
-}
-
-static int reqs_grow(void)
-{
-    size_t ncap = srv->cap ? srv->cap * 2 : 64;
-    uint64_t *nk = calloc(ncap, sizeof(*nk));
-    struct pss **nv = calloc(ncap, sizeof(*nv));
-
-    if (!nk || !nv) {
-        free(nk);
-        free(nv);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < srv->cap; i++) {
-        if (srv->keys[i]) {
-            size_t s = slot_of(srv->keys[i], ncap);
-            while (nk[s])
-                s = (s + 1) & (ncap - 1);
-            nk[s] = srv->keys[i];
-            nv[s] = srv->vals[i];
-        }
-    }
-    free(srv->keys);
-    free(srv->vals);
-    srv->keys = nk;
-    srv->vals = nv;
-    srv->cap = ncap;
-    return 0;
-}
-
-static int reqs_put(uint64_t id, struct pss *p)
-{
-    size_t s;
-
-    if ((srv->count + 1) * 2 > srv->cap && reqs_grow())
-        return -ENOMEM;
-    s = slot_of(id, srv->cap);
-    while (srv->keys[s])
-        s = (s + 1) & (srv->cap - 1);
-    srv->keys[s] = id;
-    srv->vals[s] = p;
-    srv->count++;
-    return 0;
-}
-
-static struct pss *reqs_get(uint64_t id)
-{
-    size_t s;
-
-    if (!srv || !srv->cap || !id)
-        return NULL;
-    for (s = slot_of(id, srv->cap); srv->keys[s]; s = (s + 1) & (srv->cap - 1)) {
-        if (srv->keys[s] == id)
-            return srv->vals[s];
-    }
-    return NULL;
-}
-
-static void reqs_del(uint64_t id)
-{
-    size_t mask = srv->cap - 1, i, j;
-
-    for (i = slot_of(id, srv->cap); srv->keys[i] != id; i = (i + 1) & mask) {
-        if (!srv->keys[i])
-            return;
-    }
-    /* Backward shift: pull later members of the probe run into the hole. */
-    for (j = (i + 1) & mask; srv->keys[j]; j = (j + 1) & mask) {
-        size_t home = slot_of(srv->keys[j], srv->cap);
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            srv->keys[i] = srv->keys[j];
-            srv->vals[i] = srv->vals[j];
-            i = j;
-        }
-    }
-    srv->keys[i] = 0;
-    srv->vals[i] = NULL;
-    srv->count--;
-}
 
 /* ----------------------------------------------------- connection caps */
 
@@ -313,7 +221,7 @@ static void client_addr(const struct sockaddr_storage *ss, unsigned char a[16])
     }
 }
 
-static void client_put(struct client *c)
+static void client_put(struct http_server *srv, struct client *c)
 {
     struct client **pp;
 
@@ -351,9 +259,9 @@ static void refuse(int fd, int status, const char *code, const char *msg)
 
 static void conn_free(struct conn *cn)
 {
-    ev_timer_stop(srv->loop, &cn->deadline);
-    srv->conns--;
-    client_put(cn->cl);
+    ev_timer_stop(cn->srv->loop, &cn->deadline);
+    cn->srv->conns--;
+    client_put(cn->srv, cn->cl);
     free(cn);
 }
 
@@ -379,7 +287,7 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
  * addresses then fills the cap without locking out a client that holds few (seen with
  * load/slow_clients.py: 5000 peers from 50 addresses left a well-behaved client 503 in
  * 5 of 7 probes). */
-static int conn_filter(const struct lws_filter_network_conn_args *f)
+static int conn_filter(struct http_server *srv, const struct lws_filter_network_conn_args *f)
 {
     unsigned char a[16];
     struct client *c;
@@ -420,6 +328,7 @@ static int conn_filter(const struct lws_filter_network_conn_args *f)
     }
     c->n++;
     srv->conns++;
+    cn->srv = srv;
     cn->cl = c;
     ev_init(&cn->deadline, on_deadline);
     srv->accepted = cn;
@@ -434,11 +343,11 @@ static void conn_deadline(struct lws *wsi, unsigned s)
     if (!cn)
         return;
     if (!s) {
-        ev_timer_stop(srv->loop, &cn->deadline);
+        ev_timer_stop(cn->srv->loop, &cn->deadline);
         return;
     }
     cn->deadline.repeat = s;
-    ev_timer_again(srv->loop, &cn->deadline);
+    ev_timer_again(cn->srv->loop, &cn->deadline);
 }
 
 /* --------------------------------------------------------- output queue */
@@ -541,7 +450,7 @@ static void on_stall(struct ev_loop *loop, ev_timer *w, int revents)
     LOG(LOG_WARN,
         "%s: client took nothing of a streamed answer for %u s: dropping it and "
         "cancelling the operation",
-        p->sbx, srv->cfg->stall_timeout_s);
+        p->sbx, p->srv->cfg->stall_timeout_s);
     req_end(p);
     shutdown(lws_get_socket_fd(wsi), SHUT_RDWR);
     lws_set_timeout(wsi, STALL_REASON, LWS_TO_KILL_SYNC);
@@ -556,13 +465,13 @@ static void stall_arm(struct pss *p, bool rearm)
 {
     if (ev_is_active(&p->stall) && !rearm)
         return;
-    p->stall.repeat = srv->cfg->stall_timeout_s;
-    ev_timer_again(srv->loop, &p->stall);
+    p->stall.repeat = p->srv->cfg->stall_timeout_s;
+    ev_timer_again(p->srv->loop, &p->stall);
 }
 
 static void stall_clear(struct pss *p)
 {
-    ev_timer_stop(srv->loop, &p->stall);
+    ev_timer_stop(p->srv->loop, &p->stall);
 }
 
 /* A JSON answer. Steals body. Ignored if an answer is already under way. */
@@ -721,11 +630,11 @@ static void ndjson_end(struct pss *p, int status, json_t *body)
 
 /* ----------------------------------------------------------- sink (sbx) */
 
-static void sink_done(uint64_t req, int status, json_t *body)
+static void sink_done(void *user, int status, json_t *body)
 {
-    struct pss *p = reqs_get(req);
+    struct pss *p = user;
 
-    if (!p || !p->op_live) {
+    if (!p->op_live) {
         json_decref(body);
         return;
     }
@@ -774,11 +683,11 @@ static void sink_done(uint64_t req, int status, json_t *body)
     want_write(p);
 }
 
-static void sink_head(uint64_t req, uint64_t size)
+static void sink_head(void *user, uint64_t size)
 {
-    struct pss *p = reqs_get(req);
+    struct pss *p = user;
 
-    if (!p || !p->op_live || p->kind != RESP_NONE || p->route != API_R_FILES)
+    if (!p->op_live || p->kind != RESP_NONE || p->route != API_R_FILES)
         return;
     p->status = 200;
     p->kind = RESP_DOWNLOAD;
@@ -788,12 +697,12 @@ static void sink_head(uint64_t req, uint64_t size)
     want_write(p);
 }
 
-static void sink_data(uint64_t req, int fd, uint64_t off, const void *ptr, size_t n)
+static void sink_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)
 {
-    struct pss *p = reqs_get(req);
+    struct pss *p = user;
     struct obuf *ob;
 
-    if (!p || !p->op_live || !n)
+    if (!p->op_live || !n)
         return;
     if (p->kind == RESP_DOWNLOAD) {
         size_t take = n;
@@ -813,17 +722,17 @@ static void sink_data(uint64_t req, int fd, uint64_t off, const void *ptr, size_
         size_t need = api_ndjson_max(n), len;
         /* Encode into scratch first: a buffer sized for the worst case (6x) would
          * make the queue's memory six times its byte count. */
-        if (srv->scratch_cap < need) {
-            char *s = realloc(srv->scratch, need);
+        if (p->srv->scratch_cap < need) {
+            char *s = realloc(p->srv->scratch, need);
             if (!s)
                 goto oom;
-            srv->scratch = s;
-            srv->scratch_cap = need;
+            p->srv->scratch = s;
+            p->srv->scratch_cap = need;
         }
         if (p->kind == RESP_NONE)
             ndjson_begin(p);
-        len = api_ndjson_chunk(&p->hold[fd - 1], fd, off, ptr, n, srv->scratch);
-        if (ndjson_append(p, srv->scratch, len, n))
+        len = api_ndjson_chunk(&p->hold[fd - 1], fd, off, ptr, n, p->srv->scratch);
+        if (ndjson_append(p, p->srv->scratch, len, n))
             goto oom;
     } else {
         return;
@@ -836,7 +745,7 @@ oom:
     p->close_after = true;
     p->complete = true;
     p->op_live = false;
-    sbx_op_cancel(srv->t, p->op);
+    sbx_op_cancel(p->srv->t, p->op);
     want_write(p);
 }
 
@@ -855,7 +764,7 @@ static void upload_pump(struct pss *p)
 
         p->kick = false;
         p->in_write = true;
-        took = sbx_op_write(srv->t, p->op, p->pend + p->pend_off, p->pend_len);
+        took = sbx_op_write(p->srv->t, p->op, p->pend + p->pend_off, p->pend_len);
         p->in_write = false;
         if (!p->op_live)
             return; /* done() came from inside the write */
@@ -873,15 +782,15 @@ static void upload_pump(struct pss *p)
         upload_resume(p);
     if (p->body_done && !p->finish_sent) {
         p->finish_sent = true;
-        sbx_op_finish(srv->t, p->op);
+        sbx_op_finish(p->srv->t, p->op);
     }
 }
 
-static void sink_writable(uint64_t req)
+static void sink_writable(void *user)
 {
-    struct pss *p = reqs_get(req);
+    struct pss *p = user;
 
-    if (!p || !p->upload || !p->op_live)
+    if (!p->upload || !p->op_live)
         return;
     if (p->in_write) {
         p->kick = true;
@@ -901,14 +810,12 @@ static const struct sbx_sink sink = {
 
 static void req_end(struct pss *p)
 {
-    ev_timer_stop(srv->loop, &p->stall);
-    if (p->id) {
-        reqs_del(p->id);
-        p->id = 0;
-    }
+    if (!p->srv)
+        return; /* never started, or ended already */
+    ev_timer_stop(p->srv->loop, &p->stall);
     if (p->op_live) {
         p->op_live = false;
-        sbx_op_cancel(srv->t, p->op);
+        sbx_op_cancel(p->srv->t, p->op);
     }
     q_free(p);
     free(p->body);
@@ -916,6 +823,7 @@ static void req_end(struct pss *p)
     free(p->pend);
     p->pend = NULL;
     p->pend_len = 0;
+    p->srv = NULL;
 }
 
 /* Copy a header; 0 if absent, its length, or -1 if longer than cap - 1. */
@@ -987,7 +895,7 @@ static void file_op(struct pss *p, const char *kind, json_t *args)
         respond_code(p, 500, "internal", "out of memory");
         return;
     }
-    rc = sbx_file_op(srv->t, p->sbx, kind, args, &sink, p->id, &p->op, &err);
+    rc = sbx_file_op(p->srv->t, p->sbx, kind, args, &sink, p, &p->op, &err);
     json_decref(args);
     start_op(p, rc, err);
 }
@@ -1012,15 +920,15 @@ static void dispatch_body(struct pss *p)
     case API_R_SANDBOXES:
         if (disk_full(p))
             break;
-        rc = sbx_create(srv->t, body, &sink, p->id, &p->op, &err);
+        rc = sbx_create(p->srv->t, body, &sink, p, &p->op, &err);
         start_op(p, rc, err);
         break;
     case API_R_TIMEOUT:
-        rc = sbx_set_timeout(srv->t, p->sbx, body, &out);
+        rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out);
         respond(p, rc, out);
         break;
     case API_R_EXEC:
-        rc = sbx_exec(srv->t, p->sbx, body, p->ndjson, &sink, p->id, &p->op, &err);
+        rc = sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err);
         start_op(p, rc, err);
         break;
     case API_R_FILES_RENAME:
@@ -1093,15 +1001,15 @@ static bool disk_full(struct pss *p)
     struct statvfs v;
     uint64_t free_mb;
 
-    if (!srv->cfg->min_free_disk_mb || statvfs(srv->cfg->state_dir, &v) != 0)
+    if (!p->srv->cfg->min_free_disk_mb || statvfs(p->srv->cfg->state_dir, &v) != 0)
         return false;
     free_mb = (uint64_t)v.f_bavail * v.f_frsize >> 20;
-    if (free_mb >= srv->cfg->min_free_disk_mb)
+    if (free_mb >= p->srv->cfg->min_free_disk_mb)
         return false;
     respond(p, 507,
             api_error("insufficient_storage",
                       "the server's disk has %" PRIu64 " MiB free, below its minimum of %u MiB",
-                      free_mb, srv->cfg->min_free_disk_mb));
+                      free_mb, p->srv->cfg->min_free_disk_mb));
     return true;
 }
 
@@ -1130,10 +1038,10 @@ static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
         dispatch_body(p);
         return;
     }
-    if (cl > srv->cfg->max_body_bytes) {
+    if (cl > p->srv->cfg->max_body_bytes) {
         respond(p, 413,
                 api_error("body_too_large", "JSON body of %" PRIu64 " bytes exceeds %zu", cl,
-                          srv->cfg->max_body_bytes));
+                          p->srv->cfg->max_body_bytes));
         return;
     }
     p->want_body = true;
@@ -1168,7 +1076,7 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
     }
     if (disk_full(p))
         return;
-    rc = sbx_file_write(srv->t, p->sbx, q->path, q->mode, &sink, p->id, &p->op, &err);
+    rc = sbx_file_write(p->srv->t, p->sbx, q->path, q->mode, &sink, p, &p->op, &err);
     if (rc) {
         start_op(p, rc, err);
         return;
@@ -1177,7 +1085,7 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
     p->upload = true;
     if (has_cl && cl == 0) {
         p->finish_sent = true;
-        sbx_op_finish(srv->t, p->op);
+        sbx_op_finish(p->srv->t, p->op);
     } else if (expects_continue(p)) {
         p->need_continue = true;
         want_write(p);
@@ -1222,7 +1130,7 @@ static void handle_request(struct pss *p, const char *uri)
 
     rc = api_route_match(uri, &r);
     if (r.auth && !(hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, authz, sizeof(authz)) > 0 &&
-                    api_bearer_ok(authz, srv->key))) {
+                    api_bearer_ok(authz, p->srv->key))) {
         respond_code(p, 401, "unauthorized", "missing or wrong 'Authorization: Bearer <key>'");
         return;
     }
@@ -1261,19 +1169,19 @@ static void handle_request(struct pss *p, const char *uri)
     case API_R_HEALTHZ:
         respond(p, 200,
                 json_pack("{s:s, s:I}", "status", "ok", "sandboxes",
-                          (json_int_t)sbx_count_live(srv->t)));
+                          (json_int_t)sbx_count_live(p->srv->t)));
         break;
     case API_R_SANDBOXES:
         if (p->method == API_GET) {
-            rc = sbx_list(srv->t, q.state, q.metadata, &out);
+            rc = sbx_list(p->srv->t, q.state, q.metadata, &out);
             respond(p, rc, out);
         } else {
             want_json_body(p, has_cl, cl);
         }
         break;
     case API_R_SANDBOX:
-        rc =
-            p->method == API_GET ? sbx_get(srv->t, p->sbx, &out) : sbx_delete(srv->t, p->sbx, &out);
+        rc = p->method == API_GET ? sbx_get(p->srv->t, p->sbx, &out)
+                                  : sbx_delete(p->srv->t, p->sbx, &out);
         respond(p, rc, out);
         break;
     case API_R_EXEC: {
@@ -1297,7 +1205,7 @@ static void handle_request(struct pss *p, const char *uri)
             break;
         }
         if (p->method == API_GET) {
-            rc = sbx_file_read(srv->t, p->sbx, q.path, &sink, p->id, &p->op, &err);
+            rc = sbx_file_read(p->srv->t, p->sbx, q.path, &sink, p, &p->op, &err);
             start_op(p, rc, err);
         } else {
             file_op(p, "remove", json_pack("{s:s, s:b}", "path", q.path, "recursive", q.recursive));
@@ -1435,7 +1343,7 @@ static int write_body(struct pss *p)
         /* May call sink_data for this request right away: nothing is held across it. */
         credit = p->credit_pending;
         p->credit_pending = 0;
-        sbx_op_consumed(srv->t, p->op, credit);
+        sbx_op_consumed(p->srv->t, p->op, credit);
     }
     return 0;
 }
@@ -1499,7 +1407,7 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
             return 0;
         p->kick = false;
         p->in_write = true;
-        took = sbx_op_write(srv->t, p->op, in, len);
+        took = sbx_op_write(p->srv->t, p->op, in, len);
         p->in_write = false;
         if (took >= len || !p->op_live)
             return 0;
@@ -1524,14 +1432,14 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
     if (!p->want_body || p->status || p->dispatched || !len)
         return 0;
     if (p->te_chunked && len > p->body_cap - p->body_len &&
-        p->body_len + len <= srv->cfg->max_body_bytes) {
+        p->body_len + len <= p->srv->cfg->max_body_bytes) {
         /* A chunked body has no announced length: grow up to max_json_body_bytes. */
         size_t cap = p->body_cap ? p->body_cap : 4096;
         char *nb;
         while (cap < p->body_len + len)
             cap *= 2;
-        if (cap > srv->cfg->max_body_bytes)
-            cap = srv->cfg->max_body_bytes;
+        if (cap > p->srv->cfg->max_body_bytes)
+            cap = p->srv->cfg->max_body_bytes;
         if (!(nb = realloc(p->body, cap))) {
             respond_code(p, 500, "internal", "out of memory");
             return 0;
@@ -1540,9 +1448,9 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
         p->body_cap = cap;
     }
     if (len > p->body_cap - p->body_len) {
-        respond(
-            p, 413,
-            api_error("body_too_large", "JSON body exceeds %zu bytes", srv->cfg->max_body_bytes));
+        respond(p, 413,
+                api_error("body_too_large", "JSON body exceeds %zu bytes",
+                          p->srv->cfg->max_body_bytes));
         return 0;
     }
     memcpy(p->body + p->body_len, in, len);
@@ -1575,7 +1483,7 @@ static int on_body(struct pss *p, const void *in, size_t len)
             p->body_done = true;
             if (p->op_live) {
                 p->op_live = false;
-                sbx_op_cancel(srv->t, p->op);
+                sbx_op_cancel(p->srv->t, p->op);
             }
             respond_code(p, 400, "bad_request", "malformed chunked request body");
             return 0;
@@ -1606,7 +1514,7 @@ static int on_body_done(struct pss *p)
     if (p->upload) {
         if (p->op_live && !p->pend_len && !p->finish_sent) {
             p->finish_sent = true;
-            sbx_op_finish(srv->t, p->op);
+            sbx_op_finish(p->srv->t, p->op);
         }
         return 0;
     }
@@ -1619,10 +1527,14 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
                    size_t len)
 {
     struct pss *p = user;
+    /* The one server of this context (http_start sets it as the context's user). */
+    struct http_server *srv = wsi ? lws_context_user(lws_get_context(wsi)) : NULL;
 
+    if (!srv)
+        return 0; /* not one of ours (lws calls some reasons without a wsi) */
     switch (reason) {
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
-        return conn_filter(user);
+        return conn_filter(srv, user);
     case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
         /* The filter's fd, adopted (lws_adopt_descriptor_vhost2). Not at WSI_CREATE:
          * adoption sets the opaque user data to NULL after that. */
@@ -1643,16 +1555,11 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     }
     case LWS_CALLBACK_HTTP:
         conn_deadline(wsi, 0); /* the head is complete */
-        if (p->id)
-            req_end(p);
+        req_end(p);
         memset(p, 0, sizeof(*p));
         ev_init(&p->stall, on_stall);
         p->wsi = wsi;
-        p->id = ++srv->next_id;
-        if (reqs_put(p->id, p)) {
-            p->id = 0;
-            return -1;
-        }
+        p->srv = srv;
         handle_request(p, in);
         /* Answers can take a while (a boot under TCG, a long exec): lws must not
          * time the request out. While a body we want is read, lws keeps its own
@@ -1661,9 +1568,9 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
             lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
         return 0;
     case LWS_CALLBACK_HTTP_BODY:
-        return p && p->id ? on_body(p, in, len) : 0;
+        return p && p->srv ? on_body(p, in, len) : 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (p && p->id && p->te_chunked) {
+        if (p && p->srv && p->te_chunked) {
             if (p->te_done)
                 return 0;
             /* lws read its 100 MiB without the body ending: it would parse what follows
@@ -1674,9 +1581,9 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
                 p->sbx);
             return -1;
         }
-        return p && p->id ? on_body_done(p) : 0;
+        return p && p->srv ? on_body_done(p) : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
-        return p && p->id ? on_writeable(p) : 0;
+        return p && p->srv ? on_writeable(p) : 0;
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
         /* Answered, kept alive: the next request may idle for the keep-alive time, then
          * its head must be complete within the header deadline. */
@@ -1733,8 +1640,6 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     unsigned char a6[16];
     bool v6 = inet_pton(AF_INET6, cfg->listen_addr, a6) == 1;
 
-    if (srv)
-        return -EBUSY;
     h = calloc(1, sizeof(*h));
     if (!h || !(h->key = strdup(api_key))) {
         free(h);
@@ -1743,7 +1648,6 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     h->loop = loop;
     h->cfg = cfg;
     h->t = t;
-    srv = h;
 
     /* The libev plugin logs every I/O event at NOTICE: errors and warnings only. */
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_line);
@@ -1758,6 +1662,7 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     info.pt_serv_buf_size = RX_BUF;
     info.timeout_secs = HTTP_TIMEOUT_S;
     info.server_string = "warrend";
+    info.user = h; /* lws_context_user(): how callbacks find their server */
     h->ctx = lws_create_context(&info);
     if (!h->ctx) {
         LOG(LOG_ERR, "cannot start libwebsockets on the libev loop: its libev event-lib "
@@ -1810,10 +1715,7 @@ void http_stop(struct http_server *h)
             free(c);
         }
     }
-    free(h->keys);
-    free(h->vals);
     free(h->scratch);
     free(h->key);
     free(h);
-    srv = NULL;
 }

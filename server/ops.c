@@ -49,7 +49,7 @@ static int op_quota(struct sandbox *sb, json_t **err)
     return 0;
 }
 
-struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req)
+struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user)
 {
     struct sbx_table *t = sb->t;
     struct op *op = calloc(1, sizeof(*op));
@@ -60,7 +60,7 @@ struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *
     op->kind = kind;
     op->sb = sb;
     op->sink = *sink;
-    op->req = req;
+    op->user = user;
     op->started_ms = now_ms();
     op->stream = kind == OP_CREATE ? 0 : ++sb->next_stream;
     gstream_init(&op->gs);
@@ -106,13 +106,13 @@ void op_finish(struct op *op, int status, json_t *body)
 {
     /* Unlink before calling out: the callee may start new ops on this sandbox. */
     struct sbx_sink sink = op->sink;
-    uint64_t req = op->req;
+    void *user = op->user;
     bool cancelled = op->cancelled;
 
     sbx_touch(op->sb);
     op_free(op);
     if (!cancelled)
-        sink.done(req, status, body);
+        sink.done(user, status, body);
     else
         json_decref(body);
 }
@@ -378,7 +378,7 @@ static void exec_out(struct op *op, const struct proto_frame *f)
     if (op->cancelled) {
         send_credit(op, d->len);
     } else if (op->stream_mode) {
-        op->sink.data(op->req, (int)fd, f->v[PK_OFF].u, d->p, d->len);
+        op->sink.data(op->user, (int)fd, f->v[PK_OFF].u, d->p, d->len);
     } else {
         struct proto_buf *b = &op->out[fd - 1];
         size_t room = b->len < cap ? cap - b->len : 0;
@@ -453,7 +453,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             /* The download's Content-Length: the guest must then send exactly that. */
             gstream_set_size(&op->gs, size, NULL, 0);
             if (!op->cancelled)
-                op->sink.head(op->req, size);
+                op->sink.head(op->user, size);
         } else if (f->type == PROTO_DATA) {
             if (!op->got_head || !proto_has(f, PK_DATA)) {
                 sbx_violation(sb, "DATA on stream %u %s", op->stream,
@@ -465,7 +465,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             if (op->cancelled)
                 send_credit(op, f->v[PK_DATA].s.len);
             else
-                op->sink.data(op->req, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
+                op->sink.data(op->user, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
         } else if (f->type == PROTO_END) {
             op_finish(op, 200, NULL);
         }
@@ -477,7 +477,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             if (proto_has(f, PK_N) && gstream_tx_credit(&op->gs, f->v[PK_N].u) > 0 &&
                 op->waiting_credit && !op->cancelled) {
                 op->waiting_credit = false;
-                op->sink.writable(op->req);
+                op->sink.writable(op->user);
             }
         } else if (f->type == PROTO_RESULT) {
             op_finish(op, 200,
@@ -597,13 +597,13 @@ static int exec_validate(json_t *body, json_t **err)
 }
 
 int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
-             const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+             const struct sbx_sink *sink, void *user, sbx_op_t *opid, json_t **err)
 {
     struct sandbox *sb;
     struct op *op;
     struct proto_enc e;
     struct proto_buf *tx;
-    json_t *argv, *cwd, *user, *in, *tmo, *env = NULL;
+    json_t *argv, *cwd, *as_user, *in, *tmo, *env = NULL;
     uint32_t nkeys = 5; /* t, id, argv|cmd, env, user */
     int status;
 
@@ -613,7 +613,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         return status;
     argv = json_object_get(body, "argv");
     cwd = json_object_get(body, "cwd");
-    user = json_object_get(body, "user");
+    as_user = json_object_get(body, "user");
     in = json_object_get(body, "stdin");
     tmo = json_object_get(body, "timeout_seconds");
     nkeys += json_is_string(cwd) + (json_is_number(tmo) ? 1 : 0) + 1 /* stdin flag */;
@@ -622,7 +622,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         json_decref(env);
         return status;
     }
-    op = op_new(sb, OP_EXEC, sink, req);
+    op = op_new(sb, OP_EXEC, sink, user);
     if (!op) {
         json_decref(env);
         *err = api_error("internal", "out of memory");
@@ -646,7 +646,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     }
     proto_enc_key(&e, PK_ENV);
     pack_str_map(&e.pk, sb->env, env);
-    proto_put_cstr(&e, PK_USER, json_is_string(user) ? json_string_value(user) : "root");
+    proto_put_cstr(&e, PK_USER, json_is_string(as_user) ? json_string_value(as_user) : "root");
     if (json_is_string(cwd))
         proto_put_cstr(&e, PK_CWD, json_string_value(cwd));
     if (json_is_number(tmo))
@@ -687,7 +687,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
  */
 static int file_op_begin(struct sbx_table *t, const char *id, const char *path, enum op_kind kind,
                          enum proto_type type, uint32_t extra, const struct sbx_sink *sink,
-                         uint64_t req, struct op **opp, struct proto_enc *e, json_t **err)
+                         void *user, struct op **opp, struct proto_enc *e, json_t **err)
 {
     struct sandbox *sb;
     struct op *op;
@@ -696,7 +696,7 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
         (status = op_quota(sb, err)))
         return status;
-    if (!(op = op_new(sb, kind, sink, req))) {
+    if (!(op = op_new(sb, kind, sink, user))) {
         *err = api_error("internal", "out of memory");
         return 500;
     }
@@ -716,32 +716,32 @@ static int file_op_send(struct op *op, struct proto_enc *e, sbx_op_t *opid)
 }
 
 int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
-                  const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+                  const struct sbx_sink *sink, void *user, sbx_op_t *opid, json_t **err)
 {
     struct op *op;
     struct proto_enc e;
     int status;
 
-    if ((status = file_op_begin(t, id, path, OP_FREAD, PROTO_FREAD, 0, sink, req, &op, &e, err)))
+    if ((status = file_op_begin(t, id, path, OP_FREAD, PROTO_FREAD, 0, sink, user, &op, &e, err)))
         return status;
     return file_op_send(op, &e, opid);
 }
 
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
-                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+                   const struct sbx_sink *sink, void *user, sbx_op_t *opid, json_t **err)
 {
     struct op *op;
     struct proto_enc e;
     int status;
 
-    if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, req, &op, &e, err)))
+    if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, user, &op, &e, err)))
         return status;
     proto_put_u(&e, PK_MODE, mode ? mode : 0644);
     return file_op_send(op, &e, opid);
 }
 
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
-                const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+                const struct sbx_sink *sink, void *user, sbx_op_t *opid, json_t **err)
 {
     static const struct {
         const char *name;
@@ -777,7 +777,7 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
     }
     if ((status = file_op_begin(t, id, path, OP_FOP, type,
                                 type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE,
-                                sink, req, &op, &e, err)))
+                                sink, user, &op, &e, err)))
         return status;
     snprintf(op->fop, sizeof(op->fop), "%s", kind);
     if (type == PROTO_RENAME)

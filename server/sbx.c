@@ -797,7 +797,7 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
 
 /* ---- create ---- */
 
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
+int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, json_t **err)
 {
     static const char *const fields[] = {"template",  "ttl_seconds", "idle_timeout_seconds",
@@ -909,7 +909,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return 500;
     }
-    op = op_new(sb, OP_CREATE, sink, req);
+    op = op_new(sb, OP_CREATE, sink, user);
     if (!op) {
         r = -ENOMEM;
         goto fail;

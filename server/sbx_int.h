@@ -37,7 +37,7 @@ struct op {
     struct sandbox *sb;
     uint32_t stream; /* channel stream id (0 for create) */
     struct sbx_sink sink;
-    uint64_t req;
+    void *user;
     int64_t started_ms;
     /* exec */
     bool cancelled; /* the requester is gone: no callbacks, drain the guest's frames */
@@ -132,7 +132,7 @@ int sbx_save(struct sandbox *sb);
 void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_random(struct sbx_table *t, void *p, size_t n);
 
-struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req);
+struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
 /* Call sink->done (unless cancelled) and free the op. Takes body. */
 void op_finish(struct op *op, int status, json_t *body);
 void op_free(struct op *op);

@@ -69,7 +69,7 @@ struct fop {
     enum fop_kind kind;
     enum script script;
     const struct sbx_sink *sink;
-    uint64_t req;
+    void *user;
     ev_timer tm;
     bool busy;      /* inside a sink callback */
     bool cancelled; /* the requester is gone: draining, no more callbacks */
@@ -159,7 +159,7 @@ static struct fop *find_op(struct sbx_table *t, sbx_op_t id)
 static void op_step(struct ev_loop *loop, ev_timer *w, int revents);
 
 static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct sbx_sink *sink,
-                          uint64_t req, double delay, sbx_op_t *op)
+                          void *user, double delay, sbx_op_t *op)
 {
     struct fop *o = calloc(1, sizeof(*o));
 
@@ -169,7 +169,7 @@ static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct 
     o->id = ++t->next_op;
     o->kind = kind;
     o->sink = sink;
-    o->req = req;
+    o->user = user;
     o->next = t->ops;
     t->ops = o;
     ev_timer_init(&o->tm, op_step, delay, 0);
@@ -215,7 +215,7 @@ static void op_drain(struct fop *o)
 static void finish_op(struct fop *o, int status, json_t *body)
 {
     o->body = NULL;
-    if (CALL(o, o->sink->done(o->req, status, body)))
+    if (CALL(o, o->sink->done(o->user, status, body)))
         return;
     op_free(o);
 }
@@ -248,7 +248,7 @@ static void pump(struct fop *o)
         o->unconsumed += n;
         if (o->unconsumed > fake_stats.max_unconsumed)
             fake_stats.max_unconsumed = o->unconsumed;
-        if (CALL(o, o->sink->data(o->req, o->kind == OP_READ ? 0 : 1, o->sent, buf, n)))
+        if (CALL(o, o->sink->data(o->user, o->kind == OP_READ ? 0 : 1, o->sent, buf, n)))
             return;
         o->sent += n;
     }
@@ -279,7 +279,7 @@ static void ndjson_script(struct fop *o)
     if ((size_t)o->step < sizeof(ev) / sizeof(ev[0])) {
         int i = o->step++;
         o->unconsumed += ev[i].n;
-        if (CALL(o, o->sink->data(o->req, ev[i].fd, off[ev[i].fd], ev[i].s, ev[i].n)))
+        if (CALL(o, o->sink->data(o->user, ev[i].fd, off[ev[i].fd], ev[i].s, ev[i].n)))
             return;
         off[ev[i].fd] += ev[i].n;
         ev_timer_set(&o->tm, 0.001, 0);
@@ -312,7 +312,7 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
     case OP_READ:
         if (!o->head_sent) {
             o->head_sent = true;
-            if (CALL(o, o->sink->head(o->req, o->total)))
+            if (CALL(o, o->sink->head(o->user, o->total)))
                 return;
         }
         pump(o);
@@ -327,7 +327,7 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
                       json_pack("{s:s, s:I, s:b}", "path", o->path, "size", (json_int_t)o->got,
                                 "ok", o->ok));
         } else {
-            CALL(o, o->sink->writable(o->req));
+            CALL(o, o->sink->writable(o->user));
         }
         break;
     }
@@ -415,7 +415,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     return 200;
 }
 
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
+int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *op, json_t **err)
 {
     const char *tpl = json_string_value(json_object_get(body, "template"));
@@ -436,14 +436,14 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
                        "metadata", meta ? json_incref(meta) : json_object());
     s->next = t->sbxs;
     t->sbxs = s;
-    o = op_new(t, OP_LATER, sink, req, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
+    o = op_new(t, OP_LATER, sink, user, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
     o->create = true;
     later(o, 201, json_deep_copy(s->rec));
     return 0;
 }
 
 int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
-             const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+             const struct sbx_sink *sink, void *user, sbx_op_t *op, json_t **err)
 {
     const char *cmd = json_string_value(json_object_get(body, "cmd"));
     struct fop *o;
@@ -456,12 +456,12 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         return 400;
     }
     if (!strcmp(cmd, "fail")) {
-        o = op_new(t, OP_LATER, sink, req, 0.01, op);
+        o = op_new(t, OP_LATER, sink, user, 0.01, op);
         later(o, 409, api_error("sandbox_dead", "the sandbox died: killed by signal 9"));
         return 0;
     }
     if (!strncmp(cmd, "sleep:", 6)) {
-        o = op_new(t, OP_LATER, sink, req, atoi(cmd + 6) / 1000.0, op);
+        o = op_new(t, OP_LATER, sink, user, atoi(cmd + 6) / 1000.0, op);
         later(o, 200,
               stream ? json_pack("{s:s, s:i}", "type", "exit", "exit_code", 0)
                      : json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "", "stderr", "",
@@ -469,13 +469,13 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         return 0;
     }
     if (!stream) {
-        o = op_new(t, OP_LATER, sink, req, 0.01, op);
+        o = op_new(t, OP_LATER, sink, user, 0.01, op);
         later(o, 200,
               json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "hi\n", "stderr", "",
                         "duration_ms", 1));
         return 0;
     }
-    o = op_new(t, OP_STREAM, sink, req, 0.001, op);
+    o = op_new(t, OP_STREAM, sink, user, 0.001, op);
     o->window = EXEC_WIN;
     if (!strcmp(cmd, "ndjson")) {
         o->script = S_NDJSON;
@@ -493,7 +493,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
 }
 
 int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
-                  const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+                  const struct sbx_sink *sink, void *user, sbx_op_t *op, json_t **err)
 {
     struct fop *o;
     int st;
@@ -501,11 +501,11 @@ int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
     if ((*err = need_sbx(t, id, &st)))
         return st;
     if (!strcmp(path, "/missing")) {
-        o = op_new(t, OP_LATER, sink, req, 0.01, op);
+        o = op_new(t, OP_LATER, sink, user, 0.01, op);
         later(o, 404, api_error("not_found", "%s: no such file", path));
         return 0;
     }
-    o = op_new(t, OP_READ, sink, req, 0.001, op);
+    o = op_new(t, OP_READ, sink, user, 0.001, op);
     o->window = READ_WIN;
     o->script = S_FILE;
     if (!strcmp(path, "/big200"))
@@ -521,14 +521,14 @@ int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
 }
 
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
-                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+                   const struct sbx_sink *sink, void *user, sbx_op_t *op, json_t **err)
 {
     struct fop *o;
     int st;
 
     if ((*err = need_sbx(t, id, &st)))
         return st;
-    o = op_new(t, OP_WRITE, sink, req, 0, op);
+    o = op_new(t, OP_WRITE, sink, user, 0, op);
     ev_timer_stop(t->loop, &o->tm); /* the first step is a drain, after the first write */
     snprintf(o->path, sizeof(o->path), "%s", path);
     o->ok = true;
@@ -538,14 +538,14 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
 }
 
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
-                const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+                const struct sbx_sink *sink, void *user, sbx_op_t *op, json_t **err)
 {
     struct fop *o;
     int st;
 
     if ((*err = need_sbx(t, id, &st)))
         return st;
-    o = op_new(t, OP_LATER, sink, req, 0.005, op);
+    o = op_new(t, OP_LATER, sink, user, 0.005, op);
     later(o, 200, json_pack("{s:s, s:O}", "kind", kind, "args", args));
     return 0;
 }
