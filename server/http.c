@@ -542,6 +542,12 @@ static void respond_err(struct pss *p, const struct api_err *e)
     respond(p, e->status, api_error(e->code, "%s", e->msg));
 }
 
+/* A sandbox-core error: its HTTP status and error body (sbx_err.c's table). */
+static void respond_sbx_err(struct pss *p, const struct sbx_err *e)
+{
+    respond(p, sbx_err_http_status(e->code), api_error_of(e));
+}
+
 static void respond_code(struct pss *p, int status, const char *code, const char *msg)
 {
     respond(p, status, api_error(code, "%s", msg));
@@ -630,13 +636,21 @@ static void ndjson_end(struct pss *p, int status, json_t *body)
 
 /* ----------------------------------------------------------- sink (sbx) */
 
-static void sink_done(void *user, int status, json_t *body)
+static void sink_done(void *user, const struct sbx_err *err, json_t *body)
 {
     struct pss *p = user;
+    int status;
 
     if (!p->op_live) {
         json_decref(body);
         return;
+    }
+    if (err) {
+        json_decref(body);
+        status = sbx_err_http_status(err->code);
+        body = api_error_of(err);
+    } else {
+        status = p->route == API_R_SANDBOXES ? 201 : 200; /* a create, or another op */
     }
     p->op_live = false;
     switch (p->kind) {
@@ -877,18 +891,27 @@ static int query_frags(struct lws *wsi, char *store, size_t cap, const char **fr
     }
 }
 
-static void start_op(struct pss *p, int rc, json_t *err)
+static void start_op(struct pss *p, int rc, const struct sbx_err *err)
 {
     if (rc == 0) {
         p->op_live = true;
         return;
     }
-    respond(p, rc >= 400 ? rc : 500, err ? err : api_error("internal", "operation failed"));
+    respond_sbx_err(p, err);
+}
+
+/* The answer of a synchronous call: 200 and out, or its error. */
+static void respond_sync(struct pss *p, int rc, json_t *out, const struct sbx_err *err)
+{
+    if (rc)
+        respond_sbx_err(p, err);
+    else
+        respond(p, 200, out);
 }
 
 static void file_op(struct pss *p, const char *kind, json_t *args)
 {
-    json_t *err = NULL;
+    struct sbx_err err;
     int rc;
 
     if (!args) {
@@ -897,7 +920,7 @@ static void file_op(struct pss *p, const char *kind, json_t *args)
     }
     rc = sbx_file_op(p->srv->t, p->sbx, kind, args, &sink, p, &p->op, &err);
     json_decref(args);
-    start_op(p, rc, err);
+    start_op(p, rc, &err);
 }
 
 static bool disk_full(struct pss *p);
@@ -906,7 +929,8 @@ static bool disk_full(struct pss *p);
 static void dispatch_body(struct pss *p)
 {
     struct api_err e;
-    json_t *body = NULL, *out = NULL, *err = NULL, *args;
+    struct sbx_err err;
+    json_t *body = NULL, *out = NULL, *args;
     int rc;
 
     p->dispatched = true;
@@ -921,15 +945,15 @@ static void dispatch_body(struct pss *p)
         if (disk_full(p))
             break;
         rc = sbx_create(p->srv->t, body, &sink, p, &p->op, &err);
-        start_op(p, rc, err);
+        start_op(p, rc, &err);
         break;
     case API_R_TIMEOUT:
-        rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out);
-        respond(p, rc, out);
+        rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out, &err);
+        respond_sync(p, rc, out, &err);
         break;
     case API_R_EXEC:
         rc = sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err);
-        start_op(p, rc, err);
+        start_op(p, rc, &err);
         break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
@@ -1062,7 +1086,7 @@ static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
 static void start_upload(struct pss *p, const struct api_query *q, int has_cl, uint64_t cl)
 {
     struct api_err e;
-    json_t *err = NULL;
+    struct sbx_err err;
     int rc;
 
     if (api_path_check("path", q->path, &e)) {
@@ -1078,7 +1102,7 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
         return;
     rc = sbx_file_write(p->srv->t, p->sbx, q->path, q->mode, &sink, p, &p->op, &err);
     if (rc) {
-        start_op(p, rc, err);
+        start_op(p, rc, &err);
         return;
     }
     p->op_live = true;
@@ -1106,7 +1130,8 @@ static void handle_request(struct pss *p, const char *uri)
     struct api_route r;
     struct api_query q;
     struct api_err e;
-    json_t *out = NULL, *err = NULL;
+    struct sbx_err err;
+    json_t *out = NULL;
     uint64_t cl;
     size_t nfrags;
     int rc, has_cl;
@@ -1173,16 +1198,16 @@ static void handle_request(struct pss *p, const char *uri)
         break;
     case API_R_SANDBOXES:
         if (p->method == API_GET) {
-            rc = sbx_list(p->srv->t, q.state, q.metadata, &out);
-            respond(p, rc, out);
+            rc = sbx_list(p->srv->t, q.state, q.metadata, &out, &err);
+            respond_sync(p, rc, out, &err);
         } else {
             want_json_body(p, has_cl, cl);
         }
         break;
     case API_R_SANDBOX:
-        rc = p->method == API_GET ? sbx_get(p->srv->t, p->sbx, &out)
-                                  : sbx_delete(p->srv->t, p->sbx, &out);
-        respond(p, rc, out);
+        rc = p->method == API_GET ? sbx_get(p->srv->t, p->sbx, &out, &err)
+                                  : sbx_delete(p->srv->t, p->sbx, &out, &err);
+        respond_sync(p, rc, out, &err);
         break;
     case API_R_EXEC: {
         char accept[256];
@@ -1206,7 +1231,7 @@ static void handle_request(struct pss *p, const char *uri)
         }
         if (p->method == API_GET) {
             rc = sbx_file_read(p->srv->t, p->sbx, q.path, &sink, p, &p->op, &err);
-            start_op(p, rc, err);
+            start_op(p, rc, &err);
         } else {
             file_op(p, "remove", json_pack("{s:s, s:b}", "path", q.path, "recursive", q.recursive));
         }

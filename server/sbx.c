@@ -90,29 +90,28 @@ void sbx_touch(struct sandbox *sb)
     sb->active_mono = now_ms();
 }
 
-static int not_found(const char *id, json_t **err)
+static int not_found(const char *id, struct sbx_err *err)
 {
-    *err = api_error("sandbox_not_found", "no sandbox with id '%s'", id);
-    return 404;
+    return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox with id '%s'", id);
 }
 
-/* The sandbox if it exists and has not ended: 0 and *out, or 404/409 with *err. */
-static int sbx_alive(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+/* The sandbox if it exists and has not ended: 0 and *out, or SBX_E_NOT_FOUND, SBX_E_GONE or
+ * SBX_E_DEAD with *err. */
+static int sbx_alive(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
         return not_found(id, err);
     if (sb->state == ST_DEAD || sb->state == ST_ENDED) {
-        *err = api_error(sb->state == ST_DEAD ? "sandbox_dead" : "sandbox_ended",
-                         "sandbox %s is %s: %s", sb->id, state_name(sb->state), sb->reason);
-        return 409;
+        return sbx_err_set(err, sb->state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE,
+                           "sandbox %s is %s: %s", sb->id, state_name(sb->state), sb->reason);
     }
     *out = sb;
     return 0;
 }
 
-int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err)
 {
     struct sandbox *sb;
     int status = sbx_alive(t, id, &sb, err);
@@ -120,9 +119,8 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t
     if (status)
         return status;
     if (sb->state != ST_RUNNING || !sb->ready || !sb->ch) {
-        *err = api_error("sandbox_not_ready", "sandbox %s is %s; try again shortly", sb->id,
-                         sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
-        return 503;
+        return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s is %s; try again shortly", sb->id,
+                           sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
     }
     sbx_touch(sb);
     *out = sb;
@@ -282,12 +280,12 @@ static void index_flush(struct sbx_table *t)
 /* ---- guest channel ---- */
 
 /* Fail the ops whose streams live on the channel (not a create waiting for the guest). */
-static void fail_streams(struct sandbox *sb, int status, const char *code, const char *msg)
+static void fail_streams(struct sandbox *sb, enum sbx_errcode code, const char *msg)
 {
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind != OP_CREATE) {
-            op_finish(op, status, api_error(code, "sandbox %s: %s", sb->id, msg));
+            op_fail(op, code, "sandbox %s: %s", sb->id, msg);
             next = sb->ops; /* the callee may have started or ended other ops */
         }
     }
@@ -336,9 +334,8 @@ static void sandbox_ready(struct sandbox *sb)
         for (struct op *op = sb->ops, *next; op; op = next) {
             next = op->next_sb;
             if (op->kind == OP_CREATE)
-                op_finish(op, 500,
-                          api_error("index_write_failed",
-                                    "the sandbox could not be recorded in the index"));
+                op_fail(op, SBX_E_INDEX_WRITE_FAILED,
+                        "the sandbox could not be recorded in the index");
         }
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return;
@@ -347,7 +344,7 @@ static void sandbox_ready(struct sandbox *sb)
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind == OP_CREATE)
-            op_finish(op, 201, sandbox_json(sb));
+            op_finish(op, NULL, sandbox_json(sb));
     }
 }
 
@@ -395,7 +392,7 @@ static void on_frame(void *ud, const struct proto_frame *f)
              * flood of them once queued an INIT each). The new session ends the old
              * one's streams in the guest, so they end here too. */
             sb->ready = false; /* no new op may start on the old session meanwhile */
-            fail_streams(sb, 502, "guest_channel_lost", "the guest agent restarted its session");
+            fail_streams(sb, SBX_E_CHANNEL_LOST, "the guest agent restarted its session");
             if (sb->ch)
                 send_init(sb);
         }
@@ -456,7 +453,7 @@ void sbx_violation(struct sandbox *sb, const char *fmt, ...)
         sb->ch = NULL;
     }
     sb->ready = false;
-    ops_fail_all(sb, 502, "protocol_violation", why);
+    ops_fail_all(sb, SBX_E_PROTOCOL_VIOLATION, why);
     /* 0.5 s, 1 s, 2 s ... 60 s: a guest that breaks every session cannot make the host
      * reconnect and re-INIT in a tight loop. */
     delay = 0.5 * (double)(1u << (sb->violations - 1 < 7 ? sb->violations - 1 : 7));
@@ -480,7 +477,7 @@ static void on_chan_closed(void *ud, int err, const char *why)
     sb->ch = NULL;
     sb->ready = false;
     /* Streams do not survive a new session: the guest ends them on the next INIT. */
-    ops_fail_all(sb, 502, "guest_channel_lost", why);
+    ops_fail_all(sb, SBX_E_CHANNEL_LOST, why);
     if (sb->vm && sb->state <= ST_RUNNING)
         vmm_channel_reconnect(sb->vm);
 }
@@ -568,7 +565,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     LOGS(LOG_INFO, sb->id, "%s: %s", state_name(state), reason);
-    ops_fail_all(sb, 409, state == ST_DEAD ? "sandbox_dead" : "sandbox_ended", reason);
+    ops_fail_all(sb, state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE, reason);
     if (sb->ch) {
         chan_free(sb->ch);
         sb->ch = NULL;
@@ -637,7 +634,7 @@ unsigned sbx_count_live(const struct sbx_table *t)
 /* ---- request validation ---- */
 
 static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, unsigned hi,
-                    unsigned *out, json_t **err)
+                    unsigned *out, struct sbx_err *err)
 {
     json_t *v = json_object_get(body, key);
 
@@ -646,14 +643,14 @@ static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, un
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        *err = api_error("invalid_argument", "%s must be an integer from %u to %u", key, lo, hi);
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an integer from %u to %u", key,
+                           lo, hi);
     }
     *out = (unsigned)json_integer_value(v);
     return 0;
 }
 
-int json_str_map(json_t *body, const char *key, json_t **out, json_t **err)
+int json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err)
 {
     json_t *v = json_object_get(body, key), *val;
     const char *k;
@@ -672,18 +669,16 @@ int json_str_map(json_t *body, const char *key, json_t **out, json_t **err)
     *out = json_deep_copy(v);
     return 0;
 bad:
-    *err = api_error("invalid_argument", "%s must be an object of strings", key);
-    return 400;
+    return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an object of strings", key);
 }
 
-int check_fields(json_t *body, const char *const *allowed, json_t **err)
+int check_fields(json_t *body, const char *const *allowed, struct sbx_err *err)
 {
     const char *k;
     json_t *v;
 
     if (!json_is_object(body)) {
-        *err = api_error("bad_request", "the body must be a JSON object");
-        return 400;
+        return sbx_err_set(err, SBX_E_BAD_REQUEST, "the body must be a JSON object");
     }
     json_object_foreach(body, k, v)
     {
@@ -691,8 +686,7 @@ int check_fields(json_t *body, const char *const *allowed, json_t **err)
         for (const char *const *a = allowed; *a && !ok; a++)
             ok = strcmp(*a, k) == 0;
         if (!ok) {
-            *err = api_error("invalid_argument", "unknown field '%s'", k);
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown field '%s'", k);
         }
     }
     return 0;
@@ -742,9 +736,10 @@ static bool env_name_ok(const char *k)
 }
 
 /* env and metadata as given to a create, and the memory it asks for, against the
- * configured limits: 0, or an HTTP status with *err. An env key that is not a valid
+ * configured limits: 0, or an sbx_errcode with *err. An env key that is not a valid
  * variable name would make every later exec fail in the guest: refused here. */
-static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *meta, json_t **err)
+static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *meta,
+                        struct sbx_err *err)
 {
     const struct srv_config *c = t->cfg;
     uint64_t total = host_mem_mb(), used = 0;
@@ -755,11 +750,10 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
     json_object_foreach(env, k, v)
     {
         if (!env_name_ok(k) || strlen(json_string_value(v)) != json_string_length(v)) {
-            *err = api_error("invalid_argument",
-                             "env key '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, "
-                             "at most 256) or its value holds a NUL byte",
-                             k);
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "env key '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, "
+                               "at most 256) or its value holds a NUL byte",
+                               k);
         }
     }
     json_object_foreach(meta, k, v)
@@ -768,29 +762,26 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
         for (const char *p = k; ok && *p; p++)
             ok = (unsigned char)*p >= 0x20 && *p != 0x7f && *p != '=' && *p != '&';
         if (!ok) {
-            *err = api_error("invalid_argument",
-                             "metadata key '%.64s' must be 1 to 256 bytes without control "
-                             "characters, '=' or '&'",
-                             k);
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "metadata key '%.64s' must be 1 to 256 bytes without control "
+                               "characters, '=' or '&'",
+                               k);
         }
     }
     size = json_dumpb(env, NULL, 0, JSON_COMPACT) + json_dumpb(meta, NULL, 0, JSON_COMPACT);
     if (size > c->max_env_meta_bytes) {
-        *err = api_error("env_metadata_too_large",
-                         "env and metadata take %zu bytes of JSON, more than the limit of %zu",
-                         size, c->max_env_meta_bytes);
-        return 413;
+        return sbx_err_set(err, SBX_E_TOO_LARGE,
+                           "env and metadata take %zu bytes of JSON, more than the limit of %zu",
+                           size, c->max_env_meta_bytes);
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
         if (sb->state == ST_STARTING || sb->state == ST_RUNNING)
             used += sb->mem_mb;
     if (total && used + mem + c->mem_reserve_mb > total) {
-        *err = api_error("memory_exhausted",
-                         "%u MiB more for guests would pass the host's %" PRIu64
-                         " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
-                         mem, total, c->mem_reserve_mb, used);
-        return 429;
+        return sbx_err_set(err, SBX_E_MEMORY_EXHAUSTED,
+                           "%u MiB more for guests would pass the host's %" PRIu64
+                           " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
+                           mem, total, c->mem_reserve_mb, used);
     }
     return 0;
 }
@@ -798,7 +789,7 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
 /* ---- create ---- */
 
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
-               sbx_op_t *opid, json_t **err)
+               sbx_op_t *opid, struct sbx_err *err)
 {
     static const char *const fields[] = {"template",  "ttl_seconds", "idle_timeout_seconds",
                                          "memory_mb", "vcpus",       "env",
@@ -822,13 +813,11 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if (!json_object_get(body, "template"))
         tmpl = c->default_template;
     if (!tmpl || !template_name_ok(tmpl)) {
-        *err = api_error("invalid_argument", "template must be a template name");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
     }
     if (snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, tmpl) >= (int)sizeof(base) ||
         !realpath(base, real) || stat(real, &st) != 0) {
-        *err = api_error("unknown_template", "no template named '%s'", tmpl);
-        return 400;
+        return sbx_err_set(err, SBX_E_UNKNOWN_TEMPLATE, "no template named '%s'", tmpl);
     }
     if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
         (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
@@ -846,9 +835,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if (sbx_count_live(t) >= c->max_sandboxes) {
         json_decref(env);
         json_decref(meta);
-        *err = api_error("too_many_sandboxes", "the limit of %u live sandboxes is reached",
-                         c->max_sandboxes);
-        return 429;
+        return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
+                           "the limit of %u live sandboxes is reached", c->max_sandboxes);
     }
     if ((status = create_quota(t, mem, env, meta, err))) {
         json_decref(env);
@@ -860,8 +848,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if (!sb) {
         json_decref(env);
         json_decref(meta);
-        *err = api_error("internal", "out of memory");
-        return 500;
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     sbx_random(t, rnd, sizeof(rnd));
     snprintf(sb->id, sizeof(sb->id), "sb-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
@@ -904,10 +891,10 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
      * stray by the next warrend, so a sandbox that cannot be saved is not created. */
     r = sbx_save(sb);
     if (r != 0) {
-        *err = api_error("index_write_failed", "cannot record the sandbox in the index: %s",
-                         idx_strerror(r));
+        sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
+                    idx_strerror(r));
         sandbox_end(sb, ST_DEAD, "index_write_failed");
-        return 500;
+        return SBX_E_INDEX_WRITE_FAILED;
     }
     op = op_new(sb, OP_CREATE, sink, user);
     if (!op) {
@@ -924,33 +911,34 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     return 0;
 fail:
     LOGS(LOG_ERR, sb->id, "cannot start: %s", strerror(-r));
-    *err = api_error("vm_start_failed", "cannot start the VM: %s", strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
     sandbox_end(sb, ST_DEAD, "vm_start_failed");
-    return 500;
+    return SBX_E_VM_START_FAILED;
 }
 
 /* ---- synchronous calls ---- */
 
-int sbx_get(struct sbx_table *t, const char *id, json_t **out)
+int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
-        return not_found(id, out);
+        return not_found(id, err);
     /* Looking at a sandbox is not using it: GET does not hold off the idle timeout. */
     *out = sandbox_json(sb);
-    return 200;
+    return 0;
 }
 
-int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out)
+int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out,
+             struct sbx_err *err)
 {
     enum sbx_state want = ST_RUNNING;
     json_t *arr = json_array();
 
     if (state && *state && state_parse(state, &want) != 0) {
         json_decref(arr);
-        *out = api_error("invalid_argument", "state must be one of starting, running, ended, dead");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "state must be one of starting, running, ended, dead");
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         const char *k;
@@ -968,21 +956,22 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
             json_array_append_new(arr, sandbox_json(sb));
     }
     *out = json_pack("{s:o}", "sandboxes", arr);
-    return 200;
+    return 0;
 }
 
-int sbx_delete(struct sbx_table *t, const char *id, json_t **out)
+int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
-        return not_found(id, out);
+        return not_found(id, err);
     sandbox_end(sb, ST_ENDED, "deleted");
     *out = sandbox_json(sb);
-    return 200;
+    return 0;
 }
 
-int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out)
+int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out,
+                    struct sbx_err *err)
 {
     static const char *const fields[] = {"ttl_seconds", NULL};
     struct sandbox *sb = NULL;
@@ -990,20 +979,19 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     int status;
 
     /* A sandbox still starting or reconnecting may be extended too. */
-    if ((status = sbx_alive(t, id, &sb, out)) || (status = check_fields(body, fields, out)))
+    if ((status = sbx_alive(t, id, &sb, err)) || (status = check_fields(body, fields, err)))
         return status;
     if (!json_object_get(body, "ttl_seconds")) {
-        *out = api_error("invalid_argument", "ttl_seconds is required");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "ttl_seconds is required");
     }
-    if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, out)))
+    if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, err)))
         return status;
     sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
     sb->expires_mono = now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
     *out = sandbox_json(sb);
-    return 200;
+    return 0;
 }
 
 /* ---- reaper ---- */
@@ -1262,7 +1250,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     while (t->sandboxes) {
         struct sandbox *sb = t->sandboxes;
         t->sandboxes = sb->next;
-        ops_fail_all(sb, 503, "shutting_down", "warrend is shutting down");
+        ops_fail_all(sb, SBX_E_SHUTTING_DOWN, "warrend is shutting down");
         if (sb->vm && !kill_vms)
             vmm_detach(sb->vm);
         sandbox_free(sb);

@@ -114,8 +114,8 @@ int64_t now_ms(void);
 /* Milliseconds on CLOCK_REALTIME: only timestamps shown to clients or saved. */
 int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
-/* Look up a sandbox for an operation: 0 and *out, or an HTTP status with *err. */
-int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err);
+/* Look up a sandbox for an operation: 0 and *out, or an sbx_errcode with *err. */
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err);
 void sbx_touch(struct sandbox *sb);
 /* End a sandbox for reason (state "ended"): fails its ops, stops its VM. */
 void sbx_end(struct sandbox *sb, const char *reason);
@@ -133,20 +133,23 @@ void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((form
 void sbx_random(struct sbx_table *t, void *p, size_t n);
 
 struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
-/* Call sink->done (unless cancelled) and free the op. Takes body. */
-void op_finish(struct op *op, int status, json_t *body);
+/* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or
+ * err and NULL. Takes body. */
+void op_finish(struct op *op, const struct sbx_err *err, json_t *body);
+/* op_finish with an error of this code and message. */
+void op_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void op_free(struct op *op);
 struct op *op_by_stream(struct sandbox *sb, uint32_t stream);
 /* Deliver a guest frame that belongs to an op (ops.c). */
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
-/* Finish every op of sb with this error (status, code, message). */
-void ops_fail_all(struct sandbox *sb, int status, const char *code, const char *msg);
+/* Finish every op of sb with this error ("sandbox <id>: msg"). */
+void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg);
 /* An object whose values are all strings (env, metadata) at body[key]; absent means empty.
- * 0 and a new reference in *out, or 400 with *err. */
-int json_str_map(json_t *body, const char *key, json_t **out, json_t **err);
-/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or 400 with *err. */
-int check_fields(json_t *body, const char *const *allowed, json_t **err);
-/* Map a guest errno to an HTTP status and error body. */
-int errno_to_http(int err, const char *msg, json_t **body);
+ * 0 and a new reference in *out, or an sbx_errcode with *err. */
+int json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
+/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
+ * sbx_errcode with *err. */
+int check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 #endif
