@@ -54,21 +54,17 @@ static int64_t wall_to_mono(int64_t wall)
     return now_ms() + (wall - sbx_wall_ms());
 }
 
-static const char *state_name(enum sbx_state s)
+/* Move sb to state `to` if the lifecycle allows it (sbx_state.h): 0, or -EINVAL with
+ * the refusal logged and the state unchanged. */
+static int sandbox_state_set(struct sandbox *sb, enum sbx_state to)
 {
-    static const char *const n[] = {"starting", "running", "ended", "dead"};
-    return n[s];
-}
-
-static int state_parse(const char *s, enum sbx_state *out)
-{
-    for (int i = ST_STARTING; i <= ST_DEAD; i++) {
-        if (strcmp(s, state_name((enum sbx_state)i)) == 0) {
-            *out = (enum sbx_state)i;
-            return 0;
-        }
+    if (sbx_state_check(sb->state, to) != 0) {
+        LOGS(LOG_ERR, sb->id, "refused state change %s -> %s", sbx_state_name(sb->state),
+             sbx_state_name(to));
+        return -EINVAL;
     }
-    return -1;
+    sb->state = to;
+    return 0;
 }
 
 void sbx_random(struct sbx_table *t, void *p, size_t n)
@@ -103,9 +99,9 @@ static int sbx_alive(struct sbx_table *t, const char *id, struct sandbox **out, 
 
     if (!sb)
         return not_found(id, err);
-    if (sb->state == ST_DEAD || sb->state == ST_ENDED) {
+    if (sbx_state_final(sb->state)) {
         return sbx_err_set(err, sb->state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE,
-                           "sandbox %s is %s: %s", sb->id, state_name(sb->state), sb->reason);
+                           "sandbox %s is %s: %s", sb->id, sbx_state_name(sb->state), sb->reason);
     }
     *out = sb;
     return 0;
@@ -118,7 +114,7 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
     if (status)
         return status;
-    if (sb->state != ST_RUNNING || !sb->ready || !sb->ch) {
+    if (!sbx_state_accepts_ops(sb->state) || !sb->ready || !sb->ch) {
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s is %s; try again shortly", sb->id,
                            sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
     }
@@ -147,11 +143,11 @@ static json_t *sandbox_json(const struct sandbox *sb)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
-                  state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
+                  sbx_state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
                   iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
                   "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
     json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD) {
+    if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
     }
@@ -161,14 +157,14 @@ static json_t *sandbox_json(const struct sandbox *sb)
 /* The index keeps what GET shows plus what a restart needs to re-adopt the VM. */
 int sbx_save(struct sandbox *sb)
 {
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id",
-                          sb->id, "template", sb->tmpl, "state", state_name(sb->state), "reason",
-                          sb->reason, "created_ms", (json_int_t)sb->created_ms, "expires_ms",
-                          (json_int_t)sb->expires_ms, "ended_ms", (json_int_t)sb->ended_ms,
-                          "last_active_ms", (json_int_t)mono_to_wall(sb->active_mono), "idle_s",
-                          (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
-                          (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env", sb->env,
-                          "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
+    json_t *o = json_pack(
+        "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id", sb->id,
+        "template", sb->tmpl, "state", sbx_state_name(sb->state), "reason", sb->reason,
+        "created_ms", (json_int_t)sb->created_ms, "expires_ms", (json_int_t)sb->expires_ms,
+        "ended_ms", (json_int_t)sb->ended_ms, "last_active_ms",
+        (json_int_t)mono_to_wall(sb->active_mono), "idle_s", (json_int_t)sb->idle_s, "mem_mb",
+        (json_int_t)sb->mem_mb, "vcpus", (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env",
+        sb->env, "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     int r = s ? idx_put(sb->t->idx, sb->id, s, strlen(s)) : -ENOMEM;
 
@@ -326,7 +322,8 @@ static void sandbox_ready(struct sandbox *sb)
         LOGS(LOG_INFO, sb->id, "guest reconnected");
         return;
     }
-    sb->state = ST_RUNNING;
+    if (sandbox_state_set(sb, ST_RUNNING) != 0)
+        return;
     sbx_touch(sb);
     if (sbx_save(sb) != 0) {
         /* A sandbox the index does not know as running would not be re-adopted by the
@@ -417,7 +414,7 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sandbox *sb = w->data;
 
-    if (sb->vm && !sb->vm_gone && !sb->ch && (sb->state == ST_STARTING || sb->state == ST_RUNNING))
+    if (sb->vm && !sb->vm_gone && !sb->ch && sbx_state_live(sb->state))
         vmm_channel_reconnect(sb->vm);
 }
 
@@ -428,7 +425,7 @@ void sbx_violation(struct sandbox *sb, const char *fmt, ...)
     double delay;
     va_list ap;
 
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+    if (sbx_state_final(sb->state))
         return;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
@@ -478,7 +475,7 @@ static void on_chan_closed(void *ud, int err, const char *why)
     sb->ready = false;
     /* Streams do not survive a new session: the guest ends them on the next INIT. */
     ops_fail_all(sb, SBX_E_CHANNEL_LOST, why);
-    if (sb->vm && sb->state <= ST_RUNNING)
+    if (sb->vm && sbx_state_live(sb->state))
         vmm_channel_reconnect(sb->vm);
 }
 
@@ -510,7 +507,7 @@ static void on_vm_exited(void *ud, int status, const char *reason)
 
     /* The vmm is freed later (reaper or purge), never from inside its own callback. */
     sb->vm_gone = true;
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+    if (sbx_state_final(sb->state))
         return;
     snprintf(why, sizeof(why), "vm_exited: %s", reason);
     LOGS(LOG_WARN, sb->id, "VM exited unexpectedly: %s", reason);
@@ -555,16 +552,15 @@ static void vm_config(struct sandbox *sb, struct vmm_config *vc)
 /* End a sandbox: fail its ops, stop its VM, keep the record for retention. */
 static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *reason)
 {
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+    if (sbx_state_final(sb->state) || sandbox_state_set(sb, state) != 0)
         return;
-    sb->state = state;
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
     sb->ended_ms = sbx_wall_ms();
     sb->ended_mono = now_ms();
     sb->ready = false;
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
-    LOGS(LOG_INFO, sb->id, "%s: %s", state_name(state), reason);
+    LOGS(LOG_INFO, sb->id, "%s: %s", sbx_state_name(state), reason);
     ops_fail_all(sb, state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE, reason);
     if (sb->ch) {
         chan_free(sb->ch);
@@ -627,7 +623,7 @@ unsigned sbx_count_live(const struct sbx_table *t)
 {
     unsigned n = 0;
     for (const struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
-        n += sb->state <= ST_RUNNING;
+        n += sbx_state_live(sb->state);
     return n;
 }
 
@@ -775,7 +771,7 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
                            size, c->max_env_meta_bytes);
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
-        if (sb->state == ST_STARTING || sb->state == ST_RUNNING)
+        if (sbx_state_live(sb->state))
             used += sb->mem_mb;
     if (total && used + mem + c->mem_reserve_mb > total) {
         return sbx_err_set(err, SBX_E_MEMORY_EXHAUSTED,
@@ -854,7 +850,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     snprintf(sb->id, sizeof(sb->id), "sb-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
-    sb->state = ST_STARTING;
+    sb->state = ST_STARTING; /* born starting, not a transition */
     sb->created_ms = sbx_wall_ms();
     sb->created_mono = sb->active_mono = now_ms();
     sb->expires_ms = sb->created_ms + (int64_t)ttl * 1000;
@@ -935,7 +931,7 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
     enum sbx_state want = ST_RUNNING;
     json_t *arr = json_array();
 
-    if (state && *state && state_parse(state, &want) != 0) {
+    if (state && *state && sbx_state_parse(state, &want) != 0) {
         json_decref(arr);
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "state must be one of starting, running, ended, dead");
@@ -1003,16 +999,16 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 
     for (struct sandbox *sb = t->sandboxes, *next; sb; sb = next) {
         next = sb->next;
-        if (sb->vm && sb->vm_gone && sb->state >= ST_ENDED) {
+        if (sb->vm && sb->vm_gone && sbx_state_final(sb->state)) {
             vmm_free(sb->vm);
             sb->vm = NULL;
         }
-        if (sb->state == ST_RUNNING && now >= sb->expires_mono) {
+        if (sbx_state_expires(sb->state) && now >= sb->expires_mono) {
             sandbox_end(sb, ST_ENDED, "ttl_expired");
-        } else if (sb->state == ST_RUNNING && sb->idle_s && sb->nops == 0 &&
+        } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
             sandbox_end(sb, ST_ENDED, "idle_timeout");
-        } else if (sb->state >= ST_ENDED &&
+        } else if (sbx_state_final(sb->state) &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, sb->id);
             run_dir_remove(t, sb->run_dir, false);
@@ -1042,7 +1038,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
                     &created, "expires_ms", &expires, "ended_ms", &ended, "last_active_ms", &active,
                     "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "pid", &pid, "env", &env,
                     "metadata", &meta, "run_dir", &run_dir, "disk", &disk) != 0 ||
-        state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id)) {
+        sbx_state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id)) {
         LOG(LOG_WARN, "index record %.*s is unreadable; dropping it", (int)klen, key);
         json_decref(o);
         return 0;
@@ -1057,7 +1053,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", run_dir);
     snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
-    sb->state = st;
+    sb->state = st; /* born in its recorded state, not a transition */
     sb->created_ms = created;
     sb->expires_ms = expires;
     sb->ended_ms = ended;
@@ -1081,7 +1077,7 @@ static void adopt_all(struct sbx_table *t)
         struct vmm_config vc;
         int r;
 
-        if (sb->state >= ST_ENDED)
+        if (sbx_state_final(sb->state))
             continue;
         vm_config(sb, &vc);
         r = sb->pid > 0 ? vmm_adopt(t->loop, &vc, sb->pid, &vm_cbs, sb, &sb->vm) : -ESRCH;

@@ -13,6 +13,7 @@
 #define WARREN_SBX_INT_H
 
 #include "sbx.h"
+#include "sbx_state.h"
 #include "bg.h"
 #include "chan.h"
 #include "config.h"
@@ -23,8 +24,6 @@
 
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
-
-enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD };
 
 enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP };
 
@@ -61,7 +60,7 @@ struct sandbox {
     struct sbx_table *t;
     char id[24];
     char tmpl[64];
-    enum sbx_state state;
+    enum sbx_state state; /* changed only by sandbox_state_set (sbx.c) */
     char reason[256];
     /* Wall clock (ms since the epoch): what GET shows and the index keeps. */
     int64_t created_ms, expires_ms, ended_ms;
