@@ -49,7 +49,7 @@ static int op_quota(struct sandbox *sb, struct sbx_err *err)
     return 0;
 }
 
-struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user)
+struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user)
 {
     struct sbx_table *t = sb->t;
     struct op *op = calloc(1, sizeof(*op));
@@ -61,7 +61,7 @@ struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *
     op->sb = sb;
     op->sink = *sink;
     op->user = user;
-    op->started_ms = now_ms();
+    op->started_ms = sbx_now_ms();
     op->stream = kind == OP_CREATE ? 0 : ++sb->next_stream;
     gstream_init(&op->gs);
     proto_buf_init(&op->out[0]);
@@ -93,7 +93,7 @@ static void op_unlink(struct op *op)
     }
 }
 
-void op_free(struct op *op)
+void ops_free(struct op *op)
 {
     op_unlink(op);
     proto_buf_free(&op->out[0]);
@@ -102,7 +102,7 @@ void op_free(struct op *op)
     free(op);
 }
 
-void op_finish(struct op *op, const struct sbx_err *err, json_t *body)
+void ops_finish(struct op *op, const struct sbx_err *err, json_t *body)
 {
     /* Unlink before calling out: the callee may start new ops on this sandbox. */
     struct sbx_sink sink = op->sink;
@@ -110,14 +110,14 @@ void op_finish(struct op *op, const struct sbx_err *err, json_t *body)
     bool cancelled = op->cancelled;
 
     sbx_touch(op->sb);
-    op_free(op);
+    ops_free(op);
     if (!cancelled)
         sink.done(user, err, body);
     else
         json_decref(body);
 }
 
-struct op *op_by_stream(struct sandbox *sb, uint32_t stream)
+struct op *ops_by_stream(struct sandbox *sb, uint32_t stream)
 {
     for (struct op *op = sb->ops; op; op = op->next_sb)
         if (op->stream == stream && op->kind != OP_CREATE)
@@ -133,7 +133,7 @@ static struct op *op_by_id(struct sbx_table *t, sbx_op_t id)
     return NULL;
 }
 
-void op_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
+void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
 {
     struct sbx_err e = {.code = code};
     va_list ap;
@@ -141,13 +141,13 @@ void op_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
     va_end(ap);
-    op_finish(op, &e, NULL);
+    ops_finish(op, &e, NULL);
 }
 
 void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg)
 {
     while (sb->ops)
-        op_fail(sb->ops, code, "sandbox %s: %s", sb->id, msg);
+        ops_fail(sb->ops, code, "sandbox %s: %s", sb->id, msg);
 }
 
 /* A guest errno as an error code. */
@@ -204,9 +204,9 @@ static void guest_error(struct op *op, const struct proto_frame *f)
 {
     int err = proto_has(f, PK_CODE) ? (int)f->v[PK_CODE].i : EIO;
 
-    op_fail(op, op->kind == OP_EXEC ? SBX_E_EXEC_FAILED : errno_code(err), "%.*s",
-            proto_has(f, PK_MSG) ? (int)f->v[PK_MSG].s.len : 0,
-            proto_has(f, PK_MSG) ? f->v[PK_MSG].s.p : "");
+    ops_fail(op, op->kind == OP_EXEC ? SBX_E_EXEC_FAILED : errno_code(err), "%.*s",
+             proto_has(f, PK_MSG) ? (int)f->v[PK_MSG].s.len : 0,
+             proto_has(f, PK_MSG) ? f->v[PK_MSG].s.p : "");
 }
 
 /* ---- JSON values ---- */
@@ -339,14 +339,14 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
     json_object_set_new(o, "signal", sig > 0 ? json_integer(sig) : json_null());
     json_object_set_new(o, "timed_out",
                         json_boolean(proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b));
-    json_object_set_new(o, "duration_ms", json_integer(now_ms() - op->started_ms));
+    json_object_set_new(o, "duration_ms", json_integer(sbx_now_ms() - op->started_ms));
     if (!op->stream_mode) {
         set_bytes(o, "stdout", "stdout_b64", op->out[0].p, op->out[0].len);
         set_bytes(o, "stderr", "stderr_b64", op->out[1].p, op->out[1].len);
         if (op->truncated[0] || op->truncated[1])
             json_object_set_new(o, "truncated", json_true());
     }
-    op_finish(op, NULL, o);
+    ops_finish(op, NULL, o);
 }
 
 /* Count data the guest sent on op's stream; false (and the op is gone) if it broke the rules. */
@@ -395,7 +395,7 @@ static void fop_result(struct op *op, const struct proto_frame *f)
     json_t *o;
 
     if (strcmp(op->fop, "stat") == 0) {
-        op_finish(op, NULL, stat_json(f));
+        ops_finish(op, NULL, stat_json(f));
         return;
     }
     if (strcmp(op->fop, "list") == 0) {
@@ -426,10 +426,10 @@ static void fop_result(struct op *op, const struct proto_frame *f)
         o = json_pack("{s:s,s:O}", "path", op->path, "entries", op->entries);
         if (truncated)
             json_object_set_new(o, "truncated", json_true());
-        op_finish(op, NULL, o);
+        ops_finish(op, NULL, o);
         return;
     }
-    op_finish(op, NULL, json_pack("{s:s}", "path", op->path));
+    ops_finish(op, NULL, json_pack("{s:s}", "path", op->path));
 }
 
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
@@ -466,7 +466,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             else
                 op->sink.data(op->user, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
         } else if (f->type == PROTO_END) {
-            op_finish(op, NULL, NULL);
+            ops_finish(op, NULL, NULL);
         }
         break;
     case OP_FWRITE:
@@ -479,9 +479,9 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
                 op->sink.writable(op->user);
             }
         } else if (f->type == PROTO_RESULT) {
-            op_finish(op, NULL,
-                      json_pack("{s:s,s:I}", "path", op->path, "size",
-                                (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
+            ops_finish(op, NULL,
+                       json_pack("{s:s,s:I}", "path", op->path, "size",
+                                 (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
         }
         break;
     case OP_FOP:
@@ -543,7 +543,7 @@ static int exec_validate(json_t *body, struct sbx_err *err)
     size_t i;
     int status;
 
-    if ((status = check_fields(body, fields, err)))
+    if ((status = sbx_check_fields(body, fields, err)))
         return status;
     if (!!cmd == !!argv) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
@@ -601,7 +601,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
 
     if ((status = sbx_usable(t, id, &sb, err)) || (status = exec_validate(body, err)))
         return status;
-    if ((status = json_str_map(body, "env", &env, err)))
+    if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
     argv = json_object_get(body, "argv");
     cwd = json_object_get(body, "cwd");
@@ -614,7 +614,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         json_decref(env);
         return status;
     }
-    op = op_new(sb, OP_EXEC, sink, user);
+    op = ops_new(sb, OP_EXEC, sink, user);
     if (!op) {
         json_decref(env);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
@@ -645,7 +645,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     proto_put_b(&e, PK_STDIN, json_is_string(in));
     json_decref(env);
     if (proto_enc_end(&e) != 0) {
-        op_free(op);
+        ops_free(op);
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "the command, arguments and environment are too "
                            "large (max %d bytes)",
@@ -686,7 +686,7 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
         (status = op_quota(sb, err)))
         return status;
-    if (!(op = op_new(sb, kind, sink, user))) {
+    if (!(op = ops_new(sb, kind, sink, user))) {
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     snprintf(op->path, sizeof(op->path), "%s", path);
@@ -836,7 +836,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     switch (op->kind) {
     case OP_CREATE:
         /* Nobody will learn this sandbox's id: do not leave a VM running for nobody. */
-        op_free(op);
+        ops_free(op);
         sbx_end(sb, "create_cancelled: the client went away during create");
         return;
     case OP_EXEC:
@@ -857,5 +857,5 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     }
     /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */
     if (!sb->ch)
-        op_free(op);
+        ops_free(op);
 }

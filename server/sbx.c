@@ -32,7 +32,7 @@ static int64_t clock_ms(clockid_t id)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t now_ms(void)
+int64_t sbx_now_ms(void)
 {
     return clock_ms(CLOCK_MONOTONIC);
 }
@@ -46,12 +46,12 @@ int64_t sbx_wall_ms(void)
  * they are converted at save and restore. */
 static int64_t mono_to_wall(int64_t mono)
 {
-    return sbx_wall_ms() + (mono - now_ms());
+    return sbx_wall_ms() + (mono - sbx_now_ms());
 }
 
 static int64_t wall_to_mono(int64_t wall)
 {
-    return now_ms() + (wall - sbx_wall_ms());
+    return sbx_now_ms() + (wall - sbx_wall_ms());
 }
 
 /* Move sb to state `to` if the lifecycle allows it (sbx_state.h): 0, or -EINVAL with
@@ -83,7 +83,7 @@ struct sandbox *sbx_find(struct sbx_table *t, const char *id)
 
 void sbx_touch(struct sandbox *sb)
 {
-    sb->active_mono = now_ms();
+    sb->active_mono = sbx_now_ms();
 }
 
 static int not_found(const char *id, struct sbx_err *err)
@@ -281,7 +281,7 @@ static void fail_streams(struct sandbox *sb, enum sbx_errcode code, const char *
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind != OP_CREATE) {
-            op_fail(op, code, "sandbox %s: %s", sb->id, msg);
+            ops_fail(op, code, "sandbox %s: %s", sb->id, msg);
             next = sb->ops; /* the callee may have started or ended other ops */
         }
     }
@@ -331,17 +331,18 @@ static void sandbox_ready(struct sandbox *sb)
         for (struct op *op = sb->ops, *next; op; op = next) {
             next = op->next_sb;
             if (op->kind == OP_CREATE)
-                op_fail(op, SBX_E_INDEX_WRITE_FAILED,
-                        "the sandbox could not be recorded in the index");
+                ops_fail(op, SBX_E_INDEX_WRITE_FAILED,
+                         "the sandbox could not be recorded in the index");
         }
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return;
     }
-    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)", (double)(now_ms() - sb->created_mono));
+    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)",
+         (double)(sbx_now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind == OP_CREATE)
-            op_finish(op, NULL, sandbox_json(sb));
+            ops_finish(op, NULL, sandbox_json(sb));
     }
 }
 
@@ -404,7 +405,7 @@ static void on_frame(void *ud, const struct proto_frame *f)
         sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
         return;
     }
-    op = op_by_stream(sb, f->id);
+    op = ops_by_stream(sb, f->id);
     if (!op)
         return; /* a late frame of a cancelled or finished op */
     ops_frame(sb, op, f);
@@ -421,7 +422,7 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
 void sbx_violation(struct sandbox *sb, const char *fmt, ...)
 {
     char why[200], reason[256];
-    int64_t now = now_ms();
+    int64_t now = sbx_now_ms();
     double delay;
     va_list ap;
 
@@ -556,7 +557,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
         return;
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
     sb->ended_ms = sbx_wall_ms();
-    sb->ended_mono = now_ms();
+    sb->ended_mono = sbx_now_ms();
     sb->ready = false;
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
@@ -646,7 +647,7 @@ static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, un
     return 0;
 }
 
-int json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err)
+int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err)
 {
     json_t *v = json_object_get(body, key), *val;
     const char *k;
@@ -668,7 +669,7 @@ bad:
     return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an object of strings", key);
 }
 
-int check_fields(json_t *body, const char *const *allowed, struct sbx_err *err)
+int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err)
 {
     const char *k;
     json_t *v;
@@ -803,7 +804,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     struct op *op;
     int status, r;
 
-    if ((status = check_fields(body, fields, err)))
+    if ((status = sbx_check_fields(body, fields, err)))
         return status;
     tmpl = json_string_value(json_object_get(body, "template"));
     if (!json_object_get(body, "template"))
@@ -822,9 +823,9 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
         return status;
-    if ((status = json_str_map(body, "env", &env, err)))
+    if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
-    if ((status = json_str_map(body, "metadata", &meta, err))) {
+    if ((status = sbx_json_str_map(body, "metadata", &meta, err))) {
         json_decref(env);
         return status;
     }
@@ -852,7 +853,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
     sb->state = ST_STARTING; /* born starting, not a transition */
     sb->created_ms = sbx_wall_ms();
-    sb->created_mono = sb->active_mono = now_ms();
+    sb->created_mono = sb->active_mono = sbx_now_ms();
     sb->expires_ms = sb->created_ms + (int64_t)ttl * 1000;
     sb->expires_mono = sb->created_mono + (int64_t)ttl * 1000;
     sb->idle_s = idle;
@@ -892,7 +893,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return SBX_E_INDEX_WRITE_FAILED;
     }
-    op = op_new(sb, OP_CREATE, sink, user);
+    op = ops_new(sb, OP_CREATE, sink, user);
     if (!op) {
         r = -ENOMEM;
         goto fail;
@@ -975,7 +976,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     int status;
 
     /* A sandbox still starting or reconnecting may be extended too. */
-    if ((status = sbx_alive(t, id, &sb, err)) || (status = check_fields(body, fields, err)))
+    if ((status = sbx_alive(t, id, &sb, err)) || (status = sbx_check_fields(body, fields, err)))
         return status;
     if (!json_object_get(body, "ttl_seconds")) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "ttl_seconds is required");
@@ -983,7 +984,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, err)))
         return status;
     sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
-    sb->expires_mono = now_ms() + (int64_t)ttl * 1000;
+    sb->expires_mono = sbx_now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
     *out = sandbox_json(sb);
@@ -995,7 +996,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
 static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sbx_table *t = w->data;
-    int64_t now = now_ms();
+    int64_t now = sbx_now_ms();
 
     for (struct sandbox *sb = t->sandboxes, *next; sb; sb = next) {
         next = sb->next;

@@ -4,7 +4,7 @@
  *
  * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
  * the reaper purges it after its retention time. An op lives from its
- * sbx_* call until it finishes (op_finish: the sink's done is called, then
+ * sbx_* call until it finishes (ops_finish: the sink's done is called, then
  * it is unlinked and freed) or is cancelled. Every op belongs to one
  * running sandbox; ending a sandbox finishes all its ops first, so an op
  * never outlives its sandbox.
@@ -64,7 +64,7 @@ struct sandbox {
     char reason[256];
     /* Wall clock (ms since the epoch): what GET shows and the index keeps. */
     int64_t created_ms, expires_ms, ended_ms;
-    /* Monotonic (now_ms): what the reaper compares, so a step of the wall clock
+    /* Monotonic (sbx_now_ms): what the reaper compares, so a step of the wall clock
      * neither expires a sandbox early nor keeps it past its TTL. */
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
@@ -109,7 +109,7 @@ struct sbx_table {
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
-int64_t now_ms(void);
+int64_t sbx_now_ms(void);
 /* Milliseconds on CLOCK_REALTIME: only timestamps shown to clients or saved. */
 int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
@@ -131,24 +131,24 @@ int sbx_save(struct sandbox *sb);
 void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_random(struct sbx_table *t, void *p, size_t n);
 
-struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
+struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
 /* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or
  * err and NULL. Takes body. */
-void op_finish(struct op *op, const struct sbx_err *err, json_t *body);
-/* op_finish with an error of this code and message. */
-void op_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
+void ops_finish(struct op *op, const struct sbx_err *err, json_t *body);
+/* ops_finish with an error of this code and message. */
+void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void op_free(struct op *op);
-struct op *op_by_stream(struct sandbox *sb, uint32_t stream);
+void ops_free(struct op *op);
+struct op *ops_by_stream(struct sandbox *sb, uint32_t stream);
 /* Deliver a guest frame that belongs to an op (ops.c). */
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
 /* Finish every op of sb with this error ("sandbox <id>: msg"). */
 void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg);
 /* An object whose values are all strings (env, metadata) at body[key]; absent means empty.
  * 0 and a new reference in *out, or an sbx_errcode with *err. */
-int json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
+int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
 /* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
  * sbx_errcode with *err. */
-int check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
+int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 #endif
