@@ -17,7 +17,10 @@
  *
  * Callbacks never run inside the sbx_* call that started the operation. A
  * call that fails synchronously returns a nonzero enum sbx_errcode with
- * *err filled in, and then no callback ever comes for it.
+ * *err filled in, and then no callback ever comes for it. sbx_op_write,
+ * sbx_op_finish and sbx_op_consumed may call the op's sink (even done)
+ * before they return: a requester must not hold state across them that a
+ * callback would invalidate. sbx_op_cancel never calls back for its op.
  *
  * Errors are transport-neutral (sbx_err.h): a code and a message; the REST
  * edge turns them into an HTTP status and its JSON error body, other edges
