@@ -26,6 +26,13 @@ struct api_err {
     char msg[256];
 };
 
+struct sbx_err;
+
+/* Error body: {"error":{"code":code,"message":...}} (apierr.c, like the next). */
+json_t *api_error(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The error body of a sandbox-core error: its stable name (sbx_err_name) and message. */
+json_t *api_error_of(const struct sbx_err *e);
+
 /* ---- routes ---- */
 enum api_method {
     API_GET = 1 << 0,

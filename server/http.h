@@ -3,13 +3,13 @@
  * application's libev loop as a foreign loop.
  *
  * The server answers /healthz and /v1/... by calling the sandbox table
- * (sbx.h) only. Each request gets a uint64_t id that the table's sink
- * callbacks carry back; events for an id that is gone are dropped, and a
- * request that goes away cancels its operation (sbx_op_cancel).
+ * (sbx.h) only. The table's sink callbacks carry the request's own state
+ * as their user pointer; a request that goes away cancels its operation
+ * (sbx_op_cancel), after which the table never calls back for it.
  *
  * Ownership: the caller owns the loop, the config and the table, which must
- * outlive the server; http_start copies the API key. One server per process
- * (the sink callbacks carry no user pointer, only the request id).
+ * outlive the server; http_start copies the API key. Callbacks find their
+ * server through the lws context's user pointer: no global state.
  */
 #ifndef WARREN_HTTP_H
 #define WARREN_HTTP_H

@@ -20,6 +20,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <mbedtls/base64.h>
 #include <stdio.h>
@@ -27,29 +28,28 @@
 #include <string.h>
 #include <time.h>
 
-/* max_operations_per_sandbox and max_operations: 0, or 429 with *err. Ops still draining
- * after a cancel count: they hold a stream and its credit until the guest ends them. */
-static int op_quota(struct sandbox *sb, json_t **err)
+/* max_operations_per_sandbox and max_operations: 0, or SBX_E_TOO_MANY_OPERATIONS with *err. Ops
+ * still draining after a cancel count: they hold a stream and its credit until the guest ends them.
+ */
+static int op_quota(struct sandbox *sb, struct sbx_err *err)
 {
     const struct srv_config *c = sb->t->cfg;
     unsigned n = 0;
 
     if (sb->nops >= c->max_ops_per_sbx) {
-        *err = api_error("too_many_operations",
-                         "this sandbox has %u operations in flight, its limit", sb->nops);
-        return 429;
+        return sbx_err_set(err, SBX_E_TOO_MANY_OPERATIONS,
+                           "this sandbox has %u operations in flight, its limit", sb->nops);
     }
     for (struct op *op = sb->t->ops; op && n < c->max_ops_total; op = op->next_all)
         n++;
     if (n >= c->max_ops_total) {
-        *err = api_error("too_many_operations", "the server has %u operations in flight, its limit",
-                         n);
-        return 429;
+        return sbx_err_set(err, SBX_E_TOO_MANY_OPERATIONS,
+                           "the server has %u operations in flight, its limit", n);
     }
     return 0;
 }
 
-struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req)
+struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user)
 {
     struct sbx_table *t = sb->t;
     struct op *op = calloc(1, sizeof(*op));
@@ -60,8 +60,8 @@ struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *
     op->kind = kind;
     op->sb = sb;
     op->sink = *sink;
-    op->req = req;
-    op->started_ms = now_ms();
+    op->user = user;
+    op->started_ms = sbx_now_ms();
     op->stream = kind == OP_CREATE ? 0 : ++sb->next_stream;
     gstream_init(&op->gs);
     proto_buf_init(&op->out[0]);
@@ -93,7 +93,7 @@ static void op_unlink(struct op *op)
     }
 }
 
-void op_free(struct op *op)
+void ops_free(struct op *op)
 {
     op_unlink(op);
     proto_buf_free(&op->out[0]);
@@ -102,22 +102,22 @@ void op_free(struct op *op)
     free(op);
 }
 
-void op_finish(struct op *op, int status, json_t *body)
+void ops_finish(struct op *op, const struct sbx_err *err, json_t *body)
 {
     /* Unlink before calling out: the callee may start new ops on this sandbox. */
     struct sbx_sink sink = op->sink;
-    uint64_t req = op->req;
+    void *user = op->user;
     bool cancelled = op->cancelled;
 
     sbx_touch(op->sb);
-    op_free(op);
+    ops_free(op);
     if (!cancelled)
-        sink.done(req, status, body);
+        sink.done(user, err, body);
     else
         json_decref(body);
 }
 
-struct op *op_by_stream(struct sandbox *sb, uint32_t stream)
+struct op *ops_by_stream(struct sandbox *sb, uint32_t stream)
 {
     for (struct op *op = sb->ops; op; op = op->next_sb)
         if (op->stream == stream && op->kind != OP_CREATE)
@@ -133,42 +133,50 @@ static struct op *op_by_id(struct sbx_table *t, sbx_op_t id)
     return NULL;
 }
 
-void ops_fail_all(struct sandbox *sb, int status, const char *code, const char *msg)
+void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
 {
-    while (sb->ops)
-        op_finish(sb->ops, status, api_error(code, "sandbox %s: %s", sb->id, msg));
+    struct sbx_err e = {.code = code};
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+    va_end(ap);
+    ops_finish(op, &e, NULL);
 }
 
-int errno_to_http(int err, const char *msg, json_t **body)
+void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg)
+{
+    while (sb->ops)
+        ops_fail(sb->ops, code, "sandbox %s: %s", sb->id, msg);
+}
+
+/* A guest errno as an error code. */
+static enum sbx_errcode errno_code(int err)
 {
     static const struct {
-        int err, status;
-        const char *code;
+        int err;
+        enum sbx_errcode code;
     } map[] = {
-        {ENOENT, 404, "file_not_found"},
-        {EEXIST, 409, "file_exists"},
-        {ENOTEMPTY, 409, "directory_not_empty"},
-        {EISDIR, 400, "is_a_directory"},
-        {ENOTDIR, 400, "not_a_directory"},
-        {EINVAL, 400, "invalid_argument"},
-        {ENAMETOOLONG, 400, "invalid_argument"},
-        {EACCES, 403, "permission_denied"},
-        {EPERM, 403, "permission_denied"},
-        {ENOSPC, 507, "disk_full"},
-        {EDQUOT, 507, "disk_full"},
-        {EROFS, 403, "read_only"},
-        {ELOOP, 400, "too_many_symlinks"},
-        {EXDEV, 400, "cross_device"},
-        {EBUSY, 409, "busy"},
+        {ENOENT, SBX_E_FILE_NOT_FOUND},
+        {EEXIST, SBX_E_FILE_EXISTS},
+        {ENOTEMPTY, SBX_E_DIRECTORY_NOT_EMPTY},
+        {EISDIR, SBX_E_IS_A_DIRECTORY},
+        {ENOTDIR, SBX_E_NOT_A_DIRECTORY},
+        {EINVAL, SBX_E_INVALID_ARGUMENT},
+        {ENAMETOOLONG, SBX_E_INVALID_ARGUMENT},
+        {EACCES, SBX_E_PERMISSION_DENIED},
+        {EPERM, SBX_E_PERMISSION_DENIED},
+        {ENOSPC, SBX_E_DISK_FULL},
+        {EDQUOT, SBX_E_DISK_FULL},
+        {EROFS, SBX_E_READ_ONLY},
+        {ELOOP, SBX_E_TOO_MANY_SYMLINKS},
+        {EXDEV, SBX_E_CROSS_DEVICE},
+        {EBUSY, SBX_E_CONFLICT},
     };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        if (map[i].err == err) {
-            *body = api_error(map[i].code, "%s", msg);
-            return map[i].status;
-        }
-    }
-    *body = api_error("guest_error", "%s", msg);
-    return 500;
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (map[i].err == err)
+            return map[i].code;
+    return SBX_E_GUEST_ERROR;
 }
 
 /*
@@ -212,20 +220,11 @@ static void credit_held_back(struct op *op)
 
 static void guest_error(struct op *op, const struct proto_frame *f)
 {
-    char msg[512];
-    json_t *body;
     int err = proto_has(f, PK_CODE) ? (int)f->v[PK_CODE].i : EIO;
-    int status;
 
-    snprintf(msg, sizeof(msg), "%.*s", proto_has(f, PK_MSG) ? (int)f->v[PK_MSG].s.len : 0,
+    ops_fail(op, op->kind == OP_EXEC ? SBX_E_EXEC_FAILED : errno_code(err), "%.*s",
+             proto_has(f, PK_MSG) ? (int)f->v[PK_MSG].s.len : 0,
              proto_has(f, PK_MSG) ? f->v[PK_MSG].s.p : "");
-    if (op->kind == OP_EXEC) {
-        body = api_error("exec_failed", "%s", msg);
-        status = 400;
-    } else {
-        status = errno_to_http(err, msg, &body);
-    }
-    op_finish(op, status, body);
 }
 
 /* ---- JSON values ---- */
@@ -358,14 +357,14 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
     json_object_set_new(o, "signal", sig > 0 ? json_integer(sig) : json_null());
     json_object_set_new(o, "timed_out",
                         json_boolean(proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b));
-    json_object_set_new(o, "duration_ms", json_integer(now_ms() - op->started_ms));
+    json_object_set_new(o, "duration_ms", json_integer(sbx_now_ms() - op->started_ms));
     if (!op->stream_mode) {
         set_bytes(o, "stdout", "stdout_b64", op->out[0].p, op->out[0].len);
         set_bytes(o, "stderr", "stderr_b64", op->out[1].p, op->out[1].len);
         if (op->truncated[0] || op->truncated[1])
             json_object_set_new(o, "truncated", json_true());
     }
-    op_finish(op, 200, o);
+    ops_finish(op, NULL, o);
 }
 
 /* Count data the guest sent on op's stream; false (and the op is gone) if it broke the rules. */
@@ -396,7 +395,7 @@ static void exec_out(struct op *op, const struct proto_frame *f)
     if (op->cancelled) {
         send_credit(op, d->len);
     } else if (op->stream_mode) {
-        op->sink.data(op->req, (int)fd, f->v[PK_OFF].u, d->p, d->len);
+        op->sink.data(op->user, (int)fd, f->v[PK_OFF].u, d->p, d->len);
     } else {
         struct proto_buf *b = &op->out[fd - 1];
         size_t room = b->len < cap ? cap - b->len : 0;
@@ -414,7 +413,7 @@ static void fop_result(struct op *op, const struct proto_frame *f)
     json_t *o;
 
     if (strcmp(op->fop, "stat") == 0) {
-        op_finish(op, 200, stat_json(f));
+        ops_finish(op, NULL, stat_json(f));
         return;
     }
     if (strcmp(op->fop, "list") == 0) {
@@ -445,10 +444,10 @@ static void fop_result(struct op *op, const struct proto_frame *f)
         o = json_pack("{s:s,s:O}", "path", op->path, "entries", op->entries);
         if (truncated)
             json_object_set_new(o, "truncated", json_true());
-        op_finish(op, 200, o);
+        ops_finish(op, NULL, o);
         return;
     }
-    op_finish(op, 200, json_pack("{s:s}", "path", op->path));
+    ops_finish(op, NULL, json_pack("{s:s}", "path", op->path));
 }
 
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
@@ -471,7 +470,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             /* The download's Content-Length: the guest must then send exactly that. */
             gstream_set_size(&op->gs, size, NULL, 0);
             if (!op->cancelled)
-                op->sink.head(op->req, size);
+                op->sink.head(op->user, size);
         } else if (f->type == PROTO_DATA) {
             if (!op->got_head || !proto_has(f, PK_DATA)) {
                 sbx_violation(sb, "DATA on stream %u %s", op->stream,
@@ -483,9 +482,9 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             if (op->cancelled)
                 send_credit(op, f->v[PK_DATA].s.len);
             else
-                op->sink.data(op->req, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
+                op->sink.data(op->user, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
         } else if (f->type == PROTO_END) {
-            op_finish(op, 200, NULL);
+            ops_finish(op, NULL, NULL);
         }
         break;
     case OP_FWRITE:
@@ -495,12 +494,12 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             if (proto_has(f, PK_N) && gstream_tx_credit(&op->gs, f->v[PK_N].u) > 0 &&
                 op->waiting_credit && !op->cancelled) {
                 op->waiting_credit = false;
-                op->sink.writable(op->req);
+                op->sink.writable(op->user);
             }
         } else if (f->type == PROTO_RESULT) {
-            op_finish(op, 200,
-                      json_pack("{s:s,s:I}", "path", op->path, "size",
-                                (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
+            ops_finish(op, NULL,
+                       json_pack("{s:s,s:I}", "path", op->path, "size",
+                                 (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
         }
         break;
     case OP_FOP:
@@ -514,15 +513,13 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
 
 /* ---- starting operations ---- */
 
-static int check_path(const char *path, json_t **err)
+static int check_path(const char *path, struct sbx_err *err)
 {
     if (!path || path[0] != '/') {
-        *err = api_error("invalid_argument", "path must be an absolute path");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "path must be an absolute path");
     }
     if (strlen(path) >= 4096) {
-        *err = api_error("invalid_argument", "path is too long");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "path is too long");
     }
     return 0;
 }
@@ -556,7 +553,7 @@ static void pack_str_map(msgpack_packer *pk, json_t *a, json_t *b)
     }
 }
 
-static int exec_validate(json_t *body, json_t **err)
+static int exec_validate(json_t *body, struct sbx_err *err)
 {
     static const char *const fields[] = {
         "cmd", "argv", "cwd", "env", "user", "stdin", "timeout_seconds", NULL};
@@ -564,74 +561,69 @@ static int exec_validate(json_t *body, json_t **err)
     size_t i;
     int status;
 
-    if ((status = check_fields(body, fields, err)))
+    if ((status = sbx_check_fields(body, fields, err)))
         return status;
     if (!!cmd == !!argv) {
-        *err = api_error("invalid_argument", "give exactly one of cmd (string) or argv (array)");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "give exactly one of cmd (string) or argv (array)");
     }
     if (cmd && (!json_is_string(cmd) || json_string_length(cmd) == 0)) {
-        *err = api_error("invalid_argument", "cmd must be a non-empty string");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "cmd must be a non-empty string");
     }
     if (argv) {
         if (!json_is_array(argv) || json_array_size(argv) == 0) {
-            *err = api_error("invalid_argument", "argv must be a non-empty array of strings");
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "argv must be a non-empty array of strings");
         }
         json_array_foreach(argv, i, v)
         {
             if (!json_is_string(v)) {
-                *err = api_error("invalid_argument", "argv must hold strings only");
-                return 400;
+                return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "argv must hold strings only");
             }
         }
     }
     v = json_object_get(body, "cwd");
     if (v && !json_is_null(v) && (!json_is_string(v) || json_string_value(v)[0] != '/')) {
-        *err = api_error("invalid_argument", "cwd must be an absolute path");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "cwd must be an absolute path");
     }
     v = json_object_get(body, "user");
     if (v && !json_is_null(v) &&
         (!json_is_string(v) ||
          (strcmp(json_string_value(v), "root") && strcmp(json_string_value(v), "user")))) {
-        *err = api_error("invalid_argument", "user must be \"root\" or \"user\"");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "user must be \"root\" or \"user\"");
     }
     v = json_object_get(body, "stdin");
     if (v && !json_is_null(v) && (!json_is_string(v) || json_string_length(v) > PROTO_WINDOW)) {
-        *err = api_error("invalid_argument", "stdin must be a string of at most %d bytes",
-                         PROTO_WINDOW);
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "stdin must be a string of at most %d bytes", PROTO_WINDOW);
     }
     v = json_object_get(body, "timeout_seconds");
     if (v && !json_is_null(v) &&
         (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 86400)) {
-        *err = api_error("invalid_argument", "timeout_seconds must be a number in (0, 86400]");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "timeout_seconds must be a number in (0, 86400]");
     }
     return 0;
 }
 
 int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
-             const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+             const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     struct sandbox *sb;
     struct op *op;
     struct proto_enc e;
     struct proto_buf *tx;
-    json_t *argv, *cwd, *user, *in, *tmo, *env = NULL;
+    json_t *argv, *cwd, *as_user, *in, *tmo, *env = NULL;
     uint32_t nkeys = 5; /* t, id, argv|cmd, env, user */
     int status;
 
     if ((status = sbx_usable(t, id, &sb, err)) || (status = exec_validate(body, err)))
         return status;
-    if ((status = json_str_map(body, "env", &env, err)))
+    if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
     argv = json_object_get(body, "argv");
     cwd = json_object_get(body, "cwd");
-    user = json_object_get(body, "user");
+    as_user = json_object_get(body, "user");
     in = json_object_get(body, "stdin");
     tmo = json_object_get(body, "timeout_seconds");
     nkeys += json_is_string(cwd) + (json_is_number(tmo) ? 1 : 0) + 1 /* stdin flag */;
@@ -640,11 +632,10 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         json_decref(env);
         return status;
     }
-    op = op_new(sb, OP_EXEC, sink, req);
+    op = ops_new(sb, OP_EXEC, sink, user);
     if (!op) {
         json_decref(env);
-        *err = api_error("internal", "out of memory");
-        return 500;
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     op->stream_mode = stream;
     tx = chan_tx(sb->ch);
@@ -664,7 +655,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     }
     proto_enc_key(&e, PK_ENV);
     pack_str_map(&e.pk, sb->env, env);
-    proto_put_cstr(&e, PK_USER, json_is_string(user) ? json_string_value(user) : "root");
+    proto_put_cstr(&e, PK_USER, json_is_string(as_user) ? json_string_value(as_user) : "root");
     if (json_is_string(cwd))
         proto_put_cstr(&e, PK_CWD, json_string_value(cwd));
     if (json_is_number(tmo))
@@ -672,12 +663,11 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     proto_put_b(&e, PK_STDIN, json_is_string(in));
     json_decref(env);
     if (proto_enc_end(&e) != 0) {
-        op_free(op);
-        *err = api_error("invalid_argument",
-                         "the command, arguments and environment are too "
-                         "large (max %d bytes)",
-                         PROTO_MAX_FRAME);
-        return 400;
+        ops_free(op);
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "the command, arguments and environment are too "
+                           "large (max %d bytes)",
+                           PROTO_MAX_FRAME);
     }
     if (json_is_string(in)) {
         const char *p = json_string_value(in);
@@ -705,7 +695,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
  */
 static int file_op_begin(struct sbx_table *t, const char *id, const char *path, enum op_kind kind,
                          enum proto_type type, uint32_t extra, const struct sbx_sink *sink,
-                         uint64_t req, struct op **opp, struct proto_enc *e, json_t **err)
+                         void *user, struct op **opp, struct proto_enc *e, struct sbx_err *err)
 {
     struct sandbox *sb;
     struct op *op;
@@ -714,9 +704,8 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
         (status = op_quota(sb, err)))
         return status;
-    if (!(op = op_new(sb, kind, sink, req))) {
-        *err = api_error("internal", "out of memory");
-        return 500;
+    if (!(op = ops_new(sb, kind, sink, user))) {
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     snprintf(op->path, sizeof(op->path), "%s", path);
     proto_enc_begin(e, chan_tx(sb->ch), type, op->stream, 3 + extra);
@@ -734,32 +723,32 @@ static int file_op_send(struct op *op, struct proto_enc *e, sbx_op_t *opid)
 }
 
 int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
-                  const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+                  const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     struct op *op;
     struct proto_enc e;
     int status;
 
-    if ((status = file_op_begin(t, id, path, OP_FREAD, PROTO_FREAD, 0, sink, req, &op, &e, err)))
+    if ((status = file_op_begin(t, id, path, OP_FREAD, PROTO_FREAD, 0, sink, user, &op, &e, err)))
         return status;
     return file_op_send(op, &e, opid);
 }
 
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
-                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+                   const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     struct op *op;
     struct proto_enc e;
     int status;
 
-    if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, req, &op, &e, err)))
+    if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, user, &op, &e, err)))
         return status;
     proto_put_u(&e, PK_MODE, mode ? mode : 0644);
     return file_op_send(op, &e, opid);
 }
 
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
-                const struct sbx_sink *sink, uint64_t req, sbx_op_t *opid, json_t **err)
+                const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     static const struct {
         const char *name;
@@ -781,8 +770,7 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
         if (strcmp(kinds[i].name, kind) == 0)
             type = kinds[i].type;
     if (!type) {
-        *err = api_error("invalid_argument", "unknown file operation '%s'", kind);
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown file operation '%s'", kind);
     }
     if ((status = check_path(path, err)))
         return status;
@@ -790,12 +778,11 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
         return status;
     if (depth && (!json_is_integer(depth) || json_integer_value(depth) < 1 ||
                   json_integer_value(depth) > 10)) {
-        *err = api_error("invalid_argument", "depth must be an integer from 1 to 10");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "depth must be an integer from 1 to 10");
     }
     if ((status = file_op_begin(t, id, path, OP_FOP, type,
                                 type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE,
-                                sink, req, &op, &e, err)))
+                                sink, user, &op, &e, err)))
         return status;
     snprintf(op->fop, sizeof(op->fop), "%s", kind);
     if (type == PROTO_RENAME)
@@ -867,7 +854,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     switch (op->kind) {
     case OP_CREATE:
         /* Nobody will learn this sandbox's id: do not leave a VM running for nobody. */
-        op_free(op);
+        ops_free(op);
         sbx_end(sb, "create_cancelled: the client went away during create");
         return;
     case OP_EXEC:
@@ -889,5 +876,5 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     }
     /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */
     if (!sb->ch)
-        op_free(op);
+        ops_free(op);
 }

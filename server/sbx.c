@@ -32,7 +32,7 @@ static int64_t clock_ms(clockid_t id)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t now_ms(void)
+int64_t sbx_now_ms(void)
 {
     return clock_ms(CLOCK_MONOTONIC);
 }
@@ -46,29 +46,25 @@ int64_t sbx_wall_ms(void)
  * they are converted at save and restore. */
 static int64_t mono_to_wall(int64_t mono)
 {
-    return sbx_wall_ms() + (mono - now_ms());
+    return sbx_wall_ms() + (mono - sbx_now_ms());
 }
 
 static int64_t wall_to_mono(int64_t wall)
 {
-    return now_ms() + (wall - sbx_wall_ms());
+    return sbx_now_ms() + (wall - sbx_wall_ms());
 }
 
-static const char *state_name(enum sbx_state s)
+/* Move sb to state `to` if the lifecycle allows it (sbx_state.h): 0, or -EINVAL with
+ * the refusal logged and the state unchanged. */
+static int sandbox_state_set(struct sandbox *sb, enum sbx_state to)
 {
-    static const char *const n[] = {"starting", "running", "ended", "dead"};
-    return n[s];
-}
-
-static int state_parse(const char *s, enum sbx_state *out)
-{
-    for (int i = ST_STARTING; i <= ST_DEAD; i++) {
-        if (strcmp(s, state_name((enum sbx_state)i)) == 0) {
-            *out = (enum sbx_state)i;
-            return 0;
-        }
+    if (sbx_state_check(sb->state, to) != 0) {
+        LOGS(LOG_ERR, sb->id, "refused state change %s -> %s", sbx_state_name(sb->state),
+             sbx_state_name(to));
+        return -EINVAL;
     }
-    return -1;
+    sb->state = to;
+    return 0;
 }
 
 void sbx_random(struct sbx_table *t, void *p, size_t n)
@@ -87,42 +83,40 @@ struct sandbox *sbx_find(struct sbx_table *t, const char *id)
 
 void sbx_touch(struct sandbox *sb)
 {
-    sb->active_mono = now_ms();
+    sb->active_mono = sbx_now_ms();
 }
 
-static int not_found(const char *id, json_t **err)
+static int not_found(const char *id, struct sbx_err *err)
 {
-    *err = api_error("sandbox_not_found", "no sandbox with id '%s'", id);
-    return 404;
+    return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox with id '%s'", id);
 }
 
-/* The sandbox if it exists and has not ended: 0 and *out, or 404/409 with *err. */
-static int sbx_alive(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+/* The sandbox if it exists and has not ended: 0 and *out, or SBX_E_NOT_FOUND, SBX_E_GONE or
+ * SBX_E_DEAD with *err. */
+static int sbx_alive(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
         return not_found(id, err);
-    if (sb->state == ST_DEAD || sb->state == ST_ENDED) {
-        *err = api_error(sb->state == ST_DEAD ? "sandbox_dead" : "sandbox_ended",
-                         "sandbox %s is %s: %s", sb->id, state_name(sb->state), sb->reason);
-        return 409;
+    if (sbx_state_final(sb->state)) {
+        return sbx_err_set(err, sb->state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE,
+                           "sandbox %s is %s: %s", sb->id, sbx_state_name(sb->state), sb->reason);
     }
     *out = sb;
     return 0;
 }
 
-int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err)
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err)
 {
     struct sandbox *sb;
     int status = sbx_alive(t, id, &sb, err);
 
     if (status)
         return status;
-    if (sb->state != ST_RUNNING || !sb->ready || !sb->ch) {
-        *err = api_error("sandbox_not_ready", "sandbox %s is %s; try again shortly", sb->id,
-                         sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
-        return 503;
+    if (!sbx_state_accepts_ops(sb->state) || !sb->ready || !sb->ch) {
+        return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s is %s; try again shortly", sb->id,
+                           sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
     }
     sbx_touch(sb);
     *out = sb;
@@ -149,11 +143,11 @@ static json_t *sandbox_json(const struct sandbox *sb)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
-                  state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
+                  sbx_state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
                   iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
                   "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
     json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD) {
+    if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
     }
@@ -163,14 +157,14 @@ static json_t *sandbox_json(const struct sandbox *sb)
 /* The index keeps what GET shows plus what a restart needs to re-adopt the VM. */
 int sbx_save(struct sandbox *sb)
 {
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id",
-                          sb->id, "template", sb->tmpl, "state", state_name(sb->state), "reason",
-                          sb->reason, "created_ms", (json_int_t)sb->created_ms, "expires_ms",
-                          (json_int_t)sb->expires_ms, "ended_ms", (json_int_t)sb->ended_ms,
-                          "last_active_ms", (json_int_t)mono_to_wall(sb->active_mono), "idle_s",
-                          (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
-                          (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env", sb->env,
-                          "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
+    json_t *o = json_pack(
+        "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id", sb->id,
+        "template", sb->tmpl, "state", sbx_state_name(sb->state), "reason", sb->reason,
+        "created_ms", (json_int_t)sb->created_ms, "expires_ms", (json_int_t)sb->expires_ms,
+        "ended_ms", (json_int_t)sb->ended_ms, "last_active_ms",
+        (json_int_t)mono_to_wall(sb->active_mono), "idle_s", (json_int_t)sb->idle_s, "mem_mb",
+        (json_int_t)sb->mem_mb, "vcpus", (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env",
+        sb->env, "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     int r = s ? idx_put(sb->t->idx, sb->id, s, strlen(s)) : -ENOMEM;
 
@@ -282,12 +276,12 @@ static void index_flush(struct sbx_table *t)
 /* ---- guest channel ---- */
 
 /* Fail the ops whose streams live on the channel (not a create waiting for the guest). */
-static void fail_streams(struct sandbox *sb, int status, const char *code, const char *msg)
+static void fail_streams(struct sandbox *sb, enum sbx_errcode code, const char *msg)
 {
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind != OP_CREATE) {
-            op_finish(op, status, api_error(code, "sandbox %s: %s", sb->id, msg));
+            ops_fail(op, code, "sandbox %s: %s", sb->id, msg);
             next = sb->ops; /* the callee may have started or ended other ops */
         }
     }
@@ -328,7 +322,8 @@ static void sandbox_ready(struct sandbox *sb)
         LOGS(LOG_INFO, sb->id, "guest reconnected");
         return;
     }
-    sb->state = ST_RUNNING;
+    if (sandbox_state_set(sb, ST_RUNNING) != 0)
+        return;
     sbx_touch(sb);
     if (sbx_save(sb) != 0) {
         /* A sandbox the index does not know as running would not be re-adopted by the
@@ -336,18 +331,18 @@ static void sandbox_ready(struct sandbox *sb)
         for (struct op *op = sb->ops, *next; op; op = next) {
             next = op->next_sb;
             if (op->kind == OP_CREATE)
-                op_finish(op, 500,
-                          api_error("index_write_failed",
-                                    "the sandbox could not be recorded in the index"));
+                ops_fail(op, SBX_E_INDEX_WRITE_FAILED,
+                         "the sandbox could not be recorded in the index");
         }
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return;
     }
-    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)", (double)(now_ms() - sb->created_mono));
+    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)",
+         (double)(sbx_now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind == OP_CREATE)
-            op_finish(op, 201, sandbox_json(sb));
+            ops_finish(op, NULL, sandbox_json(sb));
     }
 }
 
@@ -395,7 +390,7 @@ static void on_frame(void *ud, const struct proto_frame *f)
              * flood of them once queued an INIT each). The new session ends the old
              * one's streams in the guest, so they end here too. */
             sb->ready = false; /* no new op may start on the old session meanwhile */
-            fail_streams(sb, 502, "guest_channel_lost", "the guest agent restarted its session");
+            fail_streams(sb, SBX_E_CHANNEL_LOST, "the guest agent restarted its session");
             if (sb->ch)
                 send_init(sb);
         }
@@ -410,7 +405,7 @@ static void on_frame(void *ud, const struct proto_frame *f)
         sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
         return;
     }
-    op = op_by_stream(sb, f->id);
+    op = ops_by_stream(sb, f->id);
     if (!op)
         return; /* a late frame of a cancelled or finished op */
     ops_frame(sb, op, f);
@@ -420,18 +415,18 @@ static void on_backoff(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sandbox *sb = w->data;
 
-    if (sb->vm && !sb->vm_gone && !sb->ch && (sb->state == ST_STARTING || sb->state == ST_RUNNING))
+    if (sb->vm && !sb->vm_gone && !sb->ch && sbx_state_live(sb->state))
         vmm_channel_reconnect(sb->vm);
 }
 
 void sbx_violation(struct sandbox *sb, const char *fmt, ...)
 {
     char why[200], reason[256];
-    int64_t now = now_ms();
+    int64_t now = sbx_now_ms();
     double delay;
     va_list ap;
 
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+    if (sbx_state_final(sb->state))
         return;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
@@ -456,7 +451,7 @@ void sbx_violation(struct sandbox *sb, const char *fmt, ...)
         sb->ch = NULL;
     }
     sb->ready = false;
-    ops_fail_all(sb, 502, "protocol_violation", why);
+    ops_fail_all(sb, SBX_E_PROTOCOL_VIOLATION, why);
     /* 0.5 s, 1 s, 2 s ... 60 s: a guest that breaks every session cannot make the host
      * reconnect and re-INIT in a tight loop. */
     delay = 0.5 * (double)(1u << (sb->violations - 1 < 7 ? sb->violations - 1 : 7));
@@ -480,8 +475,8 @@ static void on_chan_closed(void *ud, int err, const char *why)
     sb->ch = NULL;
     sb->ready = false;
     /* Streams do not survive a new session: the guest ends them on the next INIT. */
-    ops_fail_all(sb, 502, "guest_channel_lost", why);
-    if (sb->vm && sb->state <= ST_RUNNING)
+    ops_fail_all(sb, SBX_E_CHANNEL_LOST, why);
+    if (sb->vm && sbx_state_live(sb->state))
         vmm_channel_reconnect(sb->vm);
 }
 
@@ -513,7 +508,7 @@ static void on_vm_exited(void *ud, int status, const char *reason)
 
     /* The vmm is freed later (reaper or purge), never from inside its own callback. */
     sb->vm_gone = true;
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+    if (sbx_state_final(sb->state))
         return;
     snprintf(why, sizeof(why), "vm_exited: %s", reason);
     LOGS(LOG_WARN, sb->id, "VM exited unexpectedly: %s", reason);
@@ -558,17 +553,16 @@ static void vm_config(struct sandbox *sb, struct vmm_config *vc)
 /* End a sandbox: fail its ops, stop its VM, keep the record for retention. */
 static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *reason)
 {
-    if (sb->state == ST_ENDED || sb->state == ST_DEAD)
+    if (sbx_state_final(sb->state) || sandbox_state_set(sb, state) != 0)
         return;
-    sb->state = state;
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
     sb->ended_ms = sbx_wall_ms();
-    sb->ended_mono = now_ms();
+    sb->ended_mono = sbx_now_ms();
     sb->ready = false;
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
-    LOGS(LOG_INFO, sb->id, "%s: %s", state_name(state), reason);
-    ops_fail_all(sb, 409, state == ST_DEAD ? "sandbox_dead" : "sandbox_ended", reason);
+    LOGS(LOG_INFO, sb->id, "%s: %s", sbx_state_name(state), reason);
+    ops_fail_all(sb, state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE, reason);
     if (sb->ch) {
         chan_free(sb->ch);
         sb->ch = NULL;
@@ -630,14 +624,14 @@ unsigned sbx_count_live(const struct sbx_table *t)
 {
     unsigned n = 0;
     for (const struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
-        n += sb->state <= ST_RUNNING;
+        n += sbx_state_live(sb->state);
     return n;
 }
 
 /* ---- request validation ---- */
 
 static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, unsigned hi,
-                    unsigned *out, json_t **err)
+                    unsigned *out, struct sbx_err *err)
 {
     json_t *v = json_object_get(body, key);
 
@@ -646,14 +640,14 @@ static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, un
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        *err = api_error("invalid_argument", "%s must be an integer from %u to %u", key, lo, hi);
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an integer from %u to %u", key,
+                           lo, hi);
     }
     *out = (unsigned)json_integer_value(v);
     return 0;
 }
 
-int json_str_map(json_t *body, const char *key, json_t **out, json_t **err)
+int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err)
 {
     json_t *v = json_object_get(body, key), *val;
     const char *k;
@@ -672,18 +666,16 @@ int json_str_map(json_t *body, const char *key, json_t **out, json_t **err)
     *out = json_deep_copy(v);
     return 0;
 bad:
-    *err = api_error("invalid_argument", "%s must be an object of strings", key);
-    return 400;
+    return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an object of strings", key);
 }
 
-int check_fields(json_t *body, const char *const *allowed, json_t **err)
+int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err)
 {
     const char *k;
     json_t *v;
 
     if (!json_is_object(body)) {
-        *err = api_error("bad_request", "the body must be a JSON object");
-        return 400;
+        return sbx_err_set(err, SBX_E_BAD_REQUEST, "the body must be a JSON object");
     }
     json_object_foreach(body, k, v)
     {
@@ -691,8 +683,7 @@ int check_fields(json_t *body, const char *const *allowed, json_t **err)
         for (const char *const *a = allowed; *a && !ok; a++)
             ok = strcmp(*a, k) == 0;
         if (!ok) {
-            *err = api_error("invalid_argument", "unknown field '%s'", k);
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown field '%s'", k);
         }
     }
     return 0;
@@ -742,9 +733,10 @@ static bool env_name_ok(const char *k)
 }
 
 /* env and metadata as given to a create, and the memory it asks for, against the
- * configured limits: 0, or an HTTP status with *err. An env key that is not a valid
+ * configured limits: 0, or an sbx_errcode with *err. An env key that is not a valid
  * variable name would make every later exec fail in the guest: refused here. */
-static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *meta, json_t **err)
+static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *meta,
+                        struct sbx_err *err)
 {
     const struct srv_config *c = t->cfg;
     uint64_t total = host_mem_mb(), used = 0;
@@ -755,11 +747,10 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
     json_object_foreach(env, k, v)
     {
         if (!env_name_ok(k) || strlen(json_string_value(v)) != json_string_length(v)) {
-            *err = api_error("invalid_argument",
-                             "env key '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, "
-                             "at most 256) or its value holds a NUL byte",
-                             k);
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "env key '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, "
+                               "at most 256) or its value holds a NUL byte",
+                               k);
         }
     }
     json_object_foreach(meta, k, v)
@@ -768,37 +759,34 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
         for (const char *p = k; ok && *p; p++)
             ok = (unsigned char)*p >= 0x20 && *p != 0x7f && *p != '=' && *p != '&';
         if (!ok) {
-            *err = api_error("invalid_argument",
-                             "metadata key '%.64s' must be 1 to 256 bytes without control "
-                             "characters, '=' or '&'",
-                             k);
-            return 400;
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "metadata key '%.64s' must be 1 to 256 bytes without control "
+                               "characters, '=' or '&'",
+                               k);
         }
     }
     size = json_dumpb(env, NULL, 0, JSON_COMPACT) + json_dumpb(meta, NULL, 0, JSON_COMPACT);
     if (size > c->max_env_meta_bytes) {
-        *err = api_error("env_metadata_too_large",
-                         "env and metadata take %zu bytes of JSON, more than the limit of %zu",
-                         size, c->max_env_meta_bytes);
-        return 413;
+        return sbx_err_set(err, SBX_E_TOO_LARGE,
+                           "env and metadata take %zu bytes of JSON, more than the limit of %zu",
+                           size, c->max_env_meta_bytes);
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
-        if (sb->state == ST_STARTING || sb->state == ST_RUNNING)
+        if (sbx_state_live(sb->state))
             used += sb->mem_mb;
     if (total && used + mem + c->mem_reserve_mb > total) {
-        *err = api_error("memory_exhausted",
-                         "%u MiB more for guests would pass the host's %" PRIu64
-                         " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
-                         mem, total, c->mem_reserve_mb, used);
-        return 429;
+        return sbx_err_set(err, SBX_E_MEMORY_EXHAUSTED,
+                           "%u MiB more for guests would pass the host's %" PRIu64
+                           " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
+                           mem, total, c->mem_reserve_mb, used);
     }
     return 0;
 }
 
 /* ---- create ---- */
 
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
-               sbx_op_t *opid, json_t **err)
+int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
+               sbx_op_t *opid, struct sbx_err *err)
 {
     static const char *const fields[] = {"template",  "ttl_seconds", "idle_timeout_seconds",
                                          "memory_mb", "vcpus",       "env",
@@ -816,19 +804,17 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     struct op *op;
     int status, r;
 
-    if ((status = check_fields(body, fields, err)))
+    if ((status = sbx_check_fields(body, fields, err)))
         return status;
     tmpl = json_string_value(json_object_get(body, "template"));
     if (!json_object_get(body, "template"))
         tmpl = c->default_template;
     if (!tmpl || !template_name_ok(tmpl)) {
-        *err = api_error("invalid_argument", "template must be a template name");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
     }
     if (snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, tmpl) >= (int)sizeof(base) ||
         !realpath(base, real) || stat(real, &st) != 0) {
-        *err = api_error("unknown_template", "no template named '%s'", tmpl);
-        return 400;
+        return sbx_err_set(err, SBX_E_UNKNOWN_TEMPLATE, "no template named '%s'", tmpl);
     }
     if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
         (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
@@ -837,18 +823,17 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
         return status;
-    if ((status = json_str_map(body, "env", &env, err)))
+    if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
-    if ((status = json_str_map(body, "metadata", &meta, err))) {
+    if ((status = sbx_json_str_map(body, "metadata", &meta, err))) {
         json_decref(env);
         return status;
     }
     if (sbx_count_live(t) >= c->max_sandboxes) {
         json_decref(env);
         json_decref(meta);
-        *err = api_error("too_many_sandboxes", "the limit of %u live sandboxes is reached",
-                         c->max_sandboxes);
-        return 429;
+        return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
+                           "the limit of %u live sandboxes is reached", c->max_sandboxes);
     }
     if ((status = create_quota(t, mem, env, meta, err))) {
         json_decref(env);
@@ -860,16 +845,15 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     if (!sb) {
         json_decref(env);
         json_decref(meta);
-        *err = api_error("internal", "out of memory");
-        return 500;
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     sbx_random(t, rnd, sizeof(rnd));
     snprintf(sb->id, sizeof(sb->id), "sb-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
-    sb->state = ST_STARTING;
+    sb->state = ST_STARTING; /* born starting, not a transition */
     sb->created_ms = sbx_wall_ms();
-    sb->created_mono = sb->active_mono = now_ms();
+    sb->created_mono = sb->active_mono = sbx_now_ms();
     sb->expires_ms = sb->created_ms + (int64_t)ttl * 1000;
     sb->expires_mono = sb->created_mono + (int64_t)ttl * 1000;
     sb->idle_s = idle;
@@ -904,12 +888,12 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
      * stray by the next warrend, so a sandbox that cannot be saved is not created. */
     r = sbx_save(sb);
     if (r != 0) {
-        *err = api_error("index_write_failed", "cannot record the sandbox in the index: %s",
-                         idx_strerror(r));
+        sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
+                    idx_strerror(r));
         sandbox_end(sb, ST_DEAD, "index_write_failed");
-        return 500;
+        return SBX_E_INDEX_WRITE_FAILED;
     }
-    op = op_new(sb, OP_CREATE, sink, req);
+    op = ops_new(sb, OP_CREATE, sink, user);
     if (!op) {
         r = -ENOMEM;
         goto fail;
@@ -924,33 +908,34 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     return 0;
 fail:
     LOGS(LOG_ERR, sb->id, "cannot start: %s", strerror(-r));
-    *err = api_error("vm_start_failed", "cannot start the VM: %s", strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
     sandbox_end(sb, ST_DEAD, "vm_start_failed");
-    return 500;
+    return SBX_E_VM_START_FAILED;
 }
 
 /* ---- synchronous calls ---- */
 
-int sbx_get(struct sbx_table *t, const char *id, json_t **out)
+int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
-        return not_found(id, out);
+        return not_found(id, err);
     /* Looking at a sandbox is not using it: GET does not hold off the idle timeout. */
     *out = sandbox_json(sb);
-    return 200;
+    return 0;
 }
 
-int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out)
+int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out,
+             struct sbx_err *err)
 {
     enum sbx_state want = ST_RUNNING;
     json_t *arr = json_array();
 
-    if (state && *state && state_parse(state, &want) != 0) {
+    if (state && *state && sbx_state_parse(state, &want) != 0) {
         json_decref(arr);
-        *out = api_error("invalid_argument", "state must be one of starting, running, ended, dead");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "state must be one of starting, running, ended, dead");
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         const char *k;
@@ -968,21 +953,22 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
             json_array_append_new(arr, sandbox_json(sb));
     }
     *out = json_pack("{s:o}", "sandboxes", arr);
-    return 200;
+    return 0;
 }
 
-int sbx_delete(struct sbx_table *t, const char *id, json_t **out)
+int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
-        return not_found(id, out);
+        return not_found(id, err);
     sandbox_end(sb, ST_ENDED, "deleted");
     *out = sandbox_json(sb);
-    return 200;
+    return 0;
 }
 
-int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out)
+int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out,
+                    struct sbx_err *err)
 {
     static const char *const fields[] = {"ttl_seconds", NULL};
     struct sandbox *sb = NULL;
@@ -990,20 +976,19 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     int status;
 
     /* A sandbox still starting or reconnecting may be extended too. */
-    if ((status = sbx_alive(t, id, &sb, out)) || (status = check_fields(body, fields, out)))
+    if ((status = sbx_alive(t, id, &sb, err)) || (status = sbx_check_fields(body, fields, err)))
         return status;
     if (!json_object_get(body, "ttl_seconds")) {
-        *out = api_error("invalid_argument", "ttl_seconds is required");
-        return 400;
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "ttl_seconds is required");
     }
-    if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, out)))
+    if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, err)))
         return status;
     sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
-    sb->expires_mono = now_ms() + (int64_t)ttl * 1000;
+    sb->expires_mono = sbx_now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
     *out = sandbox_json(sb);
-    return 200;
+    return 0;
 }
 
 /* ---- reaper ---- */
@@ -1011,20 +996,20 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
 static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sbx_table *t = w->data;
-    int64_t now = now_ms();
+    int64_t now = sbx_now_ms();
 
     for (struct sandbox *sb = t->sandboxes, *next; sb; sb = next) {
         next = sb->next;
-        if (sb->vm && sb->vm_gone && sb->state >= ST_ENDED) {
+        if (sb->vm && sb->vm_gone && sbx_state_final(sb->state)) {
             vmm_free(sb->vm);
             sb->vm = NULL;
         }
-        if (sb->state == ST_RUNNING && now >= sb->expires_mono) {
+        if (sbx_state_expires(sb->state) && now >= sb->expires_mono) {
             sandbox_end(sb, ST_ENDED, "ttl_expired");
-        } else if (sb->state == ST_RUNNING && sb->idle_s && sb->nops == 0 &&
+        } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
             sandbox_end(sb, ST_ENDED, "idle_timeout");
-        } else if (sb->state >= ST_ENDED &&
+        } else if (sbx_state_final(sb->state) &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, sb->id);
             run_dir_remove(t, sb->run_dir, false);
@@ -1054,7 +1039,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
                     &created, "expires_ms", &expires, "ended_ms", &ended, "last_active_ms", &active,
                     "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "pid", &pid, "env", &env,
                     "metadata", &meta, "run_dir", &run_dir, "disk", &disk) != 0 ||
-        state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id)) {
+        sbx_state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id)) {
         LOG(LOG_WARN, "index record %.*s is unreadable; dropping it", (int)klen, key);
         json_decref(o);
         return 0;
@@ -1069,7 +1054,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", run_dir);
     snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
-    sb->state = st;
+    sb->state = st; /* born in its recorded state, not a transition */
     sb->created_ms = created;
     sb->expires_ms = expires;
     sb->ended_ms = ended;
@@ -1093,7 +1078,7 @@ static void adopt_all(struct sbx_table *t)
         struct vmm_config vc;
         int r;
 
-        if (sb->state >= ST_ENDED)
+        if (sbx_state_final(sb->state))
             continue;
         vm_config(sb, &vc);
         r = sb->pid > 0 ? vmm_adopt(t->loop, &vc, sb->pid, &vm_cbs, sb, &sb->vm) : -ESRCH;
@@ -1262,7 +1247,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     while (t->sandboxes) {
         struct sandbox *sb = t->sandboxes;
         t->sandboxes = sb->next;
-        ops_fail_all(sb, 503, "shutting_down", "warrend is shutting down");
+        ops_fail_all(sb, SBX_E_SHUTTING_DOWN, "warrend is shutting down");
         if (sb->vm && !kill_vms)
             vmm_detach(sb->vm);
         sandbox_free(sb);

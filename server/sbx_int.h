@@ -4,7 +4,7 @@
  *
  * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
  * the reaper purges it after its retention time. An op lives from its
- * sbx_* call until it finishes (op_finish: the sink's done is called, then
+ * sbx_* call until it finishes (ops_finish: the sink's done is called, then
  * it is unlinked and freed) or is cancelled. Every op belongs to one
  * running sandbox; ending a sandbox finishes all its ops first, so an op
  * never outlives its sandbox.
@@ -13,6 +13,7 @@
 #define WARREN_SBX_INT_H
 
 #include "sbx.h"
+#include "sbx_state.h"
 #include "bg.h"
 #include "chan.h"
 #include "config.h"
@@ -23,8 +24,6 @@
 
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
-
-enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD };
 
 enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP };
 
@@ -37,7 +36,7 @@ struct op {
     struct sandbox *sb;
     uint32_t stream; /* channel stream id (0 for create) */
     struct sbx_sink sink;
-    uint64_t req;
+    void *user;
     int64_t started_ms;
     /* exec */
     bool cancelled; /* the requester is gone: no callbacks, drain the guest's frames */
@@ -61,11 +60,11 @@ struct sandbox {
     struct sbx_table *t;
     char id[24];
     char tmpl[64];
-    enum sbx_state state;
+    enum sbx_state state; /* changed only by sandbox_state_set (sbx.c) */
     char reason[256];
     /* Wall clock (ms since the epoch): what GET shows and the index keeps. */
     int64_t created_ms, expires_ms, ended_ms;
-    /* Monotonic (now_ms): what the reaper compares, so a step of the wall clock
+    /* Monotonic (sbx_now_ms): what the reaper compares, so a step of the wall clock
      * neither expires a sandbox early nor keeps it past its TTL. */
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
@@ -110,12 +109,12 @@ struct sbx_table {
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
-int64_t now_ms(void);
+int64_t sbx_now_ms(void);
 /* Milliseconds on CLOCK_REALTIME: only timestamps shown to clients or saved. */
 int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
-/* Look up a sandbox for an operation: 0 and *out, or an HTTP status with *err. */
-int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, json_t **err);
+/* Look up a sandbox for an operation: 0 and *out, or an sbx_errcode with *err. */
+int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err);
 void sbx_touch(struct sandbox *sb);
 /* End a sandbox for reason (state "ended"): fails its ops, stops its VM. */
 void sbx_end(struct sandbox *sb, const char *reason);
@@ -132,21 +131,24 @@ int sbx_save(struct sandbox *sb);
 void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_random(struct sbx_table *t, void *p, size_t n);
 
-struct op *op_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, uint64_t req);
-/* Call sink->done (unless cancelled) and free the op. Takes body. */
-void op_finish(struct op *op, int status, json_t *body);
-void op_free(struct op *op);
-struct op *op_by_stream(struct sandbox *sb, uint32_t stream);
+struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
+/* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or
+ * err and NULL. Takes body. */
+void ops_finish(struct op *op, const struct sbx_err *err, json_t *body);
+/* ops_finish with an error of this code and message. */
+void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void ops_free(struct op *op);
+struct op *ops_by_stream(struct sandbox *sb, uint32_t stream);
 /* Deliver a guest frame that belongs to an op (ops.c). */
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
-/* Finish every op of sb with this error (status, code, message). */
-void ops_fail_all(struct sandbox *sb, int status, const char *code, const char *msg);
+/* Finish every op of sb with this error ("sandbox <id>: msg"). */
+void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg);
 /* An object whose values are all strings (env, metadata) at body[key]; absent means empty.
- * 0 and a new reference in *out, or 400 with *err. */
-int json_str_map(json_t *body, const char *key, json_t **out, json_t **err);
-/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or 400 with *err. */
-int check_fields(json_t *body, const char *const *allowed, json_t **err);
-/* Map a guest errno to an HTTP status and error body. */
-int errno_to_http(int err, const char *msg, json_t **body);
+ * 0 and a new reference in *out, or an sbx_errcode with *err. */
+int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
+/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
+ * sbx_errcode with *err. */
+int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 #endif

@@ -69,13 +69,13 @@ struct fop {
     enum fop_kind kind;
     enum script script;
     const struct sbx_sink *sink;
-    uint64_t req;
+    void *user;
     ev_timer tm;
     bool busy;      /* inside a sink callback */
     bool cancelled; /* the requester is gone: draining, no more callbacks */
     bool create;    /* a create: freed at once when cancelled, as the real table does */
     /* OP_LATER */
-    int status;
+    struct sbx_err err; /* code SBX_OK: answer body */
     json_t *body;
     /* streams */
     int step;
@@ -159,7 +159,7 @@ static struct fop *find_op(struct sbx_table *t, sbx_op_t id)
 static void op_step(struct ev_loop *loop, ev_timer *w, int revents);
 
 static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct sbx_sink *sink,
-                          uint64_t req, double delay, sbx_op_t *op)
+                          void *user, double delay, sbx_op_t *op)
 {
     struct fop *o = calloc(1, sizeof(*o));
 
@@ -169,7 +169,7 @@ static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct 
     o->id = ++t->next_op;
     o->kind = kind;
     o->sink = sink;
-    o->req = req;
+    o->user = user;
     o->next = t->ops;
     t->ops = o;
     ev_timer_init(&o->tm, op_step, delay, 0);
@@ -180,10 +180,16 @@ static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct 
     return o;
 }
 
-static void later(struct fop *o, int status, json_t *body)
+static void later(struct fop *o, json_t *body)
 {
-    o->status = status;
+    o->err.code = SBX_OK;
     o->body = body;
+}
+
+static void later_err(struct fop *o, enum sbx_errcode code, const char *msg)
+{
+    sbx_err_set(&o->err, code, "%s", msg);
+    o->body = NULL;
 }
 
 /* A cancelled op drains: its remaining frames arrive and are dropped, then it goes. */
@@ -212,10 +218,10 @@ static void op_drain(struct fop *o)
         gone_;                                                                                     \
     })
 
-static void finish_op(struct fop *o, int status, json_t *body)
+static void finish_op(struct fop *o, const struct sbx_err *err, json_t *body)
 {
     o->body = NULL;
-    if (CALL(o, o->sink->done(o->req, status, body)))
+    if (CALL(o, o->sink->done(o->user, err, body)))
         return;
     op_free(o);
 }
@@ -241,22 +247,24 @@ static void pump(struct fop *o)
         if (n > o->window - o->unconsumed)
             n = (size_t)(o->window - o->unconsumed);
         if (o->script == S_DIES && o->sent >= 100 * 1024) {
-            finish_op(o, 500, api_error("internal", "the guest went away"));
+            struct sbx_err e;
+            sbx_err_set(&e, SBX_E_INTERNAL, "the guest went away");
+            finish_op(o, &e, NULL);
             return;
         }
         fill(o, buf, o->sent, n);
         o->unconsumed += n;
         if (o->unconsumed > fake_stats.max_unconsumed)
             fake_stats.max_unconsumed = o->unconsumed;
-        if (CALL(o, o->sink->data(o->req, o->kind == OP_READ ? 0 : 1, o->sent, buf, n)))
+        if (CALL(o, o->sink->data(o->user, o->kind == OP_READ ? 0 : 1, o->sent, buf, n)))
             return;
         o->sent += n;
     }
     if (o->sent == o->total) {
         if (o->kind == OP_READ)
-            finish_op(o, 200, NULL);
+            finish_op(o, NULL, NULL);
         else
-            finish_op(o, 200,
+            finish_op(o, NULL,
                       json_pack("{s:s, s:i, s:I}", "type", "exit", "exit_code", 0, "bytes",
                                 (json_int_t)o->sent));
     }
@@ -279,14 +287,14 @@ static void ndjson_script(struct fop *o)
     if ((size_t)o->step < sizeof(ev) / sizeof(ev[0])) {
         int i = o->step++;
         o->unconsumed += ev[i].n;
-        if (CALL(o, o->sink->data(o->req, ev[i].fd, off[ev[i].fd], ev[i].s, ev[i].n)))
+        if (CALL(o, o->sink->data(o->user, ev[i].fd, off[ev[i].fd], ev[i].s, ev[i].n)))
             return;
         off[ev[i].fd] += ev[i].n;
         ev_timer_set(&o->tm, 0.001, 0);
         ev_timer_start(o->t->loop, &o->tm);
         return;
     }
-    finish_op(o, 200,
+    finish_op(o, NULL,
               json_pack("{s:s, s:i, s:b, s:i}", "type", "exit", "exit_code", 3, "timed_out", 0,
                         "duration_ms", 7));
 }
@@ -301,7 +309,7 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
     }
     switch (o->kind) {
     case OP_LATER:
-        finish_op(o, o->status, o->body);
+        finish_op(o, o->err.code ? &o->err : NULL, o->body);
         break;
     case OP_STREAM:
         if (o->script == S_NDJSON)
@@ -312,7 +320,7 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
     case OP_READ:
         if (!o->head_sent) {
             o->head_sent = true;
-            if (CALL(o, o->sink->head(o->req, o->total)))
+            if (CALL(o, o->sink->head(o->user, o->total)))
                 return;
         }
         pump(o);
@@ -323,34 +331,32 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
         if (o->finished) {
             fake_stats.upload_bytes = o->got;
             fake_stats.upload_ok = o->ok;
-            finish_op(o, 200,
+            finish_op(o, NULL,
                       json_pack("{s:s, s:I, s:b}", "path", o->path, "size", (json_int_t)o->got,
                                 "ok", o->ok));
         } else {
-            CALL(o, o->sink->writable(o->req));
+            CALL(o, o->sink->writable(o->user));
         }
         break;
     }
 }
 
-static json_t *need_sbx(struct sbx_table *t, const char *id, int *status)
+static int need_sbx(struct sbx_table *t, const char *id, struct sbx_err *err)
 {
     if (find(t, id))
-        return NULL;
-    *status = 404;
-    return api_error("not_found", "no sandbox %s", id);
+        return 0;
+    return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
 }
 
-int sbx_get(struct sbx_table *t, const char *id, json_t **out)
+int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
     struct fsbx *s = find(t, id);
 
     if (!s) {
-        *out = api_error("not_found", "no sandbox %s", id);
-        return 404;
+        return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
     }
     *out = json_deep_copy(s->rec);
-    return 200;
+    return 0;
 }
 
 static bool meta_match(json_t *rec, json_t *filter)
@@ -366,10 +372,12 @@ static bool meta_match(json_t *rec, json_t *filter)
     return true;
 }
 
-int sbx_list(struct sbx_table *t, const char *state, json_t *metadata_filter, json_t **out)
+int sbx_list(struct sbx_table *t, const char *state, json_t *metadata_filter, json_t **out,
+             struct sbx_err *err)
 {
     json_t *arr = json_array();
 
+    (void)err;
     for (struct fsbx *s = t->sbxs; s; s = s->next) {
         if (state && strcmp(state, json_string_value(json_object_get(s->rec, "state"))))
             continue;
@@ -379,10 +387,10 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *metadata_filter, js
     }
     *out = json_pack("{s:o, s:{s:s?, s:O?}}", "sandboxes", arr, "filter", "state", state,
                      "metadata", metadata_filter);
-    return 200;
+    return 0;
 }
 
-int sbx_delete(struct sbx_table *t, const char *id, json_t **out)
+int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
     struct fsbx **pp;
 
@@ -393,30 +401,29 @@ int sbx_delete(struct sbx_table *t, const char *id, json_t **out)
             json_decref(s->rec);
             free(s);
             *out = json_pack("{s:s, s:s}", "id", id, "state", "ended");
-            return 200;
+            return 0;
         }
     }
-    *out = api_error("not_found", "no sandbox %s", id);
-    return 404;
+    return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
 }
 
-int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out)
+int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out,
+                    struct sbx_err *err)
 {
     json_t *ttl = json_object_get(body, "ttl_seconds");
     int st;
 
-    if ((*out = need_sbx(t, id, &st)))
+    if ((st = need_sbx(t, id, err)))
         return st;
     if (!json_is_integer(ttl) || json_integer_value(ttl) <= 0) {
-        *out = api_error("bad_request", "ttl_seconds must be a positive integer");
-        return 400;
+        return sbx_err_set(err, SBX_E_BAD_REQUEST, "ttl_seconds must be a positive integer");
     }
     *out = json_pack("{s:s, s:O}", "id", id, "ttl_seconds", ttl);
-    return 200;
+    return 0;
 }
 
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, uint64_t req,
-               sbx_op_t *op, json_t **err)
+int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
+               sbx_op_t *op, struct sbx_err *err)
 {
     const char *tpl = json_string_value(json_object_get(body, "template"));
     json_t *meta = json_object_get(body, "metadata");
@@ -427,8 +434,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
     if (!tpl)
         tpl = t->cfg->default_template;
     if (!strcmp(tpl, "bad")) {
-        *err = api_error("unknown_template", "no template %s", tpl);
-        return 400;
+        return sbx_err_set(err, SBX_E_UNKNOWN_TEMPLATE, "no template %s", tpl);
     }
     snprintf(id, sizeof(id), "sbx-%u", ++t->next_sbx);
     s = calloc(1, sizeof(*s));
@@ -436,46 +442,43 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, u
                        "metadata", meta ? json_incref(meta) : json_object());
     s->next = t->sbxs;
     t->sbxs = s;
-    o = op_new(t, OP_LATER, sink, req, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
+    o = op_new(t, OP_LATER, sink, user, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
     o->create = true;
-    later(o, 201, json_deep_copy(s->rec));
+    later(o, json_deep_copy(s->rec));
     return 0;
 }
 
 int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
-             const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+             const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
     const char *cmd = json_string_value(json_object_get(body, "cmd"));
     struct fop *o;
     int st;
 
-    if ((*err = need_sbx(t, id, &st)))
+    if ((st = need_sbx(t, id, err)))
         return st;
     if (!cmd) {
-        *err = api_error("bad_request", "cmd or argv is required");
-        return 400;
+        return sbx_err_set(err, SBX_E_BAD_REQUEST, "cmd or argv is required");
     }
     if (!strcmp(cmd, "fail")) {
-        o = op_new(t, OP_LATER, sink, req, 0.01, op);
-        later(o, 409, api_error("sandbox_dead", "the sandbox died: killed by signal 9"));
+        o = op_new(t, OP_LATER, sink, user, 0.01, op);
+        later_err(o, SBX_E_DEAD, "the sandbox died: killed by signal 9");
         return 0;
     }
     if (!strncmp(cmd, "sleep:", 6)) {
-        o = op_new(t, OP_LATER, sink, req, atoi(cmd + 6) / 1000.0, op);
-        later(o, 200,
-              stream ? json_pack("{s:s, s:i}", "type", "exit", "exit_code", 0)
-                     : json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "", "stderr", "",
-                                 "duration_ms", atoi(cmd + 6)));
+        o = op_new(t, OP_LATER, sink, user, atoi(cmd + 6) / 1000.0, op);
+        later(o, stream ? json_pack("{s:s, s:i}", "type", "exit", "exit_code", 0)
+                        : json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "", "stderr",
+                                    "", "duration_ms", atoi(cmd + 6)));
         return 0;
     }
     if (!stream) {
-        o = op_new(t, OP_LATER, sink, req, 0.01, op);
-        later(o, 200,
-              json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "hi\n", "stderr", "",
-                        "duration_ms", 1));
+        o = op_new(t, OP_LATER, sink, user, 0.01, op);
+        later(o, json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "hi\n", "stderr", "",
+                           "duration_ms", 1));
         return 0;
     }
-    o = op_new(t, OP_STREAM, sink, req, 0.001, op);
+    o = op_new(t, OP_STREAM, sink, user, 0.001, op);
     o->window = EXEC_WIN;
     if (!strcmp(cmd, "ndjson")) {
         o->script = S_NDJSON;
@@ -493,19 +496,19 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
 }
 
 int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
-                  const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
     struct fop *o;
     int st;
 
-    if ((*err = need_sbx(t, id, &st)))
+    if ((st = need_sbx(t, id, err)))
         return st;
     if (!strcmp(path, "/missing")) {
-        o = op_new(t, OP_LATER, sink, req, 0.01, op);
-        later(o, 404, api_error("not_found", "%s: no such file", path));
+        o = op_new(t, OP_LATER, sink, user, 0.01, op);
+        later_err(o, SBX_E_FILE_NOT_FOUND, "/missing: no such file");
         return 0;
     }
-    o = op_new(t, OP_READ, sink, req, 0.001, op);
+    o = op_new(t, OP_READ, sink, user, 0.001, op);
     o->window = READ_WIN;
     o->script = S_FILE;
     if (!strcmp(path, "/big200"))
@@ -521,14 +524,14 @@ int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
 }
 
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
-                   const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+                   const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
     struct fop *o;
     int st;
 
-    if ((*err = need_sbx(t, id, &st)))
+    if ((st = need_sbx(t, id, err)))
         return st;
-    o = op_new(t, OP_WRITE, sink, req, 0, op);
+    o = op_new(t, OP_WRITE, sink, user, 0, op);
     ev_timer_stop(t->loop, &o->tm); /* the first step is a drain, after the first write */
     snprintf(o->path, sizeof(o->path), "%s", path);
     o->ok = true;
@@ -538,15 +541,15 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
 }
 
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
-                const struct sbx_sink *sink, uint64_t req, sbx_op_t *op, json_t **err)
+                const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
     struct fop *o;
     int st;
 
-    if ((*err = need_sbx(t, id, &st)))
+    if ((st = need_sbx(t, id, err)))
         return st;
-    o = op_new(t, OP_LATER, sink, req, 0.005, op);
-    later(o, 200, json_pack("{s:s, s:O}", "kind", kind, "args", args));
+    o = op_new(t, OP_LATER, sink, user, 0.005, op);
+    later(o, json_pack("{s:s, s:O}", "kind", kind, "args", args));
     return 0;
 }
 

@@ -389,7 +389,7 @@ static void test_basics(void)
     resp_free(&r);
     url(u, sizeof(u), "/v1/sandboxes/sbx-404");
     curl_run(&r, NULL, 10, "-H", authz, u, NULL);
-    CHECK(r.code == 404 && !strcmp(err_code(&r), "not_found"));
+    CHECK(r.code == 404 && !strcmp(err_code(&r), "sandbox_not_found"));
     resp_free(&r);
 
     /* HTTP/1.0 gets a plain answer too. */
@@ -707,7 +707,7 @@ static void test_files(void)
     resp_free(&r);
     FURL("/files?path=/missing");
     curl_run(&r, NULL, 10, "-H", authz, u, NULL);
-    CHECK(r.code == 404 && !strcmp(err_code(&r), "not_found"));
+    CHECK(r.code == 404 && !strcmp(err_code(&r), "file_not_found"));
     resp_free(&r);
     /* Fails mid-way: a JSON error if the headers were not out yet, else the connection
      * closes short of its Content-Length (curl: exit 18). */

@@ -1,0 +1,188 @@
+/*
+ * http_int.h - what the three files of the REST server share: http.c (the
+ * lws glue: context, vhost, the protocols list, connections and their
+ * caps), rest.c (the REST router, its handlers and the sandbox table's
+ * sink) and resp.c (the response writer: output queue, JSON answers, the
+ * NDJSON stream encoder, WRITEABLE).
+ *
+ * One struct pss per HTTP transaction, owned by lws (per_session_data);
+ * p->srv is set while the transaction is live, from LWS_CALLBACK_HTTP to
+ * rest_req_end. One struct http_server per lws context, found from any wsi
+ * through lws_context_user().
+ */
+#ifndef WARREN_HTTP_INT_H
+#define WARREN_HTTP_INT_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <libwebsockets.h>
+
+#include "api.h"
+#include "chunked.h"
+#include "config.h"
+#include "log.h"
+#include "sbx.h"
+#include "http.h"
+
+#define WRITE_MAX  (64 * 1024)   /* bytes per lws_write */
+#define OBUF_MIN   (64 * 1024)   /* payload room of a fresh output buffer */
+#define HIGH_WATER (1024 * 1024) /* queued bytes above which credit is withheld */
+#define LOW_WATER  (256 * 1024)  /* ... until the queue is back down to this */
+#define RX_BUF     (64 * 1024)   /* lws read size (pt_serv_buf_size) */
+#define CHUNK_HDR  10            /* "%x\r\n" for a chunk below 4 GiB */
+#define CHUNK_TRL  2             /* "\r\n" after each chunk */
+#define HDR_ROOM   1024          /* response header block */
+#ifndef HTTP_TIMEOUT_S
+#define HTTP_TIMEOUT_S 30 /* lws body, header and idle-read timeouts (tests build it with 2) */
+#endif
+#define KEEPALIVE_S     30   /* idle keep-alive connections */
+#define FDS_PER_SBX     8    /* fds a sandbox costs warrend (QMP, channel, console...) */
+#define QUERY_STORE     8192 /* decoded query fragments (lws caps headers at 4 KiB) */
+#define QUERY_FRAGS_MAX 64
+#define CLIENT_BUCKETS  1024 /* client address -> open connections */
+#define CONN_FAIR       4    /* past max_connections, an address holding fewer may still connect */
+#define STALL_REASON    (PENDING_TIMEOUT_USER_REASON_BASE + 1)
+
+enum resp {
+    RESP_NONE = 0,
+    RESP_JSON,     /* Content-Length JSON */
+    RESP_NDJSON,   /* streamed exec output: chunked (or close-delimited for HTTP/1.0) */
+    RESP_DOWNLOAD, /* file bytes with Content-Length */
+};
+
+/* One run of output bytes. Payload starts after LWS_PRE + CHUNK_HDR so a chunk
+ * header fits in front when it is sealed. */
+struct obuf {
+    struct obuf *next;
+    size_t cap;          /* payload room */
+    size_t len;          /* payload bytes */
+    size_t credit;       /* stream bytes to acknowledge once written */
+    unsigned char *wire; /* set when sealed: first byte on the wire */
+    size_t wire_len;
+    size_t off; /* wire bytes already written */
+    unsigned char mem[];
+};
+
+#define OB_PAYLOAD(ob) ((ob)->mem + LWS_PRE + CHUNK_HDR)
+
+struct pss {
+    struct lws *wsi;
+    struct http_server
+        *srv; /* set from LWS_CALLBACK_HTTP until rest_req_end: the transaction is live */
+    sbx_op_t op;
+    bool op_live; /* started, and no done() yet */
+    enum api_route_id route;
+    unsigned method;
+    char sbx[API_ID_MAX + 1];
+    bool http10;
+    bool ndjson; /* exec: client streams */
+
+    /* chunked request body (Transfer-Encoding: chunked) */
+    bool te_chunked;   /* the body is chunk-framed: decode before use */
+    bool te_done;      /* its last chunk and trailer arrived */
+    bool te_untimeout; /* clear the body timeout lws armed after that last chunk */
+    bool te_bad;       /* its framing was malformed: the rest is ignored until closing */
+    struct chunked te;
+
+    /* streamed answer: the client must keep taking bytes */
+    ev_timer stall;
+
+    /* request body */
+    bool want_body;  /* JSON body to collect */
+    bool body_done;  /* every body byte has arrived (or none is coming) */
+    bool dispatched; /* the body route has been started */
+    char *body;
+    size_t body_len, body_cap;
+
+    /* upload */
+    bool upload;
+    bool rx_paused;
+    bool finish_sent;
+    bool in_write; /* inside sbx_op_write: no re-entry from sink->writable */
+    bool kick;     /* sink->writable arrived during sbx_op_write */
+    unsigned char *pend;
+    size_t pend_off, pend_len, pend_cap;
+
+    /* response */
+    int status;
+    enum resp kind;
+    bool need_continue, continue_sent;
+    bool hdrs_sent;
+    bool complete;    /* the last byte is queued */
+    bool close_after; /* close instead of keep-alive */
+    bool linger;      /* answered: draining the rest of an upload body before closing */
+    bool chunked;
+    bool throttled;
+    uint64_t clen;      /* Content-Length of JSON and downloads */
+    uint64_t dl_queued; /* download bytes queued so far */
+    struct obuf *qh, *qt;
+    size_t q_bytes;        /* payload bytes queued */
+    size_t credit_pending; /* written but not yet acknowledged */
+    struct api_utf8_hold hold[2];
+};
+
+struct http_server {
+    struct ev_loop *loop;
+    const struct srv_config *cfg;
+    struct sbx_table *t;
+    char *key;
+    struct lws_context *ctx;
+    struct lws_vhost *vh;
+    unsigned port;
+    char *scratch; /* one NDJSON line being encoded */
+    size_t scratch_cap;
+    /* open connections, in total and per client address */
+    unsigned conns;
+    struct client *clients[CLIENT_BUCKETS];
+    struct conn *accepted; /* counted by the filter, not yet bound to its wsi */
+};
+
+/* ---- resp.c: the response writer ---- */
+
+/* Ask lws for HTTP_WRITEABLE: all output goes out from there. */
+void resp_want_write(struct pss *p);
+/* A JSON answer with status. Steals body. Ignored if an answer is already under way. */
+void resp_json(struct pss *p, int status, json_t *body);
+/* An error answer from an api.h error, a sandbox-core error, or a status, code and message. */
+void resp_api_err(struct pss *p, const struct api_err *e);
+void resp_sbx_err(struct pss *p, const struct sbx_err *e);
+void resp_code(struct pss *p, int status, const char *code, const char *msg);
+/* NDJSON stream: the 200 head (chunked unless HTTP/1.0), lines, and the last line (exit
+ * record, or an error line when status >= 400; takes body) with the end of the body. */
+void resp_ndjson_begin(struct pss *p);
+int resp_ndjson_append(struct pss *p, const char *s, size_t n, size_t credit);
+void resp_ndjson_end(struct pss *p, int status, json_t *body);
+/* The output queue: room for n payload bytes at its tail (NULL: out of memory), the bytes
+ * written there (and the stream credit they carry), and dropping it all. */
+struct obuf *resp_q_room(struct pss *p, size_t n);
+void resp_q_grew(struct pss *p, struct obuf *ob, size_t n, size_t credit);
+void resp_q_free(struct pss *p);
+/* A streamed answer has bytes waiting: the client must take some within
+ * stall_timeout_s (rearm: restart the clock). resp_on_stall is the timer's callback. */
+void resp_stall_arm(struct pss *p, bool rearm);
+void resp_on_stall(struct ev_loop *loop, ev_timer *w, int revents);
+/* HTTP_WRITEABLE: 0, or -1 to close the connection. */
+int resp_writeable(struct pss *p);
+
+/* ---- rest.c: the REST router and handlers ---- */
+
+/* A request head has arrived (uri: its path): route, check, and answer or start. */
+void rest_request(struct pss *p, const char *uri);
+/* Request body bytes as lws hands them over, and their end: 0, or -1 to close. */
+int rest_body(struct pss *p, const void *in, size_t len);
+int rest_body_done(struct pss *p);
+/* The transaction is over (answered, or its connection closed): cancel what is in flight,
+ * free its buffers, clear p->srv. Idempotent. */
+void rest_req_end(struct pss *p);
+
+#endif

@@ -1,0 +1,776 @@
+/*
+ * rest.c - the REST router and its handlers: a request head is routed and
+ * checked (auth, method, query, framing), bodies are collected or fed to an
+ * upload, and the sandbox table (sbx.h) is called; its sink callbacks (with
+ * the pss as their user pointer) turn results into answers through resp.c.
+ * Core errors become HTTP statuses and error bodies here (sbx_err.h).
+ */
+#include "http_int.h"
+
+/* ----------------------------------------------------------- sink (sbx) */
+
+static void sink_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct pss *p = user;
+    int status;
+
+    if (!p->op_live) {
+        json_decref(body);
+        return;
+    }
+    if (err) {
+        json_decref(body);
+        status = sbx_err_http_status(err->code);
+        body = api_error_of(err);
+    } else {
+        status = p->route == API_R_SANDBOXES ? 201 : 200; /* a create, or another op */
+    }
+    p->op_live = false;
+    switch (p->kind) {
+    case RESP_NONE:
+        if (p->ndjson && status < 400) {
+            resp_ndjson_begin(p);
+            resp_ndjson_end(p, status, body);
+        } else if (p->route == API_R_FILES && p->method == API_GET && status < 400) {
+            json_decref(body);
+            resp_code(p, 500, "internal", "the download ended before it started");
+        } else {
+            resp_json(p, status, body);
+        }
+        break;
+    case RESP_NDJSON:
+        resp_ndjson_end(p, status, body);
+        break;
+    case RESP_DOWNLOAD:
+        if (status >= 400 && !p->hdrs_sent) {
+            /* Nothing sent yet: the error can still be a proper answer. */
+            resp_q_free(p);
+            p->status = 0;
+            p->kind = RESP_NONE;
+            resp_json(p, status, body);
+            break;
+        }
+        json_decref(body);
+        /* After a Content-Length, a short body can only be told by closing. */
+        if (status >= 400 || p->dl_queued != p->clen) {
+            LOG(LOG_WARN, "download of %s ended after %" PRIu64 " of %" PRIu64 " bytes (%d)",
+                p->sbx, p->dl_queued, p->clen, status);
+            p->close_after = true;
+        }
+        p->complete = true;
+        break;
+    case RESP_JSON:
+        json_decref(body);
+        break;
+    }
+    /* An upload answered early leaves its pending bytes unused. */
+    free(p->pend);
+    p->pend = NULL;
+    p->pend_len = p->pend_off = p->pend_cap = 0;
+    resp_want_write(p);
+}
+
+static void sink_head(void *user, uint64_t size)
+{
+    struct pss *p = user;
+
+    if (!p->op_live || p->kind != RESP_NONE || p->route != API_R_FILES)
+        return;
+    p->status = 200;
+    p->kind = RESP_DOWNLOAD;
+    p->clen = size;
+    p->chunked = false;
+    resp_stall_arm(p, false);
+    resp_want_write(p);
+}
+
+static void sink_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)
+{
+    struct pss *p = user;
+    struct obuf *ob;
+
+    if (!p->op_live || !n)
+        return;
+    if (p->kind == RESP_DOWNLOAD) {
+        size_t take = n;
+        if (p->dl_queued + take > p->clen) {
+            take = (size_t)(p->clen - p->dl_queued);
+            p->close_after = true;
+        }
+        if (take) {
+            if (!(ob = resp_q_room(p, take)))
+                goto oom;
+            memcpy(OB_PAYLOAD(ob) + ob->len, ptr, take);
+            resp_q_grew(p, ob, take, n);
+            p->dl_queued += take;
+        }
+    } else if (p->ndjson && (fd == 1 || fd == 2) &&
+               (p->kind == RESP_NONE || p->kind == RESP_NDJSON)) {
+        size_t need = api_ndjson_max(n), len;
+        /* Encode into scratch first: a buffer sized for the worst case (6x) would
+         * make the queue's memory six times its byte count. */
+        if (p->srv->scratch_cap < need) {
+            char *s = realloc(p->srv->scratch, need);
+            if (!s)
+                goto oom;
+            p->srv->scratch = s;
+            p->srv->scratch_cap = need;
+        }
+        if (p->kind == RESP_NONE)
+            resp_ndjson_begin(p);
+        len = api_ndjson_chunk(&p->hold[fd - 1], fd, off, ptr, n, p->srv->scratch);
+        if (resp_ndjson_append(p, p->srv->scratch, len, n))
+            goto oom;
+    } else {
+        return;
+    }
+    resp_stall_arm(p, false);
+    resp_want_write(p);
+    return;
+oom:
+    LOG(LOG_ERR, "out of memory queueing output of %s: closing the request", p->sbx);
+    p->close_after = true;
+    p->complete = true;
+    p->op_live = false;
+    sbx_op_cancel(p->srv->t, p->op);
+    resp_want_write(p);
+}
+
+static void upload_resume(struct pss *p)
+{
+    p->rx_paused = false;
+    lws_rx_flow_control(p->wsi, 1);
+    if (!p->body_done)
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, HTTP_TIMEOUT_S);
+}
+
+static void upload_pump(struct pss *p)
+{
+    while (p->pend_len && p->op_live) {
+        size_t took;
+
+        p->kick = false;
+        p->in_write = true;
+        took = sbx_op_write(p->srv->t, p->op, p->pend + p->pend_off, p->pend_len);
+        p->in_write = false;
+        if (!p->op_live)
+            return; /* done() came from inside the write */
+        if (took > p->pend_len)
+            took = p->pend_len;
+        p->pend_off += took;
+        p->pend_len -= took;
+        if (!took && !p->kick)
+            return; /* wait for sink->writable */
+    }
+    if (!p->op_live)
+        return;
+    p->pend_off = 0;
+    if (p->rx_paused)
+        upload_resume(p);
+    if (p->body_done && !p->finish_sent) {
+        p->finish_sent = true;
+        sbx_op_finish(p->srv->t, p->op);
+    }
+}
+
+static void sink_writable(void *user)
+{
+    struct pss *p = user;
+
+    if (!p->upload || !p->op_live)
+        return;
+    if (p->in_write) {
+        p->kick = true;
+        return;
+    }
+    upload_pump(p);
+}
+
+static const struct sbx_sink sink = {
+    .done = sink_done,
+    .head = sink_head,
+    .data = sink_data,
+    .writable = sink_writable,
+};
+
+/* ------------------------------------------------------------ requests */
+
+void rest_req_end(struct pss *p)
+{
+    if (!p->srv)
+        return; /* never started, or ended already */
+    ev_timer_stop(p->srv->loop, &p->stall);
+    if (p->op_live) {
+        p->op_live = false;
+        sbx_op_cancel(p->srv->t, p->op);
+    }
+    resp_q_free(p);
+    free(p->body);
+    p->body = NULL;
+    free(p->pend);
+    p->pend = NULL;
+    p->pend_len = 0;
+    p->srv = NULL;
+}
+
+/* Copy a header; 0 if absent, its length, or -1 if longer than cap - 1. */
+static int hdr(struct lws *wsi, enum lws_token_indexes t, char *buf, int cap)
+{
+    int n = lws_hdr_total_length(wsi, t);
+
+    buf[0] = '\0';
+    if (n <= 0)
+        return 0;
+    if (n >= cap || lws_hdr_copy(wsi, buf, cap, t) < 0)
+        return -1;
+    return n;
+}
+
+static unsigned method_of(struct lws *wsi)
+{
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI))
+        return API_GET;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI))
+        return API_POST;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_PUT_URI))
+        return API_PUT;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI))
+        return API_DELETE;
+    return API_OTHER;
+}
+
+/* Decoded "name=value" query fragments into store; -1 if they do not fit. */
+static int query_frags(struct lws *wsi, char *store, size_t cap, const char **frags, size_t *n)
+{
+    size_t used = 0;
+
+    *n = 0;
+    for (int i = 0;; i++) {
+        int len = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
+        if (len <= 0) {
+            /* An empty fragment ("a&&b") has length 0 but may have successors. */
+            if (lws_hdr_copy_fragment(wsi, store + used, (int)(cap - used), WSI_TOKEN_HTTP_URI_ARGS,
+                                      i) < 0)
+                return 0;
+            continue;
+        }
+        if (*n == QUERY_FRAGS_MAX || used + (size_t)len + 1 > cap)
+            return -1;
+        if (lws_hdr_copy_fragment(wsi, store + used, (int)(cap - used), WSI_TOKEN_HTTP_URI_ARGS,
+                                  i) < 0)
+            return -1;
+        frags[(*n)++] = store + used;
+        used += (size_t)len + 1;
+    }
+}
+
+static void start_op(struct pss *p, int rc, const struct sbx_err *err)
+{
+    if (rc == 0) {
+        p->op_live = true;
+        return;
+    }
+    resp_sbx_err(p, err);
+}
+
+/* The answer of a synchronous call: 200 and out, or its error. */
+static void respond_sync(struct pss *p, int rc, json_t *out, const struct sbx_err *err)
+{
+    if (rc)
+        resp_sbx_err(p, err);
+    else
+        resp_json(p, 200, out);
+}
+
+static void file_op(struct pss *p, const char *kind, json_t *args)
+{
+    struct sbx_err err;
+    int rc;
+
+    if (!args) {
+        resp_code(p, 500, "internal", "out of memory");
+        return;
+    }
+    rc = sbx_file_op(p->srv->t, p->sbx, kind, args, &sink, p, &p->op, &err);
+    json_decref(args);
+    start_op(p, rc, &err);
+}
+
+static bool disk_full(struct pss *p);
+
+/* A route whose JSON body has fully arrived. */
+static void dispatch_body(struct pss *p)
+{
+    struct api_err e;
+    struct sbx_err err;
+    json_t *body = NULL, *out = NULL, *args;
+    int rc;
+
+    p->dispatched = true;
+    if (api_body_parse(p->body ? p->body : "", p->body_len, &body, &e)) {
+        resp_api_err(p, &e);
+        return;
+    }
+    free(p->body);
+    p->body = NULL;
+    switch (p->route) {
+    case API_R_SANDBOXES:
+        if (disk_full(p))
+            break;
+        rc = sbx_create(p->srv->t, body, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_TIMEOUT:
+        rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out, &err);
+        respond_sync(p, rc, out, &err);
+        break;
+    case API_R_EXEC:
+        rc = sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_FILES_RENAME:
+        if (api_rename_args(body, &args, &e))
+            resp_api_err(p, &e);
+        else
+            file_op(p, "rename", args);
+        break;
+    default:
+        resp_code(p, 500, "internal", "no body route");
+        break;
+    }
+    json_decref(body);
+}
+
+/* Content-Length: 0 absent, 1 present (*cl set), -1 malformed. */
+static int content_length(struct lws *wsi, uint64_t *cl)
+{
+    char b[32], *end;
+    int n = hdr(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, b, sizeof(b));
+
+    *cl = 0;
+    if (n == 0)
+        return 0;
+    if (n < 0 || b[0] < '0' || b[0] > '9')
+        return -1;
+    errno = 0;
+    *cl = strtoull(b, &end, 10);
+    return errno || *end ? -1 : 1;
+}
+
+/* Transfer-Encoding: none, or chunked alone on a POST/PUT of HTTP/1.1 with no
+ * Content-Length, which is then decoded here. Anything else is answered (and closed):
+ * 1; else 0. */
+static int transfer_encoding(struct pss *p, int has_cl)
+{
+    char te[64];
+    int n = hdr(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING, te, sizeof(te));
+
+    if (n == 0 && !lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING))
+        return 0;
+    /* lws would read such a request by its Content-Length (or none), whereas a proxy in
+     * front may go by Transfer-Encoding: refuse what two parsers could frame apart. */
+    p->close_after = true;
+    p->body_done = true; /* nothing more is read: the connection closes after the answer */
+    if (has_cl) {
+        resp_code(p, 400, "bad_request",
+                  "both Transfer-Encoding and Content-Length: the body's framing is ambiguous");
+        return 1;
+    }
+    if (p->http10 || !(p->method & (API_POST | API_PUT))) {
+        resp_code(p, 400, "bad_request",
+                  "Transfer-Encoding is accepted on HTTP/1.1 POST and PUT requests only");
+        return 1;
+    }
+    if (n < 0 || strcasecmp(te, "chunked")) {
+        resp_code(p, 501, "not_implemented",
+                  "only 'Transfer-Encoding: chunked' is accepted for request bodies");
+        return 1;
+    }
+    p->te_chunked = true;
+    p->body_done = false;
+    chunked_init(&p->te);
+    return 0;
+}
+
+/* Free space in state_dir below min_free_disk_mb: answered 507, and true. */
+static bool disk_full(struct pss *p)
+{
+    struct statvfs v;
+    uint64_t free_mb;
+
+    if (!p->srv->cfg->min_free_disk_mb || statvfs(p->srv->cfg->state_dir, &v) != 0)
+        return false;
+    free_mb = (uint64_t)v.f_bavail * v.f_frsize >> 20;
+    if (free_mb >= p->srv->cfg->min_free_disk_mb)
+        return false;
+    resp_json(p, 507,
+              api_error("insufficient_storage",
+                        "the server's disk has %" PRIu64 " MiB free, below its minimum of %u MiB",
+                        free_mb, p->srv->cfg->min_free_disk_mb));
+    return true;
+}
+
+static bool expects_continue(struct pss *p)
+{
+    char b[32];
+
+    return !p->http10 && hdr(p->wsi, WSI_TOKEN_HTTP_EXPECT, b, sizeof(b)) > 0 &&
+           strcasecmp(b, "100-continue") == 0;
+}
+
+/* Start collecting a JSON body (or dispatch now when there is none to read). */
+static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
+{
+    if (p->te_chunked) {
+        p->want_body = true; /* the buffer grows as chunks come (on_body_bytes) */
+        if (expects_continue(p)) {
+            p->need_continue = true;
+            resp_want_write(p);
+        }
+        return;
+    }
+    if (!has_cl) {
+        /* No length and no chunking: an empty body. lws still expects one, so the
+         * connection closes after the answer (resp_json sees !body_done). */
+        dispatch_body(p);
+        return;
+    }
+    if (cl > p->srv->cfg->max_body_bytes) {
+        resp_json(p, 413,
+                  api_error("body_too_large", "JSON body of %" PRIu64 " bytes exceeds %zu", cl,
+                            p->srv->cfg->max_body_bytes));
+        return;
+    }
+    p->want_body = true;
+    if (cl) {
+        p->body_cap = (size_t)cl;
+        p->body = malloc(p->body_cap);
+        if (!p->body) {
+            resp_code(p, 500, "internal", "out of memory");
+            return;
+        }
+    }
+    if (cl && expects_continue(p)) {
+        p->need_continue = true;
+        resp_want_write(p);
+    }
+}
+
+static void start_upload(struct pss *p, const struct api_query *q, int has_cl, uint64_t cl)
+{
+    struct api_err e;
+    struct sbx_err err;
+    int rc;
+
+    if (api_path_check("path", q->path, &e)) {
+        resp_api_err(p, &e);
+        return;
+    }
+    if (!has_cl && !p->te_chunked) {
+        resp_code(p, 411, "length_required",
+                  "upload with a Content-Length or Transfer-Encoding: chunked");
+        return;
+    }
+    if (disk_full(p))
+        return;
+    rc = sbx_file_write(p->srv->t, p->sbx, q->path, q->mode, &sink, p, &p->op, &err);
+    if (rc) {
+        start_op(p, rc, &err);
+        return;
+    }
+    p->op_live = true;
+    p->upload = true;
+    if (has_cl && cl == 0) {
+        p->finish_sent = true;
+        sbx_op_finish(p->srv->t, p->op);
+    } else if (expects_continue(p)) {
+        p->need_continue = true;
+        resp_want_write(p);
+    }
+}
+
+void rest_request(struct pss *p, const char *uri)
+{
+    static const unsigned qallow[] = {
+        [API_R_SANDBOXES] = API_Q_STATE | API_Q_METADATA,
+        [API_R_FILES] = API_Q_PATH | API_Q_MODE | API_Q_RECURSIVE,
+        [API_R_FILES_STAT] = API_Q_PATH,
+        [API_R_FILES_LIST] = API_Q_PATH | API_Q_DEPTH,
+        [API_R_FILES_MKDIR] = API_Q_PATH,
+    };
+    const char *frags[QUERY_FRAGS_MAX];
+    char qstore[QUERY_STORE], authz[512], ver[16];
+    struct api_route r;
+    struct api_query q;
+    struct api_err e;
+    struct sbx_err err;
+    json_t *out = NULL;
+    uint64_t cl;
+    size_t nfrags;
+    int rc, has_cl;
+
+    p->method = method_of(p->wsi);
+    /* No route takes HEAD, OPTIONS or PATCH. A HEAD answer must not carry a body; rather
+     * than special-case it, any such answer ends the connection. */
+    if (p->method == API_OTHER)
+        p->close_after = true;
+    p->http10 = hdr(p->wsi, WSI_TOKEN_HTTP, ver, sizeof(ver)) > 0 && !strcmp(ver, "HTTP/1.0");
+    has_cl = content_length(p->wsi, &cl);
+    /* A body is coming if a length says so, or (to lws) for any POST/PUT without one. */
+    p->body_done = has_cl > 0 ? cl == 0 : !(p->method & (API_POST | API_PUT));
+    if (has_cl < 0) {
+        p->close_after = true;
+        resp_code(p, 400, "bad_request", "malformed Content-Length");
+        return;
+    }
+    if (transfer_encoding(p, has_cl))
+        return;
+
+    rc = api_route_match(uri, &r);
+    if (r.auth && !(hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, authz, sizeof(authz)) > 0 &&
+                    api_bearer_ok(authz, p->srv->key))) {
+        resp_code(p, 401, "unauthorized", "missing or wrong 'Authorization: Bearer <key>'");
+        return;
+    }
+    if (rc) {
+        resp_code(p, 404, "not_found", "no such route");
+        return;
+    }
+    if (!(r.methods & p->method)) {
+        resp_code(p, 405, "method_not_allowed", "method not allowed on this route");
+        return;
+    }
+    p->route = r.id;
+    memcpy(p->sbx, r.sbx, sizeof(p->sbx));
+
+    if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags)) {
+        resp_code(p, 400, "bad_request", "query string too long");
+        return;
+    }
+    /* Only GET /v1/sandboxes and the files routes take a query; for files the
+     * allowed set also depends on the method. */
+    {
+        unsigned allow = (size_t)r.id < sizeof(qallow) / sizeof(qallow[0]) ? qallow[r.id] : 0;
+        if (r.id == API_R_SANDBOXES && p->method != API_GET)
+            allow = 0;
+        if (r.id == API_R_FILES)
+            allow = API_Q_PATH | (p->method == API_PUT      ? API_Q_MODE
+                                  : p->method == API_DELETE ? API_Q_RECURSIVE
+                                                            : 0);
+        if (api_query_parse(frags, nfrags, allow, &q, &e)) {
+            resp_api_err(p, &e);
+            return;
+        }
+    }
+
+    switch (r.id) {
+    case API_R_HEALTHZ:
+        resp_json(p, 200,
+                  json_pack("{s:s, s:I}", "status", "ok", "sandboxes",
+                            (json_int_t)sbx_count_live(p->srv->t)));
+        break;
+    case API_R_SANDBOXES:
+        if (p->method == API_GET) {
+            rc = sbx_list(p->srv->t, q.state, q.metadata, &out, &err);
+            respond_sync(p, rc, out, &err);
+        } else {
+            want_json_body(p, has_cl, cl);
+        }
+        break;
+    case API_R_SANDBOX:
+        rc = p->method == API_GET ? sbx_get(p->srv->t, p->sbx, &out, &err)
+                                  : sbx_delete(p->srv->t, p->sbx, &out, &err);
+        respond_sync(p, rc, out, &err);
+        break;
+    case API_R_EXEC: {
+        char accept[256];
+        p->ndjson = hdr(p->wsi, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept)) > 0 &&
+                    api_wants_ndjson(accept);
+        want_json_body(p, has_cl, cl);
+        break;
+    }
+    case API_R_TIMEOUT:
+    case API_R_FILES_RENAME:
+        want_json_body(p, has_cl, cl);
+        break;
+    case API_R_FILES:
+        if (p->method == API_PUT) {
+            start_upload(p, &q, has_cl, cl);
+            break;
+        }
+        if (api_path_check("path", q.path, &e)) {
+            resp_api_err(p, &e);
+            break;
+        }
+        if (p->method == API_GET) {
+            rc = sbx_file_read(p->srv->t, p->sbx, q.path, &sink, p, &p->op, &err);
+            start_op(p, rc, &err);
+        } else {
+            file_op(p, "remove", json_pack("{s:s, s:b}", "path", q.path, "recursive", q.recursive));
+        }
+        break;
+    case API_R_FILES_STAT:
+    case API_R_FILES_LIST:
+    case API_R_FILES_MKDIR:
+        if (api_path_check("path", q.path, &e)) {
+            resp_api_err(p, &e);
+            break;
+        }
+        if (r.id == API_R_FILES_STAT)
+            file_op(p, "stat", json_pack("{s:s}", "path", q.path));
+        else if (r.id == API_R_FILES_LIST)
+            file_op(p, "list", json_pack("{s:s, s:i}", "path", q.path, "depth", (int)q.depth));
+        else
+            file_op(p, "mkdir", json_pack("{s:s}", "path", q.path));
+        break;
+    default:
+        resp_code(p, 404, "not_found", "no such route");
+        break;
+    }
+    api_query_clear(&q);
+}
+
+/* ----------------------------------------------------------------- input */
+
+static int on_body_bytes(struct pss *p, const void *in, size_t len)
+{
+    if (p->upload) {
+        size_t took;
+
+        if (!p->op_live || p->status)
+            return 0; /* answered already: the rest is dropped with the connection */
+        if (p->pend_len) {
+            /* Paused, yet lws had more: keep it behind what is pending. */
+            if (p->pend_off + p->pend_len + len > p->pend_cap) {
+                unsigned char *np;
+                memmove(p->pend, p->pend + p->pend_off, p->pend_len);
+                p->pend_off = 0;
+                if (p->pend_len + len > p->pend_cap) {
+                    np = realloc(p->pend, p->pend_len + len);
+                    if (!np)
+                        return -1;
+                    p->pend = np;
+                    p->pend_cap = p->pend_len + len;
+                }
+            }
+            memcpy(p->pend + p->pend_off + p->pend_len, in, len);
+            p->pend_len += len;
+            return 0;
+        }
+        if (!len)
+            return 0;
+        p->kick = false;
+        p->in_write = true;
+        took = sbx_op_write(p->srv->t, p->op, in, len);
+        p->in_write = false;
+        if (took >= len || !p->op_live)
+            return 0;
+        if (!p->pend || p->pend_cap < len - took) {
+            size_t cap = len - took > RX_BUF ? len - took : RX_BUF;
+            free(p->pend);
+            p->pend = malloc(cap);
+            if (!p->pend)
+                return -1;
+            p->pend_cap = cap;
+        }
+        memcpy(p->pend, (const unsigned char *)in + took, len - took);
+        p->pend_off = 0;
+        p->pend_len = len - took;
+        p->rx_paused = true;
+        lws_rx_flow_control(p->wsi, 0);
+        resp_want_write(p); /* to clear the body timeout lws arms after this callback */
+        if (p->kick)
+            upload_pump(p);
+        return 0;
+    }
+    if (!p->want_body || p->status || p->dispatched || !len)
+        return 0;
+    if (p->te_chunked && len > p->body_cap - p->body_len &&
+        p->body_len + len <= p->srv->cfg->max_body_bytes) {
+        /* A chunked body has no announced length: grow up to max_json_body_bytes. */
+        size_t cap = p->body_cap ? p->body_cap : 4096;
+        char *nb;
+        while (cap < p->body_len + len)
+            cap *= 2;
+        if (cap > p->srv->cfg->max_body_bytes)
+            cap = p->srv->cfg->max_body_bytes;
+        if (!(nb = realloc(p->body, cap))) {
+            resp_code(p, 500, "internal", "out of memory");
+            return 0;
+        }
+        p->body = nb;
+        p->body_cap = cap;
+    }
+    if (len > p->body_cap - p->body_len) {
+        resp_json(p, 413,
+                  api_error("body_too_large", "JSON body exceeds %zu bytes",
+                            p->srv->cfg->max_body_bytes));
+        return 0;
+    }
+    memcpy(p->body + p->body_len, in, len);
+    p->body_len += len;
+    return 0;
+}
+
+/* Raw body bytes from lws: as they are, or through the chunked decoder. */
+int rest_body(struct pss *p, const void *in, size_t len)
+{
+    const unsigned char *b = in;
+
+    if (!p->te_chunked)
+        return on_body_bytes(p, in, len);
+    if (p->te_bad)
+        return 0;
+    while (len && !p->te_done) {
+        size_t used, off, dlen;
+        int r = chunked_decode(&p->te, b, len, &used, &off, &dlen);
+
+        if (r < 0) {
+            LOG(LOG_WARN, "%s: malformed chunked request body (%s): closing", p->sbx,
+                r == -E2BIG ? "a chunk line or trailer too long" : "bad framing");
+            if (p->status || p->linger)
+                return -1;
+            p->te_bad = true;
+            /* Where the body ends is unknown: answer, then close without reading on. */
+            p->body_done = true;
+            if (p->op_live) {
+                p->op_live = false;
+                sbx_op_cancel(p->srv->t, p->op);
+            }
+            resp_code(p, 400, "bad_request", "malformed chunked request body");
+            return 0;
+        }
+        if (dlen && on_body_bytes(p, b + off, dlen))
+            return -1;
+        b += used;
+        len -= used;
+        if (r == CHUNKED_DONE) {
+            p->te_done = true;
+            p->te_untimeout = true;
+            resp_want_write(p);
+            return rest_body_done(p);
+        }
+    }
+    return 0; /* bytes after the body: the connection closes after the answer */
+}
+
+int rest_body_done(struct pss *p)
+{
+    p->body_done = true;
+    if (p->linger)
+        return -1; /* the answer went out already; the body is drained: close */
+    if (p->upload && p->status) {
+        resp_want_write(p); /* answered early: the answer can go out now */
+        return 0;
+    }
+    if (p->upload) {
+        if (p->op_live && !p->pend_len && !p->finish_sent) {
+            p->finish_sent = true;
+            sbx_op_finish(p->srv->t, p->op);
+        }
+        return 0;
+    }
+    if (p->want_body && !p->status && !p->dispatched)
+        dispatch_body(p);
+    return 0;
+}

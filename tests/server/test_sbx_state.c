@@ -1,0 +1,73 @@
+/*
+ * test_sbx_state.c - the sandbox lifecycle table (server/sbx_state.c): the
+ * allowed transitions and no others, final states stay final, the names the
+ * index and GET use, and the predicates the table answers for each state.
+ */
+#include "sbx_state.h"
+#include "check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int failures;
+
+static void test_transitions(void)
+{
+    /* allowed[from][to] */
+    static const bool allowed[ST__COUNT][ST__COUNT] = {
+        [ST_STARTING] = {[ST_RUNNING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
+        [ST_RUNNING] = {[ST_ENDED] = true, [ST_DEAD] = true},
+    };
+    for (int f = 0; f < ST__COUNT; f++)
+        for (int t = 0; t < ST__COUNT; t++)
+            CHECK((sbx_state_check((enum sbx_state)f, (enum sbx_state)t) == 0) == allowed[f][t]);
+    /* Nothing goes back to starting, nothing leaves a final state. */
+    CHECK(sbx_state_check(ST_RUNNING, ST_STARTING) == -EINVAL);
+    CHECK(sbx_state_check(ST_ENDED, ST_RUNNING) == -EINVAL);
+    CHECK(sbx_state_check(ST_DEAD, ST_ENDED) == -EINVAL);
+    CHECK(sbx_state_check(ST__COUNT, ST_DEAD) == -EINVAL);
+    CHECK(sbx_state_check(ST_RUNNING, ST__COUNT) == -EINVAL);
+}
+
+static void test_names(void)
+{
+    static const char *const names[] = {"starting", "running", "ended", "dead"};
+    enum sbx_state s;
+
+    for (int i = 0; i < ST__COUNT; i++) {
+        CHECK(!strcmp(sbx_state_name((enum sbx_state)i), names[i]));
+        CHECK(sbx_state_parse(names[i], &s) == 0 && s == (enum sbx_state)i);
+    }
+    CHECK(sbx_state_parse("paused", &s) == -EINVAL);
+    CHECK(sbx_state_parse("", &s) == -EINVAL);
+    CHECK(!strcmp(sbx_state_name(ST__COUNT), "?"));
+}
+
+static void test_predicates(void)
+{
+    CHECK(sbx_state_live(ST_STARTING) && sbx_state_live(ST_RUNNING));
+    CHECK(!sbx_state_live(ST_ENDED) && !sbx_state_live(ST_DEAD));
+    CHECK(sbx_state_final(ST_ENDED) && sbx_state_final(ST_DEAD));
+    CHECK(!sbx_state_final(ST_STARTING) && !sbx_state_final(ST_RUNNING));
+    CHECK(sbx_state_accepts_ops(ST_RUNNING) && !sbx_state_accepts_ops(ST_STARTING));
+    CHECK(!sbx_state_accepts_ops(ST_ENDED) && !sbx_state_accepts_ops(ST_DEAD));
+    CHECK(sbx_state_expires(ST_RUNNING) && !sbx_state_expires(ST_STARTING));
+    CHECK(!sbx_state_live(ST__COUNT) && !sbx_state_final(ST__COUNT));
+    /* Every state is either live or final, never both. */
+    for (int i = 0; i < ST__COUNT; i++)
+        CHECK(sbx_state_live((enum sbx_state)i) != sbx_state_final((enum sbx_state)i));
+}
+
+int main(void)
+{
+    test_transitions();
+    test_names();
+    test_predicates();
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("sbx_state: all checks passed\n");
+    return 0;
+}
