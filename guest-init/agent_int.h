@@ -1,6 +1,7 @@
 /*
  * agent_int.h - state shared by agent.c (loop, channel, session), exec.c
- * (processes) and files.c (file requests). Not a public API.
+ * (processes), proc.c (background processes, PTYs, attach) and files.c
+ * (file requests). Not a public API.
  *
  * Invariants:
  * - Every stream lives in a->streams until the sweep at the end of a loop
@@ -12,6 +13,10 @@
  * - A process that no longer has a stream (its session ended, or its exec
  *   failed) is remembered as an orphan until it is reaped and its cgroup
  *   removed.
+ * - Background processes (a->procs) belong to no stream: their output is
+ *   always read into their ring, whatever the queue or any credit; only
+ *   attach readers, which are streams, are paced. Entries are freed by the
+ *   same sweep (gi_proc_sweep) once marked gone.
  */
 #ifndef WARREN_GI_AGENT_INT_H
 #define WARREN_GI_AGENT_INT_H
