@@ -111,26 +111,28 @@ static void proc_drop(struct gi_agent *a, struct gi_proc *p)
     p->gone = true;
 }
 
-/* Room for one more entry: evict the oldest exited one if the table is full. */
+/* Room for one more entry: evict the oldest exited ones while the table is full (more than
+ * one when a later INIT lowered max_procs). */
 static int make_room(struct gi_agent *a)
 {
-    struct gi_proc *old = NULL;
-    size_t live = 0;
+    for (;;) {
+        struct gi_proc *old = NULL;
+        size_t live = 0;
 
-    for (size_t i = 0; i < a->nprocs; i++) {
-        struct gi_proc *p = a->procs[i];
-        if (p->gone)
-            continue;
-        live++;
-        if (proc_exited(p) && (!old || p->seq < old->seq))
-            old = p;
+        for (size_t i = 0; i < a->nprocs; i++) {
+            struct gi_proc *p = a->procs[i];
+            if (p->gone)
+                continue;
+            live++;
+            if (proc_exited(p) && (!old || p->seq < old->seq))
+                old = p;
+        }
+        if (live < a->max_procs)
+            return 0;
+        if (!old)
+            return -EMFILE;
+        old->gone = true;
     }
-    if (live < a->max_procs)
-        return 0;
-    if (!old)
-        return -EMFILE;
-    old->gone = true;
-    return 0;
 }
 
 static int table_add(struct gi_agent *a, struct gi_proc *p)

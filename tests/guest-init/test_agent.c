@@ -1240,8 +1240,20 @@ static void test_max_procs(void)
     CHECK(peer_wait(&p, 7, 5000) && p.res[7].error && p.res[7].err == ESRCH);
     CHECK(start_bg(&p, 8, &(struct exec_opts){.cmd = "sleep 100"}) == 0);
     CHECK(p.res[8].error && p.res[8].err == EMFILE);
+    /* a later INIT lowers max_procs to 1: the next start evicts both exited entries */
+    send_pctl(&p, 9, b, NULL, 0, false, SIGKILL, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error);
+    send_pctl(&p, 9, c, NULL, 0, false, SIGKILL, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error);
+    CHECK(wait_exited(&p, 10, b, 5000) && wait_exited(&p, 10, c, 5000));
+    send_init2(&p, 11, 0, 1);
+    wait_hello(&p, 3);
+    a = start_bg(&p, 12, &(struct exec_opts){.cmd = "sleep 100"});
+    CHECK(a > 0);
+    send_plist(&p, 13, 0);
+    CHECK(peer_wait(&p, 13, 5000) && p.res[13].nprocs == 1 && p.res[13].procs[0].pid == a);
     CHECK(peer_stop(&p) == 0);
-    CHECK(pid_gone((pid_t)b, 3000) && pid_gone((pid_t)c, 3000));
+    CHECK(pid_gone((pid_t)a, 3000) && pid_gone((pid_t)b, 3000) && pid_gone((pid_t)c, 3000));
 }
 
 static void cleanup_tmp(void)
