@@ -490,12 +490,13 @@ static int open_pty(int *master, int *slave, uint16_t cols, uint16_t rows)
     struct winsize ws = {.ws_row = rows, .ws_col = cols};
     char name[64];
 
+    /* No grantpt(): devpts already gives the slave its owner and mode, and in a static PID 1
+     * older glibc versions would look the tty group up through NSS. */
     *master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (*master < 0)
         return -errno;
-    if (grantpt(*master) != 0 || unlockpt(*master) != 0 ||
-        ptsname_r(*master, name, sizeof(name)) != 0 || ioctl(*master, TIOCSWINSZ, &ws) != 0 ||
-        fcntl(*master, F_SETFL, O_NONBLOCK) != 0)
+    if (unlockpt(*master) != 0 || ptsname_r(*master, name, sizeof(name)) != 0 ||
+        ioctl(*master, TIOCSWINSZ, &ws) != 0 || fcntl(*master, F_SETFL, O_NONBLOCK) != 0)
         return -errno;
     *slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
     return *slave < 0 ? -errno : 0;
