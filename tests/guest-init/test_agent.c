@@ -1256,6 +1256,73 @@ static void test_max_procs(void)
     CHECK(pid_gone((pid_t)a, 3000) && pid_gone((pid_t)b, 3000) && pid_gone((pid_t)c, 3000));
 }
 
+/* Random sequences of v2 frames (valid and not) at live and bogus pids: the agent answers
+ * every request exactly once (the harness flags frames after a stream's last one), offsets
+ * stay contiguous, and it still answers PING. A sequence fuzz of the guest side. */
+static void test_v2_random(void)
+{
+    struct peer p;
+    uint64_t pids[4];
+    uint32_t x = 7;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    send_init2(&p, 1, 4096, 8);
+    wait_hello(&p, 2);
+    pids[0] =
+        start_bg(&p, 2, &(struct exec_opts){.cmd = "while :; do echo tick; sleep 0.01; done"});
+    pids[1] = start_bg(&p, 3, &(struct exec_opts){.cmd = "seq 1 2000"}); /* 8893 bytes */
+    CHECK(wait_exited(&p, 5, pids[1], 5000));
+    pids[2] = start_bg(&p, 4, &(struct exec_opts){.cmd = "cat", .cols = 80, .rows = 24});
+    pids[3] = 999999999;
+    CHECK(pids[0] && pids[1] && pids[2]);
+    for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
+        uint64_t pid = pids[(x = x * 1103515245u + 12345u) >> 16 & 3];
+        uint32_t r = (x = x * 1103515245u + 12345u) >> 8;
+        switch (r % 6) {
+        case 0:
+        case 1:
+            send_attach(&p, id, pid, (r >> 4) % 9000, r & 8, r & 16);
+            break;
+        case 2:
+            send_plist(&p, id, r & 8 ? pid : 0);
+            break;
+        case 3:
+            send_pctl(&p, id, pid, r & 8 ? "abc\n" : NULL, 4, r & 16, 0, 0, 0);
+            break;
+        case 4:
+            /* signals that keep the processes (SIGWINCH, SIGCONT) or bad ones, or a size */
+            send_pctl(&p, id, pid, NULL, 0, false, (r & 8) ? ((r >> 4) % 2 ? 28 : 18) : 0,
+                      (r & 8) ? 0 : (r >> 5) % 12000, (r & 8) ? 0 : (r >> 7) % 50);
+            break;
+        default:
+            send_detach(&p, 100 + (r >> 4) % (id - 99));
+            send_credit(&p, 100 + (r >> 4) % (id - 99), r >> 12);
+            p.res[id].done = true; /* nothing to wait for on this id */
+            break;
+        }
+        if (id % 16 == 0)
+            peer_step(&p, 10);
+    }
+    send_simple(&p, PROTO_PING, MAX_IDS - 1, NULL, EXPECT_PONG);
+    CHECK(peer_wait(&p, MAX_IDS - 1, 10000));
+    step_for(&p, 300);
+    {
+        int data = 0, ok = 0, err = 0;
+        for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
+            CHECK(p.res[id].bad_off == 0);
+            data += proto_buf_pending(&p.res[id].all) > 0;
+            ok += p.res[id].have_result && !p.res[id].error;
+            err += p.res[id].error;
+        }
+        fprintf(stderr, "v2_random: %d readers with data, %d RESULT, %d ERROR\n", data, ok, err);
+        CHECK(data > 10 && ok > 10 && err > 10);
+    }
+    CHECK(peer_stop(&p) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(pid_gone((pid_t)pids[i], 3000));
+}
+
 static void cleanup_tmp(void)
 {
     char cmd[128];
@@ -1296,6 +1363,7 @@ int main(int argc, char **argv)
         {"pty", test_pty},
         {"init_keeps_bg", test_init_keeps_bg},
         {"max_procs", test_max_procs},
+        {"v2_random", test_v2_random},
     };
 
     signal(SIGPIPE, SIG_IGN);
