@@ -125,7 +125,7 @@ static void stream_free(struct gi_stream *s)
 {
     if (s->kind == GI_EXEC)
         gi_exec_release(s);
-    else
+    else if (s->kind != GI_ATTACH)
         gi_file_release(s);
     free(s);
 }
@@ -142,6 +142,7 @@ static void sweep(struct gi_agent *a)
             a->streams[j++] = a->streams[i];
     }
     a->nstreams = j;
+    gi_proc_sweep(a);
 }
 
 void gi_orphan_add(struct gi_agent *a, pid_t pid, char *cgroup)
@@ -203,9 +204,14 @@ static void send_pong(struct gi_agent *a, uint32_t id)
 
 /* ---- sessions ---- */
 
-/* End every stream of the current host session: processes are killed, files closed. */
+/*
+ * End every stream of the current host session: foreground processes are
+ * killed, files closed, attach streams dropped. Background processes and
+ * PTYs stay, with their rings: the next host session finds them (PLIST).
+ */
 static void session_end(struct gi_agent *a)
 {
+    gi_proc_session_end(a);
     for (size_t i = 0; i < a->nstreams; i++) {
         struct gi_stream *s = a->streams[i];
         if (s->done)
@@ -281,6 +287,13 @@ static void set_hostname(const struct proto_frame *f)
 static void handle_init(struct gi_agent *a, const struct proto_frame *f)
 {
     session_end(a);
+    /* Both apply to processes started from now on. */
+    a->ring_cap = proto_has(f, PK_RING) ? f->v[PK_RING].u : GI_RING_DEFAULT;
+    a->max_procs = proto_has(f, PK_MAX_PROCS) ? (size_t)f->v[PK_MAX_PROCS].u : GI_PROCS_DEFAULT;
+    if (a->max_procs < 1)
+        a->max_procs = 1;
+    if (a->max_procs > GI_PROCS_MAX)
+        a->max_procs = GI_PROCS_MAX;
     if (a->opts->pid1) {
         if (proto_has(f, PK_TIME_NS))
             set_clock(f);
@@ -311,6 +324,8 @@ static void handle_credit(struct gi_agent *a, const struct proto_frame *f)
         gi_exec_credit(a, s, f->v[PK_N].u);
     else if (s->kind == GI_FREAD)
         gi_file_credit(s, f->v[PK_N].u);
+    else if (s->kind == GI_ATTACH)
+        gi_attach_credit(s, f->v[PK_N].u);
 }
 
 static void handle_signal(struct gi_agent *a, const struct proto_frame *f)
@@ -380,6 +395,18 @@ static void dispatch(struct gi_agent *a, const struct proto_frame *f)
         gi_file_rename(a, f);
         break;
     case PROTO_PONG:
+        break;
+    case PROTO_ATTACH:
+        gi_proc_attach(a, f);
+        break;
+    case PROTO_DETACH:
+        gi_proc_detach(a, f->id);
+        break;
+    case PROTO_PLIST:
+        gi_proc_list(a, f);
+        break;
+    case PROTO_PCTL:
+        gi_proc_ctl(a, f);
         break;
     default:
         gi_reply_error(a, f->id, EINVAL, "unexpected frame type %s", proto_type_name(f->type));
@@ -554,6 +581,11 @@ static int build_poll(struct gi_agent *a, int *timeout)
 
         if (s->done)
             continue;
+        if (s->kind == GI_ATTACH) {
+            if (!full && gi_attach_ready(a, s))
+                *timeout = 0;
+            continue;
+        }
         if (s->kind != GI_EXEC) {
             if (!full && gi_file_ready(s))
                 *timeout = 0;
@@ -567,18 +599,32 @@ static int build_poll(struct gi_agent *a, int *timeout)
         if (d && (!next || d < next))
             next = d;
     }
+    /* Background processes are always read: their output goes to their rings. */
+    for (size_t i = 0; i < a->nprocs; i++) {
+        int slot[GI_EXEC_WATCH], k = gi_proc_watch(a, a->procs[i], &a->pfd[n], slot);
+        for (int j = 0; j < k; j++)
+            a->watch[n + j] = (struct gi_watch){.p = a->procs[i], .slot = slot[j]};
+        n += k;
+    }
     if (next && *timeout != 0)
         *timeout = next - now > 0 ? (int)(next - now) : 0;
     return n;
 }
 
-/* One turn per stream that produces without polling (file reads, listings): fair. */
+/* One turn per stream that produces without polling (file reads, listings, attach
+ * readers): fair. */
 static void pump_files(struct gi_agent *a)
 {
     for (size_t i = 0; i < a->nstreams && !gi_out_full(a); i++) {
         struct gi_stream *s = a->streams[i];
-        if (!s->done && s->kind != GI_EXEC && gi_file_ready(s))
+        if (s->done || s->kind == GI_EXEC)
+            continue;
+        if (s->kind == GI_ATTACH) {
+            if (gi_attach_ready(a, s))
+                gi_attach_pump(a, s);
+        } else if (gi_file_ready(s)) {
             gi_file_pump(a, s);
+        }
     }
 }
 
@@ -587,7 +633,7 @@ static int iterate(struct gi_agent *a)
     int n, timeout, r;
     short ev;
 
-    r = reserve_poll(a, 2 + GI_EXEC_WATCH * a->nstreams);
+    r = reserve_poll(a, 2 + GI_EXEC_WATCH * (a->nstreams + a->nprocs));
     if (r < 0)
         return r;
     n = build_poll(a, &timeout);
@@ -602,9 +648,14 @@ static int iterate(struct gi_agent *a)
         chan_read(a);
     else if (ev & (POLLHUP | POLLERR))
         a->hup = true;
-    for (int i = 2; i < n; i++)
-        if (a->pfd[i].revents)
+    for (int i = 2; i < n; i++) {
+        if (!a->pfd[i].revents)
+            continue;
+        if (a->watch[i].p)
+            gi_proc_event(a, a->watch[i].p, a->watch[i].slot, a->pfd[i].revents);
+        else
             gi_exec_event(a, a->watch[i].s, a->watch[i].slot, a->pfd[i].revents);
+    }
     if (process_input(a) == PROTO_ETOOBIG) {
         gi_log("frame over the size cap: the channel is out of sync");
         if (!a->opts->pid1)
@@ -710,6 +761,8 @@ static int agent_init(struct gi_agent *a, int fd, const struct gi_agent_opts *op
     a->fd = fd;
     a->opts = opts;
     a->sigfd = -1;
+    a->ring_cap = GI_RING_DEFAULT;
+    a->max_procs = GI_PROCS_DEFAULT;
     proto_buf_init(&a->out);
     msgpack_zone_init(&a->zone, 4096);
     a->in = malloc(GI_IN_CAP);
@@ -729,6 +782,7 @@ static void agent_free(struct gi_agent *a)
 {
     session_end(a);
     sweep(a);
+    gi_proc_free_all(a); /* the agent returns: nothing it started may outlive it */
     gi_orphans_wait(a);
     free(a->streams);
     free(a->orphans);

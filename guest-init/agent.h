@@ -3,14 +3,17 @@
  * (protocol/proto.h) over one byte stream.
  *
  * One single-threaded poll loop multiplexes the channel, the pipes of every
- * process it started (EXEC), open file transfers (FWRITE/FREAD) and the
- * directory requests. Every stream is keyed by the frame id chosen by the
- * host; a new host session (INIT) or a lost host end POLLHUP ends all of
- * them (processes are killed, files closed).
+ * process it started (EXEC), open file transfers (FWRITE/FREAD), the
+ * directory requests, and background processes / PTYs with their output
+ * rings and attach streams (protocol v2, proc.c). Every stream is keyed by
+ * the frame id chosen by the host; a new host session (INIT) or a lost host
+ * end POLLHUP ends all of them (foreground processes are killed, files
+ * closed), while background processes and PTYs keep running with their
+ * rings for the next session.
  *
  * Ownership: the agent borrows fd and opts for the duration of the call and
- * does not close fd. Everything it creates (pipes, children, cgroups, open
- * files) is released before it returns.
+ * does not close fd. Everything it creates (pipes, children, background
+ * processes, cgroups, open files) is released before it returns.
  */
 #ifndef WARREN_GI_AGENT_H
 #define WARREN_GI_AGENT_H

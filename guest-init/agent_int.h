@@ -1,6 +1,7 @@
 /*
  * agent_int.h - state shared by agent.c (loop, channel, session), exec.c
- * (processes) and files.c (file requests). Not a public API.
+ * (processes), proc.c (background processes, PTYs, attach) and files.c
+ * (file requests). Not a public API.
  *
  * Invariants:
  * - Every stream lives in a->streams until the sweep at the end of a loop
@@ -12,12 +13,17 @@
  * - A process that no longer has a stream (its session ended, or its exec
  *   failed) is remembered as an orphan until it is reaped and its cgroup
  *   removed.
+ * - Background processes (a->procs) belong to no stream: their output is
+ *   always read into their ring, whatever the queue or any credit; only
+ *   attach readers, which are streams, are paced. Entries are freed by the
+ *   same sweep (gi_proc_sweep) once marked gone.
  */
 #ifndef WARREN_GI_AGENT_INT_H
 #define WARREN_GI_AGENT_INT_H
 
 #include "agent.h"
 #include "proto.h"
+#include "ring.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -34,11 +40,16 @@
 #define GI_STDIN_CAP        (2 * PROTO_WINDOW) /* host may not exceed its credit; this is slack */
 #define GI_LIST_MAX_DEPTH   10
 #define GI_LIST_MAX_ENTRIES 100000
-#define GI_LIST_BATCH_BYTES (128 * 1024) /* entries per RESULT frame, well under the cap */
+#define GI_LIST_BATCH_BYTES (128 * 1024)  /* entries per RESULT frame, well under the cap */
+#define GI_RING_DEFAULT     (1024 * 1024) /* INIT without `ring` */
+#define GI_PROCS_DEFAULT    64            /* INIT without `max_procs` */
+/* Most background processes: a PLIST RESULT of this many entries, each with a full tag
+ * (PROTO_TAG_MAX) and command (PROTO_CMD_SHOWN) and ~200 bytes of keys, fits one frame. */
+#define GI_PROCS_MAX 128
 
 void gi_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-enum gi_kind { GI_EXEC, GI_FWRITE, GI_FREAD, GI_LIST };
+enum gi_kind { GI_EXEC, GI_FWRITE, GI_FREAD, GI_LIST, GI_ATTACH };
 
 struct gi_exec {
     pid_t pid;            /* also its session and process group id */
@@ -72,6 +83,40 @@ struct gi_list {
     char path[PATH_MAX];
 };
 
+/*
+ * A background process or PTY (EXEC with bg or cols+rows). It belongs to no
+ * stream: its output is always read into its ring (never paced by credit),
+ * and it survives INIT. Kept after exit until evicted (max_procs), so its
+ * output and status can still be read. Freed by the sweep once `gone`.
+ */
+struct gi_proc {
+    pid_t pid;         /* also its session and process group id */
+    uint32_t start_id; /* EXEC stream awaiting RESULT{pid} or ERROR; 0 once answered */
+    int rep;           /* start report pipe; -1 once settled */
+    int out[2];        /* stdout, stderr read ends (a PTY: out[0] is the master) */
+    int in;            /* stdin write end (a PTY: the master again); -1 when closed */
+    bool pty;
+    bool reaped;
+    bool gone; /* evicted or failed to start: freed by the sweep */
+    int status;
+    uint16_t cols, rows;
+    struct proto_buf inq; /* PCTL bytes not yet written */
+    bool in_eof;          /* close stdin once inq drains */
+    bool in_closed;       /* stdin was closed (eof, EPIPE, or the process ended) */
+    struct gi_ring ring;
+    char *tag, *cmd;     /* owned; tag may be NULL */
+    char *cgroup;        /* owned until it exits, then handed to the orphan list */
+    uint64_t started_ms; /* CLOCK_REALTIME */
+    uint64_t seq;        /* start order: the oldest exited entry is evicted first */
+};
+
+struct gi_attach {
+    pid_t pid;
+    uint64_t pos;    /* next ring offset to deliver */
+    uint64_t credit; /* data bytes the host still accepts */
+    bool follow;
+};
+
 struct gi_stream {
     uint32_t id;
     enum gi_kind kind;
@@ -80,6 +125,7 @@ struct gi_stream {
         struct gi_exec x;
         struct gi_xfer f;
         struct gi_list *l;
+        struct gi_attach t;
     } u;
 };
 
@@ -89,8 +135,9 @@ struct gi_orphan {
 };
 
 struct gi_watch {
-    struct gi_stream *s;
-    int slot; /* exec: 0 stdout, 1 stderr, 2 stdin, 3 start report */
+    struct gi_stream *s; /* an exec, or NULL for a background process */
+    struct gi_proc *p;
+    int slot; /* 0 stdout, 1 stderr, 2 stdin, 3 start report */
 };
 
 struct gi_agent {
@@ -103,6 +150,11 @@ struct gi_agent {
     msgpack_zone zone;
     struct gi_stream **streams;
     size_t nstreams, cap_streams;
+    struct gi_proc **procs; /* background processes and PTYs */
+    size_t nprocs, cap_procs;
+    uint64_t proc_seq;
+    uint64_t ring_cap; /* ring of processes started from now on (INIT `ring`) */
+    size_t max_procs;  /* INIT `max_procs`, clamped to GI_PROCS_MAX */
     struct gi_orphan *orphans;
     size_t norphans;
     unsigned cg_seq;
@@ -137,6 +189,40 @@ void gi_exec_reap(struct gi_agent *a);
 void gi_exec_abort(struct gi_agent *a, struct gi_stream *s);
 void gi_exec_release(struct gi_stream *s);
 void gi_orphans_wait(struct gi_agent *a);
+
+/* exec.c: shared with proc.c */
+struct gi_spawn {
+    pid_t pid;
+    int rep, out[2], in;
+    char *cgroup;
+    char *cmd; /* argv joined by spaces, for PLIST (owned) */
+};
+/* Fork the process an EXEC frame asks for, with a PTY of cols x rows when pty. Returns 0 or
+ * -errno (then nothing is left over). Start failures come later through sp->rep. */
+int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t cols,
+             uint16_t rows, struct gi_spawn *sp);
+/* Read a start report pipe: 1 still starting, 0 started, -errno failed (msg says what). */
+int gi_start_report(int fd, char *msg, size_t cap);
+int gi_cg_write(const char *dir, const char *file, const char *val);
+
+/* proc.c */
+void gi_proc_start(struct gi_agent *a, const struct proto_frame *f);
+void gi_proc_attach(struct gi_agent *a, const struct proto_frame *f);
+void gi_proc_detach(struct gi_agent *a, uint32_t id);
+void gi_proc_list(struct gi_agent *a, const struct proto_frame *f);
+void gi_proc_ctl(struct gi_agent *a, const struct proto_frame *f);
+int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int *slot);
+void gi_proc_event(struct gi_agent *a, struct gi_proc *p, int slot, short revents);
+/* A child was reaped: true if it was a background process. */
+bool gi_proc_reaped(struct gi_agent *a, pid_t pid, int status);
+void gi_proc_reap_own(struct gi_agent *a);    /* !pid1: waitpid our background processes */
+void gi_proc_session_end(struct gi_agent *a); /* INIT/hang-up: forget pending start replies */
+void gi_proc_kill_all(struct gi_agent *a);    /* the agent returns: nothing may outlive it */
+void gi_proc_sweep(struct gi_agent *a);
+void gi_proc_free_all(struct gi_agent *a);
+bool gi_attach_ready(struct gi_agent *a, const struct gi_stream *s);
+void gi_attach_pump(struct gi_agent *a, struct gi_stream *s);
+void gi_attach_credit(struct gi_stream *s, uint64_t n);
 
 /* files.c */
 void gi_file_write(struct gi_agent *a, const struct proto_frame *f);

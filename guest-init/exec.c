@@ -35,8 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -69,6 +71,8 @@ struct exec_req {
     uid_t uid;
     const char *home;
     bool want_stdin;
+    bool pty;
+    int pty_slave;      /* the PTY's slave end: the child's fds 0, 1, 2; -1 without a PTY */
     const char *cgroup; /* borrowed from the stream */
 };
 
@@ -101,6 +105,15 @@ static int parse_argv(const struct proto_frame *f, struct exec_req *req)
 {
     const msgpack_object_array *arr;
 
+    if (req->pty && !proto_has(f, PK_ARGV) && !proto_has(f, PK_CMD)) {
+        /* A terminal without a command: a login shell. */
+        req->argv = calloc(3, sizeof(char *));
+        if (!req->argv)
+            return -ENOMEM;
+        req->argv[0] = strdup("/bin/sh");
+        req->argv[1] = strdup("-l");
+        return req->argv[0] && req->argv[1] ? 0 : -ENOMEM;
+    }
     if (proto_has(f, PK_ARGV) == proto_has(f, PK_CMD))
         return -EINVAL; /* exactly one of argv and cmd */
     if (proto_has(f, PK_CMD)) {
@@ -172,7 +185,7 @@ static int build_env(const struct proto_frame *f, struct exec_req *req)
                              {"HOME", req->home},
                              {"USER", user},
                              {"LANG", "C.UTF-8"},
-                             {"TERM", "xterm"}};
+                             {"TERM", req->pty ? "xterm-256color" : "xterm"}};
     size_t n = 0, cap = 5 + (m ? m->size : 0) + 1;
     int r = 0;
 
@@ -234,7 +247,7 @@ static void req_free(struct exec_req *req)
 
 /* ---- cgroups ---- */
 
-static int cg_write(const char *dir, const char *file, const char *val)
+int gi_cg_write(const char *dir, const char *file, const char *val)
 {
     char path[PATH_MAX];
     int fd, r = 0;
@@ -278,7 +291,7 @@ static int cgroup_create(struct gi_agent *a, uint32_t id, char **out)
 done:
     /* One exec may hold at most a quarter of the sandbox's pids, so a fork bomb leaves
      * room for the next command (fails quietly where the pids controller is absent). */
-    cg_write(path, "pids.max", "1024");
+    gi_cg_write(path, "pids.max", "1024");
     *out = path;
     return 0;
 }
@@ -286,7 +299,7 @@ done:
 static void exec_kill(struct gi_exec *x, int sig)
 {
     if (sig == SIGKILL && x->cgroup)
-        cg_write(x->cgroup, "cgroup.kill", "1");
+        gi_cg_write(x->cgroup, "cgroup.kill", "1");
     /* The group outlives its leader while members remain, so this works after the reap too;
      * a child still starting may not have called setsid() yet: signal it directly. */
     if (x->pid > 0 && kill(-x->pid, sig) != 0 && x->rep >= 0 && !x->reaped)
@@ -310,6 +323,13 @@ static int child_stdio(const struct exec_req *req, const int p[P__N])
 {
     int src[3] = {req->want_stdin ? p[P_IN_R] : open("/dev/null", O_RDONLY | O_CLOEXEC), p[P_OUT_W],
                   p[P_ERR_W]};
+
+    if (req->pty_slave >= 0) {
+        /* setsid() ran: the slave becomes this session's controlling terminal. */
+        if (ioctl(req->pty_slave, TIOCSCTTY, 0) != 0)
+            return -1;
+        src[0] = src[1] = src[2] = req->pty_slave;
+    }
 
     /* Lift the sources above 2 first: if PID 1 ran without std fds a pipe may sit on 0..2,
      * and dup2 would clobber one source with another. */
@@ -356,7 +376,7 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
     if (setsid() < 0)
         goto fail;
     rep.step = STEP_CGROUP;
-    if (req->cgroup && (errno = -cg_write(req->cgroup, "cgroup.procs", "0")) != 0)
+    if (req->cgroup && (errno = -gi_cg_write(req->cgroup, "cgroup.procs", "0")) != 0)
         goto fail;
     child_oom_default();
     rep.step = STEP_STDIO;
@@ -415,13 +435,17 @@ static int open_pipes(int p[P__N], bool want_stdin)
 
 void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
 {
-    struct exec_req req = {0};
+    struct exec_req req = {.pty_slave = -1};
     struct gi_stream *s;
     struct gi_exec *x;
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     pid_t pid = -1;
     int r;
 
+    if ((proto_has(f, PK_BG) && f->v[PK_BG].b) || proto_has(f, PK_COLS) || proto_has(f, PK_ROWS)) {
+        gi_proc_start(a, f);
+        return;
+    }
     r = parse_request(f, &req);
     if (r < 0) {
         gi_reply_error(a, f->id, -r, "bad exec request: %s", strerror(-r));
@@ -458,6 +482,102 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
 out:
     close_fds(p, P__N); /* the child's ends, or everything after a failure */
     req_free(&req);
+}
+
+/* Open a PTY of cols x rows; the size is set before the child can exist. */
+static int open_pty(int *master, int *slave, uint16_t cols, uint16_t rows)
+{
+    struct winsize ws = {.ws_row = rows, .ws_col = cols};
+    char name[64];
+
+    /* No grantpt(): devpts already gives the slave its owner and mode, and in a static PID 1
+     * older glibc versions would look the tty group up through NSS. */
+    *master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (*master < 0)
+        return -errno;
+    if (unlockpt(*master) != 0 || ptsname_r(*master, name, sizeof(name)) != 0 ||
+        ioctl(*master, TIOCSWINSZ, &ws) != 0 || fcntl(*master, F_SETFL, O_NONBLOCK) != 0)
+        return -errno;
+    *slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    return *slave < 0 ? -errno : 0;
+}
+
+static char *join_argv(char *const *argv)
+{
+    size_t n = 1;
+    char *s, *q;
+
+    for (char *const *v = argv; *v; v++)
+        n += strlen(*v) + 1;
+    s = malloc(n);
+    if (!s)
+        return NULL;
+    q = s;
+    for (char *const *v = argv; *v; v++) {
+        size_t l = strlen(*v);
+        if (q != s)
+            *q++ = ' ';
+        memcpy(q, *v, l);
+        q += l;
+    }
+    *q = '\0';
+    return s;
+}
+
+int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t cols,
+             uint16_t rows, struct gi_spawn *sp)
+{
+    struct exec_req req = {.pty = pty, .pty_slave = -1};
+    int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    int master = -1;
+    pid_t pid;
+    int r;
+
+    *sp = (struct gi_spawn){.pid = -1, .rep = -1, .out = {-1, -1}, .in = -1};
+    r = parse_request(f, &req);
+    /* A background process always has a stdin pipe (PCTL writes it); a PTY has the master. */
+    req.want_stdin = !pty;
+    if (r == 0 && pty)
+        r = open_pty(&master, &req.pty_slave, cols, rows);
+    if (r == 0 && !(sp->cmd = proto_has(f, PK_CMD) ? join_argv(req.argv + 2) : join_argv(req.argv)))
+        r = -ENOMEM;
+    if (r == 0)
+        r = cgroup_create(a, f->id, &sp->cgroup);
+    if (r == 0)
+        r = open_pipes(p, req.want_stdin);
+    if (r == 0 && pty)
+        close_fds(&p[P_OUT_R], 4); /* the PTY carries all output */
+    if (r == 0 && (pid = fork()) < 0)
+        r = -errno;
+    if (r < 0) {
+        if (sp->cgroup)
+            rmdir(sp->cgroup);
+        free(sp->cgroup);
+        free(sp->cmd);
+        sp->cgroup = sp->cmd = NULL;
+        close_fds(&master, 1);
+        goto out;
+    }
+    req.cgroup = sp->cgroup;
+    if (pid == 0)
+        child_run(&req, p);
+    sp->pid = pid;
+    sp->rep = p[P_REP_R];
+    p[P_REP_R] = -1;
+    if (pty) {
+        sp->out[0] = master;
+        sp->in = master;
+    } else {
+        sp->out[0] = p[P_OUT_R];
+        sp->out[1] = p[P_ERR_R];
+        sp->in = p[P_IN_W];
+        p[P_OUT_R] = p[P_ERR_R] = p[P_IN_W] = -1;
+    }
+out:
+    close_fds(&req.pty_slave, 1); /* the child has it: the master sees EIO once it is gone */
+    close_fds(p, P__N);
+    req_free(&req);
+    return r;
 }
 
 /* ---- running streams ---- */
@@ -548,24 +668,37 @@ static void exec_forget(struct gi_agent *a, struct gi_stream *s)
     s->done = true;
 }
 
-/* The report pipe of a starting child: EOF means it exec'd (or died: EXIT tells). */
-static void exec_started(struct gi_agent *a, struct gi_stream *s)
+int gi_start_report(int fd, char *msg, size_t cap)
 {
     static const char *const what[] = {"setsid", "join cgroup", "set up stdio",
                                        "chdir",  "switch user", "exec"};
-    struct gi_exec *x = &s->u.x;
     struct child_report rep;
-    ssize_t n = read(x->rep, &rep, sizeof(rep));
+    ssize_t n = read(fd, &rep, sizeof(rep));
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 1;
+    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_EXEC)
+        return 0; /* EOF: it exec'd (or died before reporting: its exit status tells) */
+    rep.arg[sizeof(rep.arg) - 1] = '\0';
+    snprintf(msg, cap, "%s %s: %s", what[rep.step], rep.arg, strerror(rep.err));
+    return rep.err > 0 ? -rep.err : -EIO;
+}
+
+/* The report pipe of a starting child: EOF means it exec'd (or died: EXIT tells). */
+static void exec_started(struct gi_agent *a, struct gi_stream *s)
+{
+    struct gi_exec *x = &s->u.x;
+    char msg[512];
+    int r = gi_start_report(x->rep, msg, sizeof(msg));
+
+    if (r == 1)
         return;
     close_fds(&x->rep, 1);
-    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_EXEC) {
+    if (r == 0) {
         exec_maybe_exit(a, s);
         return;
     }
-    rep.arg[sizeof(rep.arg) - 1] = '\0';
-    gi_reply_error(a, s->id, rep.err, "%s %s: %s", what[rep.step], rep.arg, strerror(rep.err));
+    gi_reply_error(a, s->id, -r, "%s", msg);
     exec_forget(a, s); /* the child _exits at once: reap it and drop its cgroup */
 }
 
@@ -695,6 +828,8 @@ static void on_reaped(struct gi_agent *a, pid_t pid, int status)
             return;
         }
     }
+    if (gi_proc_reaped(a, pid, status))
+        return;
     for (size_t i = 0; i < a->norphans; i++) {
         if (a->orphans[i].pid == pid) {
             a->orphans[i].pid = 0;
@@ -739,6 +874,7 @@ void gi_exec_reap(struct gi_agent *a)
             if (waitpid(x->pid, &st, WNOHANG) == x->pid)
                 on_reaped(a, x->pid, st);
         }
+        gi_proc_reap_own(a);
         for (size_t i = 0; i < a->norphans; i++) {
             pid = a->orphans[i].pid;
             if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)

@@ -1,7 +1,8 @@
 /*
  * fuzz_proto.c - libFuzzer target for the host<->guest frame decoder.
- * Feeds the input as a byte stream: split frames, decode each, and check
- * the invariants the host relies on (bounded sizes, known type).
+ * Feeds the input as a byte stream (a sequence of frames, v1 and v2): split
+ * frames, decode each, and check the invariants both sides rely on (bounded
+ * sizes, known type, typed containers).
  */
 #include "proto.h"
 
@@ -28,6 +29,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (proto_has(&f, PK_DATA) && f.v[PK_DATA].s.len > PROTO_MAX_DATA)
                 abort();
+            /* v2: a procs list (PLIST's RESULT) holds only maps */
+            if (proto_has(&f, PK_PROCS))
+                for (uint32_t i = 0; i < f.v[PK_PROCS].arr->size; i++)
+                    if (f.v[PK_PROCS].arr->ptr[i].type != MSGPACK_OBJECT_MAP)
+                        abort();
         }
         msgpack_zone_clear(&zone);
         off += used;

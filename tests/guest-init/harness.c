@@ -72,6 +72,7 @@ void peer_free(struct peer *p)
         for (int k = 0; k < 3; k++)
             proto_buf_free(&p->res[i].out[k]);
         proto_buf_free(&p->res[i].paths);
+        proto_buf_free(&p->res[i].all);
     }
     proto_buf_free(&p->in);
     proto_buf_free(&p->out);
@@ -119,8 +120,20 @@ static void append_out(struct peer *p, uint32_t id, int k, const struct proto_fr
     struct res *r = &p->res[id];
     const struct proto_str *d = &f->v[PK_DATA].s;
 
-    if (f->v[PK_OFF].u != proto_buf_pending(&r->out[k]))
+    if (r->attach) {
+        uint64_t lost = f->v[PK_LOST].u;
+        if (proto_has(f, PK_LOST)) {
+            if (r->lost_frames++ == 0)
+                r->first_lost_off = f->v[PK_OFF].u;
+            r->lost += lost;
+        }
+        if (f->v[PK_OFF].u != r->next_off + lost || k < 1 || k > 2)
+            r->bad_off++;
+        r->next_off = f->v[PK_OFF].u + d->len;
+        proto_buf_append(&r->all, d->p, d->len);
+    } else if (f->v[PK_OFF].u != proto_buf_pending(&r->out[k])) {
         r->bad_off++;
+    }
     proto_buf_append(&r->out[k], d->p, d->len);
     if (r->auto_credit)
         send_credit(p, id, d->len);
@@ -150,9 +163,63 @@ static void add_entries(struct res *r, const struct proto_frame *f)
     }
 }
 
+static void copy_obj_str(char *dst, size_t cap, const msgpack_object *o)
+{
+    size_t n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
+    memcpy(dst, o->via.str.ptr, n);
+    dst[n] = '\0';
+}
+
+static void add_procs(struct res *r, const struct proto_frame *f)
+{
+    const msgpack_object_array *a = f->v[PK_PROCS].arr;
+
+    r->nprocs = 0;
+    for (uint32_t i = 0; i < a->size && i < 16; i++) {
+        const msgpack_object_map *m = &a->ptr[i].via.map;
+        struct pent *e = &r->procs[r->nprocs++];
+        memset(e, 0, sizeof(*e));
+        for (uint32_t j = 0; j < m->size; j++) {
+            const msgpack_object *v = &m->ptr[j].val;
+            char k[32];
+            copy_obj_str(k, sizeof(k), &m->ptr[j].key);
+            if (!strcmp(k, "pid"))
+                e->pid = v->via.u64;
+            else if (!strcmp(k, "start"))
+                e->start = v->via.u64;
+            else if (!strcmp(k, "end"))
+                e->end = v->via.u64;
+            else if (!strcmp(k, "cols"))
+                e->cols = v->via.u64;
+            else if (!strcmp(k, "rows"))
+                e->rows = v->via.u64;
+            else if (!strcmp(k, "started_ms"))
+                e->started_ms = v->via.u64;
+            else if (!strcmp(k, "code"))
+                e->code = v->via.i64, e->has_code = true;
+            else if (!strcmp(k, "sig"))
+                e->sig = v->via.i64;
+            else if (!strcmp(k, "running"))
+                e->running = v->via.boolean;
+            else if (!strcmp(k, "pty"))
+                e->pty = v->via.boolean;
+            else if (!strcmp(k, "stdin"))
+                e->stdin_open = v->via.boolean;
+            else if (!strcmp(k, "tag"))
+                copy_obj_str(e->tag, sizeof(e->tag), v);
+            else if (!strcmp(k, "cmd"))
+                copy_obj_str(e->cmd, sizeof(e->cmd), v);
+        }
+    }
+}
+
 static void on_result(struct res *r, const struct proto_frame *f)
 {
     r->have_result = true;
+    if (proto_has(f, PK_PID))
+        r->pid = f->v[PK_PID].u;
+    if (proto_has(f, PK_PROCS))
+        add_procs(r, f);
     r->size = f->v[PK_SIZE].u;
     r->mode = f->v[PK_MODE].u;
     r->mtime = f->v[PK_MTIME].i;
@@ -215,6 +282,7 @@ static void on_frame(struct peer *p, const struct proto_frame *f)
         break;
     case PROTO_END:
         r->done = true;
+        r->ended = true;
         break;
     case PROTO_CREDIT:
         r->credit += f->v[PK_N].u;
@@ -342,14 +410,23 @@ void send_exec(struct peer *p, uint32_t id, const struct exec_opts *o, bool auto
 {
     struct proto_buf b;
     struct proto_enc e;
-    uint32_t n = 3 + !!o->env + !!o->cwd + !!o->user + !!o->timeout_ms + 1;
+    uint32_t n = 3 + !!o->env + !!o->cwd + !!o->user + !!o->timeout_ms + 1 + o->bg + !!o->tag +
+                 2 * (o->cols && o->rows) - (!o->cmd && !o->argv);
 
     proto_buf_init(&b);
     proto_enc_begin(&e, &b, PROTO_EXEC, id, n);
     if (o->cmd)
         proto_put_cstr(&e, PK_CMD, o->cmd);
-    else
+    else if (o->argv)
         put_strv(&e, PK_ARGV, o->argv, 1);
+    if (o->bg)
+        proto_put_b(&e, PK_BG, true);
+    if (o->tag)
+        proto_put_cstr(&e, PK_TAG, o->tag);
+    if (o->cols && o->rows) {
+        proto_put_u(&e, PK_COLS, o->cols);
+        proto_put_u(&e, PK_ROWS, o->rows);
+    }
     if (o->env)
         put_strv(&e, PK_ENV, o->env, 2);
     if (o->cwd)
@@ -538,4 +615,108 @@ bool pid_gone(pid_t pid, int timeout_ms)
             return false;
         usleep(10000);
     }
+}
+
+void send_init2(struct peer *p, uint32_t id, uint64_t ring, uint64_t max_procs)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_INIT, id, 4 + !!ring + !!max_procs);
+    proto_put_u(&e, PK_V, PROTO_VERSION);
+    proto_put_cstr(&e, PK_HOSTNAME, "not-the-host");
+    if (ring)
+        proto_put_u(&e, PK_RING, ring);
+    if (max_procs)
+        proto_put_u(&e, PK_MAX_PROCS, max_procs);
+    proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+uint64_t start_bg(struct peer *p, uint32_t id, const struct exec_opts *o)
+{
+    struct exec_opts bg = *o;
+
+    bg.bg = true;
+    send_exec(p, id, &bg, false);
+    p->res[id].expect = EXPECT_RESULT;
+    if (!peer_wait(p, id, 5000) || p->res[id].error) {
+        fprintf(stderr, "background exec %u: %s\n", id, p->res[id].msg);
+        return 0;
+    }
+    return p->res[id].pid;
+}
+
+void send_attach(struct peer *p, uint32_t id, uint64_t pid, uint64_t off, bool follow,
+                 bool auto_credit)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_ATTACH, id, 5);
+    proto_put_u(&e, PK_PID, pid);
+    proto_put_u(&e, PK_OFF, off);
+    proto_put_b(&e, PK_FOLLOW, follow);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_EXIT;
+    p->res[id].auto_credit = auto_credit;
+    p->res[id].attach = true;
+    p->res[id].next_off = off;
+    peer_queue(p, &b);
+}
+
+void send_detach(struct peer *p, uint32_t id)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_DETACH, id, 2);
+    proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+void send_plist(struct peer *p, uint32_t id, uint64_t pid)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_PLIST, id, 2 + !!pid);
+    if (pid)
+        proto_put_u(&e, PK_PID, pid);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
+    p->res[id].done = false;
+    p->res[id].error = false;
+    peer_queue(p, &b);
+}
+
+void send_pctl(struct peer *p, uint32_t id, uint64_t pid, const void *data, size_t n, bool eof,
+               int sig, uint64_t cols, uint64_t rows)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_PCTL, id, 3 + !!data + eof + !!sig + !!cols + !!rows);
+    proto_put_u(&e, PK_PID, pid);
+    if (data)
+        proto_put_bin(&e, PK_DATA, data, n);
+    if (eof)
+        proto_put_b(&e, PK_EOF, true);
+    if (sig)
+        proto_put_i(&e, PK_SIG, sig);
+    if (cols)
+        proto_put_u(&e, PK_COLS, cols);
+    if (rows)
+        proto_put_u(&e, PK_ROWS, rows);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
+    p->res[id].done = false;
+    p->res[id].error = false;
+    p->res[id].err = -1;
+    peer_queue(p, &b);
 }

@@ -23,6 +23,14 @@
 
 enum expect { EXPECT_EXIT, EXPECT_RESULT, EXPECT_END, EXPECT_LIST, EXPECT_PONG };
 
+/* One PLIST entry. */
+struct pent {
+    uint64_t pid, start, end, cols, rows, started_ms;
+    int64_t code, sig;
+    bool running, pty, stdin_open, has_code;
+    char tag[64], cmd[256];
+};
+
 struct res {
     enum expect expect;
     bool auto_credit; /* grant credit back for every OUT/DATA byte received */
@@ -42,6 +50,17 @@ struct res {
     size_t nentries, nframes;
     struct proto_buf paths; /* LIST: "path type\n" per entry */
     int bad_off;            /* frames whose offset did not continue the stream */
+    /* v2 */
+    uint64_t pid;            /* RESULT of a background EXEC */
+    bool attach;             /* OUT offsets count both fds together, from next_off */
+    uint64_t next_off;       /* attach: the offset the next OUT must carry (plus its lost) */
+    uint64_t lost;           /* attach: sum of `lost` */
+    int lost_frames;         /* attach: OUT frames that carried `lost` */
+    uint64_t first_lost_off; /* attach: off of the first frame with `lost` */
+    struct proto_buf all;    /* attach: stdout and stderr bytes in ring order */
+    bool ended;              /* END (not EXIT) ended it */
+    size_t nprocs;           /* PLIST */
+    struct pent procs[16];
 };
 
 struct peer {
@@ -83,6 +102,9 @@ struct exec_opts {
     const char *user;
     uint64_t timeout_ms;
     bool stdin_pipe;
+    bool bg;
+    const char *tag;
+    uint64_t cols, rows; /* a PTY when both are set */
 };
 void send_exec(struct peer *p, uint32_t id, const struct exec_opts *o, bool auto_credit);
 void send_simple(struct peer *p, enum proto_type t, uint32_t id, const char *path,
@@ -97,6 +119,17 @@ void send_end(struct peer *p, uint32_t id);
 void send_remove(struct peer *p, uint32_t id, const char *path, bool recursive);
 void send_rename(struct peer *p, uint32_t id, const char *from, const char *to);
 void send_init(struct peer *p, uint32_t id);
+/* INIT with ring and max_procs (0: absent). */
+void send_init2(struct peer *p, uint32_t id, uint64_t ring, uint64_t max_procs);
+/* Background EXEC: waits for its RESULT and returns the pid (0 on ERROR). */
+uint64_t start_bg(struct peer *p, uint32_t id, const struct exec_opts *o);
+void send_attach(struct peer *p, uint32_t id, uint64_t pid, uint64_t off, bool follow,
+                 bool auto_credit);
+void send_detach(struct peer *p, uint32_t id);
+void send_plist(struct peer *p, uint32_t id, uint64_t pid); /* pid 0: all */
+/* PCTL: data (n bytes, if data), eof, sig (0: none), cols/rows (0: none). */
+void send_pctl(struct peer *p, uint32_t id, uint64_t pid, const void *data, size_t n, bool eof,
+               int sig, uint64_t cols, uint64_t rows);
 
 /* Kill-test helpers. */
 bool pid_gone(pid_t pid, int timeout_ms);

@@ -860,6 +860,469 @@ static void test_cgroups(void)
     CHECK(rmdir(root) == 0);
 }
 
+/* ---- v2: background processes, PTYs, rings, attach ---- */
+
+static const char *all_str(struct peer *p, uint32_t id)
+{
+    struct proto_buf *b = &p->res[id].all;
+    proto_buf_append(b, "", 1);
+    b->len--;
+    return (const char *)b->p + b->off;
+}
+
+/* PLIST for pid on stream id until it has exited; returns its entry (NULL on timeout). */
+static const struct pent *wait_exited(struct peer *p, uint32_t id, uint64_t pid, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+
+    while (now_ms() < end) {
+        send_plist(p, id, pid);
+        if (!peer_wait(p, id, 3000) || p->res[id].error || p->res[id].nprocs != 1)
+            return NULL;
+        if (!p->res[id].procs[0].running)
+            return &p->res[id].procs[0];
+        peer_step(p, 50);
+    }
+    return NULL;
+}
+
+/* Step until the attach stream id holds at least want bytes (or timeout). */
+static void await_all(struct peer *p, uint32_t id, size_t want, int timeout_ms)
+{
+    int64_t end = now_ms() + timeout_ms;
+
+    while (proto_buf_pending(&p->res[id].all) < want && !p->res[id].done && now_ms() < end)
+        peer_step(p, 50);
+}
+
+/* Exchange frames for ms (settle() never ends while a live stream ticks). */
+static void step_for(struct peer *p, int ms)
+{
+    int64_t end = now_ms() + ms;
+
+    while (now_ms() < end)
+        peer_step(p, (int)(end - now_ms()));
+}
+
+static void reset_res(struct peer *p, uint32_t id)
+{
+    struct res *r = &p->res[id];
+
+    for (int k = 0; k < 3; k++)
+        proto_buf_free(&r->out[k]);
+    proto_buf_free(&r->all);
+    proto_buf_free(&r->paths);
+    memset(r, 0, sizeof(*r));
+    r->err = -1;
+}
+
+static void test_bg_attach(void)
+{
+    struct peer p;
+    const struct pent *e;
+    uint64_t pid;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1,
+                   &(struct exec_opts){.cmd = "printf hello; sleep 0.3; echo err >&2; sleep 0.3; "
+                                              "printf world; exit 4",
+                                       .tag = "greeter"});
+    CHECK(pid > 0 && !p.res[1].error);
+    /* the EXEC stream ended with RESULT: nothing else arrives for it */
+    e = wait_exited(&p, 2, pid, 10000);
+    CHECK(e && e->code == 4 && e->sig == 0 && e->has_code);
+    CHECK(e && e->start == 0 && e->end == 14 && !e->pty && !strcmp(e->tag, "greeter"));
+    CHECK(e && strstr(e->cmd, "printf hello") == e->cmd && !e->stdin_open);
+    /* from 0: the exact bytes in the order read, each with its fd, then EXIT */
+    send_attach(&p, 3, pid, 0, true, true);
+    CHECK(peer_wait(&p, 3, 5000) && !p.res[3].error && !p.res[3].ended);
+    CHECK(strcmp(all_str(&p, 3), "helloerr\nworld") == 0);
+    CHECK(strcmp(out_str(&p, 3, 1), "helloworld") == 0 && strcmp(out_str(&p, 3, 2), "err\n") == 0);
+    CHECK(p.res[3].code == 4 && p.res[3].sig == 0 && p.res[3].bad_off == 0 && p.res[3].lost == 0);
+    /* from a middle offset (inside the stderr line), follow:false on an exited process: EXIT */
+    send_attach(&p, 4, pid, 7, false, true);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error && !p.res[4].ended);
+    CHECK(strcmp(all_str(&p, 4), "r\nworld") == 0 && p.res[4].bad_off == 0);
+    /* from the very end: EXIT at once */
+    send_attach(&p, 5, pid, 14, true, true);
+    CHECK(peer_wait(&p, 5, 5000) && p.res[5].code == 4 && proto_buf_pending(&p.res[5].all) == 0);
+    /* past the end, unknown pid */
+    send_attach(&p, 6, pid, 15, true, true);
+    CHECK(peer_wait(&p, 6, 5000) && p.res[6].error && p.res[6].err == EINVAL);
+    send_attach(&p, 7, 999999999, 0, true, true);
+    CHECK(peer_wait(&p, 7, 5000) && p.res[7].error && p.res[7].err == ESRCH);
+    send_plist(&p, 8, 999999999);
+    CHECK(peer_wait(&p, 8, 5000) && p.res[8].error && p.res[8].err == ESRCH);
+    /* a start failure is an ERROR with the errno, as for a foreground exec */
+    const char *const bad[] = {"/nonexistent/prog", NULL};
+    CHECK(start_bg(&p, 9, &(struct exec_opts){.argv = bad}) == 0);
+    CHECK(p.res[9].error && p.res[9].err == ENOENT);
+    send_plist(&p, 10, 0);
+    CHECK(peer_wait(&p, 10, 5000) && p.res[10].nprocs == 1 && p.res[10].procs[0].pid == pid);
+    CHECK(peer_stop(&p) == 0);
+}
+
+/* A live reader with credit, follow:false while running (END), DETACH. */
+static void test_bg_follow_detach(void)
+{
+    struct peer p;
+    uint64_t pid;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1, &(struct exec_opts){.cmd = "while :; do echo tick; sleep 0.05; done"});
+    CHECK(pid > 0);
+    send_attach(&p, 2, pid, 0, true, true);
+    await_all(&p, 2, 50, 10000);
+    CHECK(!p.res[2].done && proto_buf_pending(&p.res[2].all) >= 50);
+    send_detach(&p, 2);
+    CHECK(peer_wait(&p, 2, 5000) && p.res[2].ended && p.res[2].bad_off == 0);
+    CHECK(strncmp(all_str(&p, 2), "tick\ntick\n", 10) == 0);
+    /* DETACH of a stream that already ended: nothing (the harness flags a frame after END) */
+    send_detach(&p, 2);
+    send_attach(&p, 3, pid, 5, false, true);
+    CHECK(peer_wait(&p, 3, 5000) && p.res[3].ended && !p.res[3].error);
+    CHECK(strncmp(all_str(&p, 3), "tick\n", 5) == 0 && p.res[3].bad_off == 0);
+    /* SIGNAL on an attach stream is not a process signal */
+    send_attach(&p, 4, pid, 0, true, true);
+    send_signal(&p, 4, SIGKILL);
+    step_for(&p, 300);
+    CHECK(kill((pid_t)pid, 0) == 0);
+    send_detach(&p, 4);
+    CHECK(peer_wait(&p, 4, 5000) && p.res[4].ended);
+    CHECK(peer_stop(&p) == 0);
+    /* the agent returning (not PID 1) ends its background processes too */
+    CHECK(pid_gone((pid_t)pid, 3000));
+}
+
+static size_t seq_expected(char **out, int n)
+{
+    size_t cap = (size_t)n * 8 + 1, len = 0;
+    char *s = malloc(cap);
+
+    for (int i = 1; i <= n; i++)
+        len += (size_t)snprintf(s + len, cap - len, "%d\n", i);
+    *out = s;
+    return len;
+}
+
+/* A ring that wrapped: ATTACH from 0 is told exactly what was lost, then the exact tail. */
+static void test_bg_ring_lost(void)
+{
+    struct peer p;
+    const struct pent *e;
+    uint64_t pid, start, end;
+    char *want;
+    size_t wlen = seq_expected(&want, 20000);
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    send_init2(&p, 1, 4096, 0); /* never sets the clock: no time_ns */
+    wait_hello(&p, 2);
+    pid = start_bg(&p, 2, &(struct exec_opts){.cmd = "seq 1 20000"});
+    CHECK(pid > 0);
+    e = wait_exited(&p, 3, pid, 10000);
+    CHECK(e && e->code == 0);
+    start = e ? e->start : 0;
+    end = e ? e->end : 0;
+    CHECK(end == wlen && start > 0 && end - start <= 4096 && end - start >= 4096 - 64);
+    send_attach(&p, 4, pid, 0, true, true);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error);
+    CHECK(p.res[4].lost == start && p.res[4].lost_frames == 1 && p.res[4].first_lost_off == start);
+    CHECK(p.res[4].bad_off == 0 && proto_buf_pending(&p.res[4].all) == end - start);
+    CHECK(memcmp(p.res[4].all.p + p.res[4].all.off, want + start, end - start) == 0);
+    /* from inside the kept part: no loss */
+    send_attach(&p, 5, pid, start + 10, false, true);
+    CHECK(peer_wait(&p, 5, 5000) && p.res[5].lost == 0 && p.res[5].bad_off == 0);
+    CHECK(proto_buf_pending(&p.res[5].all) == end - start - 10);
+
+    /* A reader without credit falls behind while the process writes 2 MB on: the process is
+     * never blocked (it completes), and the reader is told exactly what it lost. */
+    free(want);
+    wlen = seq_expected(&want, 300000);
+    pid = start_bg(&p, 6, &(struct exec_opts){.cmd = "seq 1 300000"});
+    CHECK(pid > 0);
+    send_attach(&p, 7, pid, 0, true, false); /* no credit returned */
+    e = wait_exited(&p, 8, pid, 20000);
+    CHECK(e && e->end == wlen);
+    start = e ? e->start : 0;
+    step_for(&p, 200);
+    /* lost bytes cost no credit, so the reader may even have reached the end by now; but it
+     * never received more than its window */
+    CHECK(proto_buf_pending(&p.res[7].all) <= PROTO_WINDOW);
+    send_credit(&p, 7, PROTO_WINDOW);
+    p.res[7].auto_credit = true;
+    CHECK(peer_wait(&p, 7, 5000) && p.res[7].bad_off == 0 && p.res[7].code == 0);
+    {
+        struct res *r = &p.res[7];
+        size_t got = proto_buf_pending(&r->all);
+        CHECK(r->lost > 0 && r->lost + got == wlen && got >= wlen - start);
+        CHECK(got >= wlen - start && memcmp(r->all.p + r->all.off + got - (wlen - start),
+                                            want + start, wlen - start) == 0);
+    }
+    free(want);
+    CHECK(peer_stop(&p) == 0);
+}
+
+static void test_bg_stdin_signal(void)
+{
+    struct peer p;
+    const struct pent *e;
+    uint64_t pid, pid2;
+    const char *const cat[] = {"cat", NULL};
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1, &(struct exec_opts){.argv = cat});
+    CHECK(pid > 0);
+    send_attach(&p, 2, pid, 0, true, true);
+    send_pctl(&p, 3, pid, "ping\n", 5, false, 0, 0, 0);
+    CHECK(peer_wait(&p, 3, 5000) && !p.res[3].error);
+    await_all(&p, 2, 5, 5000);
+    CHECK(strcmp(all_str(&p, 2), "ping\n") == 0);
+    /* exactly one action per PCTL */
+    send_pctl(&p, 4, pid, "x", 1, false, SIGTERM, 0, 0);
+    CHECK(peer_wait(&p, 4, 5000) && p.res[4].error && p.res[4].err == EINVAL);
+    /* resize on a pipe process */
+    send_pctl(&p, 4, pid, NULL, 0, false, 0, 80, 24);
+    CHECK(peer_wait(&p, 4, 5000) && p.res[4].error && p.res[4].err == EINVAL);
+    send_pctl(&p, 4, pid, NULL, 0, false, SIGTERM, 0, 0);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error);
+    CHECK(peer_wait(&p, 2, 5000) && p.res[2].code == 128 + SIGTERM && p.res[2].sig == SIGTERM);
+    e = wait_exited(&p, 5, pid, 5000);
+    CHECK(e && e->sig == SIGTERM && e->code == 128 + SIGTERM && !e->stdin_open);
+    send_pctl(&p, 6, pid, NULL, 0, false, SIGTERM, 0, 0);
+    CHECK(peer_wait(&p, 6, 5000) && p.res[6].error && p.res[6].err == ESRCH);
+    send_pctl(&p, 6, pid, "x", 1, false, 0, 0, 0);
+    CHECK(peer_wait(&p, 6, 5000) && p.res[6].error && p.res[6].err == EPIPE);
+    send_pctl(&p, 6, 999999999, NULL, 0, false, SIGTERM, 0, 0);
+    CHECK(peer_wait(&p, 6, 5000) && p.res[6].error && p.res[6].err == ESRCH);
+
+    /* eof closes stdin: cat ends on its own with code 0 */
+    pid2 = start_bg(&p, 7, &(struct exec_opts){.argv = cat});
+    send_attach(&p, 8, pid2, 0, true, true);
+    send_pctl(&p, 9, pid2, "abc", 3, true, 0, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error);
+    CHECK(peer_wait(&p, 8, 5000) && p.res[8].code == 0 && p.res[8].sig == 0);
+    CHECK(strcmp(all_str(&p, 8), "abc") == 0);
+    send_pctl(&p, 9, pid2, "x", 1, false, 0, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && p.res[9].error && p.res[9].err == EPIPE);
+    CHECK(peer_stop(&p) == 0);
+}
+
+static void test_pty(void)
+{
+    struct peer p;
+    uint64_t pid;
+    const char *want = "30 100\r\nxterm-256color\r\n\r\n40 120\r\n";
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1,
+                   &(struct exec_opts){
+                       .cmd = "stty size; echo $TERM; read x; stty size", .cols = 100, .rows = 30});
+    CHECK(pid > 0);
+    send_attach(&p, 2, pid, 0, true, true);
+    await_all(&p, 2, 23, 5000);
+    CHECK(strcmp(all_str(&p, 2), "30 100\r\nxterm-256color\r\n") == 0);
+    send_pctl(&p, 3, pid, NULL, 0, false, 0, 120, 40);
+    CHECK(peer_wait(&p, 3, 5000) && !p.res[3].error);
+    send_pctl(&p, 4, pid, NULL, 0, false, 0, 0, 40); /* rows without cols */
+    CHECK(peer_wait(&p, 4, 5000) && p.res[4].error && p.res[4].err == EINVAL);
+    send_pctl(&p, 4, pid, NULL, 0, false, 0, 10001, 40);
+    CHECK(peer_wait(&p, 4, 5000) && p.res[4].error && p.res[4].err == EINVAL);
+    send_plist(&p, 5, pid);
+    CHECK(peer_wait(&p, 5, 5000) && p.res[5].nprocs == 1 && p.res[5].procs[0].pty);
+    CHECK(p.res[5].procs[0].cols == 120 && p.res[5].procs[0].rows == 40);
+    send_pctl(&p, 6, pid, "\n", 1, false, 0, 0, 0);
+    CHECK(peer_wait(&p, 6, 5000) && !p.res[6].error);
+    CHECK(peer_wait(&p, 2, 5000) && p.res[2].code == 0 && p.res[2].bad_off == 0);
+    CHECK(strcmp(all_str(&p, 2), want) == 0);
+    CHECK(strlen(out_str(&p, 2, 2)) == 0); /* all PTY output is fd 1 */
+
+    /* a login shell when no command is given; eof sends ^D and the shell exits */
+    send_exec(&p, 7, &(struct exec_opts){.cols = 80, .rows = 24}, false);
+    p.res[7].expect = EXPECT_RESULT;
+    CHECK(peer_wait(&p, 7, 5000) && !p.res[7].error && p.res[7].pid > 0);
+    pid = p.res[7].pid;
+    send_attach(&p, 8, pid, 0, true, true);
+    send_pctl(&p, 9, pid, "echo hi-$((6*7))\n", 17, false, 0, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error);
+    {
+        int64_t end = now_ms() + 5000;
+        while (!strstr(all_str(&p, 8), "hi-42") && now_ms() < end)
+            peer_step(&p, 50);
+    }
+    CHECK(strstr(all_str(&p, 8), "hi-42") != NULL);
+    send_pctl(&p, 10, pid, NULL, 0, true, 0, 0, 0);
+    CHECK(peer_wait(&p, 10, 5000) && !p.res[10].error);
+    CHECK(peer_wait(&p, 8, 5000) && p.res[8].code == 0);
+    /* a PTY needs both sizes in range */
+    send_exec(&p, 11, &(struct exec_opts){.cmd = "true", .cols = 20000, .rows = 24}, false);
+    p.res[11].expect = EXPECT_RESULT;
+    CHECK(peer_wait(&p, 11, 5000) && p.res[11].error && p.res[11].err == EINVAL);
+    CHECK(peer_stop(&p) == 0);
+}
+
+/* INIT (the resume handshake) keeps background processes, PTYs and their rings. */
+static void test_init_keeps_bg(void)
+{
+    struct peer p;
+    uint64_t pid, pty;
+    const struct pent *e;
+    long fg;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1, &(struct exec_opts){.cmd = "while :; do echo tick; sleep 0.05; done"});
+    pty = start_bg(&p, 2, &(struct exec_opts){.cmd = "cat", .cols = 80, .rows = 24});
+    CHECK(pid > 0 && pty > 0);
+    send_attach(&p, 3, pid, 0, true, true);
+    await_all(&p, 3, 20, 5000);
+    send_exec(&p, 4, &(struct exec_opts){.cmd = "sleep 100 & echo $!; wait"}, true);
+    fg = first_line_pid(&p, 4, 2000);
+    send_init2(&p, 50, 0, 0);
+    wait_hello(&p, 2);
+    CHECK(p.hello_id == 50);
+    /* the foreground exec is gone, and the attach stream ended without a last frame */
+    CHECK(fg > 0 && pid_gone((pid_t)fg, 2000));
+    step_for(&p, 200);
+    CHECK(!p.res[3].done && !p.res[4].done);
+    send_plist(&p, 5, 0);
+    CHECK(peer_wait(&p, 5, 5000) && p.res[5].nprocs == 2);
+    for (size_t i = 0; i < p.res[5].nprocs; i++) {
+        e = &p.res[5].procs[i];
+        CHECK(e->running && (e->pid == pid || e->pid == pty));
+        CHECK(e->started_ms > 0);
+    }
+    /* re-attach from where the old reader was: continues byte-exact, still counting */
+    uint64_t was = p.res[3].next_off;
+    reset_res(&p, 3);
+    send_attach(&p, 3, pid, was, true, true);
+    await_all(&p, 3, 50, 5000);
+    CHECK(p.res[3].bad_off == 0 && p.res[3].lost == 0);
+    CHECK(strncmp(all_str(&p, 3), "tick\n", 5) == 0);
+    send_detach(&p, 3);
+    CHECK(peer_wait(&p, 3, 5000));
+    /* the PTY still echoes */
+    send_attach(&p, 6, pty, 0, true, true);
+    send_pctl(&p, 7, pty, "hello\n", 6, false, 0, 0, 0);
+    CHECK(peer_wait(&p, 7, 5000) && !p.res[7].error);
+    await_all(&p, 6, 14, 5000);
+    CHECK(strcmp(all_str(&p, 6), "hello\r\nhello\r\n") == 0);
+    send_pctl(&p, 8, pty, NULL, 0, false, SIGKILL, 0, 0);
+    CHECK(peer_wait(&p, 8, 5000) && !p.res[8].error);
+    CHECK(peer_wait(&p, 6, 5000) && p.res[6].sig == SIGKILL);
+    CHECK(peer_stop(&p) == 0);
+    CHECK(pid_gone((pid_t)pid, 3000));
+}
+
+/* max_procs: the oldest exited entry is evicted; if all run, EMFILE. */
+static void test_max_procs(void)
+{
+    struct peer p;
+    uint64_t a, b, c;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    send_init2(&p, 1, 0, 2);
+    wait_hello(&p, 2);
+    a = start_bg(&p, 2, &(struct exec_opts){.cmd = "echo a"});
+    b = start_bg(&p, 3, &(struct exec_opts){.cmd = "sleep 100"});
+    CHECK(a > 0 && b > 0 && wait_exited(&p, 4, a, 5000));
+    c = start_bg(&p, 5, &(struct exec_opts){.cmd = "sleep 100"});
+    CHECK(c > 0);
+    send_plist(&p, 6, 0);
+    CHECK(peer_wait(&p, 6, 5000) && p.res[6].nprocs == 2);
+    CHECK(p.res[6].procs[0].pid != a && p.res[6].procs[1].pid != a);
+    send_attach(&p, 7, a, 0, true, true);
+    CHECK(peer_wait(&p, 7, 5000) && p.res[7].error && p.res[7].err == ESRCH);
+    CHECK(start_bg(&p, 8, &(struct exec_opts){.cmd = "sleep 100"}) == 0);
+    CHECK(p.res[8].error && p.res[8].err == EMFILE);
+    /* a later INIT lowers max_procs to 1: the next start evicts both exited entries */
+    send_pctl(&p, 9, b, NULL, 0, false, SIGKILL, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error);
+    send_pctl(&p, 9, c, NULL, 0, false, SIGKILL, 0, 0);
+    CHECK(peer_wait(&p, 9, 5000) && !p.res[9].error);
+    CHECK(wait_exited(&p, 10, b, 5000) && wait_exited(&p, 10, c, 5000));
+    send_init2(&p, 11, 0, 1);
+    wait_hello(&p, 3);
+    a = start_bg(&p, 12, &(struct exec_opts){.cmd = "sleep 100"});
+    CHECK(a > 0);
+    send_plist(&p, 13, 0);
+    CHECK(peer_wait(&p, 13, 5000) && p.res[13].nprocs == 1 && p.res[13].procs[0].pid == a);
+    CHECK(peer_stop(&p) == 0);
+    CHECK(pid_gone((pid_t)a, 3000) && pid_gone((pid_t)b, 3000) && pid_gone((pid_t)c, 3000));
+}
+
+/* Random sequences of v2 frames (valid and not) at live and bogus pids: the agent answers
+ * every request exactly once (the harness flags frames after a stream's last one), offsets
+ * stay contiguous, and it still answers PING. A sequence fuzz of the guest side. */
+static void test_v2_random(void)
+{
+    struct peer p;
+    uint64_t pids[4];
+    uint32_t x = 7;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    send_init2(&p, 1, 4096, 8);
+    wait_hello(&p, 2);
+    pids[0] =
+        start_bg(&p, 2, &(struct exec_opts){.cmd = "while :; do echo tick; sleep 0.01; done"});
+    pids[1] = start_bg(&p, 3, &(struct exec_opts){.cmd = "seq 1 2000"}); /* 8893 bytes */
+    CHECK(wait_exited(&p, 5, pids[1], 5000));
+    pids[2] = start_bg(&p, 4, &(struct exec_opts){.cmd = "cat", .cols = 80, .rows = 24});
+    pids[3] = 999999999;
+    CHECK(pids[0] && pids[1] && pids[2]);
+    for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
+        uint64_t pid = pids[(x = x * 1103515245u + 12345u) >> 16 & 3];
+        uint32_t r = (x = x * 1103515245u + 12345u) >> 8;
+        switch (r % 6) {
+        case 0:
+        case 1:
+            send_attach(&p, id, pid, (r >> 4) % 9000, r & 8, r & 16);
+            break;
+        case 2:
+            send_plist(&p, id, r & 8 ? pid : 0);
+            break;
+        case 3:
+            send_pctl(&p, id, pid, r & 8 ? "abc\n" : NULL, 4, r & 16, 0, 0, 0);
+            break;
+        case 4:
+            /* signals that keep the processes (SIGWINCH, SIGCONT) or bad ones, or a size */
+            send_pctl(&p, id, pid, NULL, 0, false, (r & 8) ? ((r >> 4) % 2 ? 28 : 18) : 0,
+                      (r & 8) ? 0 : (r >> 5) % 12000, (r & 8) ? 0 : (r >> 7) % 50);
+            break;
+        default:
+            send_detach(&p, 100 + (r >> 4) % (id - 99));
+            send_credit(&p, 100 + (r >> 4) % (id - 99), r >> 12);
+            p.res[id].done = true; /* nothing to wait for on this id */
+            break;
+        }
+        if (id % 16 == 0)
+            peer_step(&p, 10);
+    }
+    send_simple(&p, PROTO_PING, MAX_IDS - 1, NULL, EXPECT_PONG);
+    CHECK(peer_wait(&p, MAX_IDS - 1, 10000));
+    step_for(&p, 300);
+    {
+        int data = 0, ok = 0, err = 0;
+        for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
+            CHECK(p.res[id].bad_off == 0);
+            data += proto_buf_pending(&p.res[id].all) > 0;
+            ok += p.res[id].have_result && !p.res[id].error;
+            err += p.res[id].error;
+        }
+        fprintf(stderr, "v2_random: %d readers with data, %d RESULT, %d ERROR\n", data, ok, err);
+        CHECK(data > 10 && ok > 10 && err > 10);
+    }
+    CHECK(peer_stop(&p) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(pid_gone((pid_t)pids[i], 3000));
+}
+
 static void cleanup_tmp(void)
 {
     char cmd[128];
@@ -871,7 +1334,7 @@ static void cleanup_tmp(void)
         fprintf(stderr, "could not remove %s\n", tmpdir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     struct {
         const char *name;
@@ -893,6 +1356,14 @@ int main(void)
         {"cgroups", test_cgroups},
         {"pid1_hangup", test_pid1_hangup},
         {"oversized_frame", test_oversized_frame},
+        {"bg_attach", test_bg_attach},
+        {"bg_follow_detach", test_bg_follow_detach},
+        {"bg_ring_lost", test_bg_ring_lost},
+        {"bg_stdin_signal", test_bg_stdin_signal},
+        {"pty", test_pty},
+        {"init_keeps_bg", test_init_keeps_bg},
+        {"max_procs", test_max_procs},
+        {"v2_random", test_v2_random},
     };
 
     signal(SIGPIPE, SIG_IGN);
@@ -906,6 +1377,10 @@ int main(void)
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
         int before = failures;
         int64_t t0 = now_ms();
+
+        /* an argument runs only the tests whose name contains it */
+        if (argc > 1 && !strstr(tests[i].name, argv[1]))
+            continue;
         tests[i].fn();
         fprintf(stderr, "%-22s %s (%lld ms)\n", tests[i].name, failures == before ? "ok" : "FAIL",
                 (long long)(now_ms() - t0));
