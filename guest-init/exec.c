@@ -530,7 +530,7 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
     struct exec_req req = {.pty = pty, .pty_slave = -1};
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int master = -1;
-    pid_t pid;
+    pid_t pid = -1;
     int r;
 
     *sp = (struct gi_spawn){.pid = -1, .rep = -1, .out = {-1, -1}, .in = -1};

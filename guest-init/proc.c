@@ -529,7 +529,7 @@ static void ctl_resize(struct gi_agent *a, const struct proto_frame *f, struct g
         return;
     }
     if (p->out[0] < 0) {
-        gi_reply_error(a, f->id, ESRCH, "process %d has exited", (int)p->pid);
+        gi_reply_error(a, f->id, ECHILD, "process %d has exited", (int)p->pid);
         return;
     }
     if (ioctl(p->out[0], TIOCSWINSZ, &ws) != 0) {
@@ -564,7 +564,7 @@ void gi_proc_ctl(struct gi_agent *a, const struct proto_frame *f)
     } else if (f->v[PK_SIG].i < 1 || f->v[PK_SIG].i > 64) {
         gi_reply_error(a, f->id, EINVAL, "signal %lld", (long long)f->v[PK_SIG].i);
     } else if (p->reaped) {
-        gi_reply_error(a, f->id, ESRCH, "process %d has exited", (int)p->pid);
+        gi_reply_error(a, f->id, ECHILD, "process %d has exited", (int)p->pid);
     } else {
         proc_kill(p, (int)f->v[PK_SIG].i);
         gi_reply_ok(a, f->id);
