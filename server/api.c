@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
 #include <strings.h>
 
@@ -690,4 +691,114 @@ size_t api_ndjson_chunk(struct api_utf8_hold *h, int fd, uint64_t off, const uns
     h->n = (unsigned)tail;
     h->off = start + body;
     return (size_t)(o - out);
+}
+
+/* ---------------------------------------------------------- processes */
+
+int api_signal_parse(const json_t *v)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {
+        {"HUP", SIGHUP},       {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"ILL", SIGILL},
+        {"TRAP", SIGTRAP},     {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},
+        {"KILL", SIGKILL},     {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},
+        {"PIPE", SIGPIPE},     {"ALRM", SIGALRM}, {"TERM", SIGTERM},   {"CHLD", SIGCHLD},
+        {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN},
+        {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
+        {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},
+        {"PWR", SIGPWR},       {"SYS", SIGSYS},
+    };
+    const char *s;
+
+    if (json_is_integer(v)) {
+        json_int_t n = json_integer_value(v);
+        return n >= 1 && n <= 64 ? (int)n : -1;
+    }
+    if (!json_is_string(v) || json_string_length(v) > 16)
+        return -1;
+    s = json_string_value(v);
+    if (strncasecmp(s, "SIG", 3) == 0)
+        s += 3;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(s, names[i].name) == 0)
+            return names[i].sig;
+    return -1;
+}
+
+int api_proc_ctl_parse(enum api_proc_action a, json_t *body, struct sbx_proc_ctl *c,
+                       unsigned char **raw, struct api_err *e)
+{
+    static const char *const allowed[] = {
+        [API_PROC_STDIN] = "data, data_b64 and eof",
+        [API_PROC_SIGNAL] = "signal",
+        [API_PROC_RESIZE] = "cols and rows",
+    };
+    json_t *d = json_object_get(body, "data"), *b = json_object_get(body, "data_b64");
+    json_t *eof = json_object_get(body, "eof"), *sig = json_object_get(body, "signal");
+    json_t *cols = json_object_get(body, "cols"), *rows = json_object_get(body, "rows");
+    size_t known = a == API_PROC_STDIN    ? (size_t)(!!d + !!b + !!eof)
+                   : a == API_PROC_SIGNAL ? (size_t) !!sig
+                                          : (size_t)(!!cols + !!rows);
+
+    memset(c, 0, sizeof(*c));
+    *raw = NULL;
+    if (!json_is_object(body) || json_object_size(body) != known) {
+        fail(e, 400, "invalid_argument", "the body takes %s only", allowed[a]);
+        return -EINVAL;
+    }
+    switch (a) {
+    case API_PROC_STDIN:
+        if ((d && !json_is_string(d)) || (b && !json_is_string(b)) || (d && b) ||
+            (eof && !json_is_boolean(eof)) || (!d && !b && !json_is_true(eof))) {
+            fail(e, 400, "invalid_argument",
+                 "give data (text) or data_b64 (base64), and/or eof: true");
+            return -EINVAL;
+        }
+        if (d) {
+            c->data = json_string_value(d);
+            c->len = json_string_length(d);
+        } else if (b) {
+            size_t n = json_string_length(b);
+            long got = -1;
+            if (n <= 4 * ((SBX_PROC_STDIN_MAX + 2) / 3) && (*raw = malloc(n / 4 * 3 + 1)))
+                got = api_b64_decode(json_string_value(b), n, *raw);
+            if (got < 0) {
+                free(*raw);
+                *raw = NULL;
+                fail(e, 400, "invalid_argument", "data_b64 must be base64 of at most %d bytes",
+                     SBX_PROC_STDIN_MAX);
+                return -EINVAL;
+            }
+            c->data = *raw;
+            c->len = (size_t)got;
+        }
+        if (c->len > SBX_PROC_STDIN_MAX) {
+            fail(e, 400, "invalid_argument", "at most %d bytes of stdin per request",
+                 SBX_PROC_STDIN_MAX);
+            return -EINVAL;
+        }
+        c->eof = json_is_true(eof);
+        return 0;
+    case API_PROC_SIGNAL:
+        if ((c->sig = api_signal_parse(sig)) < 0) {
+            fail(e, 400, "invalid_argument",
+                 "signal must be a number 1..64 or a name such as \"SIGTERM\"");
+            return -EINVAL;
+        }
+        return 0;
+    case API_PROC_RESIZE:
+        if (!json_is_integer(cols) || !json_is_integer(rows) || json_integer_value(cols) < 1 ||
+            json_integer_value(rows) < 1 || json_integer_value(cols) > API_PTY_SIZE_MAX ||
+            json_integer_value(rows) > API_PTY_SIZE_MAX) {
+            fail(e, 400, "invalid_argument", "cols and rows must be integers 1..%d",
+                 API_PTY_SIZE_MAX);
+            return -EINVAL;
+        }
+        c->cols = (unsigned)json_integer_value(cols);
+        c->rows = (unsigned)json_integer_value(rows);
+        return 0;
+    }
+    return -EINVAL;
 }

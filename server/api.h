@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "sbx.h" /* struct sbx_proc_ctl */
+
 #define API_ID_MAX   64   /* longest sandbox id accepted in a path */
 #define API_PATH_MAX 4096 /* longest guest path accepted */
 
@@ -155,5 +157,23 @@ size_t api_ndjson_chunk(struct api_utf8_hold *h, int fd, uint64_t off, const uns
                         size_t n, char *out);
 /* Emit whatever h still holds (as data_b64: it is an incomplete sequence). */
 size_t api_ndjson_flush(struct api_utf8_hold *h, int fd, char *out);
+
+/* ---- processes ---- */
+#define API_PTY_SIZE_MAX 10000 /* most columns or rows of a PTY */
+
+/* A signal as a client names it: a number 1..64, "SIGTERM", "TERM" (any case). The number,
+ * or -1 when it names no signal. */
+int api_signal_parse(const json_t *v);
+
+/*
+ * The JSON body of POST .../processes/{pid}/stdin ({"data": text} or {"data_b64": ...},
+ * and/or {"eof": true}), .../signal ({"signal": name or number}) or .../resize
+ * ({"cols": C, "rows": R}) as one action in *c. Stdin given as base64 is decoded into
+ * *raw (the caller frees it; c->data points into it or into body). 0, or -EINVAL with *e
+ * (then *raw is NULL).
+ */
+enum api_proc_action { API_PROC_STDIN, API_PROC_SIGNAL, API_PROC_RESIZE };
+int api_proc_ctl_parse(enum api_proc_action a, json_t *body, struct sbx_proc_ctl *c,
+                       unsigned char **raw, struct api_err *e);
 
 #endif

@@ -85,7 +85,9 @@ struct pss {
     unsigned method;
     char sbx[API_ID_MAX + 1];
     bool http10;
-    bool ndjson; /* exec: client streams */
+    bool ndjson;  /* exec: client streams; process output: always */
+    bool bg_exec; /* exec: a background process or PTY (answered 201 with its pid) */
+    uint32_t pid; /* /processes/{pid} routes */
 
     /* chunked request body (Transfer-Encoding: chunked) */
     bool te_chunked;   /* the body is chunk-framed: decode before use */
@@ -162,6 +164,8 @@ void resp_code(struct pss *p, int status, const char *code, const char *msg);
 void resp_ndjson_begin(struct pss *p);
 int resp_ndjson_append(struct pss *p, const char *s, size_t n, size_t credit);
 void resp_ndjson_end(struct pss *p, int status, json_t *body);
+/* A line saying n bytes from offset off are lost (process output), after what is held. */
+void resp_ndjson_lost(struct pss *p, uint64_t off, uint64_t n);
 /* The output queue: room for n payload bytes at its tail (NULL: out of memory), the bytes
  * written there (and the stream credit they carry), and dropping it all. */
 struct obuf *resp_q_room(struct pss *p, size_t n);

@@ -17,6 +17,7 @@
  * the op is gone. An upload's credit from the guest is clamped the same way.
  */
 #include "sbx_int.h"
+#include "procs.h"
 #include "log.h"
 
 #include <errno.h>
@@ -31,7 +32,7 @@
 /* max_operations_per_sandbox and max_operations: 0, or SBX_E_TOO_MANY_OPERATIONS with *err. Ops
  * still draining after a cancel count: they hold a stream and its credit until the guest ends them.
  */
-static int op_quota(struct sandbox *sb, struct sbx_err *err)
+int ops_quota(struct sandbox *sb, struct sbx_err *err)
 {
     const struct srv_config *c = sb->t->cfg;
     unsigned n = 0;
@@ -151,7 +152,7 @@ void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg)
 }
 
 /* A guest errno as an error code. */
-static enum sbx_errcode errno_code(int err)
+enum sbx_errcode ops_errno_code(int err)
 {
     static const struct {
         int err;
@@ -187,7 +188,7 @@ static enum sbx_errcode errno_code(int err)
  */
 #define CREDIT_BATCH (PROTO_WINDOW / 4)
 
-static void send_credit(struct op *op, size_t n)
+void ops_credit(struct op *op, size_t n)
 {
     struct sandbox *sb = op->sb;
 
@@ -222,7 +223,7 @@ static void guest_error(struct op *op, const struct proto_frame *f)
 {
     int err = proto_has(f, PK_CODE) ? (int)f->v[PK_CODE].i : EIO;
 
-    ops_fail(op, op->kind == OP_EXEC ? SBX_E_EXEC_FAILED : errno_code(err), "%.*s",
+    ops_fail(op, op->kind == OP_EXEC ? SBX_E_EXEC_FAILED : ops_errno_code(err), "%.*s",
              proto_has(f, PK_MSG) ? (int)f->v[PK_MSG].s.len : 0,
              proto_has(f, PK_MSG) ? f->v[PK_MSG].s.p : "");
 }
@@ -393,7 +394,7 @@ static void exec_out(struct op *op, const struct proto_frame *f)
     if (!data_ok(op, f, (unsigned)fd - 1))
         return;
     if (op->cancelled) {
-        send_credit(op, d->len);
+        ops_credit(op, d->len);
     } else if (op->stream_mode) {
         op->sink.data(op->user, (int)fd, f->v[PK_OFF].u, d->p, d->len);
     } else {
@@ -404,7 +405,7 @@ static void exec_out(struct op *op, const struct proto_frame *f)
             op->truncated[fd - 1] = true;
         if (take && proto_buf_append(b, d->p, take) != 0)
             op->truncated[fd - 1] = true;
-        send_credit(op, d->len);
+        ops_credit(op, d->len);
     }
 }
 
@@ -452,6 +453,10 @@ static void fop_result(struct op *op, const struct proto_frame *f)
 
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
 {
+    if (op->bg || op->kind == OP_PLIST || op->kind == OP_ATTACH || op->kind == OP_PCTL) {
+        ops_proc_frame(op, f);
+        return;
+    }
     if (f->type == PROTO_ERROR) {
         guest_error(op, f);
         return;
@@ -480,7 +485,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             if (!data_ok(op, f, 0))
                 return;
             if (op->cancelled)
-                send_credit(op, f->v[PK_DATA].s.len);
+                ops_credit(op, f->v[PK_DATA].s.len);
             else
                 op->sink.data(op->user, 0, f->v[PK_OFF].u, f->v[PK_DATA].s.p, f->v[PK_DATA].s.len);
         } else if (f->type == PROTO_END) {
@@ -507,6 +512,9 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             fop_result(op, f);
         break;
     case OP_CREATE:
+    case OP_PLIST: /* handled by ops_proc_frame above */
+    case OP_ATTACH:
+    case OP_PCTL:
         break;
     }
 }
@@ -553,17 +561,66 @@ static void pack_str_map(msgpack_packer *pk, json_t *a, json_t *b)
     }
 }
 
+/* The fields that make an exec a process of the sandbox: background, tag, pty. */
+static int exec_validate_bg(json_t *body, struct sbx_err *err)
+{
+    json_t *bg = json_object_get(body, "background"), *tag = json_object_get(body, "tag");
+    json_t *pty = json_object_get(body, "pty"), *in = json_object_get(body, "stdin");
+    bool is_bg = json_is_true(bg) || (pty && !json_is_null(pty));
+
+    if (bg && !json_is_boolean(bg) && !json_is_null(bg))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "background must be true or false");
+    if (tag && !json_is_null(tag) &&
+        (!json_is_string(tag) || json_string_length(tag) > PROCS_TAG_MAX))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "tag must be a string of at most %d bytes",
+                           PROCS_TAG_MAX);
+    if (tag && !json_is_null(tag) && !is_bg)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "tag names a background process: give background or pty too");
+    if (pty && !json_is_null(pty)) {
+        static const char *const fields[] = {"cols", "rows", NULL};
+        json_t *c = json_object_get(pty, "cols"), *r = json_object_get(pty, "rows");
+        int st;
+
+        if (!json_is_object(pty))
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "pty must be an object {\"cols\": C, \"rows\": R}");
+        if ((st = sbx_check_fields(pty, fields, err)))
+            return st;
+        if (!json_is_integer(c) || !json_is_integer(r) || json_integer_value(c) < 1 ||
+            json_integer_value(r) < 1 || json_integer_value(c) > PROCS_SIZE_MAX ||
+            json_integer_value(r) > PROCS_SIZE_MAX)
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "pty cols and rows must be 1..%d",
+                               PROCS_SIZE_MAX);
+        if (json_is_false(bg))
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "a pty always runs in the background");
+    }
+    if (is_bg && in && !json_is_null(in))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "stdin is sent to a background process later, with "
+                           "POST .../processes/{pid}/stdin");
+    return 0;
+}
+
 static int exec_validate(json_t *body, struct sbx_err *err)
 {
     static const char *const fields[] = {
-        "cmd", "argv", "cwd", "env", "user", "stdin", "timeout_seconds", NULL};
+        "cmd",        "argv", "cwd", "env", "user", "stdin", "timeout_seconds",
+        "background", "tag",  "pty", NULL};
     json_t *v, *cmd = json_object_get(body, "cmd"), *argv = json_object_get(body, "argv");
+    json_t *pty = json_object_get(body, "pty");
     size_t i;
     int status;
 
     if ((status = sbx_check_fields(body, fields, err)))
         return status;
-    if (!!cmd == !!argv) {
+    if ((status = exec_validate_bg(body, err)))
+        return status;
+    if (cmd && argv) {
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "give exactly one of cmd (string) or argv (array)");
+    }
+    if (!cmd && !argv && !(pty && !json_is_null(pty))) { /* a PTY runs a login shell */
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "give exactly one of cmd (string) or argv (array)");
     }
@@ -613,7 +670,8 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     struct op *op;
     struct proto_enc e;
     struct proto_buf *tx;
-    json_t *argv, *cwd, *as_user, *in, *tmo, *env = NULL;
+    json_t *argv, *cwd, *as_user, *in, *tmo, *pty, *tag, *env = NULL;
+    bool bg;
     uint32_t nkeys = 5; /* t, id, argv|cmd, env, user */
     int status;
 
@@ -626,9 +684,15 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
     as_user = json_object_get(body, "user");
     in = json_object_get(body, "stdin");
     tmo = json_object_get(body, "timeout_seconds");
+    pty = json_object_get(body, "pty");
+    tag = json_object_get(body, "tag");
+    bg = json_is_true(json_object_get(body, "background")) || json_is_object(pty);
     nkeys += json_is_string(cwd) + (json_is_number(tmo) ? 1 : 0) + 1 /* stdin flag */;
+    nkeys += (bg ? 1 : 0) + (json_is_string(tag) ? 1 : 0) + (json_is_object(pty) ? 2 : 0);
+    if (!argv && !json_object_get(body, "cmd"))
+        nkeys--; /* a PTY's login shell */
 
-    if ((status = op_quota(sb, err))) {
+    if ((status = ops_quota(sb, err))) {
         json_decref(env);
         return status;
     }
@@ -637,7 +701,10 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         json_decref(env);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
-    op->stream_mode = stream;
+    op->stream_mode = stream && !bg;
+    op->bg = bg;
+    if (json_is_string(tag))
+        snprintf(op->tag, sizeof(op->tag), "%s", json_string_value(tag));
     tx = chan_tx(sb->ch);
     proto_enc_begin(&e, tx, PROTO_EXEC, op->stream, nkeys);
     if (argv) {
@@ -649,9 +716,17 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         {
             msgpack_pack_str_with_body(&e.pk, json_string_value(a), json_string_length(a));
         }
-    } else {
+    } else if (json_object_get(body, "cmd")) {
         const char *c = json_string_value(json_object_get(body, "cmd"));
         proto_put_str(&e, PK_CMD, c, strlen(c));
+    }
+    if (bg)
+        proto_put_b(&e, PK_BG, true);
+    if (json_is_string(tag))
+        proto_put_str(&e, PK_TAG, json_string_value(tag), json_string_length(tag));
+    if (json_is_object(pty)) {
+        proto_put_u(&e, PK_COLS, (uint64_t)json_integer_value(json_object_get(pty, "cols")));
+        proto_put_u(&e, PK_ROWS, (uint64_t)json_integer_value(json_object_get(pty, "rows")));
     }
     proto_enc_key(&e, PK_ENV);
     pack_str_map(&e.pk, sb->env, env);
@@ -702,7 +777,7 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     int status;
 
     if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
-        (status = op_quota(sb, err)))
+        (status = ops_quota(sb, err)))
         return status;
     if (!(op = ops_new(sb, kind, sink, user))) {
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
@@ -839,7 +914,7 @@ void sbx_op_consumed(struct sbx_table *t, sbx_op_t id, size_t n)
     struct op *op = op_by_id(t, id);
 
     if (op)
-        send_credit(op, n);
+        ops_credit(op, n);
 }
 
 void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
@@ -857,7 +932,20 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
         ops_free(op);
         sbx_end(sb, "create_cancelled: the client went away during create");
         return;
+    case OP_ATTACH:
+        /* Only this reader goes: the process and its ring stay. The guest answers END. */
+        if (sb->ch) {
+            struct proto_enc e;
+            proto_enc_begin(&e, chan_tx(sb->ch), PROTO_DETACH, op->stream, 2);
+            proto_enc_end(&e);
+            credit_held_back(op);
+            chan_flush(sb->ch);
+        }
+        break;
     case OP_EXEC:
+        if (op->bg)
+            break; /* it belongs to the sandbox now: the client can find it in the list */
+        /* fall through */
     case OP_FREAD:
     case OP_FWRITE:
         /* SIGKILL for a process; for a transfer any signal aborts it in the guest. The guest
@@ -872,6 +960,8 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
         }
         break;
     case OP_FOP:
+    case OP_PLIST:
+    case OP_PCTL:
         break;
     }
     /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */

@@ -1,17 +1,14 @@
 /* procs.c - a guest's process list, checked and shown as JSON (see procs.h). */
 #include "procs.h"
-#include "api.h"
 #include "gstream.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 static int bad(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(char *why, size_t cap, const char *fmt, ...)
@@ -28,11 +25,11 @@ static int bad(char *why, size_t cap, const char *fmt, ...)
 
 json_t *procs_json_text(const char *p, size_t n)
 {
-    json_t *s;
+    json_t *s = json_stringn(p, n); /* NULL when not valid UTF-8 */
     char *c;
 
-    if (api_utf8_valid((const unsigned char *)p, n))
-        return json_stringn(p, n);
+    if (s)
+        return s;
     if (!(c = malloc(n ? n : 1)))
         return NULL;
     for (size_t i = 0; i < n; i++)
@@ -224,36 +221,4 @@ int procs_list_json(const msgpack_object_array *procs, unsigned max, json_t **ou
     if (!(*out = json_pack("{s:o}", "processes", arr)))
         return -ENOMEM;
     return 0;
-}
-
-int procs_signal_parse(const json_t *v)
-{
-    static const struct {
-        const char *name;
-        int sig;
-    } names[] = {
-        {"HUP", SIGHUP},       {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"ILL", SIGILL},
-        {"TRAP", SIGTRAP},     {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},
-        {"KILL", SIGKILL},     {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},
-        {"PIPE", SIGPIPE},     {"ALRM", SIGALRM}, {"TERM", SIGTERM},   {"CHLD", SIGCHLD},
-        {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN},
-        {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
-        {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},
-        {"PWR", SIGPWR},       {"SYS", SIGSYS},
-    };
-    const char *s;
-
-    if (json_is_integer(v)) {
-        json_int_t n = json_integer_value(v);
-        return n >= 1 && n <= GSTREAM_SIG_MAX ? (int)n : -1;
-    }
-    if (!json_is_string(v) || json_string_length(v) > 16)
-        return -1;
-    s = json_string_value(v);
-    if (strncasecmp(s, "SIG", 3) == 0)
-        s += 3;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcasecmp(s, names[i].name) == 0)
-            return names[i].sig;
-    return -1;
 }

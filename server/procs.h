@@ -36,10 +36,6 @@
 int procs_list_json(const msgpack_object_array *procs, unsigned max, json_t **out, char *why,
                     size_t cap);
 
-/* A signal as a client names it: a number 1..64, "SIGTERM", "TERM" (any case). The number,
- * or -1 when it names no signal. */
-int procs_signal_parse(const json_t *v);
-
 /* A string as JSON, '?' for each non-ASCII byte when it is not valid UTF-8. NULL: no memory. */
 json_t *procs_json_text(const char *p, size_t n);
 

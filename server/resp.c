@@ -259,6 +259,19 @@ static void ndjson_flush_holds(struct pss *p)
 }
 
 /* The stream's last line (exit record or error) and, when chunked, the empty chunk. */
+void resp_ndjson_lost(struct pss *p, uint64_t off, uint64_t n)
+{
+    char line[96];
+    int len;
+
+    /* Bytes held back from before the gap go first, so offsets stay in order. */
+    ndjson_flush_holds(p);
+    len = snprintf(line, sizeof(line),
+                   "{\"type\":\"lost\",\"offset\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", off, n);
+    if (resp_ndjson_append(p, line, (size_t)len, 0))
+        p->close_after = true;
+}
+
 void resp_ndjson_end(struct pss *p, int status, json_t *body)
 {
     char *s = NULL;

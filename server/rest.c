@@ -23,7 +23,8 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         status = sbx_err_http_status(err->code);
         body = api_error_of(err);
     } else {
-        status = p->route == API_R_SANDBOXES ? 201 : 200; /* a create, or another op */
+        /* A create, or a background exec (the process was created), or another op. */
+        status = p->route == API_R_SANDBOXES || (p->route == API_R_EXEC && p->bg_exec) ? 201 : 200;
     }
     p->op_live = false;
     switch (p->kind) {
@@ -136,6 +137,18 @@ oom:
     resp_want_write(p);
 }
 
+static void sink_lost(void *user, uint64_t off, uint64_t n)
+{
+    struct pss *p = user;
+
+    if (!p->op_live || !p->ndjson || (p->kind != RESP_NONE && p->kind != RESP_NDJSON))
+        return;
+    if (p->kind == RESP_NONE)
+        resp_ndjson_begin(p);
+    resp_ndjson_lost(p, off, n);
+    resp_want_write(p);
+}
+
 static void upload_resume(struct pss *p)
 {
     p->rx_paused = false;
@@ -191,6 +204,7 @@ static const struct sbx_sink sink = {
     .head = sink_head,
     .data = sink_data,
     .writable = sink_writable,
+    .lost = sink_lost,
 };
 
 /* ------------------------------------------------------------ requests */
@@ -298,6 +312,27 @@ static void file_op(struct pss *p, const char *kind, json_t *args)
 
 static bool disk_full(struct pss *p);
 
+/* POST .../processes/{pid}/stdin|signal|resize with its JSON body. */
+static void proc_ctl(struct pss *p, json_t *body)
+{
+    enum api_proc_action a = p->route == API_R_PROC_STDIN    ? API_PROC_STDIN
+                             : p->route == API_R_PROC_SIGNAL ? API_PROC_SIGNAL
+                                                             : API_PROC_RESIZE;
+    struct sbx_proc_ctl c;
+    struct sbx_err err;
+    unsigned char *raw = NULL;
+    struct api_err e;
+    int rc;
+
+    if (api_proc_ctl_parse(a, body, &c, &raw, &e) != 0) {
+        resp_api_err(p, &e);
+        return;
+    }
+    rc = sbx_proc_ctl(p->srv->t, p->sbx, p->pid, &c, &sink, p, &p->op, &err);
+    free(raw);
+    start_op(p, rc, &err);
+}
+
 /* A route whose JSON body has fully arrived. */
 static void dispatch_body(struct pss *p)
 {
@@ -325,8 +360,17 @@ static void dispatch_body(struct pss *p)
         respond_sync(p, rc, out, &err);
         break;
     case API_R_EXEC:
+        p->bg_exec = json_is_true(json_object_get(body, "background")) ||
+                     json_is_object(json_object_get(body, "pty"));
+        if (p->bg_exec)
+            p->ndjson = false; /* answered at once with its pid; output is read apart */
         rc = sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err);
         start_op(p, rc, &err);
+        break;
+    case API_R_PROC_STDIN:
+    case API_R_PROC_SIGNAL:
+    case API_R_PROC_RESIZE:
+        proc_ctl(p, body);
         break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
@@ -497,6 +541,7 @@ void rest_request(struct pss *p, const char *uri)
         [API_R_FILES_STAT] = API_Q_PATH,
         [API_R_FILES_LIST] = API_Q_PATH | API_Q_DEPTH,
         [API_R_FILES_MKDIR] = API_Q_PATH,
+        [API_R_PROC_OUTPUT] = API_Q_OFFSET | API_Q_FOLLOW,
     };
     const char *frags[QUERY_FRAGS_MAX];
     char qstore[QUERY_STORE], authz[512], ver[16];
@@ -541,6 +586,7 @@ void rest_request(struct pss *p, const char *uri)
         return;
     }
     p->route = r.id;
+    p->pid = r.pid;
     memcpy(p->sbx, r.sbx, sizeof(p->sbx));
 
     if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags)) {
@@ -591,7 +637,21 @@ void rest_request(struct pss *p, const char *uri)
     }
     case API_R_TIMEOUT:
     case API_R_FILES_RENAME:
+    case API_R_PROC_STDIN:
+    case API_R_PROC_SIGNAL:
+    case API_R_PROC_RESIZE:
         want_json_body(p, has_cl, cl);
+        break;
+    case API_R_PROCS:
+    case API_R_PROC:
+        rc = sbx_proc_list(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_PROC_OUTPUT:
+        /* Always NDJSON: output until the process ends (follow) or until caught up. */
+        p->ndjson = true;
+        rc = sbx_proc_output(p->srv->t, p->sbx, p->pid, q.offset, q.follow, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
         break;
     case API_R_FILES:
         if (p->method == API_PUT) {

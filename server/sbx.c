@@ -300,12 +300,16 @@ static void send_init(struct sandbox *sb)
     clock_gettime(CLOCK_REALTIME, &ts);
     sb->session = ++sb->next_stream;
     sb->ready = false;
-    proto_enc_begin(&e, tx, PROTO_INIT, sb->session, 7);
+    proto_enc_begin(&e, tx, PROTO_INIT, sb->session, 9);
     proto_put_u(&e, PK_V, PROTO_VERSION);
     proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
     proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
     proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
     proto_put_u(&e, PK_MEM_MB, sb->mem_mb);
+    /* The resume handshake: the guest keeps its background processes and PTYs across
+     * INITs, with these limits for the ones started from now on. */
+    proto_put_u(&e, PK_RING, sb->t->cfg->process_ring_bytes);
+    proto_put_u(&e, PK_MAX_PROCS, sb->t->cfg->max_procs_per_sbx);
     proto_enc_end(&e);
     sb->init_end = chan_tx_mark(sb->ch);
     sb->inits_unanswered++;

@@ -58,6 +58,10 @@ struct sbx_sink {
     void (*data)(void *user, int fd, uint64_t off, const void *p, size_t n);
     /* Upload: the guest has room again; sbx_op_write() will accept more. */
     void (*writable)(void *user);
+    /* Process output (sbx_proc_output): n bytes from offset off are gone from the ring;
+     * the next data starts at off + n. Before any data, and again whenever the reader
+     * fell behind so far that the ring overwrote what it had not read. */
+    void (*lost)(void *user, uint64_t off, uint64_t n);
 };
 
 int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out);
@@ -102,6 +106,40 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
  * "remove", "rename"; args holds path, depth, recursive, to as applicable. */
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
                 const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
+
+/* ---- processes that belong to the sandbox (background execs and PTYs) ----
+ * sbx_exec with "background": true or "pty": {"cols","rows"} in its body starts one and
+ * answers done(NULL, {"pid": N, "tag": ...}) as soon as it runs. The guest keeps them and
+ * their output; these calls ask it. */
+
+/* pid 0: done(NULL, {"processes": [...]}); else done(NULL, that process's object) or
+ * SBX_E_PROCESS_NOT_FOUND. */
+int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_sink *sink,
+                  void *user, sbx_op_t *op, struct sbx_err *err);
+
+/* Output from offset: lost() when bytes are gone, data(fd 1|2, off, ...) acknowledged with
+ * sbx_op_consumed(), then done(NULL, {"type":"exit",...}) once the process exited and all
+ * was sent, or (follow false) done(NULL, {"type":"end","offset":N}) once caught up.
+ * SBX_E_BAD_OFFSET for an offset past the end. */
+int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t offset, bool follow,
+                    const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
+
+/* One action on a process: sig (1..64), or cols+rows (a PTY's new size), or stdin bytes
+ * (at most PROTO_MAX_DATA) and/or eof. done(NULL, {}) once the guest did it. */
+#define SBX_PROC_STDIN_MAX (64 * 1024) /* bytes of stdin per call (one guest frame) */
+struct sbx_proc_ctl {
+    const void *data;
+    size_t len;
+    bool eof;
+    int sig;
+    unsigned cols, rows;
+};
+int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_proc_ctl *c,
+                 const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
+
+/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
+ * sbx_errcode with *err. */
+int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 /* Upload bytes. Returns how many were taken (maybe 0: wait for sink->writable). */
 size_t sbx_op_write(struct sbx_table *t, sbx_op_t op, const void *p, size_t n);

@@ -39,6 +39,13 @@ static const struct {
     [SBX_E_NOT_READY] = {503, "sandbox_not_ready"},
     [SBX_E_SHUTTING_DOWN] = {503, "shutting_down"},
     [SBX_E_DISK_FULL] = {507, "disk_full"},
+    [SBX_E_PROCESS_NOT_FOUND] = {404, "process_not_found"},
+    [SBX_E_PROCESS_EXITED] = {409, "process_exited"},
+    [SBX_E_STDIN_CLOSED] = {409, "stdin_closed"},
+    [SBX_E_STDIN_FULL] = {429, "stdin_full"},
+    [SBX_E_NOT_A_PTY] = {400, "not_a_pty"},
+    [SBX_E_BAD_OFFSET] = {400, "bad_offset"},
+    [SBX_E_TOO_MANY_PROCESSES] = {429, "too_many_processes"},
 };
 
 int sbx_err_set(struct sbx_err *e, enum sbx_errcode code, const char *fmt, ...)

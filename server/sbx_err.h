@@ -48,6 +48,14 @@ enum sbx_errcode {
     SBX_E_NOT_READY,          /* starting, or reconnecting to its guest: retry shortly */
     SBX_E_SHUTTING_DOWN,
     SBX_E_DISK_FULL, /* guest ENOSPC, EDQUOT */
+    /* processes that belong to the sandbox */
+    SBX_E_PROCESS_NOT_FOUND,  /* no such background process or PTY */
+    SBX_E_PROCESS_EXITED,     /* it has exited: no signal, no stdin */
+    SBX_E_STDIN_CLOSED,       /* its stdin was closed (eof) */
+    SBX_E_STDIN_FULL,         /* it has not read what is queued: retry later */
+    SBX_E_NOT_A_PTY,          /* resize of a process without a terminal */
+    SBX_E_BAD_OFFSET,         /* an output offset past its end */
+    SBX_E_TOO_MANY_PROCESSES, /* max_processes_per_sandbox running */
     SBX_E__COUNT
 };
 

@@ -25,7 +25,8 @@
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 
-enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP };
+/* OP_PLIST, OP_ATTACH and OP_PCTL are the process operations of ops_proc.c. */
+enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP, OP_PLIST, OP_ATTACH, OP_PCTL };
 
 struct sandbox;
 
@@ -53,6 +54,11 @@ struct op {
     bool finished_input; /* upload: END sent */
     bool got_head;
     char path[4096];
+    /* processes (ops_proc.c) */
+    bool bg;             /* exec: in the background (or a PTY): RESULT{pid} answers it */
+    char tag[257];       /* exec: the client's label for it */
+    uint32_t pid;        /* PLIST (0: all), ATTACH, PCTL: the process */
+    uint64_t attach_off; /* ATTACH: the offset asked for */
 };
 
 struct sandbox {
@@ -146,9 +152,15 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
 void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg);
 /* An object whose values are all strings (env, metadata) at body[key]; absent means empty.
  * 0 and a new reference in *out, or an sbx_errcode with *err. */
+/* Operations in flight on sb and overall within their limits: 0, or an error code with *err.
+ * Ops still draining after a cancel count. */
+int ops_quota(struct sandbox *sb, struct sbx_err *err);
+/* The requester passed n bytes of op's stream on: credit them to the guest (batched). */
+void ops_credit(struct op *op, size_t n);
+/* The code a guest errno maps to. */
+enum sbx_errcode ops_errno_code(int err);
+/* A guest frame for a process op, or for a background exec (ops_proc.c). */
+void ops_proc_frame(struct op *op, const struct proto_frame *f);
 int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
-/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
- * sbx_errcode with *err. */
-int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 #endif

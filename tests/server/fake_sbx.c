@@ -662,3 +662,36 @@ unsigned sbx_count_live(const struct sbx_table *t)
         n++;
     return n;
 }
+
+/* Processes: the fake sandboxes have none (a background exec runs as a foreground one).
+ * As in the real table, the answer comes later, never inside the call. */
+int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_sink *sink,
+                  void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    struct fop *o;
+    int st;
+
+    if ((st = need_sbx(t, id, err)))
+        return st;
+    o = op_new(t, OP_LATER, sink, user, 0.005, op);
+    if (pid)
+        later_err(o, SBX_E_PROCESS_NOT_FOUND, "no such process");
+    else
+        later(o, json_pack("{s:[]}", "processes"));
+    return 0;
+}
+
+int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t offset, bool follow,
+                    const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    (void)offset;
+    (void)follow;
+    return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
+}
+
+int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_proc_ctl *c,
+                 const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    (void)c;
+    return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
+}

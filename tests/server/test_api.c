@@ -445,8 +445,105 @@ static void test_ndjson_budget(void)
     }
 }
 
+static void test_signals(void)
+{
+    json_t *v;
+    const struct {
+        const char *json;
+        int sig;
+    } cases[] = {{"15", 15},         {"1", 1},          {"64", 64},          {"0", -1},
+                 {"65", -1},         {"-9", -1},        {"\"SIGTERM\"", 15}, {"\"term\"", 15},
+                 {"\"SigKill\"", 9}, {"\"WINCH\"", 28}, {"\"SIG\"", -1},     {"\"NOPE\"", -1},
+                 {"\"\"", -1},       {"1.5", -1},       {"null", -1},        {"\"SIGTERMX\"", -1}};
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        v = json_loads(cases[i].json, JSON_DECODE_ANY, NULL);
+        CHECK(v != NULL);
+        if (api_signal_parse(v) != cases[i].sig) {
+            fprintf(stderr, "  signal %s: %d\n", cases[i].json, api_signal_parse(v));
+            failures++;
+        }
+        json_decref(v);
+    }
+}
+
+static void test_proc_ctl(void)
+{
+    struct sbx_proc_ctl c;
+    struct api_err e;
+    unsigned char *raw;
+    const char *bad[] = {"{}",
+                         "{\"data\": 1}",
+                         "{\"data\": \"a\", \"data_b64\": \"YQ==\"}",
+                         "{\"eof\": false}",
+                         "{\"eof\": \"yes\"}",
+                         "{\"data\": \"a\", \"x\": 1}",
+                         "{\"data_b64\": \"@@@@\"}",
+                         "{\"data_b64\": \"YQ\"}"};
+    json_t *b;
+
+    b = json_loads("{\"data\": \"hi\\n\", \"eof\": true}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_STDIN, b, &c, &raw, &e) == 0 && c.len == 3 &&
+          !memcmp(c.data, "hi\n", 3) && c.eof && !raw && !c.sig && !c.cols);
+    json_decref(b);
+    b = json_loads("{\"data_b64\": \"/2JpbgA=\"}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_STDIN, b, &c, &raw, &e) == 0 && c.len == 5 && raw &&
+          !memcmp(c.data,
+                  "\xff"
+                  "bin\0",
+                  5) &&
+          !c.eof);
+    free(raw);
+    json_decref(b);
+    b = json_loads("{\"eof\": true}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_STDIN, b, &c, &raw, &e) == 0 && c.len == 0 && c.eof);
+    json_decref(b);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        b = json_loads(bad[i], 0, NULL);
+        CHECK(b != NULL);
+        raw = (unsigned char *)1;
+        if (api_proc_ctl_parse(API_PROC_STDIN, b, &c, &raw, &e) != -EINVAL || raw ||
+            e.status != 400) {
+            fprintf(stderr, "  stdin body %s accepted\n", bad[i]);
+            failures++;
+        }
+        json_decref(b);
+    }
+    /* 64 KiB of stdin at most, as text or as base64. */
+    char *big = malloc(65537 + 32);
+    memset(big, 'a', 65537);
+    big[65537] = 0;
+    b = json_pack("{s:s}", "data", big);
+    CHECK(api_proc_ctl_parse(API_PROC_STDIN, b, &c, &raw, &e) == -EINVAL);
+    json_decref(b);
+    big[65536] = 0;
+    b = json_pack("{s:s}", "data", big);
+    CHECK(api_proc_ctl_parse(API_PROC_STDIN, b, &c, &raw, &e) == 0 && c.len == 65536);
+    json_decref(b);
+    free(big);
+
+    b = json_loads("{\"signal\": \"SIGINT\"}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_SIGNAL, b, &c, &raw, &e) == 0 && c.sig == 2);
+    json_decref(b);
+    b = json_loads("{\"signal\": 99}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_SIGNAL, b, &c, &raw, &e) == -EINVAL);
+    json_decref(b);
+    b = json_loads("{\"cols\": 120, \"rows\": 40}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_RESIZE, b, &c, &raw, &e) == 0 && c.cols == 120 &&
+          c.rows == 40);
+    json_decref(b);
+    b = json_loads("{\"cols\": 120}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_RESIZE, b, &c, &raw, &e) == -EINVAL);
+    json_decref(b);
+    b = json_loads("{\"cols\": 10001, \"rows\": 1}", 0, NULL);
+    CHECK(api_proc_ctl_parse(API_PROC_RESIZE, b, &c, &raw, &e) == -EINVAL);
+    json_decref(b);
+}
+
 int main(void)
 {
+    test_signals();
+    test_proc_ctl();
     test_routes();
     test_query();
     test_bodies();

@@ -153,31 +153,8 @@ static void test_hostile(void)
     refused(big, "tag of 300 bytes");
 }
 
-static void test_signals(void)
-{
-    json_t *v;
-    const struct {
-        const char *json;
-        int sig;
-    } cases[] = {{"15", 15},         {"1", 1},          {"64", 64},          {"0", -1},
-                 {"65", -1},         {"-9", -1},        {"\"SIGTERM\"", 15}, {"\"term\"", 15},
-                 {"\"SigKill\"", 9}, {"\"WINCH\"", 28}, {"\"SIG\"", -1},     {"\"NOPE\"", -1},
-                 {"\"\"", -1},       {"1.5", -1},       {"null", -1},        {"\"SIGTERMX\"", -1}};
-
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        v = json_loads(cases[i].json, JSON_DECODE_ANY, NULL);
-        CHECK(v != NULL);
-        if (procs_signal_parse(v) != cases[i].sig) {
-            fprintf(stderr, "  signal %s: %d\n", cases[i].json, procs_signal_parse(v));
-            failures++;
-        }
-        json_decref(v);
-    }
-}
-
 int main(void)
 {
-    test_signals();
     test_good();
     test_hostile();
     if (failures) {
