@@ -256,6 +256,7 @@ static void test_close_flushes(void)
     int fds;
 
     snprintf(path, sizeof(path), "%s/close.log", dir);
+    vmm_log_shutdown(); /* earlier tests' closed logs: gone before counting fds */
     fds = open_fds();
     CHECK(vmm_log_open(l, path, 1 << 20, false) == 0);
     vmm_log_hold(true);
@@ -323,7 +324,10 @@ static void test_many(void)
     struct vmm_log_stats st;
     char path[128], line[64];
     char *z = pattern(16384, 'f');
-    int fds = open_fds();
+    int fds;
+
+    vmm_log_shutdown();
+    fds = open_fds();
 
     for (int i = 0; i < N; i++) {
         snprintf(path, sizeof(path), "%s/many-%02d.log", dir, i);
