@@ -65,8 +65,9 @@ int vmm_id_check(const char *id);
  *
  * The loop never touches the file after open: vmm_log_write queues the bytes
  * and one writer thread (for every log of the process) writes and compacts.
- * A log's queue holds at most max(cap, VMM_LOG_QUEUE_MIN) bytes of memory;
- * bytes past it are dropped and the file gets a line
+ * A log's queue holds at most max(cap, VMM_LOG_QUEUE_MIN) bytes of memory
+ * (rounded up to 16 KiB chunks; written chunks are reused, up to 1 MiB for
+ * the process); bytes past it are dropped and the file gets a line
  * "[warren: N bytes of console output dropped]" where they were.
  * Lifetime: the struct is the caller's; vmm_log_close hands what is queued
  * to the writer, which writes it and closes the file later, never touching
