@@ -283,26 +283,17 @@ static void close_pidfd(struct vmm *vm)
 
 /* ---- exit ---- */
 
-/* The last non-empty line of qemu.log: QEMU's own error, if it wrote one. */
+/* The last non-empty line of qemu.log: QEMU's own error, if it wrote one.
+ * From the log's in-memory tail: the file lags behind its writer thread. */
 static void qemu_log_tail(struct vmm *vm, char *out, size_t cap)
 {
-    char buf[512];
-    int fd = open(vm->qemu_log_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    off_t end;
-    ssize_t n;
+    char buf[VMM_LOG_TAIL + 1];
+    size_t n = vmm_log_tail(&vm->qlog, buf, sizeof(buf));
     char *p, *line;
 
     out[0] = 0;
-    if (fd < 0)
+    if (n == 0)
         return;
-    end = lseek(fd, 0, SEEK_END);
-    n = end < 0 ? -1
-                : pread(fd, buf, sizeof(buf) - 1,
-                        end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0);
-    close(fd);
-    if (n <= 0)
-        return;
-    buf[n] = 0;
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = 0;
     p = strrchr(buf, '\n');
@@ -446,6 +437,8 @@ int vmm_settle_orphans(unsigned max_ms)
     }
     if (cg_retry.jail && vmm_jail_retry(cg_retry.jail) == 0)
         cg_retry_stop();
+    /* Every VM is gone or detached: their logs' last words reach the files. */
+    vmm_log_shutdown();
     return orphans || cg_retry.jail ? -ETIMEDOUT : 0;
 }
 
@@ -709,9 +702,7 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->pid = -1;
     vm->pidfd = -1;
     vm->con_fd = -1;
-    vm->log.fd = -1;
     vm->qout_fd = -1;
-    vm->qlog.fd = -1;
     vm->jail = vmm_jail_ref(cfg->jail);
     vm->run_dir = strdup(cfg->run_dir);
     vm->qmp_path = path_join(cfg->run_dir, "qmp.sock");

@@ -16,7 +16,9 @@
  * Callbacks are never invoked from inside the vmm_* call that caused them;
  * a callback may call any vmm_* function on its vmm, vmm_free included.
  * Files in run_dir (sockets, console.log, qemu.log) are the caller's to
- * remove after vmm_free.
+ * remove after vmm_free. The logs are written by a thread and may still
+ * grow for a moment after vmm_free or vmm_detach (unlinking them is safe;
+ * vmm_settle_orphans waits for them).
  *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
  * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
@@ -58,7 +60,11 @@ struct vmm_config {
     size_t console_max;    /* console.log size cap (0: 1 MiB, at least 4 KiB). Past it the
                             * file keeps the first half of the output, a marker line
                             * "[warren: console truncated, N bytes dropped]" and the
-                            * most recent output. */
+                            * most recent output. The file is written by a thread, never
+                            * on the loop; what waits for it is held in memory, at most
+                            * max(cap, 64 KiB) per log: past that the output is dropped
+                            * and the file says "[warren: N bytes of console output
+                            * dropped]" where it was. */
     size_t qemu_log_max;   /* qemu.log (QEMU's stdout and stderr) cap, same rules (0: 1 MiB).
                             * QEMU writes into a pipe (run_dir/qemu.pipe, non-blocking on
                             * its side) that the driver copies into the bounded file, so
@@ -157,7 +163,9 @@ void vmm_free(struct vmm *vm);
 /* At shutdown: wait up to max_ms for VMs freed while running (already SIGKILLed)
  * to be gone, and finish them (a jailed VM's uid and cgroups are given back).
  * 0, or -ETIMEDOUT if some are still dying (the next start's sweep takes their
- * groups). Blocks: for the end of the process only. */
+ * groups). Then writes what the logs still queue and stops their writer thread
+ * (not bounded by max_ms; at most the queued bytes, see console_max).
+ * Blocks: for the end of the process only. */
 int vmm_settle_orphans(unsigned max_ms);
 
 /* Send one QMP command (a JSON object with "execute"; any "id" is replaced by the

@@ -61,30 +61,70 @@ int vmm_id_check(const char *id);
  * cap/2 bytes of output (boot messages), a fixed-width marker line counting
  * the bytes dropped, then the most recent output (between a quarter and a
  * half of cap). When the tail region fills, its older half is dropped by
- * copying the newer half down (non-overlapping, within the file). */
+ * copying the newer half down (non-overlapping, within the file).
+ *
+ * The loop never touches the file after open: vmm_log_write queues the bytes
+ * and one writer thread (for every log of the process) writes and compacts.
+ * A log's queue holds at most max(cap, VMM_LOG_QUEUE_MIN) bytes of memory
+ * (rounded up to 16 KiB chunks; written chunks are reused, up to 1 MiB for
+ * the process); bytes past it are dropped and the file gets a line
+ * "[warren: N bytes of console output dropped]" where they were.
+ * Lifetime: the struct is the caller's; vmm_log_close hands what is queued
+ * to the writer, which writes it and closes the file later, never touching
+ * the struct again (it may be freed at once). Opening the same file again
+ * waits for that writer to finish with it. All calls from one thread (the
+ * loop). */
+struct vmm_log_sink;
+
+#define VMM_LOG_TAIL      512
+#define VMM_LOG_QUEUE_MIN (64u << 10)
+
 struct vmm_log {
-    int fd;
-    uint64_t cap;     /* file size limit */
-    uint64_t head;    /* bytes of the head region (cap / 2) */
-    uint64_t size;    /* current file size */
-    uint64_t dropped; /* bytes dropped so far */
-    bool truncated;   /* the marker is in place */
-    char what[12];    /* "console", "qemu": named in the marker */
+    struct vmm_log_sink *s; /* NULL once closed (or never opened) */
+    size_t tail_len;
+    char tail[VMM_LOG_TAIL]; /* the last bytes given to vmm_log_write, dropped ones too */
+};
+
+struct vmm_log_stats {
+    uint64_t size;    /* the file's size */
+    uint64_t dropped; /* bytes cut out by compaction (counted in the head marker) */
+    uint64_t lost;    /* bytes dropped because the queue was full */
+    bool truncated;   /* the head marker is in place */
 };
 
 #define VMM_LOG_MARK_LEN 64
 
 /* Open path (append == false truncates it). On append the state is recovered
- * from the file (marker included). Returns 0 or -errno. */
+ * from the file (marker included) and the tail seeded from its end. Returns 0
+ * or -errno (-ELOOP for a symlink, -EINVAL for a non-regular file, or a
+ * pthread_create error). */
 int vmm_log_open(struct vmm_log *l, const char *path, size_t cap, bool append);
-/* Append bytes. Errors (ENOSPC...) count as dropped bytes; never blocks beyond
- * a regular-file write. */
+/* Queue bytes: a copy into memory, no I/O, never blocks beyond the queue's
+ * mutex (which the writer holds only to take a queue or return a chunk). */
 void vmm_log_write(struct vmm_log *l, const void *buf, size_t n);
+/* Hand what is queued to the writer and forget the file. No-op when closed. */
 void vmm_log_close(struct vmm_log *l);
 
-/* Same, with the word naming the file in the marker ("[warren: <what> truncated, ..."). */
+/* Same, with the word naming the file in the markers ("[warren: <what> truncated, ..."). */
 int vmm_log_open_named(struct vmm_log *l, const char *what, const char *path, size_t cap,
                        bool append);
+
+/* The last bytes written (up to cap - 1 of them, NUL-terminated), from memory:
+ * what QEMU said last, without waiting for the writer. Valid after close too. */
+size_t vmm_log_tail(const struct vmm_log *l, char *buf, size_t cap);
+
+/* Block until every byte queued for l is in the file, then fill *st (may be
+ * NULL). Waits on the disk: for tests and tools, not the loop. -EBADF if closed. */
+int vmm_log_sync(struct vmm_log *l, struct vmm_log_stats *st);
+/* Bytes of memory l's queue holds now (chunks queued or being written). */
+size_t vmm_log_queued(const struct vmm_log *l);
+/* Tests: hold the writer (it takes no queue) until vmm_log_hold(false), to fill
+ * a queue on purpose. Never vmm_log_sync while held. */
+void vmm_log_hold(bool on);
+/* Write every queue (closed logs included), then stop the writer thread. A
+ * later open or write starts it again. Blocks on the disk: for the end of the
+ * process (vmm_settle_orphans calls it) and tests. */
+void vmm_log_shutdown(void);
 
 /* ---- jail (vmm_jail.c) ---- */
 

@@ -1,9 +1,9 @@
 /*
  * test_vmm_unit.c - vmm-driver parts that need no VM: qcow2 overlays (checked
  * by qemu-img and qemu-io, QEMU's own block layer), host probes, the argv
- * builder, the bounded console log, and the jail's pure parts (cgroup
- * detection over fake sysfs trees, group names, limits, uid allocation, the
- * mount plan).
+ * builder, and the jail's pure parts (cgroup detection over fake sysfs
+ * trees, group names, limits, uid allocation, the mount plan). The bounded
+ * logs are in test_vmm_log.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -238,82 +238,6 @@ static void test_argv(void)
     CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -ENAMETOOLONG);
 }
 
-static uint64_t file_size(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
-}
-
-static char *slurp(const char *p, size_t *len)
-{
-    FILE *f = fopen(p, "r");
-    char *b = malloc(1 << 20);
-    *len = f ? fread(b, 1, (1 << 20) - 1, f) : 0;
-    b[*len] = 0;
-    if (f)
-        fclose(f);
-    return b;
-}
-
-static void test_log(void)
-{
-    char path[128], line[64];
-    struct vmm_log l;
-    uint64_t total = 0;
-    const unsigned cap = 8192;
-    size_t len;
-    char *b;
-    int last = 0;
-
-    snprintf(path, sizeof(path), "%s/console.log", dir);
-    CHECK(vmm_log_open(&l, path, cap, false) == 0);
-    /* Below the cap: the file is the plain output. */
-    vmm_log_write(&l, "hello\n", 6);
-    CHECK(file_size(path) == 6);
-    for (int i = 0; i < 20000; i++) {
-        int n = snprintf(line, sizeof(line), "line %06d of a chatty guest\n", i);
-        vmm_log_write(&l, line, (size_t)n);
-        total += (uint64_t)n;
-        last = i;
-        CHECK(file_size(path) <= cap);
-    }
-    total += 6;
-    CHECK(l.truncated);
-    /* Every byte is either in the file (minus the marker) or counted as dropped. */
-    CHECK(l.size - VMM_LOG_MARK_LEN + l.dropped == total);
-    vmm_log_close(&l);
-
-    b = slurp(path, &len);
-    CHECK(len <= cap);
-    CHECK(strncmp(b, "hello\nline 000000", 17) == 0);
-    CHECK(strstr(b, "[warren: console truncated,") != NULL);
-    snprintf(line, sizeof(line), "line %06d of a chatty guest\n", last);
-    CHECK(len > strlen(line) && strcmp(b + len - strlen(line), line) == 0);
-    free(b);
-
-    /* An adopting warrend picks the state up from the file. */
-    CHECK(vmm_log_open(&l, path, cap, true) == 0);
-    CHECK(l.truncated && l.size - VMM_LOG_MARK_LEN + l.dropped == total);
-    for (int i = 0; i < 1000; i++) {
-        int n = snprintf(line, sizeof(line), "after adopt %06d\n", i);
-        vmm_log_write(&l, line, (size_t)n);
-        total += (uint64_t)n;
-    }
-    CHECK(file_size(path) <= cap);
-    CHECK(l.size - VMM_LOG_MARK_LEN + l.dropped == total);
-    vmm_log_close(&l);
-    b = slurp(path, &len);
-    CHECK(strstr(b, "after adopt 000999\n") != NULL && strncmp(b, "hello\n", 6) == 0);
-    free(b);
-
-    /* A log written with a larger cap is cut down on adopt. */
-    CHECK(vmm_log_open(&l, path, 4096, true) == 0);
-    CHECK(file_size(path) <= 4096);
-    vmm_log_write(&l, "x\n", 2);
-    CHECK(file_size(path) <= 4096);
-    vmm_log_close(&l);
-}
-
 static void touch(const char *a, const char *b, const char *content)
 {
     char p[512];
@@ -333,33 +257,6 @@ static void mkdirs(const char *root, const char *rel)
     char p[512];
     snprintf(p, sizeof(p), "mkdir -p '%s/%s'", root, rel);
     CHECK(run(p, NULL, 0) == 0);
-}
-
-/* The qemu.log marker names its file; adoption finds it again. */
-static void test_log_named(void)
-{
-    char path[128], buf[256];
-    struct vmm_log l;
-    size_t len;
-    char *b;
-
-    snprintf(path, sizeof(path), "%s/qemu.log", dir);
-    CHECK(vmm_log_open_named(&l, "qemu", path, 4096, false) == 0);
-    memset(buf, 'q', sizeof(buf));
-    for (int i = 0; i < 100; i++)
-        vmm_log_write(&l, buf, sizeof(buf));
-    CHECK(file_size(path) <= 4096 && l.truncated);
-    vmm_log_close(&l);
-    b = slurp(path, &len);
-    CHECK(strstr(b, "[warren: qemu truncated,") != NULL);
-    free(b);
-    CHECK(vmm_log_open_named(&l, "qemu", path, 4096, true) == 0);
-    CHECK(l.truncated);
-    vmm_log_close(&l);
-    /* A symlink planted in the run dir is never followed. */
-    snprintf(buf, sizeof(buf), "%s/link.log", dir);
-    CHECK(symlink(path, buf) == 0);
-    CHECK(vmm_log_open_named(&l, "qemu", buf, 4096, false) == -ELOOP);
 }
 
 static void test_cgroup_paths(void)
@@ -564,8 +461,6 @@ int main(void)
     test_qcow2();
     test_host();
     test_argv();
-    test_log();
-    test_log_named();
     test_cgroup_paths();
     test_jail_uids();
     test_jail_plan();
