@@ -5,6 +5,7 @@ signals and PTY sizes reach it, and everything survives kill -9 of warrend."""
 import base64
 import json
 import re
+import socket
 import time
 import unittest
 
@@ -231,6 +232,60 @@ class ProcessTest(WarrenCase):
             self.assertEqual(out["last"]["type"], "exit")
         # The ring is bounded by process_ring_bytes (65536 here).
         self.assertLessEqual(len(expected) - p["output_start"], 65536)
+
+    def test_reader_that_falls_behind_is_told_what_it_missed(self):
+        """A follower that stops reading while the process writes far past the ring: the
+        process runs to its end regardless; when the reader resumes, a lost line says how
+        many bytes it missed and every byte it does get sits at its true offset."""
+        w, sid = self.w, self.sid
+        expected = "".join(f"{i}\n" for i in range(1, 1200001)).encode()  # 8,888,896 bytes
+        pid = start(w, sid, cmd="sleep 2; seq 1 1200000", background=True)
+        # A small receive buffer set before connecting (so the window stays small): the
+        # bytes in flight are then warrend's queue (one credit window) and little more.
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", w.port))
+        s.sendall(b"GET /v1/sandboxes/%s/processes/%d/output?follow=true HTTP/1.1\r\n"
+                  b"Host: x\r\nAuthorization: Bearer %s\r\n\r\n"
+                  % (sid.encode(), pid, w.key.encode()))
+        # Not reading while it writes: the process must still finish.
+        wait_proc(w, sid, pid, lambda p: not p["running"], "finished unread", timeout=180)
+        raw = b""
+        s.settimeout(120)
+        while not raw.endswith(b"0\r\n\r\n"):
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                break
+            raw += chunk
+        s.close()
+        body = raw.split(b"\r\n\r\n", 1)[1]
+        # De-chunk.
+        lines, rest = b"", body
+        while rest:
+            size, rest = rest.split(b"\r\n", 1)
+            n = int(size, 16)
+            if n == 0:
+                break
+            lines += rest[:n]
+            rest = rest[n + 2:]
+        events = [json.loads(x) for x in lines.splitlines()]
+        lost = [e for e in events if e["type"] == "lost"]
+        self.assertTrue(lost, f"a reader that fell behind 8 MB must be told it lost bytes "
+                        f"({len(events)} lines, {len(lines)} bytes)")
+        pos, got = 0, 0
+        for e in events:
+            if e["type"] == "lost":
+                self.assertEqual(e["offset"], pos)
+                pos += e["bytes"]
+            elif e["type"] == "stdout":
+                d = e["data"].encode()
+                self.assertEqual(e["offset"], pos)
+                self.assertEqual(d, expected[pos:pos + len(d)])
+                pos += len(d)
+                got += len(d)
+        self.assertEqual(pos, len(expected))
+        self.assertEqual(events[-1]["type"], "exit")
+        self.assertEqual(sum(e["bytes"] for e in lost) + got, len(expected))
 
     def test_slow_reader_does_not_stall_the_process(self):
         """A background process writes far more than the ring and the credit window while
