@@ -655,10 +655,12 @@ void gi_attach_pump(struct gi_agent *a, struct gi_stream *s)
     max = t->credit < sizeof(buf) ? (size_t)t->credit : sizeof(buf);
     if (t->pos < p->ring.end && max > 0)
         n = gi_ring_read(&p->ring, t->pos, buf, max, &fd);
-    if (n > 0 || lost > 0) {
-        /* lost without data only when the ring holds nothing past it (a huge single write) */
-        if (proto_enc_begin(&e, &a->out, PROTO_OUT, s->id, 5 + (lost > 0)) != 0)
+    if (n > 0) {
+        /* lost always travels with data (a ring that dropped bytes holds newer ones) */
+        if (proto_enc_begin(&e, &a->out, PROTO_OUT, s->id, 5 + (lost > 0)) != 0) {
+            t->pos -= lost;
             return;
+        }
         proto_put_u(&e, PK_FD, (uint64_t)fd);
         proto_put_u(&e, PK_OFF, t->pos);
         proto_put_bin(&e, PK_DATA, buf, n);
@@ -672,6 +674,7 @@ void gi_attach_pump(struct gi_agent *a, struct gi_stream *s)
         t->credit -= n;
         return;
     }
+    t->pos -= lost; /* no credit: the loss is reported with the next data */
     if (t->pos < p->ring.end)
         return; /* no credit */
     if (proc_exited(p)) {
