@@ -175,6 +175,7 @@ static void add_procs(struct res *r, const struct proto_frame *f)
     const msgpack_object_array *a = f->v[PK_PROCS].arr;
 
     r->nprocs = 0;
+    r->procs_total = a->size;
     for (uint32_t i = 0; i < a->size && i < 16; i++) {
         const msgpack_object_map *m = &a->ptr[i].via.map;
         struct pent *e = &r->procs[r->nprocs++];
@@ -208,7 +209,7 @@ static void add_procs(struct res *r, const struct proto_frame *f)
             else if (!strcmp(k, "tag"))
                 copy_obj_str(e->tag, sizeof(e->tag), v);
             else if (!strcmp(k, "cmd"))
-                copy_obj_str(e->cmd, sizeof(e->cmd), v);
+                copy_obj_str(e->cmd, sizeof(e->cmd), v), e->cmd_len = v->via.str.size;
         }
     }
 }

@@ -29,6 +29,7 @@ struct pent {
     int64_t code, sig;
     bool running, pty, stdin_open, has_code;
     char tag[64], cmd[256];
+    size_t cmd_len; /* of the whole cmd (cmd keeps its first 255 bytes) */
 };
 
 struct res {
@@ -59,7 +60,8 @@ struct res {
     uint64_t first_lost_off; /* attach: off of the first frame with `lost` */
     struct proto_buf all;    /* attach: stdout and stderr bytes in ring order */
     bool ended;              /* END (not EXIT) ended it */
-    size_t nprocs;           /* PLIST */
+    size_t nprocs;           /* PLIST: entries kept here (the first 16) */
+    size_t procs_total;      /* PLIST: entries in the answer */
     struct pent procs[16];
 };
 

@@ -1324,6 +1324,37 @@ static void test_v2_random(void)
         CHECK(pid_gone((pid_t)pids[i], 3000));
 }
 
+/* The most entries (GI_PROCS_MAX), each with the longest tag and a command past the cut:
+ * PLIST still answers in one frame. */
+static void test_plist_fits(void)
+{
+    struct peer p;
+    char tag[PROTO_TAG_MAX + 1], cmd[2100] = "";
+    uint64_t pid = 0;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    send_init2(&p, 1, 0, 100000); /* clamped to GI_PROCS_MAX (128) */
+    wait_hello(&p, 2);
+    memset(tag, 0xc3, PROTO_TAG_MAX); /* not UTF-8 as a whole; the guest does not judge tags */
+    tag[PROTO_TAG_MAX] = '\0';
+    /* 11 bytes, then 2-byte characters: byte 1024 falls inside one */
+    strcpy(cmd, "sleep 100 #");
+    for (int i = 0; i < 1000; i++)
+        strcat(cmd, "\xc3\xa9");
+    for (uint32_t id = 2; id < 2 + 128; id++) {
+        pid = start_bg(&p, id, &(struct exec_opts){.cmd = cmd, .tag = tag});
+        CHECK(pid > 0);
+    }
+    CHECK(start_bg(&p, 200, &(struct exec_opts){.cmd = "true"}) == 0 && p.res[200].err == EMFILE);
+    send_plist(&p, 201, 0);
+    CHECK(peer_wait(&p, 201, 10000) && !p.res[201].error && p.res[201].procs_total == 128);
+    send_plist(&p, 202, pid);
+    CHECK(peer_wait(&p, 202, 10000) && p.res[202].nprocs == 1);
+    CHECK(p.res[202].procs[0].cmd_len == 1023); /* cut before the split character */
+    CHECK(peer_stop(&p) == 0);
+}
+
 static void cleanup_tmp(void)
 {
     char cmd[128];
@@ -1365,6 +1396,7 @@ int main(int argc, char **argv)
         {"init_keeps_bg", test_init_keeps_bg},
         {"max_procs", test_max_procs},
         {"v2_random", test_v2_random},
+        {"plist_fits", test_plist_fits},
     };
 
     signal(SIGPIPE, SIG_IGN);
