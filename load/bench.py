@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 

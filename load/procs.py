@@ -20,17 +20,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 from warren import Warren, rss_kib  # noqa: E402
-
-MiB = 1024 * 1024
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
-
-
-def ms(x):
-    return f"{x * 1000:.1f} ms"
+from bench import MiB, ms, pct  # noqa: E402
 
 
 def bg(w, sid, cmd, **kw):

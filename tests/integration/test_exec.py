@@ -2,7 +2,6 @@
 import hashlib
 import json
 import os
-import re
 import unittest
 
 from warren import SANITIZED, WarrenCase

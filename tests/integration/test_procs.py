@@ -5,7 +5,6 @@ signals and PTY sizes reach it, and everything survives kill -9 of warrend."""
 import base64
 import json
 import re
-import socket
 import time
 import unittest
 
@@ -240,14 +239,10 @@ class ProcessTest(WarrenCase):
         w, sid = self.w, self.sid
         expected = "".join(f"{i}\n" for i in range(1, 1200001)).encode()  # 8,888,896 bytes
         pid = start(w, sid, cmd="sleep 2; seq 1 1200000", background=True)
-        # A small receive buffer set before connecting (so the window stays small): the
-        # bytes in flight are then warrend's queue (one credit window) and little more.
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.connect(("127.0.0.1", w.port))
-        s.sendall(b"GET /v1/sandboxes/%s/processes/%d/output?follow=true HTTP/1.1\r\n"
-                  b"Host: x\r\nAuthorization: Bearer %s\r\n\r\n"
-                  % (sid.encode(), pid, w.key.encode()))
+        # A small receive window: the bytes in flight are then warrend's queue (one credit
+        # window) and little more.
+        s = w.raw_request("GET", f"/v1/sandboxes/{sid}/processes/{pid}/output?follow=true",
+                          rcvbuf=4096)
         # Not reading while it writes: the process must still finish.
         wait_proc(w, sid, pid, lambda p: not p["running"], "finished unread", timeout=180)
         raw = b""

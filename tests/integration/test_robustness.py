@@ -2,7 +2,6 @@
 a vanished client loses nothing but its own stream, and a fork bomb or
 memory hog in one sandbox leaves its agent and the other sandboxes answering."""
 import json
-import socket
 import time
 import unittest
 
@@ -89,12 +88,9 @@ class RobustnessTest(WarrenCase):
         self.assertEqual(self.w.request("GET", "/healthz").status, 200)
 
     def test_client_vanishes_mid_stream(self):
-        s = socket.create_connection(("127.0.0.1", self.w.port))
-        body = json.dumps({"cmd": "yes vanishing-client"}).encode()
-        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
-                  b"Authorization: Bearer %s\r\nAccept: application/x-ndjson\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                  % (self.sid.encode(), self.w.key.encode(), len(body), body))
+        s = self.w.raw_request("POST", f"/v1/sandboxes/{self.sid}/exec",
+                               json.dumps({"cmd": "yes vanishing-client"}).encode(),
+                               {"Accept": "application/x-ndjson"})
         got = s.recv(65536)
         self.assertIn(b"200", got.split(b"\r\n")[0])
         # busybox pgrep sees no process here (it shows '{yes} /bin/sh -c yes ...'): count
@@ -118,13 +114,9 @@ class RobustnessTest(WarrenCase):
         then disconnects, the cancel must give the guest its window back, or the guest can
         never send EXIT: the operation stays forever and the sandbox never goes idle."""
         sid = self.w.create(ttl_seconds=900, idle_timeout_seconds=6)
-        s = socket.create_connection(("127.0.0.1", self.w.port))
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        body = json.dumps({"cmd": "yes stalled-reader"}).encode()
-        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
-                  b"Authorization: Bearer %s\r\nAccept: application/x-ndjson\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                  % (sid.encode(), self.w.key.encode(), len(body), body))
+        s = self.w.raw_request("POST", f"/v1/sandboxes/{sid}/exec",
+                               json.dumps({"cmd": "yes stalled-reader"}).encode(),
+                               {"Accept": "application/x-ndjson"}, rcvbuf=4096)
         self.assertIn(b"200", s.recv(4096).split(b"\r\n")[0])
         # Stop reading until the guest has used its whole window: warrend's queue for this
         # client is then full and no credit flows back. 1 MiB of "yes" takes well under a
@@ -309,13 +301,9 @@ class ClientTest(WarrenCase):
     def test_stalled_stream_is_dropped_and_its_process_killed(self):
         # An NDJSON exec of an endless writer whose client never reads: after the stall
         # timeout the connection is dropped and the process killed in the guest.
-        s = socket.create_connection(("127.0.0.1", self.w.port))
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        body = json.dumps({"cmd": "exec yes stalled-writer"}).encode()
-        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\n"
-                  b"Authorization: Bearer %s\r\nAccept: application/x-ndjson\r\n"
-                  b"Content-Length: %d\r\n\r\n%s"
-                  % (self.sid.encode(), self.w.key.encode(), len(body), body))
+        s = self.w.raw_request("POST", f"/v1/sandboxes/{self.sid}/exec",
+                               json.dumps({"cmd": "exec yes stalled-writer"}).encode(),
+                               {"Accept": "application/x-ndjson"}, rcvbuf=4096)
         deadline = time.time() + 60
         while time.time() < deadline and "client took nothing" not in self.w.log_text():
             time.sleep(0.5)

@@ -223,6 +223,24 @@ class Warren:
         finally:
             c.close()
 
+    def raw_request(self, method, path, body=b"", headers=None, rcvbuf=None):
+        """Send one request on a raw socket and return the socket, for tests of clients
+        that stop reading or vanish. rcvbuf is set before connecting, so the TCP window
+        stays that small (set after, the kernel's autotuned window of megabytes would
+        absorb what the test means to hold back)."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.connect(("127.0.0.1", self.port))
+        h = {"Host": "x", "Authorization": f"Bearer {self.key}"}
+        if body:
+            h["Content-Type"] = "application/json"
+            h["Content-Length"] = str(len(body))
+        h.update(headers or {})
+        head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items())
+        s.sendall(head.encode() + b"\r\n" + body)
+        return s
+
     # Test sandboxes live far longer than any test uses them (a class can take
     # several minutes under ASan): only tests of the TTL or idle timeout set
     # these, explicitly.
