@@ -766,7 +766,7 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
 /*
  * The common start of a file request: check the path and the sandbox, make
  * the op and begin its frame with {path}; the caller adds `extra` more keys
- * and calls file_op_send().
+ * and calls ops_send().
  */
 static int file_op_begin(struct sbx_table *t, const char *id, const char *path, enum op_kind kind,
                          enum proto_type type, uint32_t extra, const struct sbx_sink *sink,
@@ -789,7 +789,7 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     return 0;
 }
 
-static int file_op_send(struct op *op, struct proto_enc *e, sbx_op_t *opid)
+int ops_send(struct op *op, struct proto_enc *e, sbx_op_t *opid)
 {
     proto_enc_end(e);
     chan_flush(op->sb->ch);
@@ -806,7 +806,7 @@ int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
 
     if ((status = file_op_begin(t, id, path, OP_FREAD, PROTO_FREAD, 0, sink, user, &op, &e, err)))
         return status;
-    return file_op_send(op, &e, opid);
+    return ops_send(op, &e, opid);
 }
 
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
@@ -819,7 +819,7 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
     if ((status = file_op_begin(t, id, path, OP_FWRITE, PROTO_FWRITE, 1, sink, user, &op, &e, err)))
         return status;
     proto_put_u(&e, PK_MODE, mode ? mode : 0644);
-    return file_op_send(op, &e, opid);
+    return ops_send(op, &e, opid);
 }
 
 int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
@@ -866,7 +866,7 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
         proto_put_u(&e, PK_DEPTH, depth ? (uint64_t)json_integer_value(depth) : 1);
     else if (type == PROTO_REMOVE)
         proto_put_b(&e, PK_RECURSIVE, json_is_true(json_object_get(args, "recursive")));
-    return file_op_send(op, &e, opid);
+    return ops_send(op, &e, opid);
 }
 
 /* ---- requester-side calls on ops ---- */

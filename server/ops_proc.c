@@ -221,14 +221,6 @@ static int proc_begin(struct sbx_table *t, const char *id, uint32_t pid, enum op
     return 0;
 }
 
-static int proc_send(struct op *op, struct proto_enc *e, sbx_op_t *opid)
-{
-    proto_enc_end(e);
-    chan_flush(op->sb->ch);
-    *opid = op->id;
-    return 0;
-}
-
 int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_sink *sink,
                   void *user, sbx_op_t *opid, struct sbx_err *err)
 {
@@ -238,7 +230,7 @@ int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struc
 
     if ((r = proc_begin(t, id, pid, OP_PLIST, PROTO_PLIST, 2, sink, user, &op, &e, err)))
         return r;
-    return proc_send(op, &e, opid);
+    return ops_send(op, &e, opid);
 }
 
 int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t offset, bool follow,
@@ -256,7 +248,7 @@ int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t 
     gstream_init_ring(&op->gs, offset);
     proto_put_u(&e, PK_OFF, offset);
     proto_put_b(&e, PK_FOLLOW, follow);
-    return proc_send(op, &e, opid);
+    return ops_send(op, &e, opid);
 }
 
 int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_proc_ctl *c,
@@ -302,5 +294,5 @@ int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct
         if (c->eof)
             proto_put_b(&e, PK_EOF, true);
     }
-    return proc_send(op, &e, opid);
+    return ops_send(op, &e, opid);
 }

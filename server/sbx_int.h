@@ -155,6 +155,8 @@ void ops_fail_all(struct sandbox *sb, enum sbx_errcode code, const char *msg);
 /* Operations in flight on sb and overall within their limits: 0, or an error code with *err.
  * Ops still draining after a cancel count. */
 int ops_quota(struct sandbox *sb, struct sbx_err *err);
+/* End the request frame e began for op, send it and set *opid: 0. */
+int ops_send(struct op *op, struct proto_enc *e, sbx_op_t *opid);
 /* The requester passed n bytes of op's stream on: credit them to the guest (batched). */
 void ops_credit(struct op *op, size_t n);
 /* The code a guest errno maps to. */
