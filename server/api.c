@@ -101,6 +101,7 @@ int api_route_match(const char *path, struct api_route *r)
         {"/files/list", API_R_FILES_LIST, API_GET},
         {"/files/mkdir", API_R_FILES_MKDIR, API_POST},
         {"/files/rename", API_R_FILES_RENAME, API_POST},
+        {"/tokens", API_R_TOKENS, API_POST},
     };
     static const char pfx[] = "/v1/sandboxes";
     size_t len = strlen(path), idlen;

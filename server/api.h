@@ -62,6 +62,7 @@ enum api_route_id {
     API_R_PROC_STDIN,   /* /v1/sandboxes/{id}/processes/{pid}/stdin */
     API_R_PROC_SIGNAL,  /* /v1/sandboxes/{id}/processes/{pid}/signal */
     API_R_PROC_RESIZE,  /* /v1/sandboxes/{id}/processes/{pid}/resize */
+    API_R_TOKENS,       /* /v1/sandboxes/{id}/tokens (issue 7) */
 };
 
 #define API_PID_MAX 4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */

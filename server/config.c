@@ -91,6 +91,7 @@ static const struct opt opts[] = {
     {"allow_tcg", T_BOOL, F(allow_tcg), "false", 0},
     {"process_ring_bytes", T_SIZE, F(process_ring_bytes), "1048576", 4096},
     {"max_processes_per_sandbox", T_UINT, F(max_procs_per_sbx), "64", 1},
+    {"allowed_origins", T_STR, F(allowed_origins), "", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -386,5 +387,6 @@ void cfg_free(struct srv_config *c)
     free(c->kernel_append);
     free(c->jail);
     free(c->jail_cgroup);
+    free(c->allowed_origins);
     memset(c, 0, sizeof(*c));
 }

@@ -63,6 +63,8 @@ struct srv_config {
     /* processes that belong to the sandbox (issue 6) */
     size_t process_ring_bytes;  /* process_ring_bytes = 1048576: output kept per process */
     unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
+    /* browser access (issue 7) */
+    char *allowed_origins; /* allowed_origins = (empty): Origins browser sockets may come from */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -419,5 +419,14 @@ void http_stop(struct http_server *h)
     }
     free(h->scratch);
     free(h->key);
+    explicit_bzero(h->token_key, sizeof(h->token_key));
     free(h);
+}
+
+void http_set_token_secret(struct http_server *h, const unsigned char *secret, size_t len)
+{
+    if (len != sizeof(h->token_key))
+        return;
+    memcpy(h->token_key, secret, len);
+    h->token_key_set = true;
 }

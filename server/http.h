@@ -33,4 +33,8 @@ unsigned http_port(const struct http_server *h);
  * cancelled before this returns, so the table may be freed right after. */
 void http_stop(struct http_server *h);
 
+/* The 32-byte HMAC key of access tokens (state_dir/token_secret), copied. Until it is
+ * set, no token is minted or accepted. */
+void http_set_token_secret(struct http_server *h, const unsigned char *secret, size_t len);
+
 #endif

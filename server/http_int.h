@@ -33,6 +33,7 @@
 #include "log.h"
 #include "sbx.h"
 #include "http.h"
+#include "token.h"
 
 #define WRITE_MAX  (64 * 1024)   /* bytes per lws_write */
 #define OBUF_MIN   (64 * 1024)   /* payload room of a fresh output buffer */
@@ -131,6 +132,8 @@ struct pss {
     size_t q_bytes;        /* payload bytes queued */
     size_t credit_pending; /* written but not yet acknowledged */
     struct api_utf8_hold hold[2];
+
+    bool by_token; /* admitted by an ?access_token=, not the API key (issue 7) */
 };
 
 struct http_server {
@@ -147,6 +150,9 @@ struct http_server {
     unsigned conns;
     struct client *clients[CLIENT_BUCKETS];
     struct conn *accepted; /* counted by the filter, not yet bound to its wsi */
+    /* access tokens (issue 7): the HMAC key, once http_set_token_secret gave it */
+    unsigned char token_key[TOKEN_SECRET_LEN];
+    bool token_key_set;
 };
 
 /* ---- resp.c: the response writer ---- */
@@ -188,5 +194,25 @@ int rest_body_done(struct pss *p);
 /* The transaction is over (answered, or its connection closed): cancel what is in flight,
  * free its buffers, clear p->srv. Idempotent. */
 void rest_req_end(struct pss *p);
+
+/* ---- auth.c: who may do what (issue 7) ---- */
+
+/* The query parameter that carries an access token. Every edge drops it from the query
+ * it parses, so it never reaches an error message or a log line. */
+#define HTTP_TOKEN_PARAM "access_token="
+
+/* Admit a request for sandbox sbx_id: `Authorization: Bearer <api key>`, or, when scope
+ * ("pty", "session", "files") is not NULL, an ?access_token= minted for that sandbox with
+ * that scope and not expired. A request that sends the header is judged by it alone.
+ * p (may be NULL) is marked by_token. 0, or -EACCES with *e: 401 unauthorized (no or
+ * wrong key, a token where only the key opens), 401 token_invalid (malformed, not ours,
+ * altered), 401 token_expired, 403 token_wrong_sandbox, 403 token_wrong_scope. */
+int http_authorize(struct pss *p, struct lws *wsi, const char *sbx_id, const char *scope,
+                   struct api_err *e);
+/* The Origin rule for browser sockets (token_origin_allowed with the configured
+ * allowed_origins and the request's Host). */
+bool http_origin_allowed(const struct http_server *srv, struct lws *wsi);
+/* POST /v1/sandboxes/{id}/tokens with its parsed body: answers 201 or an error. */
+void auth_tokens_mint(struct pss *p, json_t *body);
 
 #endif

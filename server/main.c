@@ -27,6 +27,7 @@
 #include "http.h"
 #include "log.h"
 #include "sbx.h"
+#include "token.h"
 #include "vmm.h"
 
 #ifndef WARREN_VERSION
@@ -193,6 +194,78 @@ out:
     return r;
 }
 
+/* state_dir/token_secret: the HMAC key of access tokens, 32 random bytes made at first
+ * start. Like the API key file, it must be warrend's own and readable by nobody else
+ * (whoever reads it can mint a token for any sandbox); a file of any other size is
+ * refused rather than guessed at. */
+static int load_token_secret(const char *state_dir, unsigned char out[TOKEN_SECRET_LEN])
+{
+    unsigned char extra;
+    char *path = NULL;
+    struct stat st;
+    int fd = -1, r;
+    ssize_t n;
+
+    if (asprintf(&path, "%s/token_secret", state_dir) < 0)
+        return -ENOMEM;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) {
+        if ((r = random_bytes(out, TOKEN_SECRET_LEN))) {
+            LOG(LOG_ERR, "cannot get random bytes for the token secret (mbedTLS entropy)");
+            goto out;
+        }
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd >= 0) {
+            if (write(fd, out, TOKEN_SECRET_LEN) != TOKEN_SECRET_LEN || fsync(fd)) {
+                r = errno ? -errno : -EIO;
+                LOG(LOG_ERR, "cannot write %s: %s", path, strerror(-r));
+                unlink(path);
+                goto out;
+            }
+            LOG(LOG_INFO, "token secret: created %s (mode 0600)", path);
+            r = 0;
+            goto out;
+        }
+        if (errno == EEXIST) /* another warrend won the race: read its secret */
+            fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (fd < 0) {
+        r = -errno;
+        LOG(LOG_ERR, "cannot open %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (fstat(fd, &st) != 0) {
+        r = -errno;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_mode & 077) || st.st_uid != geteuid()) {
+        LOG(LOG_ERR,
+            "%s must be a file owned by warrend's user (uid %u) and readable by it alone; it "
+            "is mode %04o, uid %u: chown it and chmod 600 it",
+            path, (unsigned)geteuid(), (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        r = -EPERM;
+        goto out;
+    }
+    n = read(fd, out, TOKEN_SECRET_LEN);
+    if (n != TOKEN_SECRET_LEN || st.st_size != TOKEN_SECRET_LEN || read(fd, &extra, 1) != 0) {
+        LOG(LOG_ERR,
+            "%s must hold exactly %d bytes; it holds %lld: remove it to have a new one made "
+            "(tokens issued so far stop working)",
+            path, TOKEN_SECRET_LEN, (long long)st.st_size);
+        r = -EINVAL;
+        goto out;
+    }
+    LOG(LOG_INFO, "token secret: %s", path);
+    r = 0;
+out:
+    if (r)
+        explicit_bzero(out, TOKEN_SECRET_LEN);
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return r;
+}
+
 static int check_limits(const struct srv_config *c)
 {
     const char *why = NULL;
@@ -309,6 +382,7 @@ int main(int argc, char **argv)
     struct srv_config cfg;
     struct daemon d = {0};
     char err[512], *key = NULL;
+    unsigned char tok_secret[TOKEN_SECRET_LEN] = {0};
     bool fatal;
     struct stat st;
     int c, r, rc = 1;
@@ -391,6 +465,8 @@ int main(int argc, char **argv)
     LOG(LOG_INFO, "state directory: %s", cfg.state_dir);
     if (load_api_key(&cfg, &key))
         goto out;
+    if (load_token_secret(cfg.state_dir, tok_secret))
+        goto out;
 
     {
         enum vmm_accel acc = VMM_ACCEL_TCG;
@@ -438,6 +514,7 @@ int main(int argc, char **argv)
         d.t = NULL;
         goto out;
     }
+    http_set_token_secret(d.h, tok_secret, sizeof(tok_secret));
     ev_signal_init(&d.sigint, on_signal, SIGINT);
     ev_signal_init(&d.sigterm, on_signal, SIGTERM);
     d.sigint.data = d.sigterm.data = &d;
@@ -464,6 +541,7 @@ out:
     if (d.loop)
         ev_loop_destroy(d.loop);
     free(key);
+    explicit_bzero(tok_secret, sizeof(tok_secret));
     cfg_free(&cfg);
     return rc;
 }

@@ -273,6 +273,11 @@ static int query_frags(struct lws *wsi, char *store, size_t cap, const char **fr
         if (lws_hdr_copy_fragment(wsi, store + used, (int)(cap - used), WSI_TOKEN_HTTP_URI_ARGS,
                                   i) < 0)
             return -1;
+        /* The access token was judged by http_authorize; it goes no further. */
+        if (!strncmp(store + used, HTTP_TOKEN_PARAM, sizeof(HTTP_TOKEN_PARAM) - 1)) {
+            explicit_bzero(store + used, (size_t)len);
+            continue;
+        }
         frags[(*n)++] = store + used;
         used += (size_t)len + 1;
     }
@@ -371,6 +376,9 @@ static void dispatch_body(struct pss *p)
     case API_R_PROC_SIGNAL:
     case API_R_PROC_RESIZE:
         proc_ctl(p, body);
+        break;
+    case API_R_TOKENS:
+        auth_tokens_mint(p, body);
         break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
@@ -533,6 +541,12 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
     }
 }
 
+static bool files_route(enum api_route_id id)
+{
+    return id == API_R_FILES || id == API_R_FILES_STAT || id == API_R_FILES_LIST ||
+           id == API_R_FILES_MKDIR || id == API_R_FILES_RENAME;
+}
+
 void rest_request(struct pss *p, const char *uri)
 {
     static const unsigned qallow[] = {
@@ -544,7 +558,7 @@ void rest_request(struct pss *p, const char *uri)
         [API_R_PROC_OUTPUT] = API_Q_OFFSET | API_Q_FOLLOW,
     };
     const char *frags[QUERY_FRAGS_MAX];
-    char qstore[QUERY_STORE], authz[512], ver[16];
+    char qstore[QUERY_STORE], ver[16];
     struct api_route r;
     struct api_query q;
     struct api_err e;
@@ -572,9 +586,10 @@ void rest_request(struct pss *p, const char *uri)
         return;
 
     rc = api_route_match(uri, &r);
-    if (r.auth && !(hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, authz, sizeof(authz)) > 0 &&
-                    api_bearer_ok(authz, p->srv->key))) {
-        resp_code(p, 401, "unauthorized", "missing or wrong 'Authorization: Bearer <key>'");
+    /* A "files" token opens its sandbox's file routes; everything else needs the key. */
+    if (r.auth &&
+        http_authorize(p, p->wsi, r.sbx, rc == 0 && files_route(r.id) ? "files" : NULL, &e)) {
+        resp_api_err(p, &e);
         return;
     }
     if (rc) {
@@ -640,6 +655,7 @@ void rest_request(struct pss *p, const char *uri)
     case API_R_PROC_STDIN:
     case API_R_PROC_SIGNAL:
     case API_R_PROC_RESIZE:
+    case API_R_TOKENS:
         want_json_body(p, has_cl, cl);
         break;
     case API_R_PROCS:

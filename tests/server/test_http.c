@@ -32,6 +32,7 @@
 #include "http.h"
 #include "log.h"
 #include "sbx.h"
+#include "token.h"
 
 extern char **environ;
 
@@ -271,6 +272,7 @@ static const char *err_code(const struct resp *r)
 /* ---- tests ---- */
 
 static char sbx_id[64];
+static struct http_server *srv_h;
 static struct srv_config *cfgp; /* the server reads it live: tests change limits on it */
 static unsigned port;
 
@@ -1199,6 +1201,86 @@ static void test_stall(void)
     }
 }
 
+/* Access tokens (issue 7) over the fake table: minted with the key, a "files" token
+ * opens that sandbox's file routes only, and its refusals carry their own codes. */
+static void test_tokens(void)
+{
+    static const unsigned char secret[TOKEN_SECRET_LEN] = {7, 7, 7};
+    struct resp r;
+    char u[1024], p[512], tok[TOKEN_STR_MAX + 1], other[TOKEN_STR_MAX + 1];
+    json_t *j;
+
+    http_set_token_secret(srv_h, secret, sizeof(secret));
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/tokens", sbx_id);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, "-H", authz, "--data-binary",
+             "{\"scope\":[\"files\"],\"ttl_seconds\":600}", u, NULL);
+    CHECK(r.code == 201);
+    j = json_loads(r.body ? r.body : "", 0, NULL);
+    CHECK(j && json_is_string(json_object_get(j, "token")));
+    snprintf(tok, sizeof(tok), "%s", j ? json_string_value(json_object_get(j, "token")) : "");
+    CHECK(j && !strcmp(json_string_value(json_object_get(j, "sandbox")), sbx_id));
+    json_decref(j);
+    resp_free(&r);
+    /* without the key, or with a token: no minting */
+    curl_run(&r, NULL, 10, "--data-binary", "{\"scope\":[\"files\"]}", u, NULL);
+    CHECK(r.code == 401 && !strcmp(err_code(&r), "unauthorized"));
+    resp_free(&r);
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/tokens?access_token=%s", sbx_id, tok);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, "--data-binary", "{\"scope\":[\"files\"]}", u, NULL);
+    CHECK(r.code == 401 && !strcmp(err_code(&r), "unauthorized"));
+    resp_free(&r);
+    snprintf(p, sizeof(p), "/v1/sandboxes/nosuch/tokens");
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, "-H", authz, "--data-binary", "{\"scope\":[\"pty\"]}", u, NULL);
+    CHECK(r.code == 404 && !strcmp(err_code(&r), "sandbox_not_found"));
+    resp_free(&r);
+
+    /* the file route with the token, and the token never echoed back */
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/files?path=/small&access_token=%s", sbx_id, tok);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, u, NULL);
+    CHECK(r.code == 200 && r.size_dl == 11);
+    resp_free(&r);
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/files?access_token=%s&bogus=1", sbx_id, tok);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, u, NULL);
+    CHECK(r.code == 400 && r.body && !strstr(r.body, tok));
+    resp_free(&r);
+    /* another sandbox, a route the key alone opens, the wrong scope, expired, tampered */
+    snprintf(p, sizeof(p), "/v1/sandboxes/nosuch/files?path=/small&access_token=%s", tok);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, u, NULL);
+    CHECK(r.code == 403 && !strcmp(err_code(&r), "token_wrong_sandbox"));
+    resp_free(&r);
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/exec?access_token=%s", sbx_id, tok);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, "--data-binary", "{\"cmd\":\"echo\"}", u, NULL);
+    CHECK(r.code == 401 && !strcmp(err_code(&r), "unauthorized"));
+    resp_free(&r);
+    CHECK(token_mint(secret, sbx_id, TOKEN_SCOPE_PTY, (uint64_t)time(NULL) + 60, other) == 0);
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/files/stat?path=/small&access_token=%s", sbx_id,
+             other);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, u, NULL);
+    CHECK(r.code == 403 && !strcmp(err_code(&r), "token_wrong_scope"));
+    resp_free(&r);
+    CHECK(token_mint(secret, sbx_id, TOKEN_SCOPE_FILES, (uint64_t)time(NULL) - 1, other) == 0);
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/files/stat?path=/small&access_token=%s", sbx_id,
+             other);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, u, NULL);
+    CHECK(r.code == 401 && !strcmp(err_code(&r), "token_expired"));
+    resp_free(&r);
+    tok[10] = tok[10] == 'A' ? 'B' : 'A';
+    snprintf(p, sizeof(p), "/v1/sandboxes/%s/files/stat?path=/small&access_token=%s", sbx_id, tok);
+    url(u, sizeof(u), p);
+    curl_run(&r, NULL, 10, u, NULL);
+    CHECK(r.code == 401 && !strcmp(err_code(&r), "token_invalid"));
+    resp_free(&r);
+}
+
 int main(void)
 {
     struct srv_config cfg;
@@ -1227,6 +1309,7 @@ int main(void)
         return 1;
     }
     port = http_port(h);
+    srv_h = h;
     snprintf(base, sizeof(base), "http://127.0.0.1:%u", port);
     snprintf(authz, sizeof(authz), "Authorization: Bearer %s", key);
     printf("serving on %s\n", base);
@@ -1240,7 +1323,8 @@ int main(void)
             void (*fn)(void);
         } tests[] = {{"basics", test_basics},       {"exec", test_exec},     {"files", test_files},
                      {"transfers", test_transfers}, {"vanish", test_vanish}, {"slow", test_slow},
-                     {"framing", test_framing},     {"peers", test_peers},   {"stall", test_stall}};
+                     {"framing", test_framing},     {"peers", test_peers},   {"stall", test_stall},
+                     {"tokens", test_tokens}};
         const char *only = getenv("HTTP_TEST_ONLY");
         if (!only)
             test_basics();

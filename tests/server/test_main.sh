@@ -70,6 +70,8 @@ check "start" start --config "$CONF" --state-dir "$T/state/deep" --listen 127.0.
     --image-dir "$T/images"
 check "state dir is 0700" [ "$(stat -c %a "$T/state/deep")" = 700 ]
 check "key file is 0600" [ "$(stat -c %a "$T/state/deep/api_key")" = 600 ]
+check "token secret is 0600" [ "$(stat -c %a "$T/state/deep/token_secret")" = 600 ]
+check "token secret is 32 bytes" [ "$(stat -c %s "$T/state/deep/token_secret")" = 32 ]
 KEY=$(cat "$T/state/deep/api_key")
 check "key is 64 hex chars" sh -c "echo '$KEY' | grep -Eq '^[0-9a-f]{64}$'"
 check "says where the key is" grep -q "API key: created $T/state/deep/api_key" "$T/err"
@@ -126,6 +128,18 @@ chmod 770 "$T/state/deep"
 check "a group-writable state dir exits 1" [ $? -eq 1 ]
 check "... and says chmod 700" grep -q "state directory .* must be owned.*chmod 700" "$T/err"
 chmod 700 "$T/state/deep"
+# The token secret: the same rule as the key file, and exactly 32 bytes.
+chmod 644 "$T/state/deep/token_secret"
+"$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
+check "a 0644 token secret exits 1" [ $? -eq 1 ]
+check "... and says chmod 600" grep -q "token_secret must be a file owned by warrend's user.*chmod 600" "$T/err"
+chmod 600 "$T/state/deep/token_secret"
+cp "$T/state/deep/token_secret" "$T/secret.bak"
+printf 'x' >>"$T/state/deep/token_secret"
+"$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
+check "a 33-byte token secret exits 1" [ $? -eq 1 ]
+check "... and says so" grep -q "token_secret must hold exactly 32 bytes" "$T/err"
+cp "$T/secret.bak" "$T/state/deep/token_secret"
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
     chown nobody "$T/state/deep"
     "$WARREND" --state-dir "$T/state/deep" --listen 127.0.0.1:0 >/dev/null 2>"$T/err"
