@@ -149,33 +149,37 @@ static bool offers_proto(struct lws *wsi)
 }
 
 /* An HTTP answer written whole from CONFIRM_UPGRADE (lws then completes the
- * transaction). Takes body. Returns 1 (refused). */
+ * transaction). Written raw: lws's header helpers say HTTP/1.0 at this point (it has not
+ * recorded the request's version yet), which WebSocket clients refuse. Takes body.
+ * Returns 1 (refused), or -1 to hang up when even that fails. */
 static int refuse(struct lws *wsi, int status, json_t *body)
 {
-    unsigned char hb[LWS_PRE + 1024], *start = hb + LWS_PRE, *p = start, *end = hb + sizeof(hb);
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    unsigned char *bb = NULL;
-    size_t n;
+    unsigned char *buf = NULL;
+    int n, rc = -1;
 
     json_decref(body);
     if (!s)
         return -1;
-    n = strlen(s);
-    if (!(bb = malloc(LWS_PRE + n + 1)))
-        goto fail;
-    memcpy(bb + LWS_PRE, s, n);
-    bb[LWS_PRE + n++] = '\n';
-    if (lws_add_http_common_headers(wsi, (unsigned)status, "application/json", n, &p, end) ||
-        lws_finalize_write_http_header(wsi, start, &p, end) ||
-        lws_write(wsi, bb + LWS_PRE, n, LWS_WRITE_HTTP_FINAL) != (int)n)
-        goto fail;
-    free(bb);
+    n = (int)strlen(s) + 256;
+    if (!(buf = malloc(LWS_PRE + (size_t)n)))
+        goto out;
+    n = snprintf((char *)buf + LWS_PRE, (size_t)n,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s\n",
+                 status,
+                 status == 401   ? "Unauthorized"
+                 : status == 404 ? "Not Found"
+                 : status == 429 ? "Too Many Requests"
+                 : status >= 500 ? "Error"
+                                 : "Bad Request",
+                 strlen(s) + 1, s);
+    if (lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP_FINAL) == n)
+        rc = 1;
+out:
+    free(buf);
     free(s);
-    return 1;
-fail:
-    free(bb);
-    free(s);
-    return -1;
+    return rc;
 }
 
 static unsigned sockets_of(struct vhd *v, const char *id)
