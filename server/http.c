@@ -298,6 +298,8 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         /* The head is complete: the header deadline must not close the socket later. */
         conn_deadline(wsi, 0);
         int rc = ws_session_confirm(wsi);
+        if (rc == 1) /* refused with an answer: the connection is kept alive */
+            conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
         if (rc != WS_NOT_MINE)
             return rc;
         /* No other WebSocket or h2c here: hang up rather than half-serve. */
