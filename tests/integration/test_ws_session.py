@@ -468,5 +468,34 @@ class TestWsSession(WarrenCase):
         self.arun(go(), timeout=2400)
 
 
+class TestWsSessionLimits(WarrenCase):
+    conf = {"session_max_sockets_per_sandbox": 2, "session_max_requests": 2}
+
+    def test_limits(self):
+        sid = self.w.create()
+
+        async def go():
+            h = {"Authorization": f"Bearer {self.w.key}"}
+            url = f"ws://127.0.0.1:{self.w.port}/v1/sandboxes/{sid}/session"
+            socks = [Session(await websockets.connect(url, extra_headers=h, subprotocols=[PROTO],
+                                                      ping_interval=None)) for _ in range(2)]
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                await websockets.connect(url, extra_headers=h, subprotocols=[PROTO])
+            self.assertEqual(cm.exception.status_code, 429)
+            s = socks[0]
+            a = await s.send("exec", cmd="sleep 1000")
+            b = await s.send("exec", cmd="sleep 1000")
+            r = await s.call("exec", cmd="true")
+            self.assertEqual((r["type"], r["code"]), ("error", "too_many_requests"), r)
+            await socks[1].close()  # a closed socket frees its place
+            t = Session(await websockets.connect(url, extra_headers=h, subprotocols=[PROTO],
+                                                 ping_interval=None))
+            out, _, ex = await t.run(cmd="echo ok")
+            self.assertEqual((out, ex["exit_code"]), (b"ok\n", 0))
+            await s.close()  # cancels (kills) its two foreground sleeps
+            await t.close()
+        asyncio.run(asyncio.wait_for(go(), 600))
+
+
 if __name__ == "__main__":
     unittest.main()
