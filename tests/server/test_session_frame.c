@@ -95,7 +95,10 @@ static void test_malformed(void)
         size_t n;
     } bad[] = {
         {"not a map", "\x93\x01\x02\x03", 4},
-        {"missing id", "\x81\xa2op\xa4" "exec", 9},
+        {"missing id",
+         "\x81\xa2op\xa4"
+         "exec",
+         9},
         {"missing op", "\x81\xa2id\x01", 5},
         {"id negative", "\x82\xa2id\xff\xa2op\xa4stat", 14},
         {"id > u32", "\x82\xa2id\xcf\x00\x00\x00\x01\x00\x00\x00\x00\xa2op\xa4stat", 22},
