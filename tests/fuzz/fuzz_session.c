@@ -30,8 +30,7 @@ static void one(const uint8_t *p, size_t n, uint32_t *ids, size_t *nids)
         msgpack_unpacked u;
         size_t off = 0;
         msgpack_unpacked_init(&u);
-        if (msgpack_unpack_next(&u, (const char *)p, n, &off) == MSGPACK_UNPACK_SUCCESS &&
-            off != n)
+        if (msgpack_unpack_next(&u, (const char *)p, n, &off) == MSGPACK_UNPACK_SUCCESS && off != n)
             abort();
         msgpack_unpacked_destroy(&u);
     }
