@@ -92,6 +92,10 @@ static const struct opt opts[] = {
     {"process_ring_bytes", T_SIZE, F(process_ring_bytes), "1048576", 4096},
     {"max_processes_per_sandbox", T_UINT, F(max_procs_per_sbx), "64", 1},
     {"allowed_origins", T_STR, F(allowed_origins), "", 0},
+    {"session_max_sockets_per_sandbox", T_UINT, F(sess_max_sockets), "16", 1},
+    {"session_max_requests", T_UINT, F(sess_max_requests), "64", 1},
+    {"session_max_frame_bytes", T_SIZE, F(sess_max_frame), "1114112", 4096},
+    {"session_send_queue_bytes", T_SIZE, F(sess_send_queue), "1048576", 65536},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

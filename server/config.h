@@ -65,6 +65,11 @@ struct srv_config {
     unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
     /* browser access (issue 7) */
     char *allowed_origins; /* allowed_origins = (empty): Origins browser sockets may come from */
+    /* the agent socket (issue 7) */
+    unsigned sess_max_sockets;  /* session_max_sockets_per_sandbox = 16 */
+    unsigned sess_max_requests; /* session_max_requests = 64: in flight per socket */
+    size_t sess_max_frame;      /* session_max_frame_bytes = 1114112: one client message */
+    size_t sess_send_queue;     /* session_send_queue_bytes = 1048576: then credit waits */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -54,6 +54,7 @@
  *   first, so the flush fails at once.
  */
 #include "http_int.h"
+#include "ws_session.h"
 
 /* Open connections from one address (IPv4 as v4-mapped IPv6). */
 struct client {
@@ -293,9 +294,17 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         if (p)
             rest_req_end(p);
         return 0;
-    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-        /* No WebSocket or h2c here (yet): hang up rather than half-serve. */
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
+        /* The head is complete: the header deadline must not close the socket later. */
+        conn_deadline(wsi, 0);
+        int rc = ws_session_confirm(wsi);
+        if (rc == 1) /* refused with an answer: the connection is kept alive */
+            conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
+        if (rc != WS_NOT_MINE)
+            return rc;
+        /* No other WebSocket or h2c here: hang up rather than half-serve. */
         return -1;
+    }
     default:
         return 0;
     }
@@ -305,8 +314,9 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
  * callbacks (filter, adoption, WSI_DESTROY), so the HTTP one stays first; WebSocket
  * protocols (PTY, agent socket) are added after it, each with its own callback and
  * per-session struct, and find their server with lws_context_user() like http_cb. */
-static const struct lws_protocols protocols[] = {
+static struct lws_protocols protocols[] = {
     {.name = "warren-http", .callback = http_cb, .per_session_data_size = sizeof(struct pss)},
+    {.name = "warren.session.v1"}, /* ws_session_protocol: copied in by http_start */
     {.name = NULL},
 };
 
@@ -377,6 +387,9 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     /* Vhost options: an IPv4 address on lws's IPv6 socket path is mis-bound in 4.1. */
     info.port = (int)cfg->listen_port;
     info.iface = cfg->listen_addr;
+    /* C cannot initialize an array element from another object: the WebSocket
+     * protocols, exported by their files, are copied into their slots here. */
+    protocols[1] = ws_session_protocol;
     info.protocols = protocols;
     info.vhost_name = "warren";
     info.keepalive_timeout = KEEPALIVE_S;

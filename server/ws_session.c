@@ -1,0 +1,819 @@
+/*
+ * ws_session.c - the agent socket "warren.session.v1" (ws_session.h).
+ *
+ * Admission runs before the upgrade (ws_session_confirm, from the HTTP protocol's
+ * CONFIRM_UPGRADE): path and Sec-WebSocket-Protocol must agree, the caller must be
+ * authorized for the sandbox, the sandbox must exist and have room for one more
+ * socket; a refusal is an ordinary JSON error answer, never a WebSocket close.
+ *
+ * Requests: each message is decoded whole (session_frame.c); a malformed one closes
+ * this socket only, with 1008 (or 1009 when too big) and a reason. Each request is a
+ * struct sreq, the user pointer of its one sbx op; its answers are queued as encoded
+ * messages and go out from WRITEABLE, one lws_write each.
+ *
+ * Output pacing: a streamed byte is acknowledged to the table (sbx_op_consumed, which
+ * returns credit to the guest) only once its message was handed to lws_write, and
+ * while more than session_send_queue_bytes are queued the acknowledgements are held
+ * back until the queue is down to half. The guest sends at most one window
+ * (PROTO_WINDOW) unacknowledged per stream, so a socket holds at most the queue limit
+ * plus one window per streaming request: a slow agent slows its foreground execs, and
+ * its attached readers fall behind into the guest's ring (and get "lost" frames).
+ *
+ * Ping/pong: lws answers a PING itself, and sends a pending PONG before it offers
+ * WRITEABLE to us, so a backlog of ours never delays it beyond the bytes already in
+ * the kernel's socket buffer; nothing here times a busy socket out.
+ *
+ * Lifetimes: sink->done moves a request to the socket's graveyard instead of freeing
+ * it, since sbx_op_write/consumed may call done while a caller still holds the
+ * request; the graveyard is emptied at the start of the socket's next lws callback
+ * and when it closes.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+
+#include "http_int.h"
+#include "session_frame.h"
+#include "ws_session.h"
+
+#define SESS_PROTO  "warren.session.v1"
+#define SESS_PREFIX "/v1/sandboxes/"
+
+struct sout {
+    struct sout *next;
+    sbx_op_t op;   /* credit for this op once written */
+    size_t credit; /* stream bytes it carries */
+    struct sf_buf b;
+};
+
+struct held {
+    sbx_op_t op;
+    size_t n;
+};
+
+struct sess;
+
+struct sreq {
+    struct sreq *next;
+    struct sess *s;
+    uint32_t id;
+    enum sf_op kind;
+    sbx_op_t op;
+    bool live;
+    bool bg;       /* exec: background or PTY */
+    uint64_t roff; /* read_file: offset of the next data */
+    uint64_t size; /* read_file: size announced by the guest */
+    /* write_file: the bytes still to feed */
+    unsigned char *wdata;
+    size_t wlen, woff;
+    bool in_write, finished;
+};
+
+struct sess {
+    struct lws *wsi;
+    struct http_server *srv;
+    struct sess *next; /* in the vhost's list (per-sandbox socket counts) */
+    bool linked;
+    char sbx[API_ID_MAX + 1];
+    struct sreq *reqs, *grave;
+    unsigned nreqs;
+    struct sout *qh, *qt;
+    size_t qbytes;
+    bool holding; /* credit is held back until the queue drains to half */
+    struct held *held;
+    size_t nheld, heldcap;
+    unsigned char *rx; /* a message arriving in pieces */
+    size_t rxlen, rxcap;
+};
+
+struct vhd {
+    struct sess *all;
+};
+
+/* ------------------------------------------------------------ admission */
+
+/* The sandbox id of ".../v1/sandboxes/{id}/session" into id, or -1. */
+static int session_path(const char *uri, char id[API_ID_MAX + 1])
+{
+    const char *p, *slash;
+    size_t n;
+
+    if (strncmp(uri, SESS_PREFIX, strlen(SESS_PREFIX)))
+        return -1;
+    p = uri + strlen(SESS_PREFIX);
+    if (!(slash = strchr(p, '/')) || strcmp(slash, "/session"))
+        return -1;
+    n = (size_t)(slash - p);
+    if (!n || n > API_ID_MAX)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!(isalnum((unsigned char)p[i]) || p[i] == '-' || p[i] == '_'))
+            return -1;
+    memcpy(id, p, n);
+    id[n] = 0;
+    return 0;
+}
+
+static bool offers_proto(struct lws *wsi)
+{
+    char v[256], *save = NULL, *t;
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL);
+
+    if (n <= 0 || n >= (int)sizeof(v) || lws_hdr_copy(wsi, v, sizeof(v), WSI_TOKEN_PROTOCOL) < 0)
+        return false;
+    for (t = strtok_r(v, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+        if (!strcmp(t, SESS_PROTO))
+            return true;
+    return false;
+}
+
+/* An HTTP answer written whole from CONFIRM_UPGRADE (lws then completes the
+ * transaction). Written raw: lws's header helpers say HTTP/1.0 at this point (it has not
+ * recorded the request's version yet), which WebSocket clients refuse. Takes body.
+ * Returns 1 (refused), or -1 to hang up when even that fails. */
+static int refuse(struct lws *wsi, int status, json_t *body)
+{
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    unsigned char *buf = NULL;
+    int n, rc = -1;
+
+    json_decref(body);
+    if (!s)
+        return -1;
+    n = (int)strlen(s) + 256;
+    if (!(buf = malloc(LWS_PRE + (size_t)n)))
+        goto out;
+    n = snprintf((char *)buf + LWS_PRE, (size_t)n,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s\n",
+                 status,
+                 status == 401   ? "Unauthorized"
+                 : status == 404 ? "Not Found"
+                 : status == 429 ? "Too Many Requests"
+                 : status >= 500 ? "Error"
+                                 : "Bad Request",
+                 strlen(s) + 1, s);
+    if (lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP_FINAL) == n)
+        rc = 1;
+out:
+    free(buf);
+    free(s);
+    return rc;
+}
+
+static unsigned sockets_of(struct vhd *v, const char *id)
+{
+    unsigned n = 0;
+
+    for (struct sess *s = v ? v->all : NULL; s; s = s->next)
+        n += !strcmp(s->sbx, id);
+    return n;
+}
+
+static struct vhd *vhd_of(struct lws *wsi)
+{
+    /* lws keeps its own copy of the protocols array: find ours by name. */
+    struct lws_vhost *vh = lws_get_vhost(wsi);
+    const struct lws_protocols *pr = lws_vhost_name_to_protocol(vh, SESS_PROTO);
+
+    return pr ? lws_protocol_vh_priv_get(vh, pr) : NULL;
+}
+
+int ws_session_confirm(struct lws *wsi)
+{
+    struct http_server *srv = lws_context_user(lws_get_context(wsi));
+    char uri[512], id[API_ID_MAX + 1];
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
+    bool path_ok, proto_ok = offers_proto(wsi);
+    struct api_err e;
+    struct sbx_err err;
+    json_t *out = NULL;
+
+    path_ok = n > 0 && n < (int)sizeof(uri) &&
+              lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI) > 0 && !session_path(uri, id);
+    if (!path_ok && !proto_ok)
+        return WS_NOT_MINE;
+    if (!path_ok)
+        return refuse(wsi, 400,
+                      api_error("bad_request",
+                                "the %s protocol is served at GET "
+                                "/v1/sandboxes/{id}/session only",
+                                SESS_PROTO));
+    if (!proto_ok)
+        return refuse(wsi, 400,
+                      api_error("bad_request", "the agent socket needs Sec-WebSocket-Protocol: %s",
+                                SESS_PROTO));
+    if (http_authorize(NULL, wsi, id, "session", &e))
+        return refuse(wsi, e.status, api_error(e.code, "%s", e.msg));
+    if (!http_origin_allowed(srv, wsi))
+        return refuse(wsi, 403,
+                      api_error("origin_not_allowed",
+                                "this Origin may not open sockets here (allowed_origins)"));
+    if (sbx_get(srv->t, id, &out, &err))
+        return refuse(wsi, sbx_err_http_status(err.code), api_error_of(&err));
+    json_decref(out);
+    if (sockets_of(vhd_of(wsi), id) >= srv->cfg->sess_max_sockets)
+        return refuse(wsi, 429,
+                      api_error("too_many_sockets",
+                                "sandbox %s already has %u agent sockets "
+                                "(session_max_sockets_per_sandbox); close one",
+                                id, srv->cfg->sess_max_sockets));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void want_write(struct sess *s)
+{
+    lws_callback_on_writable(s->wsi);
+}
+
+/* Queue an encoded message (takes b's buffer). credit: stream bytes of op it carries. */
+static void queue(struct sess *s, struct sf_buf *b, sbx_op_t op, size_t credit)
+{
+    struct sout *o = calloc(1, sizeof(*o));
+
+    if (!o) {
+        sf_buf_free(b);
+        /* The bytes are dropped; the credit is still returned so the stream goes on. */
+        if (credit)
+            sbx_op_consumed(s->srv->t, op, credit);
+        return;
+    }
+    o->b = *b;
+    o->op = op;
+    o->credit = credit;
+    if (s->qt)
+        s->qt->next = o;
+    else
+        s->qh = o;
+    s->qt = o;
+    s->qbytes += sf_buf_msg_len(&o->b);
+    if (s->qbytes > s->srv->cfg->sess_send_queue)
+        s->holding = true;
+    want_write(s);
+}
+
+static void send_json(struct sess *s, uint32_t id, const char *type, json_t *obj)
+{
+    json_t *empty = obj ? NULL : json_object();
+    struct sf_buf b;
+
+    sf_buf_init(&b, LWS_PRE);
+    if ((obj || empty) && !sf_enc_json(&b, id, type, obj ? obj : empty))
+        queue(s, &b, 0, 0);
+    json_decref(empty);
+}
+
+static void send_error(struct sess *s, uint32_t id, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void send_error(struct sess *s, uint32_t id, const char *code, const char *fmt, ...)
+{
+    char msg[SBX_ERR_MSG_MAX];
+    struct sf_buf b;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    sf_buf_init(&b, LWS_PRE);
+    if (!sf_enc_error(&b, id, code, msg))
+        queue(s, &b, 0, 0);
+}
+
+static void credit(struct sess *s, sbx_op_t op, size_t n)
+{
+    if (!s->holding) {
+        sbx_op_consumed(s->srv->t, op, n);
+        return;
+    }
+    if (s->nheld && s->held[s->nheld - 1].op == op) {
+        s->held[s->nheld - 1].n += n;
+        return;
+    }
+    if (s->nheld == s->heldcap) {
+        size_t cap = s->heldcap ? s->heldcap * 2 : 8;
+        struct held *h = realloc(s->held, cap * sizeof(*h));
+        if (!h) {
+            sbx_op_consumed(s->srv->t, op, n);
+            return;
+        }
+        s->held = h;
+        s->heldcap = cap;
+    }
+    s->held[s->nheld++] = (struct held){op, n};
+}
+
+/* Return held credit. Each entry is taken off before its call, which may call sinks
+ * that queue more (and so may start holding again). */
+static void release(struct sess *s)
+{
+    size_t i = 0;
+
+    s->holding = false;
+    while (i < s->nheld && !s->holding) {
+        struct held h = s->held[i++];
+        sbx_op_consumed(s->srv->t, h.op, h.n);
+    }
+    memmove(s->held, s->held + i, (s->nheld - i) * sizeof(*s->held));
+    s->nheld -= i;
+}
+
+static int writeable(struct sess *s)
+{
+    struct sout *o = s->qh;
+    size_t n;
+
+    if (!o)
+        return 0;
+    n = sf_buf_msg_len(&o->b);
+    if (lws_write(s->wsi, sf_buf_msg(&o->b), n, LWS_WRITE_BINARY) < (int)n)
+        return -1;
+    if (!(s->qh = o->next))
+        s->qt = NULL;
+    s->qbytes -= n;
+    if (o->credit)
+        credit(s, o->op, o->credit);
+    sf_buf_free(&o->b);
+    free(o);
+    if (s->holding && s->qbytes <= s->srv->cfg->sess_send_queue / 2)
+        release(s);
+    if (s->qh)
+        want_write(s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ sink */
+
+static void req_unlink(struct sreq *r)
+{
+    struct sess *s = r->s;
+
+    for (struct sreq **pp = &s->reqs; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    s->nreqs--;
+    r->live = false;
+    r->next = s->grave;
+    s->grave = r;
+}
+
+static void reap(struct sess *s)
+{
+    while (s->grave) {
+        struct sreq *r = s->grave;
+        s->grave = r->next;
+        free(r->wdata);
+        free(r);
+    }
+}
+
+static void sink_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct sreq *r = user;
+    struct sess *s = r->s;
+
+    if (!r->live) {
+        json_decref(body);
+        return;
+    }
+    if (err) {
+        send_error(s, r->id, sbx_err_name(err->code), "%s", err->msg);
+    } else if (r->kind == SF_OP_EXEC) {
+        send_json(s, r->id,
+                  r->bg                           ? "started"
+                  : json_object_get(body, "type") ? NULL
+                                                  : "exit",
+                  body);
+    } else if (r->kind == SF_OP_ATTACH) {
+        send_json(s, r->id, json_object_get(body, "type") ? NULL : "exit", body);
+    } else if (r->kind == SF_OP_READ_FILE) {
+        json_t *end = json_pack("{s:I}", "size", (json_int_t)r->roff);
+        send_json(s, r->id, "end", end);
+        json_decref(end);
+    } else {
+        send_json(s, r->id, "result", body);
+    }
+    json_decref(body);
+    req_unlink(r);
+}
+
+static void sink_head(void *user, uint64_t size)
+{
+    struct sreq *r = user;
+
+    r->size = size;
+}
+
+static void sink_data(void *user, int fd, uint64_t off, const void *p, size_t n)
+{
+    struct sreq *r = user;
+    struct sf_buf b;
+    const char *type = fd == 1 ? "stdout" : fd == 2 ? "stderr" : "data";
+
+    if (!r->live)
+        return;
+    if (fd == 0) {
+        off = r->roff;
+        r->roff += n;
+    }
+    sf_buf_init(&b, LWS_PRE);
+    if (sf_enc_data(&b, r->id, type, off, p, n)) {
+        sbx_op_consumed(r->s->srv->t, r->op, n);
+        return;
+    }
+    queue(r->s, &b, r->op, n);
+}
+
+static void sink_lost(void *user, uint64_t off, uint64_t n)
+{
+    struct sreq *r = user;
+    json_t *j;
+
+    if (!r->live)
+        return;
+    j = json_pack("{s:I, s:I}", "offset", (json_int_t)off, "bytes", (json_int_t)n);
+    send_json(r->s, r->id, "lost", j);
+    json_decref(j);
+}
+
+static void feed(struct sreq *r)
+{
+    struct sbx_table *t = r->s->srv->t;
+
+    if (r->in_write || r->finished)
+        return;
+    r->in_write = true;
+    while (r->live && r->woff < r->wlen) {
+        size_t took = sbx_op_write(t, r->op, r->wdata + r->woff, r->wlen - r->woff);
+        if (!took)
+            break;
+        r->woff += took;
+    }
+    if (r->live && r->woff == r->wlen) {
+        r->finished = true;
+        sbx_op_finish(t, r->op);
+    }
+    r->in_write = false;
+}
+
+static void sink_writable(void *user)
+{
+    struct sreq *r = user;
+
+    if (r->live)
+        feed(r);
+}
+
+static const struct sbx_sink sink = {
+    .done = sink_done,
+    .head = sink_head,
+    .data = sink_data,
+    .writable = sink_writable,
+    .lost = sink_lost,
+};
+
+/* -------------------------------------------------------------- requests */
+
+static struct sreq *req_find(struct sess *s, uint32_t id)
+{
+    for (struct sreq *r = s->reqs; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* pid from args (removed from them): 0 when missing or wrong. */
+static uint32_t take_pid(json_t *args)
+{
+    json_t *v = json_object_get(args, "pid");
+    json_int_t pid = json_is_integer(v) ? json_integer_value(v) : 0;
+
+    json_object_del(args, "pid");
+    return pid > 0 && pid <= UINT32_MAX ? (uint32_t)pid : 0;
+}
+
+static const char *take_path(json_t *args, const char *key, struct api_err *e)
+{
+    const char *p = json_string_value(json_object_get(args, key));
+
+    if (api_path_check(key, p, e))
+        return NULL;
+    return p;
+}
+
+/* Start one decoded request. Answers (errors included) go out as frames. */
+static void dispatch(struct sess *s, struct sf_req *q)
+{
+    struct sbx_table *t = s->srv->t;
+    struct sbx_err err = {0};
+    struct api_err e;
+    struct sreq *r;
+    uint32_t pid = 0;
+    int rc = 0;
+
+    if (req_find(s, q->id)) {
+        send_error(s, q->id, "bad_request", "request id %u is already in flight", q->id);
+        return;
+    }
+    if (q->op == SF_OP_DETACH) {
+        json_t *v = json_object_get(q->args, "target");
+        struct sreq *a =
+            json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= UINT32_MAX
+                ? req_find(s, (uint32_t)json_integer_value(v))
+                : NULL;
+        if (!a || a->kind != SF_OP_ATTACH) {
+            send_error(s, q->id, "invalid_argument",
+                       "'target' must be the id of an attach in flight on this socket");
+            return;
+        }
+        sbx_op_cancel(t, a->op);
+        send_json(s, a->id, "detached", NULL);
+        req_unlink(a);
+        send_json(s, q->id, "result", NULL);
+        return;
+    }
+    if (s->nreqs >= s->srv->cfg->sess_max_requests) {
+        send_error(s, q->id, "too_many_requests",
+                   "%u requests are in flight on this socket (session_max_requests): wait for "
+                   "some to finish",
+                   s->nreqs);
+        return;
+    }
+    if (!(r = calloc(1, sizeof(*r)))) {
+        send_error(s, q->id, "internal", "out of memory");
+        return;
+    }
+    r->s = s;
+    r->id = q->id;
+    r->kind = q->op;
+    r->live = true;
+
+    switch (q->op) {
+    case SF_OP_EXEC: {
+        json_t *pty = json_object_get(q->args, "pty");
+        r->bg = json_is_true(json_object_get(q->args, "background")) || json_is_object(pty);
+        rc = sbx_exec(t, s->sbx, q->args, !r->bg, &sink, r, &r->op, &err);
+        break;
+    }
+    case SF_OP_STDIN:
+    case SF_OP_SIGNAL:
+    case SF_OP_RESIZE: {
+        struct sbx_proc_ctl c = {0};
+        unsigned char *raw = NULL;
+        if (!(pid = take_pid(q->args))) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "'pid' must be a process id");
+            break;
+        }
+        if (q->op == SF_OP_STDIN) {
+            json_t *eof = json_object_get(q->args, "eof");
+            if (q->data_len > SBX_PROC_STDIN_MAX) {
+                rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT,
+                                 "at most %d bytes of stdin per request", SBX_PROC_STDIN_MAX);
+                break;
+            }
+            if ((!q->data && !json_is_true(eof)) || (eof && !json_is_boolean(eof))) {
+                rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT,
+                                 "stdin takes 'data' (bin) and/or 'eof': true");
+                break;
+            }
+            c.data = q->data;
+            c.len = q->data_len;
+            c.eof = json_is_true(eof);
+        } else if (api_proc_ctl_parse(q->op == SF_OP_SIGNAL ? API_PROC_SIGNAL : API_PROC_RESIZE,
+                                      q->args, &c, &raw, &e)) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "%s", e.msg);
+            break;
+        }
+        rc = sbx_proc_ctl(t, s->sbx, pid, &c, &sink, r, &r->op, &err);
+        free(raw);
+        break;
+    }
+    case SF_OP_ATTACH: {
+        json_t *off = json_object_get(q->args, "offset");
+        if (!(pid = take_pid(q->args)) ||
+            (off && (!json_is_integer(off) || json_integer_value(off) < 0))) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT,
+                             "attach takes 'pid' and an 'offset' >= 0");
+            break;
+        }
+        rc = sbx_proc_output(t, s->sbx, pid, off ? (uint64_t)json_integer_value(off) : 0, true,
+                             &sink, r, &r->op, &err);
+        break;
+    }
+    case SF_OP_PROCESSES:
+        pid = take_pid(q->args);
+        rc = sbx_proc_list(t, s->sbx, pid, &sink, r, &r->op, &err);
+        break;
+    case SF_OP_READ_FILE: {
+        const char *path = take_path(q->args, "path", &e);
+        if (!path) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "%s", e.msg);
+            break;
+        }
+        rc = sbx_file_read(t, s->sbx, path, &sink, r, &r->op, &err);
+        break;
+    }
+    case SF_OP_WRITE_FILE: {
+        const char *path = take_path(q->args, "path", &e);
+        json_t *mode = json_object_get(q->args, "mode");
+        if (!path) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "%s", e.msg);
+            break;
+        }
+        if (!q->data || (mode && (!json_is_integer(mode) || json_integer_value(mode) < 0 ||
+                                  json_integer_value(mode) > 07777))) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT,
+                             "write_file takes 'path', 'data' (bin) and an optional 'mode' "
+                             "(0..07777)");
+            break;
+        }
+        if (q->data_len && !(r->wdata = malloc(q->data_len))) {
+            rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+            break;
+        }
+        if (q->data_len)
+            memcpy(r->wdata, q->data, q->data_len);
+        r->wlen = q->data_len;
+        rc = sbx_file_write(t, s->sbx, path, mode ? (unsigned)json_integer_value(mode) : 0644,
+                            &sink, r, &r->op, &err);
+        break;
+    }
+    case SF_OP_STAT:
+    case SF_OP_LIST:
+    case SF_OP_MKDIR:
+    case SF_OP_REMOVE:
+    case SF_OP_RENAME: {
+        if (!take_path(q->args, "path", &e) ||
+            (q->op == SF_OP_RENAME && !take_path(q->args, "to", &e))) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "%s", e.msg);
+            break;
+        }
+        rc = sbx_file_op(t, s->sbx, sf_op_name(q->op), q->args, &sink, r, &r->op, &err);
+        break;
+    }
+    default:
+        rc = sbx_err_set(&err, SBX_E_BAD_REQUEST, "op not handled");
+        break;
+    }
+    if (rc) {
+        send_error(s, q->id, sbx_err_name(err.code), "%s", err.msg);
+        free(r->wdata);
+        free(r);
+        return;
+    }
+    r->next = s->reqs;
+    s->reqs = r;
+    s->nreqs++;
+    if (q->op == SF_OP_WRITE_FILE)
+        feed(r);
+}
+
+/* A whole message: -1 closes the socket (the close reason is set). */
+static int on_message(struct sess *s, const void *p, size_t n)
+{
+    struct sf_req q;
+    char why[120];
+
+    if (sf_decode(p, n, &q, why, sizeof(why))) {
+        LOG(LOG_DEBUG, "%s: agent socket: malformed message: %s", s->sbx, why);
+        lws_close_reason(s->wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why,
+                         strlen(why));
+        return -1;
+    }
+    dispatch(s, &q);
+    sf_req_clear(&q);
+    return 0;
+}
+
+static int on_receive(struct sess *s, const void *in, size_t len)
+{
+    size_t max = s->srv->cfg->sess_max_frame;
+    size_t rest = lws_remaining_packet_payload(s->wsi);
+    bool final = lws_is_final_fragment(s->wsi);
+    int rc;
+
+    if (s->rxlen + len + rest > max) {
+        char why[96];
+        int n = snprintf(why, sizeof(why),
+                         "message larger than %zu bytes (session_max_frame_bytes)", max);
+        lws_close_reason(s->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why,
+                         (size_t)n);
+        return -1;
+    }
+    if (!s->rxlen && final)
+        return on_message(s, in, len); /* whole in one piece: no copy */
+    if (s->rxlen + len > s->rxcap) {
+        size_t cap = s->rxlen + len + rest;
+        unsigned char *nb = realloc(s->rx, cap);
+        if (!nb)
+            return -1;
+        s->rx = nb;
+        s->rxcap = cap;
+    }
+    memcpy(s->rx + s->rxlen, in, len);
+    s->rxlen += len;
+    if (!final)
+        return 0;
+    rc = on_message(s, s->rx, s->rxlen);
+    /* An idle socket holds no receive buffer. */
+    free(s->rx);
+    s->rx = NULL;
+    s->rxlen = s->rxcap = 0;
+    return rc;
+}
+
+/* -------------------------------------------------------------- callback */
+
+static void sess_end(struct sess *s)
+{
+    struct vhd *v = vhd_of(s->wsi);
+
+    while (s->reqs) {
+        struct sreq *r = s->reqs;
+        sbx_op_cancel(s->srv->t, r->op);
+        req_unlink(r);
+    }
+    reap(s);
+    while (s->qh) {
+        struct sout *o = s->qh;
+        s->qh = o->next;
+        sf_buf_free(&o->b);
+        free(o);
+    }
+    s->qt = NULL;
+    free(s->held);
+    free(s->rx);
+    if (s->linked && v) {
+        for (struct sess **pp = &v->all; *pp; pp = &(*pp)->next) {
+            if (*pp == s) {
+                *pp = s->next;
+                break;
+            }
+        }
+    }
+    s->linked = false;
+    s->srv = NULL;
+}
+
+static int sess_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                   size_t len)
+{
+    struct sess *s = user;
+    struct http_server *srv = wsi ? lws_context_user(lws_get_context(wsi)) : NULL;
+
+    switch (reason) {
+    case LWS_CALLBACK_PROTOCOL_INIT:
+        if (wsi && !lws_protocol_vh_priv_zalloc(lws_get_vhost(wsi), lws_get_protocol(wsi),
+                                                sizeof(struct vhd)))
+            return -1;
+        return 0;
+    case LWS_CALLBACK_ESTABLISHED: {
+        char uri[512];
+        struct vhd *v = vhd_of(wsi);
+        int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
+        memset(s, 0, sizeof(*s));
+        if (!srv || n <= 0 || n >= (int)sizeof(uri) ||
+            lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI) <= 0 ||
+            session_path(uri, s->sbx))
+            return -1; /* confirm let it through: cannot happen */
+        s->wsi = wsi;
+        s->srv = srv;
+        if (v) {
+            s->next = v->all;
+            v->all = s;
+            s->linked = true;
+        }
+        LOG(LOG_DEBUG, "%s: agent socket open", s->sbx);
+        return 0;
+    }
+    case LWS_CALLBACK_RECEIVE:
+        if (!s || !s->srv)
+            return -1;
+        reap(s);
+        return on_receive(s, in, len);
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (!s || !s->srv)
+            return 0;
+        reap(s);
+        return writeable(s);
+    case LWS_CALLBACK_CLOSED:
+        if (s && s->srv) {
+            LOG(LOG_DEBUG, "%s: agent socket closed", s->sbx);
+            sess_end(s);
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+const struct lws_protocols ws_session_protocol = {
+    .name = SESS_PROTO,
+    .callback = sess_cb,
+    .per_session_data_size = sizeof(struct sess),
+    /* lws hands a message over in pieces of at most this; bigger ones are joined here */
+    .rx_buffer_size = 0,
+};

@@ -1,0 +1,501 @@
+"""The agent socket (GET /v1/sandboxes/{id}/session, "warren.session.v1"): msgpack
+requests with ids, many in flight on one socket, against a real warrend and real VMs.
+
+Needs Debian's python3-websockets: run with /usr/bin/python3. The msgpack codec is a
+small one written here (python3-msgpack is not among the packages set up)."""
+import asyncio
+import hashlib
+import os
+import random
+import struct
+import time
+import unittest
+
+import websockets
+
+from warren import WarrenCase
+
+PROTO = "warren.session.v1"
+
+
+# ---------------------------------------------------------------- msgpack
+def mp_pack(o):
+    if o is None:
+        return b"\xc0"
+    if o is True:
+        return b"\xc3"
+    if o is False:
+        return b"\xc2"
+    if isinstance(o, int):
+        if 0 <= o < 128:
+            return bytes([o])
+        if -32 <= o < 0:
+            return struct.pack("b", o)
+        if o >= 0:
+            return b"\xcf" + struct.pack(">Q", o)
+        return b"\xd3" + struct.pack(">q", o)
+    if isinstance(o, float):
+        return b"\xcb" + struct.pack(">d", o)
+    if isinstance(o, str):
+        b = o.encode()
+        return b"\xdb" + struct.pack(">I", len(b)) + b
+    if isinstance(o, (bytes, bytearray)):
+        return b"\xc6" + struct.pack(">I", len(o)) + bytes(o)
+    if isinstance(o, (list, tuple)):
+        return b"\xdd" + struct.pack(">I", len(o)) + b"".join(mp_pack(x) for x in o)
+    if isinstance(o, dict):
+        return b"\xdf" + struct.pack(">I", len(o)) + b"".join(
+            mp_pack(k) + mp_pack(v) for k, v in o.items())
+    raise TypeError(type(o))
+
+
+def mp_unpack(b):
+    v, i = _mp(b, 0)
+    assert i == len(b), "trailing bytes"
+    return v
+
+
+def _mp(b, i):
+    t = b[i]
+    i += 1
+    if t <= 0x7f:
+        return t, i
+    if t >= 0xe0:
+        return t - 256, i
+    if 0x80 <= t <= 0x8f:
+        return _map(b, i, t & 15)
+    if 0x90 <= t <= 0x9f:
+        return _arr(b, i, t & 15)
+    if 0xa0 <= t <= 0xbf:
+        n = t & 31
+        return b[i:i + n].decode(), i + n
+    if t == 0xc0:
+        return None, i
+    if t in (0xc2, 0xc3):
+        return t == 0xc3, i
+    ln = {0xc4: 1, 0xc5: 2, 0xc6: 4, 0xd9: 1, 0xda: 2, 0xdb: 4}
+    if t in ln:
+        n = int.from_bytes(b[i:i + ln[t]], "big")
+        i += ln[t]
+        d = b[i:i + n]
+        return (bytes(d) if t in (0xc4, 0xc5, 0xc6) else d.decode()), i + n
+    fix = {0xcc: ">B", 0xcd: ">H", 0xce: ">I", 0xcf: ">Q", 0xd0: ">b", 0xd1: ">h",
+           0xd2: ">i", 0xd3: ">q", 0xca: ">f", 0xcb: ">d"}
+    if t in fix:
+        n = struct.calcsize(fix[t])
+        return struct.unpack(fix[t], b[i:i + n])[0], i + n
+    if t in (0xdc, 0xdd):
+        n = 2 if t == 0xdc else 4
+        return _arr(b, i + n, int.from_bytes(b[i:i + n], "big"))
+    if t in (0xde, 0xdf):
+        n = 2 if t == 0xde else 4
+        return _map(b, i + n, int.from_bytes(b[i:i + n], "big"))
+    raise ValueError(f"msgpack type {t:#x}")
+
+
+def _arr(b, i, n):
+    out = []
+    for _ in range(n):
+        v, i = _mp(b, i)
+        out.append(v)
+    return out, i
+
+
+def _map(b, i, n):
+    out = {}
+    for _ in range(n):
+        k, i = _mp(b, i)
+        v, i = _mp(b, i)
+        out[k] = v
+    return out, i
+
+
+# ------------------------------------------------------------- the client
+class Session:
+    """One agent socket: requests by id, answers routed to per-id queues."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.queues = {}
+        self.next_id = 1
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self):
+        try:
+            async for m in self.ws:
+                f = mp_unpack(m)
+                self.queues.setdefault(f["id"], asyncio.Queue()).put_nowait(f)
+        except websockets.ConnectionClosed:
+            pass
+
+    async def send(self, op, **kw):
+        rid = self.next_id
+        self.next_id += 1
+        self.queues.setdefault(rid, asyncio.Queue())
+        await self.ws.send(mp_pack(dict(id=rid, op=op, **kw)))
+        return rid
+
+    async def frame(self, rid, timeout=300):
+        return await asyncio.wait_for(self.queues[rid].get(), timeout)
+
+    async def call(self, op, **kw):
+        """A request with one answer."""
+        return await self.frame(await self.send(op, **kw))
+
+    async def stream(self, rid, last=("exit",), timeout=600):
+        """Frames of rid up to and including one whose type is in last (or an error)."""
+        out = []
+        while True:
+            f = await self.frame(rid, timeout)
+            out.append(f)
+            if f["type"] in last or f["type"] == "error":
+                return out
+
+    async def run(self, **kw):
+        """Foreground exec: (bytes of stdout, bytes of stderr, exit frame)."""
+        frames = await self.stream(await self.send("exec", **kw))
+        o = {"stdout": bytearray(), "stderr": bytearray()}
+        for f in frames[:-1]:
+            self._check_offset(o, f)
+            o[f["type"]] += f["data"]
+        return bytes(o["stdout"]), bytes(o["stderr"]), frames[-1]
+
+    @staticmethod
+    def _check_offset(o, f):
+        assert f["type"] in ("stdout", "stderr"), f
+        assert f["offset"] == len(o[f["type"]]), (f["offset"], len(o[f["type"]]))
+
+    async def close(self):
+        await self.ws.close()
+        self.reader.cancel()
+
+
+def frames_of(sess_frames):
+    return [f["type"] for f in sess_frames]
+
+
+class TestWsSession(WarrenCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.sid = cls.w.create()
+
+    def url(self, sid=None):
+        return f"ws://127.0.0.1:{self.w.port}/v1/sandboxes/{sid or self.sid}/session"
+
+    async def connect(self, sid=None, key=True, proto=True, **kw):
+        h = {"Authorization": f"Bearer {self.w.key}"} if key else {}
+        ws = await websockets.connect(self.url(sid), extra_headers=h,
+                                      subprotocols=[PROTO] if proto else None,
+                                      max_size=None, ping_interval=None, **kw)
+        return Session(ws)
+
+    def arun(self, coro, timeout=900):
+        return asyncio.run(asyncio.wait_for(coro, timeout))
+
+    # ---------------------------------------------------------------- cases
+    def test_exec_true_round_trip(self):
+        """exec `true` over the agent socket, and beside it over REST (figures printed:
+        the median of 10 each, on a warm sandbox)."""
+        async def go():
+            s = await self.connect()
+            out, err, ex = await s.run(cmd="true")
+            self.assertEqual((out, err), (b"", b""))
+            self.assertEqual((ex["type"], ex["exit_code"]), ("exit", 0))
+            ws_ms, rest_ms = [], []
+            for _ in range(10):
+                t0 = time.monotonic()
+                out, err, ex = await s.run(cmd="true")
+                ws_ms.append((time.monotonic() - t0) * 1000)
+                self.assertEqual(ex["exit_code"], 0)
+                t0 = time.monotonic()
+                self.assertEqual(self.w.run(self.sid, "true")["exit_code"], 0)
+                rest_ms.append((time.monotonic() - t0) * 1000)
+            print(f"\nexec true round trip (median of 10): agent socket "
+                  f"{sorted(ws_ms)[5]:.1f} ms, REST {sorted(rest_ms)[5]:.1f} ms")
+            await s.close()
+        self.arun(go())
+
+    def test_refused_before_upgrade(self):
+        async def go():
+            for kw, status in ((dict(key=False), 401), (dict(proto=False), 400),
+                               (dict(sid="nosuchsandbox"), 404)):
+                with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                    await self.connect(**kw)
+                self.assertEqual(cm.exception.status_code, status, kw)
+        self.arun(go())
+
+    def test_50_concurrent_execs(self):
+        async def go():
+            s = await self.connect()
+            n = 50
+            ids = {}
+            for i in range(n):
+                rid = await s.send("exec", cmd=f"seq 1 {i * 100}; echo err{i} >&2; exit {i % 7}")
+                ids[rid] = i
+
+            async def collect(rid):
+                return rid, await s.stream(rid)
+            results = await asyncio.gather(*(collect(r) for r in ids))
+            for rid, frames in results:
+                i = ids[rid]
+                o = {"stdout": bytearray(), "stderr": bytearray()}
+                for f in frames[:-1]:
+                    Session._check_offset(o, f)
+                    o[f["type"]] += f["data"]
+                want = "".join(f"{k}\n" for k in range(1, i * 100 + 1)).encode()
+                self.assertEqual(bytes(o["stdout"]), want, i)
+                self.assertEqual(bytes(o["stderr"]), f"err{i}\n".encode())
+                self.assertEqual(frames[-1]["type"], "exit", frames[-1])
+                self.assertEqual(frames[-1]["exit_code"], i % 7)
+            await s.close()
+        self.arun(go())
+
+    def test_big_output_byte_exact(self):
+        """seq's output (every line different, so a gap, duplicate or reordering shows)
+        of 10 MiB, or 100 MiB with WARREN_BIG=1, arrives byte-exact at its offsets."""
+        n = 12_000_000 if os.environ.get("WARREN_BIG") == "1" else 1_450_000
+        want = hashlib.sha256()
+        size = 0
+        for k in range(1, n + 1, 100000):
+            chunk = "".join(f"{i}\n" for i in range(k, min(k + 100000, n + 1))).encode()
+            want.update(chunk)
+            size += len(chunk)
+        self.assertGreaterEqual(size, (100 if n > 2_000_000 else 10) << 20)
+
+        async def go():
+            s = await self.connect()
+            rid = await s.send("exec", cmd=f"seq 1 {n}", timeout_seconds=3000)
+            got = hashlib.sha256()
+            off = 0
+            while True:
+                f = await s.frame(rid, 600)
+                if f["type"] != "stdout":
+                    break
+                self.assertEqual(f["offset"], off)
+                got.update(f["data"])
+                off += len(f["data"])
+            self.assertEqual(f["type"], "exit", f)
+            self.assertEqual(f["exit_code"], 0, f)
+            self.assertEqual(off, size)
+            self.assertEqual(got.hexdigest(), want.hexdigest())
+            await s.close()
+        self.arun(go(), timeout=3000)
+
+    def test_background_attach_stdin_signal(self):
+        async def go():
+            s = await self.connect()
+            st = await s.call("exec", cmd="while read l; do echo got:$l; done; sleep 1000",
+                              background=True, tag="ws-bg")
+            self.assertEqual(st["type"], "started", st)
+            pid = st["pid"]
+            a = await s.send("attach", pid=pid, offset=0)
+            r = await s.call("stdin", pid=pid, data=b"hello\n")
+            self.assertEqual(r["type"], "result", r)
+            got = bytearray()
+            while b"got:hello\n" not in got:
+                f = await s.frame(a)
+                self.assertEqual(f["type"], "stdout", f)
+                self.assertEqual(f["offset"], len(got))
+                got += f["data"]
+            r = await s.call("stdin", pid=pid, eof=True)
+            self.assertEqual(r["type"], "result", r)
+            # found again by its tag, as a reconnecting agent would
+            r = await s.call("processes")
+            mine = [p for p in r["processes"] if p.get("tag") == "ws-bg"]
+            self.assertEqual([p["pid"] for p in mine], [pid])
+            r = await s.call("signal", pid=pid, signal="TERM")
+            self.assertEqual(r["type"], "result", r)
+            frames = await s.stream(a, last=("exit",))
+            self.assertEqual(frames[-1]["type"], "exit", frames)
+            self.assertEqual(frames[-1]["signal"], 15, frames[-1])
+            await s.close()
+        self.arun(go())
+
+    def test_reattach_after_reconnect(self):
+        async def go():
+            s = await self.connect()
+            st = await s.call("exec", cmd="for i in $(seq 1 400); do echo line$i; sleep 0.01; done",
+                              background=True, tag="ws-re")
+            pid = st["pid"]
+            a = await s.send("attach", pid=pid, offset=0)
+            got = bytearray()
+            while len(got) < 200:
+                f = await s.frame(a)
+                got += f["data"]
+            await s.close()  # mid-stream
+            s = await self.connect()
+            r = await s.call("processes")
+            self.assertIn(pid, [p["pid"] for p in r["processes"] if p.get("tag") == "ws-re"])
+            frames = await s.stream(await s.send("attach", pid=pid, offset=len(got)))
+            for f in frames[:-1]:
+                self.assertEqual(f["offset"], len(got), f)
+                got += f["data"]
+            self.assertEqual(frames[-1]["type"], "exit")
+            self.assertEqual(bytes(got), "".join(f"line{i}\n" for i in range(1, 401)).encode())
+            await s.close()
+        self.arun(go())
+
+    def test_detach(self):
+        async def go():
+            s = await self.connect()
+            st = await s.call("exec", cmd="sleep 1000", background=True)
+            a = await s.send("attach", pid=st["pid"], offset=0)
+            r = await s.call("detach", target=a)
+            self.assertEqual(r["type"], "result", r)
+            f = await s.frame(a)
+            self.assertEqual(f["type"], "detached", f)
+            r = await s.call("signal", pid=st["pid"], signal="KILL")
+            self.assertEqual(r["type"], "result", r)
+            await s.close()
+        self.arun(go())
+
+    def test_files(self):
+        async def go():
+            s = await self.connect()
+            data = os.urandom(300000)
+            r = await s.call("mkdir", path="/tmp/wsf")
+            self.assertEqual(r["type"], "result", r)
+            r = await s.call("write_file", path="/tmp/wsf/a.bin", data=data, mode=0o600)
+            self.assertEqual(r["type"], "result", r)
+            self.assertEqual(r["size"], len(data))
+            frames = await s.stream(await s.send("read_file", path="/tmp/wsf/a.bin"),
+                                    last=("end",))
+            got = bytearray()
+            for f in frames[:-1]:
+                self.assertEqual(f["type"], "data")
+                self.assertEqual(f["offset"], len(got))
+                got += f["data"]
+            self.assertEqual(bytes(got), data)
+            self.assertEqual(frames[-1]["size"], len(data))
+            r = await s.call("stat", path="/tmp/wsf/a.bin")
+            self.assertEqual(r["type"], "result", r)
+            self.assertEqual(r["size"], len(data))
+            r = await s.call("rename", path="/tmp/wsf/a.bin", to="/tmp/wsf/b.bin")
+            self.assertEqual(r["type"], "result", r)
+            r = await s.call("list", path="/tmp/wsf")
+            self.assertEqual([e["name"] for e in r["entries"]], ["b.bin"], r)
+            r = await s.call("read_file", path="/tmp/wsf/a.bin")
+            self.assertEqual((r["type"], r["code"]), ("error", "file_not_found"), r)
+            r = await s.call("remove", path="/tmp/wsf", recursive=True)
+            self.assertEqual(r["type"], "result", r)
+            await s.close()
+        self.arun(go())
+
+    def test_error_frames(self):
+        async def go():
+            s = await self.connect()
+            r = await s.call("signal", pid=999999, signal="TERM")
+            self.assertEqual((r["type"], r["code"]), ("error", "process_not_found"), r)
+            r = await s.call("read_file", path="relative")
+            self.assertEqual(r["type"], "error", r)
+            r = await s.call("exec", cmd="true", bogus=1)
+            self.assertEqual(r["type"], "error", r)
+            # the socket still works
+            out, _, ex = await s.run(cmd="echo ok")
+            self.assertEqual((out, ex["exit_code"]), (b"ok\n", 0))
+            await s.close()
+        self.arun(go())
+
+    def test_malformed_closes_only_that_socket(self):
+        cases = [
+            ("truncated", mp_pack({"id": 1, "op": "exec", "cmd": "true"})[:-3], 1008),
+            ("unknown op", mp_pack({"id": 1, "op": "fly"}), 1008),
+            ("missing id", mp_pack({"op": "exec", "cmd": "true"}), 1008),
+            ("not a map", mp_pack([1, 2, 3]), 1008),
+            ("random", bytes(random.Random(7).randrange(256) for _ in range(4000)), 1008),
+            ("huge count", b"\xdd\xff\xff\xff\xff", 1008),
+            ("oversized", mp_pack({"id": 1, "op": "write_file", "path": "/tmp/x",
+                                   "data": b"x" * (2 << 20)}), 1009),
+        ]
+
+        async def go():
+            keep = await self.connect()
+            for name, msg, code in cases:
+                bad = await self.connect()
+                await bad.ws.send(msg)
+                await asyncio.wait_for(bad.ws.wait_closed(), 120)
+                self.assertEqual(bad.ws.close_code, code, name)
+                self.assertTrue(bad.ws.close_reason, name)
+                out, _, ex = await keep.run(cmd=f"echo still")
+                self.assertEqual((out, ex["exit_code"]), (b"still\n", 0), name)
+            await keep.close()
+        self.arun(go())
+
+    def test_pong_while_backlogged(self):
+        """A socket whose output is backed up (the client reads nothing for 15 s while a
+        `yes` floods it, pinging every second) is not dropped, its first ping is
+        answered (behind the output already in the socket buffers), the output then
+        arrives whole at its offsets, and a ping after it is answered.
+
+        TODO(issue 7): a ping sent while the output is still streaming after the
+        backlog was seen to get no pong of its own (lws keeps one pending pong and
+        drops pings meanwhile, ops-ws.c; the pending one for a ping sent during the
+        backlog never reached the client); only the next ping's pong, which
+        websockets counts for the earlier ones, arrived. Not asserted here until
+        understood; see the report."""
+        total = 20_000_000
+
+        async def go():
+            ws = await websockets.connect(
+                self.url(), extra_headers={"Authorization": f"Bearer {self.w.key}"},
+                subprotocols=[PROTO], max_size=None, max_queue=1, ping_interval=None)
+            await ws.send(mp_pack({"id": 1, "op": "exec", "cmd": f"yes | head -c {total}",
+                                   "timeout_seconds": 3000}))
+            waiters = []
+            for _ in range(15):  # read nothing meanwhile: the socket backs up
+                waiters.append(await ws.ping())
+                await asyncio.sleep(1)
+            self.assertFalse(ws.closed)
+            got = 0
+            first = None
+            while True:
+                f = mp_unpack(await asyncio.wait_for(ws.recv(), 600))
+                if first is None and waiters[0].done():
+                    first = got  # bytes read before the first pong showed up
+                if f["type"] != "stdout":
+                    break
+                self.assertEqual(f["offset"], got)
+                got += len(f["data"])
+            self.assertEqual(f["type"], "exit", f)
+            self.assertEqual(f["exit_code"], 0)
+            self.assertEqual(got, total)
+            self.assertTrue(waiters[0].done())
+            await asyncio.wait_for(await ws.ping(), 120)
+            self.assertFalse(ws.closed)
+            print(f"\nfirst pong after {first} bytes of backlog")
+            await ws.close()
+        self.arun(go(), timeout=2400)
+
+
+class TestWsSessionLimits(WarrenCase):
+    conf = {"session_max_sockets_per_sandbox": 2, "session_max_requests": 2}
+
+    def test_limits(self):
+        sid = self.w.create()
+
+        async def go():
+            h = {"Authorization": f"Bearer {self.w.key}"}
+            url = f"ws://127.0.0.1:{self.w.port}/v1/sandboxes/{sid}/session"
+            socks = [Session(await websockets.connect(url, extra_headers=h, subprotocols=[PROTO],
+                                                      ping_interval=None)) for _ in range(2)]
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                await websockets.connect(url, extra_headers=h, subprotocols=[PROTO])
+            self.assertEqual(cm.exception.status_code, 429)
+            s = socks[0]
+            a = await s.send("exec", cmd="sleep 1000")
+            b = await s.send("exec", cmd="sleep 1000")
+            r = await s.call("exec", cmd="true")
+            self.assertEqual((r["type"], r["code"]), ("error", "too_many_requests"), r)
+            await socks[1].close()  # a closed socket frees its place
+            t = Session(await websockets.connect(url, extra_headers=h, subprotocols=[PROTO],
+                                                 ping_interval=None))
+            out, _, ex = await t.run(cmd="echo ok")
+            self.assertEqual((out, ex["exit_code"]), (b"ok\n", 0))
+            await s.close()  # cancels (kills) its two foreground sleeps
+            await t.close()
+        asyncio.run(asyncio.wait_for(go(), 600))
+
+
+if __name__ == "__main__":
+    unittest.main()
