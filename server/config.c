@@ -31,7 +31,8 @@ enum opt_type {
     T_DIR_STATE,
     T_DIR_IMAGE,
     T_JAIL,
-    T_BOOL
+    T_BOOL,
+    T_DIR_WEB
 };
 
 struct opt {
@@ -91,6 +92,7 @@ static const struct opt opts[] = {
     {"allow_tcg", T_BOOL, F(allow_tcg), "false", 0},
     {"process_ring_bytes", T_SIZE, F(process_ring_bytes), "1048576", 4096},
     {"max_processes_per_sandbox", T_UINT, F(max_procs_per_sbx), "64", 1},
+    {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -157,6 +159,15 @@ static int default_image_dir(char **slot)
     if (x && x[0])
         return replace_str(slot, x);
     return join_path(slot, home_dir(), "/.cache/warren/images/current");
+}
+
+static int default_web_dir(char **slot)
+{
+    const char *x = getenv("WARREN_WEB_DIR");
+
+    if (x && x[0])
+        return replace_str(slot, x);
+    return join_path(slot, home_dir(), "/.cache/warren/npm/current/node_modules");
 }
 
 /* Decimal only: no sign, no spaces, no suffix, no overflow. */
@@ -246,8 +257,11 @@ int cfg_set(struct srv_config *c, const char *key, const char *value, char *err,
         return replace_str(slot, value);
     case T_DIR_STATE:
     case T_DIR_IMAGE:
+    case T_DIR_WEB:
         if (!value[0])
-            return o->type == T_DIR_STATE ? default_state_dir(slot) : default_image_dir(slot);
+            return o->type == T_DIR_STATE   ? default_state_dir(slot)
+                   : o->type == T_DIR_IMAGE ? default_image_dir(slot)
+                                            : default_web_dir(slot);
         if (value[0] != '/') {
             set_err(err, errcap, "%s must be an absolute path, got '%s'", key, value);
             return -EINVAL;
@@ -386,5 +400,6 @@ void cfg_free(struct srv_config *c)
     free(c->kernel_append);
     free(c->jail);
     free(c->jail_cgroup);
+    free(c->web_dir);
     memset(c, 0, sizeof(*c));
 }

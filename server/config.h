@@ -63,11 +63,14 @@ struct srv_config {
     /* processes that belong to the sandbox (issue 6) */
     size_t process_ring_bytes;  /* process_ring_bytes = 1048576: output kept per process */
     unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
+    /* the browser terminal (issue 7) */
+    char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,
  * ~/.local/state/warren, or /var/lib/warren for root. image_dir to
- * $WARREN_IMAGE_DIR or ~/.cache/warren/images/current. 0 or -ENOMEM. */
+ * $WARREN_IMAGE_DIR or ~/.cache/warren/images/current. web_dir to $WARREN_WEB_DIR or
+ * ~/.cache/warren/npm/current/node_modules (where scripts/setup.sh installs). 0 or -ENOMEM. */
 int cfg_defaults(struct srv_config *c);
 /* Apply a config file. 0, or -EINVAL with a message "FILE:LINE: ..." in err. */
 int cfg_load_file(struct srv_config *c, const char *path, char *err, size_t errcap);
