@@ -58,6 +58,7 @@ enum resp {
     RESP_JSON,     /* Content-Length JSON */
     RESP_NDJSON,   /* streamed exec output: chunked (or close-delimited for HTTP/1.0) */
     RESP_DOWNLOAD, /* file bytes with Content-Length */
+    RESP_STATIC,   /* a web page or file (web_serve.c): Content-Length, p->ctype */
 };
 
 /* One run of output bytes. Payload starts after LWS_PRE + CHUNK_HDR so a chunk
@@ -131,6 +132,7 @@ struct pss {
     size_t q_bytes;        /* payload bytes queued */
     size_t credit_pending; /* written but not yet acknowledged */
     struct api_utf8_hold hold[2];
+    const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
 };
 
 struct http_server {
