@@ -92,6 +92,10 @@ static const struct opt opts[] = {
     {"allow_tcg", T_BOOL, F(allow_tcg), "false", 0},
     {"process_ring_bytes", T_SIZE, F(process_ring_bytes), "1048576", 4096},
     {"max_processes_per_sandbox", T_UINT, F(max_procs_per_sbx), "64", 1},
+    {"pty_socket_max_frame_bytes", T_SIZE, F(pty_max_frame), "65537", 16},
+    {"pty_sockets_per_sandbox", T_UINT, F(pty_socks_per_sbx), "64", 1},
+    {"pty_viewers_per_process", T_UINT, F(pty_viewers), "16", 1},
+    {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
     {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
 };
 

@@ -63,6 +63,11 @@ struct srv_config {
     /* processes that belong to the sandbox (issue 6) */
     size_t process_ring_bytes;  /* process_ring_bytes = 1048576: output kept per process */
     unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
+    /* the PTY WebSocket (issue 7) */
+    size_t pty_max_frame;       /* pty_socket_max_frame_bytes = 65537: client frame */
+    unsigned pty_socks_per_sbx; /* pty_sockets_per_sandbox = 64 */
+    unsigned pty_viewers;       /* pty_viewers_per_process = 16 */
+    unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
     /* the browser terminal (issue 7) */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
 };

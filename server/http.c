@@ -54,6 +54,7 @@
  *   first, so the flush fails at once.
  */
 #include "http_int.h"
+#include "ws_pty.h"
 
 /* Open connections from one address (IPv4 as v4-mapped IPv6). */
 struct client {
@@ -221,6 +222,11 @@ static void conn_deadline(struct lws *wsi, unsigned s)
     ev_timer_again(cn->srv->loop, &cn->deadline);
 }
 
+void http_conn_upgraded(struct lws *wsi)
+{
+    conn_deadline(wsi, 0);
+}
+
 static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                    size_t len)
 {
@@ -294,7 +300,10 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
             rest_req_end(p);
         return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
-        /* No WebSocket or h2c here (yet): hang up rather than half-serve. */
+        /* WebSocket routes are checked (auth, limits) before the upgrade. */
+        if (ws_pty_route(wsi))
+            return ws_pty_confirm(srv, wsi);
+        /* No other WebSocket or h2c here (yet): hang up rather than half-serve. */
         return -1;
     default:
         return 0;
@@ -305,9 +314,14 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
  * callbacks (filter, adoption, WSI_DESTROY), so the HTTP one stays first; WebSocket
  * protocols (PTY, agent socket) are added after it, each with its own callback and
  * per-session struct, and find their server with lws_context_user() like http_cb. */
-static const struct lws_protocols protocols[] = {
+/* WebSocket protocols, each exported by its own file; an extern struct cannot be an
+ * initializer in C, so http_start copies them in after the HTTP one. */
+static const struct lws_protocols *const ws_protocols[] = {
+    &ws_pty_protocol,
+};
+#define N_WS (sizeof(ws_protocols) / sizeof(ws_protocols[0]))
+static struct lws_protocols protocols[1 + N_WS + 1] = {
     {.name = "warren-http", .callback = http_cb, .per_session_data_size = sizeof(struct pss)},
-    {.name = NULL},
 };
 
 /* ------------------------------------------------------------ lifecycle */
@@ -377,6 +391,8 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     /* Vhost options: an IPv4 address on lws's IPv6 socket path is mis-bound in 4.1. */
     info.port = (int)cfg->listen_port;
     info.iface = cfg->listen_addr;
+    for (size_t i = 0; i < N_WS; i++)
+        protocols[1 + i] = *ws_protocols[i];
     info.protocols = protocols;
     info.vhost_name = "warren";
     info.keepalive_timeout = KEEPALIVE_S;

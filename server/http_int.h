@@ -180,6 +180,11 @@ void resp_on_stall(struct ev_loop *loop, ev_timer *w, int revents);
 /* HTTP_WRITEABLE: 0, or -1 to close the connection. */
 int resp_writeable(struct pss *p);
 
+/* ---- http.c ---- */
+
+/* The connection became a WebSocket: no header deadline any more. */
+void http_conn_upgraded(struct lws *wsi);
+
 /* ---- rest.c: the REST router and handlers ---- */
 
 /* A request head has arrived (uri: its path): route, check, and answer or start. */
