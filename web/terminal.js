@@ -54,6 +54,7 @@
   var ws = null, gen = 0, state = 'connecting', retries = 0, retryTimer = null;
   var finished = false; /* the process exited, or the server refused us for good */
   var ackPending = 0, ackTimer = null;
+  var drawing = 0; /* bytes handed to xterm.js whose write callback has not run yet */
 
   function setStatus(s, text) {
     state = s;
@@ -188,7 +189,7 @@
     case 'error':
       note('error: ' + m.code + ': ' + m.message);
       /* Retrying cannot fix these. */
-      if (/not_found|unauthorized|forbidden|bad_request|invalid/.test(String(m.code)))
+      if (/not_found|unauthorized|forbidden|expired|bad_request|invalid/.test(String(m.code)))
         finished = true;
       break;
     }
@@ -208,7 +209,11 @@
     else if (off > next)
       note('missing ' + (off - next) + ' bytes of output');
     next = off + n;
-    term.write(data, function () { ack(g, n); });
+    drawing += data.length;
+    term.write(data, function () {
+      drawing -= data.length;
+      ack(g, n);
+    });
   }
 
   function connect() {
@@ -266,6 +271,7 @@
     get pid() { return pid; },
     get offset() { return next; },
     get state() { return state; },
+    get drawing() { return drawing; },
     text: function () {
       var buf = term.buffer.active, lines = [];
       for (var i = 0; i < buf.length; i++)
