@@ -285,6 +285,21 @@ class TestTerminalBrowser(BrowserCase):
         self.assertGreater(self.browser.call("info")["offset"], off)
         self.assertEqual(self.browser.call("errors"), [])
 
+    def test_more_than_a_window(self):
+        # 2 MiB of output: twice what the server sends ahead of the page's ACKs, so it all
+        # arrives only if the page acknowledges what it drew.
+        self.open()
+        self.browser.call("type", text="seq 1 400000 > /tmp/big; wc -c /tmp/big\n")
+        size = int(self.wait_text(r"(\d+) /tmp/big")[0])
+        self.assertGreater(size, 2 << 20)
+        t0, start = time.time(), self.browser.call("info")["offset"]
+        self.browser.call("type", text="cat /tmp/big; echo done-$((5*5))\n")
+        self.wait_text(r"(?m)^399999\s+400000\s+done-25$", timeout=900)
+        flowed = self.browser.call("info")["offset"] - start
+        print(f"\n  cat: {flowed} bytes through the page in {time.time() - t0:.1f} s",
+              file=sys.stderr)
+        self.assertGreater(flowed, size)
+
 
 class TestTerminalRestart(BrowserCase):
     """kill -9 of warrend under an open page: it reconnects by itself, from its offset."""
