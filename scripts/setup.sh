@@ -4,8 +4,10 @@
 #   scripts/setup.sh [--no-images] [--build-dir DIR] [-- CMAKE_ARGS...]
 #
 # Idempotent and non-interactive: packages already present are not touched,
-# the build is incremental, and images/build.sh skips images whose inputs
-# did not change. Installing packages and building images need root.
+# the build is incremental, images/build.sh skips images whose inputs did
+# not change, and the npm packages (NPM_PACKAGES) are installed once per
+# version set into a cache outside the checkout. Installing packages and
+# building images need root.
 set -euo pipefail
 
 PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
@@ -13,7 +15,12 @@ PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
     libwebsockets-dev libwebsockets-evlib-ev libev-dev libmbedtls-dev libmsgpack-dev
     liblmdb-dev libjansson-dev
     e2fsprogs busybox-static mmdebstrap uidmap cpio xz-utils zstd
-    curl python3 python3-websockets ca-certificates procps"
+    curl python3 python3-websockets ca-certificates procps chromium"
+
+# From the npm registry, never committed: xterm.js and its fit addon (served by
+# warrend for /terminal/{id}) and playwright-core (drives Debian's chromium in
+# tests/integration/test_terminal.py). Exact versions: they key the cache.
+NPM_PACKAGES="@xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 playwright-core@1.65.1"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -40,6 +47,8 @@ as_root() {
 }
 
 # --- packages ------------------------------------------------------------
+# npm ships inside some nodejs builds (NodeSource's); Debian's comes as `npm`.
+command -v npm >/dev/null 2>&1 || PACKAGES="$PACKAGES npm"
 missing=()
 for p in $PACKAGES; do
     if [ "$(dpkg-query -W -f '${db:Status-Status}' "$p" 2>/dev/null)" != installed ]; then
@@ -54,6 +63,37 @@ if [ ${#missing[@]} -gt 0 ]; then
 else
     say "packages: all present"
 fi
+
+# --- npm packages ----------------------------------------------------------
+# ${WARREN_CACHE}/npm/<key>/node_modules, <key> hashing the package list, and
+# npm/current -> <key> switched atomically (warrend's default web_dir is
+# npm/current/node_modules). Installed into a temporary directory and moved
+# into place only when complete, so a failed install is never taken as done.
+npm_cache=${WARREN_CACHE:-${HOME:-/root}/.cache/warren}/npm
+npm_key=$(printf '%s\n' $NPM_PACKAGES | sha256sum | cut -c1-16)
+mkdir -p "$npm_cache"
+(
+    flock 8
+    if [ -d "$npm_cache/$npm_key/node_modules" ]; then
+        say "npm packages: cached in $npm_cache/$npm_key"
+    else
+        say "npm: installing $NPM_PACKAGES"
+        tmp=$(mktemp -d "$npm_cache/.tmp.XXXXXX")
+        chmod 755 "$tmp" # warrend may run as another user
+        trap 'rm -rf "$tmp"' EXIT
+        printf '{"private": true}\n' >"$tmp/package.json"
+        # --ignore-scripts: nothing runs at install (playwright-core would fetch no
+        # browser anyway; Debian's chromium is the one used).
+        npm install --prefix "$tmp" --no-save --no-package-lock --no-audit --no-fund \
+            --ignore-scripts --loglevel=error $NPM_PACKAGES </dev/null >&2 ||
+            die "npm install failed"
+        rm -f "$tmp/package.json"
+        mv -T "$tmp" "$npm_cache/$npm_key"
+        trap - EXIT
+    fi
+    ln -sfn "$npm_key" "$npm_cache/.current.new"
+    mv -T "$npm_cache/.current.new" "$npm_cache/current"
+) 8>"$npm_cache/.lock"
 
 # --- build -----------------------------------------------------------------
 say "building in $build_dir"

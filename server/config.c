@@ -31,7 +31,8 @@ enum opt_type {
     T_DIR_STATE,
     T_DIR_IMAGE,
     T_JAIL,
-    T_BOOL
+    T_BOOL,
+    T_DIR_WEB
 };
 
 struct opt {
@@ -96,6 +97,11 @@ static const struct opt opts[] = {
     {"session_max_requests", T_UINT, F(sess_max_requests), "64", 1},
     {"session_max_frame_bytes", T_SIZE, F(sess_max_frame), "1114112", 4096},
     {"session_send_queue_bytes", T_SIZE, F(sess_send_queue), "1048576", 65536},
+    {"pty_socket_max_frame_bytes", T_SIZE, F(pty_max_frame), "65537", 16},
+    {"pty_sockets_per_sandbox", T_UINT, F(pty_socks_per_sbx), "64", 1},
+    {"pty_viewers_per_process", T_UINT, F(pty_viewers), "16", 1},
+    {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
+    {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -162,6 +168,15 @@ static int default_image_dir(char **slot)
     if (x && x[0])
         return replace_str(slot, x);
     return join_path(slot, home_dir(), "/.cache/warren/images/current");
+}
+
+static int default_web_dir(char **slot)
+{
+    const char *x = getenv("WARREN_WEB_DIR");
+
+    if (x && x[0])
+        return replace_str(slot, x);
+    return join_path(slot, home_dir(), "/.cache/warren/npm/current/node_modules");
 }
 
 /* Decimal only: no sign, no spaces, no suffix, no overflow. */
@@ -251,8 +266,11 @@ int cfg_set(struct srv_config *c, const char *key, const char *value, char *err,
         return replace_str(slot, value);
     case T_DIR_STATE:
     case T_DIR_IMAGE:
+    case T_DIR_WEB:
         if (!value[0])
-            return o->type == T_DIR_STATE ? default_state_dir(slot) : default_image_dir(slot);
+            return o->type == T_DIR_STATE   ? default_state_dir(slot)
+                   : o->type == T_DIR_IMAGE ? default_image_dir(slot)
+                                            : default_web_dir(slot);
         if (value[0] != '/') {
             set_err(err, errcap, "%s must be an absolute path, got '%s'", key, value);
             return -EINVAL;
@@ -392,5 +410,6 @@ void cfg_free(struct srv_config *c)
     free(c->jail);
     free(c->jail_cgroup);
     free(c->allowed_origins);
+    free(c->web_dir);
     memset(c, 0, sizeof(*c));
 }

@@ -70,11 +70,19 @@ struct srv_config {
     unsigned sess_max_requests; /* session_max_requests = 64: in flight per socket */
     size_t sess_max_frame;      /* session_max_frame_bytes = 1114112: one client message */
     size_t sess_send_queue;     /* session_send_queue_bytes = 1048576: then credit waits */
+    /* the PTY WebSocket (issue 7) */
+    size_t pty_max_frame;       /* pty_socket_max_frame_bytes = 65537: client frame */
+    unsigned pty_socks_per_sbx; /* pty_sockets_per_sandbox = 64 */
+    unsigned pty_viewers;       /* pty_viewers_per_process = 16 */
+    unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
+    /* the browser terminal (issue 7) */
+    char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,
  * ~/.local/state/warren, or /var/lib/warren for root. image_dir to
- * $WARREN_IMAGE_DIR or ~/.cache/warren/images/current. 0 or -ENOMEM. */
+ * $WARREN_IMAGE_DIR or ~/.cache/warren/images/current. web_dir to $WARREN_WEB_DIR or
+ * ~/.cache/warren/npm/current/node_modules (where scripts/setup.sh installs). 0 or -ENOMEM. */
 int cfg_defaults(struct srv_config *c);
 /* Apply a config file. 0, or -EINVAL with a message "FILE:LINE: ..." in err. */
 int cfg_load_file(struct srv_config *c, const char *path, char *err, size_t errcap);

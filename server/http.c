@@ -55,6 +55,7 @@
  */
 #include "http_int.h"
 #include "ws_session.h"
+#include "ws_pty.h"
 
 /* Open connections from one address (IPv4 as v4-mapped IPv6). */
 struct client {
@@ -222,6 +223,11 @@ static void conn_deadline(struct lws *wsi, unsigned s)
     ev_timer_again(cn->srv->loop, &cn->deadline);
 }
 
+void http_conn_upgraded(struct lws *wsi)
+{
+    conn_deadline(wsi, 0);
+}
+
 static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
                    size_t len)
 {
@@ -295,9 +301,13 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
             rest_req_end(p);
         return 0;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
-        /* The head is complete: the header deadline must not close the socket later. */
+        /* The head is complete: the header deadline must not close the socket later.
+         * WebSocket routes are checked (auth, limits) before the upgrade. */
+        int rc;
         conn_deadline(wsi, 0);
-        int rc = ws_session_confirm(wsi);
+        if (ws_pty_route(wsi))
+            return ws_pty_confirm(srv, wsi);
+        rc = ws_session_confirm(wsi);
         if (rc == 1) /* refused with an answer: the connection is kept alive */
             conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
         if (rc != WS_NOT_MINE)
@@ -314,10 +324,15 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
  * callbacks (filter, adoption, WSI_DESTROY), so the HTTP one stays first; WebSocket
  * protocols (PTY, agent socket) are added after it, each with its own callback and
  * per-session struct, and find their server with lws_context_user() like http_cb. */
-static struct lws_protocols protocols[] = {
+/* WebSocket protocols, each exported by its own file; an extern struct cannot be an
+ * initializer in C, so http_start copies them in after the HTTP one. */
+static const struct lws_protocols *const ws_protocols[] = {
+    &ws_pty_protocol,
+    &ws_session_protocol,
+};
+#define N_WS (sizeof(ws_protocols) / sizeof(ws_protocols[0]))
+static struct lws_protocols protocols[1 + N_WS + 1] = {
     {.name = "warren-http", .callback = http_cb, .per_session_data_size = sizeof(struct pss)},
-    {.name = "warren.session.v1"}, /* ws_session_protocol: copied in by http_start */
-    {.name = NULL},
 };
 
 /* ------------------------------------------------------------ lifecycle */
@@ -387,9 +402,8 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     /* Vhost options: an IPv4 address on lws's IPv6 socket path is mis-bound in 4.1. */
     info.port = (int)cfg->listen_port;
     info.iface = cfg->listen_addr;
-    /* C cannot initialize an array element from another object: the WebSocket
-     * protocols, exported by their files, are copied into their slots here. */
-    protocols[1] = ws_session_protocol;
+    for (size_t i = 0; i < N_WS; i++)
+        protocols[1 + i] = *ws_protocols[i];
     info.protocols = protocols;
     info.vhost_name = "warren";
     info.keepalive_timeout = KEEPALIVE_S;

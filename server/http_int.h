@@ -59,6 +59,7 @@ enum resp {
     RESP_JSON,     /* Content-Length JSON */
     RESP_NDJSON,   /* streamed exec output: chunked (or close-delimited for HTTP/1.0) */
     RESP_DOWNLOAD, /* file bytes with Content-Length */
+    RESP_STATIC,   /* a web page or file (web_serve.c): Content-Length, p->ctype */
 };
 
 /* One run of output bytes. Payload starts after LWS_PRE + CHUNK_HDR so a chunk
@@ -134,6 +135,7 @@ struct pss {
     struct api_utf8_hold hold[2];
 
     bool by_token; /* admitted by an ?access_token=, not the API key (issue 7) */
+    const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
 };
 
 struct http_server {
@@ -183,6 +185,11 @@ void resp_stall_arm(struct pss *p, bool rearm);
 void resp_on_stall(struct ev_loop *loop, ev_timer *w, int revents);
 /* HTTP_WRITEABLE: 0, or -1 to close the connection. */
 int resp_writeable(struct pss *p);
+
+/* ---- http.c ---- */
+
+/* The connection became a WebSocket: no header deadline any more. */
+void http_conn_upgraded(struct lws *wsi);
 
 /* ---- rest.c: the REST router and handlers ---- */
 

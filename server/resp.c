@@ -340,6 +340,17 @@ static int write_headers(struct pss *p)
     case RESP_DOWNLOAD:
         r = lws_add_http_common_headers(wsi, 200, "application/octet-stream", p->clen, &pp, end);
         break;
+    case RESP_STATIC:
+        /* no-cache: a new setup.sh or warrend must not leave a stale page in a tab.
+         * no-referrer: the page's URL may carry an access token. */
+        r = lws_add_http_common_headers(wsi, (unsigned)p->status, p->ctype, p->clen, &pp, end) ||
+            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
+                                         (const unsigned char *)"no-cache", 8, &pp, end) ||
+            lws_add_http_header_by_name(wsi, (const unsigned char *)"x-content-type-options:",
+                                        (const unsigned char *)"nosniff", 7, &pp, end) ||
+            lws_add_http_header_by_name(wsi, (const unsigned char *)"referrer-policy:",
+                                        (const unsigned char *)"no-referrer", 11, &pp, end);
+        break;
     case RESP_NDJSON:
         r = lws_add_http_header_status(wsi, 200, &pp, end) ||
             lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
@@ -392,7 +403,7 @@ static int write_body(struct pss *p)
         }
         /* The client took the last write (lws calls WRITEABLE only once its partial went
          * out): it has stall_timeout_s again for the next. */
-        if (p->kind == RESP_NDJSON || p->kind == RESP_DOWNLOAD) {
+        if (p->kind == RESP_NDJSON || p->kind == RESP_DOWNLOAD || p->kind == RESP_STATIC) {
             if (p->qh && !last)
                 resp_stall_arm(p, true);
             else

@@ -6,6 +6,7 @@
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "http_int.h"
+#include "web.h"
 
 /* ----------------------------------------------------------- sink (sbx) */
 
@@ -61,6 +62,7 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         p->complete = true;
         break;
     case RESP_JSON:
+    case RESP_STATIC:
         json_decref(body);
         break;
     }
@@ -584,6 +586,20 @@ void rest_request(struct pss *p, const char *uri)
     }
     if (transfer_encoding(p, has_cl))
         return;
+
+    /* The browser terminal's page and files (web.h): no key, a fixed allow-list. */
+    {
+        const struct web_file *wf;
+        int w = web_lookup(uri, &wf);
+        if (w == WEB_FILE) {
+            web_request(p, wf);
+            return;
+        }
+        if (w == WEB_NOTFOUND) {
+            resp_code(p, 404, "not_found", "no such page");
+            return;
+        }
+    }
 
     rc = api_route_match(uri, &r);
     /* A "files" token opens its sandbox's file routes; everything else needs the key. */

@@ -44,6 +44,7 @@ static void check_same(const struct srv_config *d, const struct srv_config *f)
         case T_LEVEL:
         case T_DIR_STATE:
         case T_DIR_IMAGE:
+        case T_DIR_WEB:
             same = same_str(*(char *const *)a, *(char *const *)b);
             break;
         default:
@@ -186,6 +187,29 @@ static void test_computed_dirs(void)
     cfg_free(&c);
 }
 
+/* web_dir: where scripts/setup.sh installs the npm packages, $WARREN_WEB_DIR, or an
+ * absolute path. */
+static void test_web_dir(void)
+{
+    struct srv_config c;
+    char err[256] = "";
+
+    setenv("HOME", "/home/tester", 1);
+    unsetenv("WARREN_WEB_DIR");
+    CHECK(cfg_defaults(&c) == 0);
+    CHECK(same_str(c.web_dir, "/home/tester/.cache/warren/npm/current/node_modules"));
+    CHECK(cfg_set(&c, "web_dir", "relative/node_modules", err, sizeof(err)) == -EINVAL);
+    CHECK(strstr(err, "absolute") != NULL);
+    CHECK(cfg_set(&c, "web_dir", "/srv/nm", err, sizeof(err)) == 0);
+    CHECK(same_str(c.web_dir, "/srv/nm"));
+    cfg_free(&c);
+    setenv("WARREN_WEB_DIR", "/web/here", 1);
+    CHECK(cfg_defaults(&c) == 0);
+    CHECK(same_str(c.web_dir, "/web/here"));
+    cfg_free(&c);
+    unsetenv("WARREN_WEB_DIR");
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -195,6 +219,7 @@ int main(int argc, char **argv)
     test_file_equals_defaults(argv[1]);
     test_parser();
     test_computed_dirs();
+    test_web_dir();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     else

@@ -1,0 +1,796 @@
+/*
+ * ws_pty.c - the PTY WebSocket (ws_pty.h): upgrade checks, the socket's
+ * reader of the process's output, its queue of input/resize/signal actions,
+ * and flow control by client ACKs.
+ *
+ * Flow control: output bytes the guest sent for this socket are credited
+ * back (sbx_op_consumed) only when the client ACKs them, so warrend holds at
+ * most one guest window per socket whatever the client does; a client that
+ * never ACKs stalls only its own reader, which falls behind in the guest's
+ * ring and is told what it lost.
+ *
+ * Input: INPUT, RESIZE and SIGNAL become sbx_proc_ctl calls, one in flight
+ * per socket, the rest queued up to pty_socket_input_queue; at that point
+ * reading the socket pauses until the guest caught up, so the queue (and
+ * memory) stays bounded.
+ *
+ * Closing: a socket is closed from SERVER_WRITEABLE once its last frame
+ * (exit or error) is out; a malformed client frame closes it at once with
+ * 1008/1009 and a reason.
+ */
+#include "http_int.h"
+#include "ws_pty.h"
+#include "ws_pty_frame.h"
+
+#define WPTY_DEF_COLS 80
+#define WPTY_DEF_ROWS 24
+#define WPTY_CMD_MAX  4096
+
+/* One frame for the client, with LWS_PRE headroom. */
+struct wmsg {
+    struct wmsg *next;
+    size_t len;
+    unsigned char mem[];
+};
+
+/* One queued action on the process. */
+struct wctl {
+    struct wctl *next;
+    struct sbx_proc_ctl c;
+    unsigned char data[]; /* c.data points here */
+};
+
+/* One PTY socket (lws per_session_data). */
+struct wpty {
+    struct wpty *next, *prev; /* the open sockets (registry, for the limits) */
+    struct http_server *srv;
+    struct lws *wsi;
+    bool live; /* established and registered */
+    char sbx[API_ID_MAX + 1];
+    uint32_t pid; /* 0 until a new PTY has started */
+    bool want_new;
+    unsigned cols, rows;
+    char *cmd, *cwd;
+    uint64_t offset;
+
+    sbx_op_t start_op, out_op, ctl_op;
+    bool start_live, out_live, ctl_live;
+
+    unsigned char *rx; /* a client frame being reassembled */
+    size_t rx_len, rx_cap;
+    bool rx_paused;
+
+    struct wctl *cq, *cq_tail;
+    unsigned cq_n;
+
+    struct wmsg *tq, *tq_tail;
+    uint64_t held; /* output bytes received and not yet ACKed: credit withheld */
+
+    bool closing; /* close once tq is empty */
+};
+
+static struct wpty *registry;
+
+/* -------------------------------------------------------- route, query */
+
+/* /v1/sandboxes/{id}/pty[/{pid}]: 0 and sbx, *pid (0 for a new PTY), or -1. */
+static int parse_path(const char *uri, char *sbx, uint32_t *pid)
+{
+    static const char pre[] = "/v1/sandboxes/";
+    char tmp[64 + API_ID_MAX];
+    struct api_route r;
+    const char *id, *slash, *rest;
+    size_t n;
+
+    if (strncmp(uri, pre, sizeof(pre) - 1))
+        return -1;
+    id = uri + sizeof(pre) - 1;
+    if (!(slash = strchr(id, '/')) || (n = (size_t)(slash - id)) == 0 || n > API_ID_MAX)
+        return -1;
+    /* The id is checked as the REST router checks it. */
+    snprintf(tmp, sizeof(tmp), "%s%.*s", pre, (int)n, id);
+    if (api_route_match(tmp, &r) || r.id != API_R_SANDBOX)
+        return -1;
+    rest = slash;
+    if (!strcmp(rest, "/pty")) {
+        *pid = 0;
+    } else if (!strncmp(rest, "/pty/", 5) && rest[5] >= '1' && rest[5] <= '9') {
+        unsigned long long v = 0;
+        for (const char *c = rest + 5; *c; c++) {
+            if (*c < '0' || *c > '9' || (v = v * 10 + (unsigned)(*c - '0')) > API_PID_MAX)
+                return -1;
+        }
+        *pid = (uint32_t)v;
+    } else {
+        return -1;
+    }
+    memcpy(sbx, r.sbx, sizeof(r.sbx));
+    return 0;
+}
+
+static int get_uri(struct lws *wsi, char *buf, int cap)
+{
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
+
+    if (n <= 0 || n >= cap || lws_hdr_copy(wsi, buf, cap, WSI_TOKEN_GET_URI) < 0)
+        return -1;
+    return 0;
+}
+
+bool ws_pty_route(struct lws *wsi)
+{
+    char uri[512], sbx[API_ID_MAX + 1];
+    uint32_t pid;
+
+    return get_uri(wsi, uri, sizeof(uri)) == 0 && parse_path(uri, sbx, &pid) == 0;
+}
+
+struct wq {
+    unsigned cols, rows;
+    uint64_t offset;
+    char cmd[WPTY_CMD_MAX], cwd[WPTY_CMD_MAX];
+    bool has_cmd, has_cwd;
+};
+
+static int parse_uint(const char *s, unsigned long long max, unsigned long long *v)
+{
+    char *end;
+
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    *v = strtoull(s, &end, 10);
+    return errno || *end || *v > max ? -1 : 0;
+}
+
+/* The query: 0, or -1 with *e. access_token is the token check's business. */
+static int parse_query(struct lws *wsi, bool is_new, struct wq *q, struct api_err *e)
+{
+    char frag[WPTY_CMD_MAX + 16];
+    unsigned long long v;
+
+    memset(q, 0, sizeof(*q));
+    q->cols = WPTY_DEF_COLS;
+    q->rows = WPTY_DEF_ROWS;
+    for (int i = 0; i < QUERY_FRAGS_MAX; i++) {
+        int len = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
+        const char *val;
+
+        if (len < 0 || (len == 0 && lws_hdr_copy_fragment(wsi, frag, (int)sizeof(frag),
+                                                          WSI_TOKEN_HTTP_URI_ARGS, i) < 0))
+            return 0;
+        if (len == 0)
+            continue;
+        if (len >= (int)sizeof(frag) ||
+            lws_hdr_copy_fragment(wsi, frag, (int)sizeof(frag), WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
+            goto bad_len;
+        val = strchr(frag, '=');
+        val = val ? val + 1 : "";
+        if (is_new && (!strncmp(frag, "cols=", 5) || !strncmp(frag, "rows=", 5))) {
+            if (parse_uint(val, WSP_SIZE_MAX, &v) || v == 0) {
+                *e = (struct api_err){.status = 400, .code = "invalid_argument"};
+                snprintf(e->msg, sizeof(e->msg), "%.4s must be 1..%d", frag, WSP_SIZE_MAX);
+                return -1;
+            }
+            *(frag[0] == 'c' ? &q->cols : &q->rows) = (unsigned)v;
+        } else if (is_new && !strncmp(frag, "cmd=", 4)) {
+            snprintf(q->cmd, sizeof(q->cmd), "%s", val);
+            q->has_cmd = *val != '\0';
+        } else if (is_new && !strncmp(frag, "cwd=", 4)) {
+            snprintf(q->cwd, sizeof(q->cwd), "%s", val);
+            q->has_cwd = *val != '\0';
+        } else if (!is_new && !strncmp(frag, "offset=", 7)) {
+            if (parse_uint(val, UINT64_MAX, &v)) {
+                *e = (struct api_err){.status = 400, .code = "invalid_argument"};
+                snprintf(e->msg, sizeof(e->msg), "offset must be a non-negative integer");
+                return -1;
+            }
+            q->offset = v;
+        } else if (strncmp(frag, "access_token=", 13)) {
+            *e = (struct api_err){.status = 400, .code = "invalid_argument"};
+            snprintf(e->msg, sizeof(e->msg), "unknown query parameter '%.*s'",
+                     (int)strcspn(frag, "="), frag);
+            return -1;
+        }
+    }
+bad_len:
+    *e = (struct api_err){.status = 400, .code = "bad_request"};
+    snprintf(e->msg, sizeof(e->msg), "query string too long");
+    return -1;
+}
+
+/* ------------------------------------------------------------- access */
+
+static void count_socks(const struct http_server *srv, const char *sbx, uint32_t pid,
+                        unsigned *per_sbx, unsigned *per_pid)
+{
+    *per_sbx = *per_pid = 0;
+    for (struct wpty *w = registry; w; w = w->next) {
+        if (w->srv != srv || strcmp(w->sbx, sbx))
+            continue;
+        (*per_sbx)++;
+        if (pid && w->pid == pid)
+            (*per_pid)++;
+    }
+}
+
+/* Every check made before the upgrade (and again when lws binds the socket): 0, or -1
+ * with *e. */
+static int check_upgrade(struct http_server *srv, struct lws *wsi, char *sbx, uint32_t *pid,
+                         struct wq *q, struct api_err *e)
+{
+    char uri[512], proto[256];
+    struct sbx_err err;
+    json_t *rec = NULL;
+    const char *state;
+    unsigned n_sbx, n_pid;
+
+    if (get_uri(wsi, uri, sizeof(uri)) || parse_path(uri, sbx, pid)) {
+        *e = (struct api_err){.status = 404, .code = "not_found"};
+        snprintf(e->msg, sizeof(e->msg), "no such route");
+        return -1;
+    }
+    if (http_authorize(NULL, wsi, sbx, "pty", e))
+        return -1;
+    if (!http_origin_allowed(srv, wsi)) {
+        *e = (struct api_err){.status = 403, .code = "origin_not_allowed"};
+        snprintf(e->msg, sizeof(e->msg), "this Origin may not open sockets here (allowed_origins)");
+        return -1;
+    }
+    /* The protocol must name this route's socket: a path/protocol mismatch is refused
+     * here rather than served by the wrong callback. */
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_PROTOCOL) <= 0 ||
+        lws_hdr_copy(wsi, proto, sizeof(proto), WSI_TOKEN_PROTOCOL) < 0 ||
+        !strstr(proto, ws_pty_protocol.name)) {
+        *e = (struct api_err){.status = 400, .code = "bad_request"};
+        snprintf(e->msg, sizeof(e->msg), "this route needs Sec-WebSocket-Protocol: %s",
+                 ws_pty_protocol.name);
+        return -1;
+    }
+    if (parse_query(wsi, *pid == 0, q, e))
+        return -1;
+    if (sbx_get(srv->t, sbx, &rec, &err)) {
+        *e = (struct api_err){.status = sbx_err_http_status(err.code),
+                              .code = sbx_err_name(err.code)};
+        snprintf(e->msg, sizeof(e->msg), "%.200s", err.msg);
+        return -1;
+    }
+    state = json_string_value(json_object_get(rec, "state"));
+    if (state && !strcmp(state, "ended")) {
+        json_decref(rec);
+        *e = (struct api_err){.status = sbx_err_http_status(SBX_E_GONE),
+                              .code = sbx_err_name(SBX_E_GONE)};
+        snprintf(e->msg, sizeof(e->msg), "sandbox %s has ended", sbx);
+        return -1;
+    }
+    json_decref(rec);
+    count_socks(srv, sbx, *pid, &n_sbx, &n_pid);
+    if (n_sbx >= srv->cfg->pty_socks_per_sbx) {
+        *e = (struct api_err){.status = 429, .code = "too_many_sockets"};
+        snprintf(e->msg, sizeof(e->msg),
+                 "sandbox %s has %u PTY sockets open (pty_sockets_per_sandbox); close some", sbx,
+                 n_sbx);
+        return -1;
+    }
+    if (n_pid >= srv->cfg->pty_viewers) {
+        *e = (struct api_err){.status = 429, .code = "too_many_viewers"};
+        snprintf(e->msg, sizeof(e->msg),
+                 "process %" PRIu32 " has %u viewers (pty_viewers_per_process); close some", *pid,
+                 n_pid);
+        return -1;
+    }
+    return 0;
+}
+
+/* Answer a refused upgrade as any REST error: status and {"error":{...}}. */
+static int refuse_http(struct lws *wsi, const struct api_err *e)
+{
+    unsigned char buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start,
+                                       *end = buf + sizeof(buf) - 1;
+    json_t *j = api_error(e->code, "%s", e->msg);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    char cl[24];
+    size_t bl = body ? strlen(body) : 0;
+    int rc = -1;
+
+    json_decref(j);
+    if (!body || bl + 1 > 1024)
+        goto out;
+    snprintf(cl, sizeof(cl), "%zu", bl + 1);
+    if (lws_add_http_header_status(wsi, (unsigned)e->status, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+                                     (const unsigned char *)"application/json", 16, &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, (const unsigned char *)cl,
+                                     (int)strlen(cl), &p, end) ||
+        lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5,
+                                     &p, end) ||
+        lws_finalize_http_header(wsi, &p, end))
+        goto out;
+    memcpy(p, body, bl);
+    p += bl;
+    *p++ = '\n';
+    if (lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+        goto out;
+    rc = 1;
+out:
+    free(body);
+    return rc;
+}
+
+int ws_pty_confirm(struct http_server *srv, struct lws *wsi)
+{
+    char sbx[API_ID_MAX + 1];
+    struct api_err e;
+    uint32_t pid;
+    struct wq *q = malloc(sizeof(*q));
+    int rc;
+
+    if (!q)
+        return -1;
+    rc = check_upgrade(srv, wsi, sbx, &pid, q, &e);
+    free(q);
+    if (rc) {
+        LOG(LOG_DEBUG, "PTY socket refused: %d %s: %s", e.status, e.code, e.msg);
+        return refuse_http(wsi, &e);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- output */
+
+static void want_write(struct wpty *w)
+{
+    lws_callback_on_writable(w->wsi);
+}
+
+static struct wmsg *msg_new(size_t len)
+{
+    struct wmsg *m = malloc(sizeof(*m) + LWS_PRE + len);
+
+    if (m) {
+        m->next = NULL;
+        m->len = len;
+    }
+    return m;
+}
+
+static void msg_push(struct wpty *w, struct wmsg *m)
+{
+    if (w->tq_tail)
+        w->tq_tail->next = m;
+    else
+        w->tq = m;
+    w->tq_tail = m;
+    want_write(w);
+}
+
+/* A CONTROL frame with j (taken). */
+static void send_control(struct wpty *w, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    size_t n = s ? strlen(s) : 0;
+    struct wmsg *m = s ? msg_new(1 + n) : NULL;
+
+    json_decref(j);
+    if (!m) {
+        free(s);
+        LOG(LOG_WARN, "%s: PTY socket: out of memory for a control frame; closing", w->sbx);
+        w->closing = true;
+        want_write(w);
+        return;
+    }
+    m->mem[LWS_PRE] = WSP_CONTROL;
+    memcpy(m->mem + LWS_PRE + 1, s, n);
+    free(s);
+    msg_push(w, m);
+}
+
+/* The last frame: the socket closes (normally) once it is out. */
+static void finish(struct wpty *w, json_t *last)
+{
+    if (w->closing) {
+        json_decref(last);
+        return;
+    }
+    send_control(w, last);
+    w->closing = true;
+}
+
+static void send_error(struct wpty *w, const char *code, const char *msg)
+{
+    finish(w, json_pack("{s:s,s:s,s:s}", "type", "error", "code", code, "message", msg));
+}
+
+static void on_out_data(void *user, int fd, uint64_t off, const void *p, size_t n)
+{
+    struct wpty *w = user;
+    struct wmsg *m = msg_new(WSP_OUTPUT_HEAD + n);
+
+    (void)fd;
+    if (!m) {
+        /* Without its credit back the guest sends no more: closing is the honest end. */
+        send_error(w, "internal", "out of memory");
+        return;
+    }
+    wsp_output_head(m->mem + LWS_PRE, off);
+    memcpy(m->mem + LWS_PRE + WSP_OUTPUT_HEAD, p, n);
+    w->held += n;
+    msg_push(w, m);
+}
+
+static void on_out_lost(void *user, uint64_t off, uint64_t n)
+{
+    struct wpty *w = user;
+
+    send_control(w, json_pack("{s:s,s:I,s:I}", "type", "lost", "offset", (json_int_t)off, "bytes",
+                              (json_int_t)n));
+}
+
+static void on_out_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct wpty *w = user;
+
+    w->out_live = false;
+    if (err) {
+        /* The sandbox ended or died, or the channel went: the process is out of reach. */
+        json_decref(body);
+        finish(w, json_pack("{s:s,s:n,s:n,s:s,s:s}", "type", "exit", "exit_code", "signal",
+                            "reason", sbx_err_name(err->code), "message", err->msg));
+        return;
+    }
+    if (!body || !json_is_object(body)) {
+        json_decref(body);
+        body = json_pack("{s:s,s:n,s:n}", "type", "exit", "exit_code", "signal");
+    }
+    json_object_del(body, "timed_out");
+    finish(w, body);
+}
+
+static const struct sbx_sink out_sink = {
+    .done = on_out_done,
+    .data = on_out_data,
+    .lost = on_out_lost,
+};
+
+static void start_output(struct wpty *w)
+{
+    struct sbx_err err;
+
+    send_control(w, json_pack("{s:s,s:I,s:I,s:I,s:I}", "type", "hello", "pid", (json_int_t)w->pid,
+                              "cols", (json_int_t)w->cols, "rows", (json_int_t)w->rows, "offset",
+                              (json_int_t)w->offset));
+    if (sbx_proc_output(w->srv->t, w->sbx, w->pid, w->offset, true, &out_sink, w, &w->out_op,
+                        &err)) {
+        send_error(w, sbx_err_name(err.code), err.msg);
+        return;
+    }
+    w->out_live = true;
+}
+
+/* The new PTY started ({"pid":N}), or the attached process's record. */
+static void on_start_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct wpty *w = user;
+    json_t *v;
+
+    w->start_live = false;
+    if (err) {
+        json_decref(body);
+        send_error(w, sbx_err_name(err->code), err->msg);
+        return;
+    }
+    if (w->want_new) {
+        w->pid = (uint32_t)json_integer_value(json_object_get(body, "pid"));
+    } else {
+        if ((v = json_object_get(body, "cols")) && json_is_integer(v))
+            w->cols = (unsigned)json_integer_value(v);
+        if ((v = json_object_get(body, "rows")) && json_is_integer(v))
+            w->rows = (unsigned)json_integer_value(v);
+    }
+    json_decref(body);
+    if (!w->pid) {
+        send_error(w, "internal", "the guest named no process");
+        return;
+    }
+    start_output(w);
+}
+
+static const struct sbx_sink start_sink = {.done = on_start_done};
+
+static void start(struct wpty *w)
+{
+    struct sbx_err err;
+    json_t *body;
+    int rc;
+
+    if (!w->want_new) {
+        rc = sbx_proc_list(w->srv->t, w->sbx, w->pid, &start_sink, w, &w->start_op, &err);
+    } else {
+        body = json_pack("{s:{s:I,s:I}}", "pty", "cols", (json_int_t)w->cols, "rows",
+                         (json_int_t)w->rows);
+        if (body && w->cmd)
+            json_object_set_new(body, "cmd", json_string(w->cmd));
+        if (body && w->cwd)
+            json_object_set_new(body, "cwd", json_string(w->cwd));
+        rc = body ? sbx_exec(w->srv->t, w->sbx, body, false, &start_sink, w, &w->start_op, &err)
+                  : sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+        json_decref(body);
+    }
+    if (rc) {
+        send_error(w, sbx_err_name(err.code), err.msg);
+        return;
+    }
+    w->start_live = true;
+}
+
+/* -------------------------------------------------------------- input */
+
+static void ctl_pump(struct wpty *w);
+
+static void on_ctl_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct wpty *w = user;
+
+    json_decref(body);
+    w->ctl_live = false;
+    if (err)
+        /* Input to a process that exited, or stdin full: the terminal shows no echo, as
+         * a local one would; the socket goes on. */
+        LOG(LOG_DEBUG, "%s: PTY %" PRIu32 ": %s", w->sbx, w->pid, err->msg);
+    ctl_pump(w);
+}
+
+static const struct sbx_sink ctl_sink = {.done = on_ctl_done};
+
+/* Start the next queued action if none is in flight. */
+static void ctl_pump(struct wpty *w)
+{
+    struct sbx_err err;
+
+    while (!w->ctl_live && w->cq && w->pid) {
+        struct wctl *c = w->cq;
+        int rc;
+
+        if (!(w->cq = c->next))
+            w->cq_tail = NULL;
+        w->cq_n--;
+        rc = sbx_proc_ctl(w->srv->t, w->sbx, w->pid, &c->c, &ctl_sink, w, &w->ctl_op, &err);
+        free(c);
+        if (rc == 0)
+            w->ctl_live = true;
+        else
+            LOG(LOG_DEBUG, "%s: PTY %" PRIu32 ": %s", w->sbx, w->pid, err.msg);
+    }
+    if (w->rx_paused && w->cq_n < w->srv->cfg->pty_ctl_queue) {
+        w->rx_paused = false;
+        lws_rx_flow_control(w->wsi, 1);
+    }
+}
+
+/* Queue one action: 0, or -1 (out of memory, or the client ignored the pause). */
+static int ctl_push(struct wpty *w, const struct wsp_frame *f)
+{
+    struct wctl *c;
+
+    if (w->cq_n >= 2 * w->srv->cfg->pty_ctl_queue)
+        return -1;
+    if (!(c = calloc(1, sizeof(*c) + f->len)))
+        return -1;
+    switch (f->op) {
+    case WSP_INPUT:
+        memcpy(c->data, f->data, f->len);
+        c->c.data = c->data;
+        c->c.len = f->len;
+        break;
+    case WSP_RESIZE:
+        c->c.cols = f->cols;
+        c->c.rows = f->rows;
+        break;
+    case WSP_SIGNAL:
+        c->c.sig = f->sig;
+        break;
+    }
+    if (w->cq_tail)
+        w->cq_tail->next = c;
+    else
+        w->cq = c;
+    w->cq_tail = c;
+    w->cq_n++;
+    if (w->cq_n >= w->srv->cfg->pty_ctl_queue && !w->rx_paused) {
+        w->rx_paused = true;
+        lws_rx_flow_control(w->wsi, 0);
+    }
+    ctl_pump(w);
+    return 0;
+}
+
+/* A malformed frame: close this socket with code and reason (from inside a callback). */
+static int reject(struct wpty *w, int code, const char *why)
+{
+    LOG(LOG_DEBUG, "%s: PTY socket closed: %d %s", w->sbx, code, why);
+    lws_close_reason(w->wsi, (enum lws_close_status)code, (unsigned char *)why, strlen(why));
+    return -1;
+}
+
+static int on_receive(struct wpty *w, const void *in, size_t len)
+{
+    struct wsp_frame f;
+    const char *why;
+    int code;
+
+    if (lws_is_first_fragment(w->wsi))
+        w->rx_len = 0;
+    if (!lws_frame_is_binary(w->wsi))
+        return reject(w, WSP_CLOSE_POLICY, "text frames are not part of warren.pty.v1");
+    if (w->rx_len + len > w->srv->cfg->pty_max_frame)
+        return reject(w, WSP_CLOSE_BIG, "frame larger than pty_socket_max_frame_bytes");
+    if (w->rx_len + len > w->rx_cap) {
+        size_t cap = w->rx_len + len < 4096 ? 4096 : w->rx_len + len;
+        unsigned char *nb = realloc(w->rx, cap);
+        if (!nb)
+            return reject(w, 1011, "out of memory");
+        w->rx = nb;
+        w->rx_cap = cap;
+    }
+    if (len)
+        memcpy(w->rx + w->rx_len, in, len);
+    w->rx_len += len;
+    if (!lws_is_final_fragment(w->wsi) || lws_remaining_packet_payload(w->wsi))
+        return 0;
+    code = wsp_decode(w->rx, w->rx_len, &f, &why);
+    w->rx_len = 0;
+    if (code)
+        return reject(w, code, why);
+    if (f.op == WSP_ACK) {
+        /* Credit goes back to the guest only for bytes the client has shown. */
+        size_t n = f.ack > w->held ? (size_t)w->held : f.ack;
+        w->held -= n;
+        if (n && w->out_live)
+            sbx_op_consumed(w->srv->t, w->out_op, n);
+        return 0;
+    }
+    if (f.op == WSP_INPUT && f.len == 0)
+        return 0;
+    if (ctl_push(w, &f))
+        return reject(w, WSP_CLOSE_POLICY, "input queue overflow");
+    /* Shrink a buffer a big paste grew. */
+    if (w->rx_cap > 65536) {
+        free(w->rx);
+        w->rx = NULL;
+        w->rx_cap = 0;
+    }
+    return 0;
+}
+
+static int on_writeable(struct wpty *w)
+{
+    struct wmsg *m = w->tq;
+
+    if (m) {
+        if (!(w->tq = m->next))
+            w->tq_tail = NULL;
+        if (lws_write(w->wsi, m->mem + LWS_PRE, m->len, LWS_WRITE_BINARY) < (int)m->len) {
+            free(m);
+            return -1;
+        }
+        free(m);
+        if (w->tq || w->closing)
+            want_write(w);
+        return 0;
+    }
+    if (w->closing) {
+        lws_close_reason(w->wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static int on_filter(struct wpty *w, struct http_server *srv, struct lws *wsi)
+{
+    struct api_err e;
+    struct wq *q = malloc(sizeof(*q));
+    int rc = -1;
+
+    if (!q)
+        return -1;
+    if (check_upgrade(srv, wsi, w->sbx, &w->pid, q, &e)) {
+        LOG(LOG_DEBUG, "PTY socket refused at bind: %s", e.msg);
+        goto out;
+    }
+    w->want_new = w->pid == 0;
+    w->cols = q->cols;
+    w->rows = q->rows;
+    w->offset = w->want_new ? 0 : q->offset;
+    if ((q->has_cmd && !(w->cmd = strdup(q->cmd))) || (q->has_cwd && !(w->cwd = strdup(q->cwd))))
+        goto out;
+    w->srv = srv;
+    w->wsi = wsi;
+    rc = 0;
+out:
+    free(q);
+    return rc;
+}
+
+static void on_established(struct wpty *w)
+{
+    http_conn_upgraded(w->wsi);
+    w->live = true;
+    w->next = registry;
+    if (registry)
+        registry->prev = w;
+    registry = w;
+    start(w);
+}
+
+static void on_closed(struct wpty *w)
+{
+    if (!w->srv)
+        return;
+    if (w->live) {
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            registry = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+    }
+    if (w->start_live)
+        sbx_op_cancel(w->srv->t, w->start_op);
+    if (w->out_live)
+        sbx_op_cancel(w->srv->t, w->out_op);
+    if (w->ctl_live)
+        sbx_op_cancel(w->srv->t, w->ctl_op);
+    while (w->cq) {
+        struct wctl *c = w->cq;
+        w->cq = c->next;
+        free(c);
+    }
+    while (w->tq) {
+        struct wmsg *m = w->tq;
+        w->tq = m->next;
+        free(m);
+    }
+    free(w->rx);
+    free(w->cmd);
+    free(w->cwd);
+    memset(w, 0, sizeof(*w));
+}
+
+static int ws_pty_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                     size_t len)
+{
+    struct wpty *w = user;
+    struct http_server *srv = wsi ? lws_context_user(lws_get_context(wsi)) : NULL;
+
+    if (!srv)
+        return 0;
+    switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return w ? on_filter(w, srv, wsi) : -1;
+    case LWS_CALLBACK_ESTABLISHED:
+        if (!w || !w->srv)
+            return -1;
+        on_established(w);
+        return 0;
+    case LWS_CALLBACK_RECEIVE:
+        return w && w->live ? on_receive(w, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return w && w->live ? on_writeable(w) : 0;
+    case LWS_CALLBACK_CLOSED:
+    case LWS_CALLBACK_WS_SERVER_DROP_PROTOCOL:
+        if (w)
+            on_closed(w);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+const struct lws_protocols ws_pty_protocol = {
+    .name = "warren.pty.v1",
+    .callback = ws_pty_cb,
+    .per_session_data_size = sizeof(struct wpty),
+    .rx_buffer_size = 0,
+};
