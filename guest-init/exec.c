@@ -39,6 +39,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -914,7 +915,15 @@ void gi_orphans_wait(struct gi_agent *a)
             gi_log("waitpid %d: %s", (int)o->pid, strerror(errno));
         o->pid = 0;
     }
+    /* A process killed through cgroup.kill that had left the group is not ours to wait
+     * for: its cgroup stays busy until the kernel has finished it, a moment later. Retry
+     * for up to a second rather than leave the directory behind. */
     orphans_tidy(a);
+    for (int tries = 0; a->norphans > 0 && tries < 100; tries++) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        orphans_tidy(a);
+    }
     for (size_t i = 0; i < a->norphans; i++)
         free(a->orphans[i].cgroup);
     a->norphans = 0;
