@@ -84,7 +84,10 @@ class Pty:
             self.segs[-1][1].extend(m[9:])
             self.next += len(m) - 9
             if self.ack and len(m) > 9:
-                await self.ws.send(b"\x02" + (len(m) - 9).to_bytes(4, "big"))
+                try:
+                    await self.ws.send(b"\x02" + (len(m) - 9).to_bytes(4, "big"))
+                except websockets.ConnectionClosed:
+                    return False  # the server closed after this frame
         elif m[0] == 0x11:
             j = json.loads(m[1:])
             if j["type"] == "lost":
@@ -346,8 +349,18 @@ class PtyViewerLimitTest(WarrenCase):
             c = await Pty.open(w, f"/v1/sandboxes/{sid}/pty")
             st, body = upgrade(w, f"/v1/sandboxes/{sid}/pty")
             self.assertEqual((st, body["error"]["code"]), (429, "too_many_sockets"), body)
+            # The sandbox ends: every socket gets an exit frame saying why, then a
+            # normal close.
+            self.assertEqual(w.delete(sid).status, 200)
             for p in (a, b, c):
-                await p.close()
+                code, _ = await p.closed()
+                self.assertEqual(code, 1000)
+                self.assertIsNotNone(p.exit)
+                self.assertIsNone(p.exit["exit_code"], p.exit)
+                self.assertTrue(p.exit.get("reason"), p.exit)
+            # and a new socket on it is refused before the upgrade.
+            st, body = upgrade(w, f"/v1/sandboxes/{sid}/pty")
+            self.assertEqual((st, body["error"]["code"]), (409, "sandbox_ended"), body)
         run(t())
 
 
