@@ -87,7 +87,9 @@ class Pty:
                 try:
                     await self.ws.send(b"\x02" + (len(m) - 9).to_bytes(4, "big"))
                 except websockets.ConnectionClosed:
-                    return False  # the server closed after this frame
+                    # The server's close arrived already; frames sent before it (an exit)
+                    # may still be queued: the next recv returns them, then raises.
+                    pass
         elif m[0] == 0x11:
             j = json.loads(m[1:])
             if j["type"] == "lost":
@@ -253,7 +255,8 @@ class PtySocketTest(WarrenCase):
             b.ack = True
             await b.ws.send(b"\x02" + len(got).to_bytes(4, "big"))
             await stalled
-            self.assertIsNotNone(b.exit)
+            self.assertIsNotNone(b.exit, (b.ws.close_code, b.ws.close_reason, b.next, len(out),
+                                          b.lost))
             for off, seg in b.segs:
                 self.assertEqual(bytes(seg), out[off:off + len(seg)])
             self.assertEqual(b.next, len(out))
