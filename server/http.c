@@ -323,8 +323,8 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 /* Every protocol of the vhost, in one place. protocols[0] also gets the connection-level
  * callbacks (filter, adoption, WSI_DESTROY), so the HTTP one stays first; WebSocket
  * protocols (PTY, agent socket) are added after it, each with its own callback and
- * per-session struct, and find their server with lws_context_user() like http_cb. */
-/* WebSocket protocols, each exported by its own file; an extern struct cannot be an
+ * per-session struct, and find their server with lws_context_user() like http_cb.
+ * Each WebSocket protocol is exported by its own file; an extern struct cannot be an
  * initializer in C, so http_start copies them in after the HTTP one. */
 static const struct lws_protocols *const ws_protocols[] = {
     &ws_pty_protocol,

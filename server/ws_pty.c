@@ -703,8 +703,11 @@ static int on_filter(struct wpty *w, struct http_server *srv, struct lws *wsi)
     w->cols = q->cols;
     w->rows = q->rows;
     w->offset = w->want_new ? 0 : q->offset;
-    if ((q->has_cmd && !(w->cmd = strdup(q->cmd))) || (q->has_cwd && !(w->cwd = strdup(q->cwd))))
+    if ((q->has_cmd && !(w->cmd = strdup(q->cmd))) || (q->has_cwd && !(w->cwd = strdup(q->cwd)))) {
+        free(w->cmd);
+        w->cmd = NULL;
         goto out;
+    }
     w->srv = srv;
     w->wsi = wsi;
     rc = 0;

@@ -49,7 +49,7 @@ class Pty:
         ws = await websockets.connect(
             f"ws://127.0.0.1:{w.port}{path}{q}", subprotocols=[PROTO],
             extra_headers={"Authorization": f"Bearer {w.key}"}, max_size=None,
-            ping_interval=None, open_timeout=T, close_timeout=T)
+            ping_interval=None, open_timeout=T, close_timeout=10)
         p = cls(ws, ack)
         m = await asyncio.wait_for(ws.recv(), T)
         assert m[0] == 0x11, m[:20]
@@ -84,7 +84,12 @@ class Pty:
             self.segs[-1][1].extend(m[9:])
             self.next += len(m) - 9
             if self.ack and len(m) > 9:
-                await self.ws.send(b"\x02" + (len(m) - 9).to_bytes(4, "big"))
+                try:
+                    await self.ws.send(b"\x02" + (len(m) - 9).to_bytes(4, "big"))
+                except websockets.ConnectionClosed:
+                    # The server's close arrived already; frames sent before it (an exit)
+                    # may still be queued: the next recv returns them, then raises.
+                    pass
         elif m[0] == 0x11:
             j = json.loads(m[1:])
             if j["type"] == "lost":
@@ -250,7 +255,8 @@ class PtySocketTest(WarrenCase):
             b.ack = True
             await b.ws.send(b"\x02" + len(got).to_bytes(4, "big"))
             await stalled
-            self.assertIsNotNone(b.exit)
+            self.assertIsNotNone(b.exit, (b.ws.close_code, b.ws.close_reason, b.next, len(out),
+                                          b.lost))
             for off, seg in b.segs:
                 self.assertEqual(bytes(seg), out[off:off + len(seg)])
             self.assertEqual(b.next, len(out))
@@ -346,8 +352,18 @@ class PtyViewerLimitTest(WarrenCase):
             c = await Pty.open(w, f"/v1/sandboxes/{sid}/pty")
             st, body = upgrade(w, f"/v1/sandboxes/{sid}/pty")
             self.assertEqual((st, body["error"]["code"]), (429, "too_many_sockets"), body)
+            # The sandbox ends: every socket gets an exit frame saying why, then a
+            # normal close.
+            self.assertEqual(w.delete(sid).status, 200)
             for p in (a, b, c):
-                await p.close()
+                code, _ = await p.closed()
+                self.assertEqual(code, 1000)
+                self.assertIsNotNone(p.exit)
+                self.assertIsNone(p.exit["exit_code"], p.exit)
+                self.assertTrue(p.exit.get("reason"), p.exit)
+            # and a new socket on it is refused before the upgrade.
+            st, body = upgrade(w, f"/v1/sandboxes/{sid}/pty")
+            self.assertEqual((st, body["error"]["code"]), (409, "sandbox_ended"), body)
         run(t())
 
 
@@ -358,40 +374,45 @@ class PtyRestartTest(unittest.TestCase):
             w.start()
             sid = w.create()
 
-            async def before():
+            async def t():
                 p = await Pty.open(w, f"/v1/sandboxes/{sid}/pty")
                 await p.send("echo pid=$$\n")
                 m = await p.until(r"\r\npid=(\d+)\r\n")
-                await p.send("i=0; while [ $i -lt 100000 ]; do echo n$i; i=$((i+1)); "
+                shell = m.group(1).decode()
+                # A counter that stops when told (^C does not end a loop in busybox ash).
+                await p.send("i=0; while [ ! -e /tmp/stop ]; do echo n$i; i=$((i+1)); "
                              "sleep 0.05; done\n")
                 await p.until(r"\r\nn30\r\n")
-                return p.pid, m.group(1).decode(), p.data()
-            pid, shell, first = run(before())
-            w.kill9()
-            w.start()
-            deadline = time.time() + 120
-            while True:
-                r = w.request("GET", f"/v1/sandboxes/{sid}/processes/{pid}")
-                if r.status == 200 or time.time() > deadline:
-                    break
-                time.sleep(0.2)
-            self.assertEqual(r.status, 200, r)
-            self.assertTrue(r.json()["running"], r)
-
-            async def after():
-                q = await Pty.open(w, f"/v1/sandboxes/{sid}/pty/{pid}", offset=len(first))
+                # warrend dies under the open socket; the client sees it drop.
+                w.kill9()
+                code, _ = await p.closed()
+                self.assertNotEqual(code, 1000)
+                first = p.data()
+                w.start()
+                deadline = time.time() + 120
+                while True:
+                    r = w.request("GET", f"/v1/sandboxes/{sid}/processes/{p.pid}")
+                    if r.status == 200 or time.time() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
+                self.assertEqual(r.status, 200, r)
+                self.assertTrue(r.json()["running"], r)
+                # A new socket from the last offset joins byte-exact.
+                q = await Pty.open(w, f"/v1/sandboxes/{sid}/pty/{p.pid}", offset=len(first))
                 self.assertEqual(q.hello["offset"], len(first))
                 await q.until(r"n\d+\r\nn\d+\r\nn\d+\r\n", start=len(first))
                 joined = (first + q.data()).decode()
                 nums = [int(x) for x in re.findall(r"\r\nn(\d+)(?=\r\n)", joined)]
                 self.assertGreater(len(nums), 33)
                 self.assertEqual(nums, list(range(len(nums))))
-                await q.send("\x03")
+                # The same shell, still there: $$ is unchanged.
+                w.run(sid, "touch /tmp/stop")
+                await q.until(r"\r\nn\d+\r\n[^n]", start=len(first))
                 mark = q.next
                 await q.send("echo again=$$\n")
                 await q.until(r"\r\nagain=%s\r\n" % shell, start=mark)
                 await q.close()
-            run(after())
+            run(t())
         finally:
             w.cleanup()
 

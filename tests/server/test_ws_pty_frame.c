@@ -27,8 +27,10 @@ int main(void)
     uint8_t h[WSP_OUTPUT_HEAD];
 
     /* INPUT: any bytes up to 64 KiB, empty included */
-    CHECK(dec((uint8_t[]){0x00, 'l', 's', '\r'}, 4, &f) == 0);
-    CHECK(f.op == WSP_INPUT && f.len == 3 && !memcmp(f.data, "ls\r", 3));
+    /* (f.data points into the frame: the frame must outlive f's use) */
+    static const uint8_t keys[] = {0x00, 'l', 's', '\r'};
+    CHECK(dec(keys, sizeof(keys), &f) == 0);
+    CHECK(f.op == WSP_INPUT && f.len == 3 && f.data == keys + 1 && !memcmp(f.data, "ls\r", 3));
     CHECK(dec((uint8_t[]){0x00}, 1, &f) == 0 && f.len == 0);
     memset(big, 'x', sizeof(big));
     big[0] = WSP_INPUT;
