@@ -269,9 +269,12 @@ class PtySocketTest(WarrenCase):
 
     def test_big_stream_byte_exact(self):
         big = os.environ.get("WARREN_BIG") == "1"
-        n = 12_000_000 if big else 1_400_000  # 100+ MiB or 10+ MiB on the terminal
+        # Under ASan (WARREN_SANITIZED) the same C paths see 2 MiB, as the other bulk
+        # streams run at a fraction of their size there.
+        small = os.environ.get("WARREN_SANITIZED") == "1" and not big
+        n = 12_000_000 if big else 300_000 if small else 1_400_000
         expect = seq_bytes(n)
-        self.assertGreater(len(expect), (100 if big else 10) << 20)
+        self.assertGreater(len(expect), (100 if big else 2 if small else 10) << 20)
 
         async def t():
             # Through cat: seq writes a line per write() to a terminal, which under TCG
