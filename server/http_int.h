@@ -134,7 +134,7 @@ struct pss {
     size_t credit_pending; /* written but not yet acknowledged */
     struct api_utf8_hold hold[2];
 
-    bool by_token; /* admitted by an ?access_token=, not the API key (issue 7) */
+    bool by_token;     /* admitted by an ?access_token=, not the API key (issue 7) */
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
 };
 
