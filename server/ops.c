@@ -776,6 +776,7 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     struct op *op;
     int status;
 
+    *opp = NULL; /* set on every path: callers test the returned code, not *opp */
     if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
         (status = ops_quota(sb, err)))
         return status;

@@ -207,6 +207,7 @@ static int proc_begin(struct sbx_table *t, const char *id, uint32_t pid, enum op
     struct op *op;
     int r;
 
+    *opp = NULL; /* set on every path: callers test the returned code, not *opp */
     if (pid > PROCS_PID_MAX)
         return sbx_err_set(err, SBX_E_PROCESS_NOT_FOUND, "no process %" PRIu32, pid);
     if ((r = sbx_usable(t, id, &sb, err)) || (r = ops_quota(sb, err)))

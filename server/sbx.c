@@ -639,8 +639,8 @@ static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, un
 {
     json_t *v = json_object_get(body, key);
 
+    *out = def; /* set on every path: callers test the returned code, not *out */
     if (!v || json_is_null(v)) {
-        *out = def;
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {

@@ -244,7 +244,8 @@ static int write_file(const char *dir, const char *name, const char *val)
     int fd, r = 0;
     size_t n = strlen(val);
 
-    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    if ((size_t)snprintf(p, sizeof(p), "%s/%s", dir, name) >= sizeof(p))
+        return -ENAMETOOLONG;
     if ((fd = open(p, O_WRONLY | O_CLOEXEC)) < 0)
         return -errno;
     if (write(fd, val, n) != (ssize_t)n)
