@@ -113,12 +113,17 @@ def main():
     finally:
         w.cleanup()
 
-    print(f"\nWarren benchmarks on {platform.node()} ({os.cpu_count()} cores, "
+    print_table("Warren benchmarks", "p50 / rate", rows)
+
+
+def print_table(title, head, rows, width=52):
+    """rows of (measure, p50 or value, p99), with the machine they ran on."""
+    print(f"\n{title} on {platform.node()} ({os.cpu_count()} cores, "
           f"{platform.machine()}, kernel {platform.release()})")
-    print(f"{'measure':52} {'p50 / rate':>14} {'p99':>12}")
-    print("-" * 80)
+    print(f"{'measure':{width}} {head:>14} {'p99':>12}")
+    print("-" * (width + 28))
     for name, p50, p99 in rows:
-        print(f"{name:52} {p50:>14} {p99:>12}")
+        print(f"{name:{width}} {p50:>14} {p99:>12}")
 
 
 if __name__ == "__main__":

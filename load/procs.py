@@ -13,14 +13,13 @@
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 from warren import Warren, rss_kib  # noqa: E402
-from bench import MiB, ms, pct  # noqa: E402
+from bench import MiB, ms, pct, print_table  # noqa: E402
 
 
 def bg(w, sid, cmd, **kw):
@@ -106,13 +105,7 @@ def main():
     finally:
         w.cleanup()
 
-    print(f"\nWarren process benchmarks on {platform.node()} ({os.cpu_count()} cores, "
-          f"{platform.machine()}, kernel {platform.release()})")
-    print(f"{'measure':56} {'p50 / value':>14} {'p99':>12}")
-    print("-" * 84)
-    for name, p50, p99 in rows:
-        print(f"{name:56} {p50:>14} {p99:>12}")
-
+    print_table("Warren process benchmarks", "p50 / value", rows, width=56)
 
 if __name__ == "__main__":
     main()
