@@ -144,7 +144,7 @@ class Pty:
         await self.ws.close()
 
 
-def upgrade(w, path, auth=True, proto=PROTO):
+def upgrade(w, path, auth=True, proto=PROTO, origin=None):
     """A raw upgrade request; the HTTP answer (status, JSON body) when refused."""
     c = http.client.HTTPConnection("127.0.0.1", w.port, timeout=T)
     h = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
@@ -153,6 +153,8 @@ def upgrade(w, path, auth=True, proto=PROTO):
         h["Sec-WebSocket-Protocol"] = proto
     if auth:
         h["Authorization"] = f"Bearer {w.key}"
+    if origin:
+        h["Origin"] = origin
     try:
         c.request("GET", path, headers=h)
         r = c.getresponse()
@@ -169,7 +171,7 @@ def run(coro):
 class PtySocketTest(WarrenCase):
     # A ring that holds the whole 10 MiB stream, so byte-exact does not depend on how
     # fast this client reads on a loaded machine.
-    conf = {"process_ring_bytes": 16 << 20}
+    conf = {"process_ring_bytes": 16 << 20, "allowed_origins": "https://app.example"}
 
     @classmethod
     def setUpClass(cls):
@@ -337,6 +339,23 @@ class PtySocketTest(WarrenCase):
         with self.assertRaises(AssertionError) as cm:
             run(t())
         self.assertIn("process_not_found", str(cm.exception))
+
+    def test_origin(self):
+        """A browser page may open sockets only from warrend's own origin or one listed
+        in allowed_origins; a client that sends no Origin (not a browser) is not held
+        to it. Checked on a real upgrade of both socket kinds."""
+        w, sid = self.w, self.sid
+        for path, proto in ((f"/v1/sandboxes/{sid}/pty?cmd=true", PROTO),
+                            (f"/v1/sandboxes/{sid}/session", "warren.session.v1")):
+            for origin in ("http://evil.example", "https://app.example.evil",
+                           f"http://127.0.0.2:{w.port}", "null"):
+                st, body = upgrade(w, path, proto=proto, origin=origin)
+                self.assertEqual((st, body["error"]["code"]), (403, "origin_not_allowed"),
+                                 (path, origin, body))
+                self.assertIn("allowed_origins", body["error"]["message"])
+            for origin in ("https://app.example", f"http://127.0.0.1:{w.port}", None):
+                st, body = upgrade(w, path, proto=proto, origin=origin)
+                self.assertEqual(st, 101, (path, origin, body))
 
 
 class PtyViewerLimitTest(WarrenCase):
