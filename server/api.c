@@ -37,6 +37,23 @@ static bool id_char(char c)
            c == '_';
 }
 
+/* "/{pid}" at the start of s (len bytes): a decimal, no sign, no leading zero,
+ * 1..API_PID_MAX. How many bytes it took, or 0 if there is no such pid. */
+static size_t parse_pid(const char *s, size_t len, uint32_t *pid)
+{
+    size_t i = 1;
+
+    *pid = 0;
+    if (len < 2 || s[0] != '/' || s[1] < '1' || s[1] > '9')
+        return 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        *pid = *pid * 10 + (uint32_t)(s[i] - '0');
+        if (*pid > API_PID_MAX)
+            return 0;
+    }
+    return i;
+}
+
 /* tail: what follows "/processes" (len bytes, not NUL-terminated at len). */
 static int proc_route(const char *tail, size_t len, const char *id, size_t idlen,
                       struct api_route *r)
@@ -52,7 +69,7 @@ static int proc_route(const char *tail, size_t len, const char *id, size_t idlen
         {"/signal", API_R_PROC_SIGNAL, API_POST},
         {"/resize", API_R_PROC_RESIZE, API_POST},
     };
-    size_t i = 1, tl;
+    size_t i, tl;
     uint32_t pid = 0;
 
     if (len == 0) {
@@ -60,16 +77,9 @@ static int proc_route(const char *tail, size_t len, const char *id, size_t idlen
         r->methods = API_GET;
         goto found;
     }
-    if (tail[0] != '/')
+    i = parse_pid(tail, len, &pid);
+    if (!i)
         return -ENOENT;
-    /* A pid: decimal, no sign, no leading zero, 1..API_PID_MAX. */
-    if (i >= len || tail[i] < '1' || tail[i] > '9')
-        return -ENOENT;
-    for (; i < len && tail[i] >= '0' && tail[i] <= '9'; i++) {
-        pid = pid * 10 + (uint32_t)(tail[i] - '0');
-        if (pid > API_PID_MAX)
-            return -ENOENT;
-    }
     tl = len - i;
     for (size_t k = 0; k < sizeof(subs) / sizeof(subs[0]); k++) {
         if (strlen(subs[k].tail) == tl && memcmp(tail + i, subs[k].tail, tl) == 0) {
@@ -102,6 +112,8 @@ int api_route_match(const char *path, struct api_route *r)
         {"/files/mkdir", API_R_FILES_MKDIR, API_POST},
         {"/files/rename", API_R_FILES_RENAME, API_POST},
         {"/tokens", API_R_TOKENS, API_POST},
+        {"/pty", API_R_PTY, API_GET},
+        {"/session", API_R_SESSION, API_GET},
     };
     static const char pfx[] = "/v1/sandboxes";
     size_t len = strlen(path), idlen;
@@ -137,6 +149,16 @@ int api_route_match(const char *path, struct api_route *r)
     rest = id + idlen;
     if ((size_t)(path + len - rest) >= 10 && memcmp(rest, "/processes", 10) == 0)
         return proc_route(rest + 10, (size_t)(path + len - rest) - 10, id, idlen, r);
+    if ((size_t)(path + len - rest) > 5 && memcmp(rest, "/pty/", 5) == 0) {
+        if (parse_pid(rest + 4, (size_t)(path + len - rest) - 4, &r->pid) !=
+            (size_t)(path + len - rest) - 4)
+            return -ENOENT;
+        r->id = API_R_PTY;
+        r->methods = API_GET;
+        memcpy(r->sbx, id, idlen);
+        r->sbx[idlen] = '\0';
+        return 0;
+    }
     for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
         size_t tl = strlen(subs[i].tail);
         if ((size_t)(path + len - rest) == tl && memcmp(rest, subs[i].tail, tl) == 0) {

@@ -63,6 +63,8 @@ enum api_route_id {
     API_R_PROC_SIGNAL,  /* /v1/sandboxes/{id}/processes/{pid}/signal */
     API_R_PROC_RESIZE,  /* /v1/sandboxes/{id}/processes/{pid}/resize */
     API_R_TOKENS,       /* /v1/sandboxes/{id}/tokens (issue 7) */
+    API_R_PTY,          /* /v1/sandboxes/{id}/pty[/{pid}]: a WebSocket; a plain GET probes */
+    API_R_SESSION,      /* /v1/sandboxes/{id}/session: a WebSocket; a plain GET probes */
 };
 
 #define API_PID_MAX 4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */
@@ -72,7 +74,7 @@ struct api_route {
     unsigned methods; /* API_* methods the route answers */
     bool auth;        /* needs the bearer key */
     char sbx[API_ID_MAX + 1];
-    uint32_t pid; /* API_R_PROC*: 1..API_PID_MAX */
+    uint32_t pid; /* API_R_PROC*, API_R_PTY (0: none): 1..API_PID_MAX */
 };
 
 /* Match a decoded, normalized path (no query). 0, or -ENOENT (404). */

@@ -543,10 +543,58 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
     }
 }
 
-static bool files_route(enum api_route_id id)
+/* The token scope that opens a route; NULL: only the key does. */
+static const char *route_scope(enum api_route_id id)
 {
-    return id == API_R_FILES || id == API_R_FILES_STAT || id == API_R_FILES_LIST ||
-           id == API_R_FILES_MKDIR || id == API_R_FILES_RENAME;
+    switch (id) {
+    case API_R_FILES:
+    case API_R_FILES_STAT:
+    case API_R_FILES_LIST:
+    case API_R_FILES_MKDIR:
+    case API_R_FILES_RENAME:
+        return "files";
+    case API_R_PTY:
+        return "pty";
+    case API_R_SESSION:
+        return "session";
+    default:
+        return NULL;
+    }
+}
+
+/* A plain GET of a socket route (no Upgrade). A browser is never told why a WebSocket
+ * handshake was refused, so the terminal page asks here: the same checks as the
+ * upgrade (key or token, Origin, the sandbox), then 426 when all of them pass. The
+ * query is the socket's own and is not judged here. */
+static void socket_probe(struct pss *p)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    const char *state;
+    char msg[160];
+
+    if (!http_origin_allowed(p->srv, p->wsi)) {
+        resp_code(p, 403, "origin_not_allowed",
+                  "this Origin may not open sockets here (allowed_origins)");
+        return;
+    }
+    if (sbx_get(p->srv->t, p->sbx, &out, &err)) {
+        resp_sbx_err(p, &err);
+        return;
+    }
+    state = json_string_value(json_object_get(out, "state"));
+    if (state && (!strcmp(state, "ended") || !strcmp(state, "dead"))) {
+        err.code = SBX_E_GONE;
+        snprintf(err.msg, sizeof(err.msg), "sandbox %s has ended", p->sbx);
+        json_decref(out);
+        resp_sbx_err(p, &err);
+        return;
+    }
+    json_decref(out);
+    snprintf(msg, sizeof(msg),
+             "this route is a WebSocket (Upgrade: websocket, Sec-WebSocket-Protocol: %s)",
+             p->route == API_R_PTY ? "warren.pty.v1" : "warren.session.v1");
+    resp_code(p, 426, "upgrade_required", msg);
 }
 
 void rest_request(struct pss *p, const char *uri)
@@ -603,8 +651,7 @@ void rest_request(struct pss *p, const char *uri)
 
     rc = api_route_match(uri, &r);
     /* A "files" token opens its sandbox's file routes; everything else needs the key. */
-    if (r.auth &&
-        http_authorize(p, p->wsi, r.sbx, rc == 0 && files_route(r.id) ? "files" : NULL, &e)) {
+    if (r.auth && http_authorize(p, p->wsi, r.sbx, rc == 0 ? route_scope(r.id) : NULL, &e)) {
         resp_api_err(p, &e);
         return;
     }
@@ -619,6 +666,10 @@ void rest_request(struct pss *p, const char *uri)
     p->route = r.id;
     p->pid = r.pid;
     memcpy(p->sbx, r.sbx, sizeof(p->sbx));
+    if (r.id == API_R_PTY || r.id == API_R_SESSION) {
+        socket_probe(p);
+        return;
+    }
 
     if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags)) {
         resp_code(p, 400, "bad_request", "query string too long");

@@ -216,9 +216,40 @@
     });
   }
 
+  function retry() {
+    var delay = Math.min(RETRY_MAX_MS, RETRY_MIN_MS * Math.pow(2, retries));
+    retries++;
+    setStatus('reconnecting', 'reconnecting (' + retries + ')');
+    retryTimer = setTimeout(connect, delay);
+  }
+
+  /* A browser is not told why a handshake was refused. warrend answers a plain GET of
+   * the socket's address with the same checks: 426 means the socket would open (a
+   * passing failure: retry); 401, 403, 404 or 409 will not change by retrying (a bad or
+   * expired token, a foreign Origin, an unknown or ended sandbox), so say it and stop. */
+  function probe(g) {
+    fetch(url().replace(/^ws/, 'http'), {cache: 'no-store'}).then(function (r) {
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (g !== gen)
+          return;
+        if ([401, 403, 404, 409].indexOf(r.status) >= 0) {
+          finished = true;
+          var why = (body.error && body.error.message) || ('HTTP ' + r.status);
+          note('refused: ' + why);
+          setStatus('closed', 'refused: ' + why);
+          return;
+        }
+        retry();
+      });
+    }, function () {
+      if (g === gen)
+        retry(); /* warrend is not answering at all: it may be restarting */
+    });
+  }
+
   function connect() {
     retryTimer = null;
-    var g = ++gen;
+    var g = ++gen, opened = false;
     ackPending = 0;
     setStatus(retries ? 'reconnecting' : 'connecting');
     ws = new WebSocket(url(), 'warren.pty.v1');
@@ -227,6 +258,7 @@
       if (g !== gen)
         return;
       retries = 0;
+      opened = true;
       setStatus('open');
     };
     ws.onmessage = function (ev) {
@@ -258,10 +290,10 @@
         setStatus('closed');
         return;
       }
-      var delay = Math.min(RETRY_MAX_MS, RETRY_MIN_MS * Math.pow(2, retries));
-      retries++;
-      setStatus('reconnecting', 'reconnecting (' + retries + ')');
-      retryTimer = setTimeout(connect, delay);
+      if (!opened)
+        probe(g);
+      else
+        retry();
     };
   }
 

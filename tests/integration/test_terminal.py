@@ -230,6 +230,18 @@ class TestTerminalBrowser(BrowserCase):
                          (str(info["rows"]), str(info["cols"])))
         self.assertEqual(self.browser.call("errors"), [])
 
+    def test_refused_token_stops_and_says_why(self):
+        """A handshake refused for good (a tampered token) is not retried for ever: the
+        page asks why over plain HTTP, shows it and stops."""
+        url, headers = self.page_url()
+        self.assertIn("token=", url)
+        bad = re.sub(r"token=([^&]*)", lambda m: "token=" + m.group(1)[:-3] + "AAA", url)
+        self.browser.call("open", url=bad, headers=headers, width=800, height=400)
+        self.wait_info(lambda i: i["state"] == "closed")
+        self.assertIn("refused:", self.wait_text(r"refused:[^\n]*")[0])
+        time.sleep(2)  # longer than the first retry delays: still closed, no new attempt
+        self.assertEqual(self.browser.call("info")["state"], "closed")
+
     def test_resize_follows_window(self):
         self.open(width=800, height=400)
         small = self.browser.call("info")

@@ -340,6 +340,32 @@ class PtySocketTest(WarrenCase):
             run(t())
         self.assertIn("process_not_found", str(cm.exception))
 
+    def test_plain_get_says_why(self):
+        """A browser never learns why a handshake was refused, so the terminal page asks
+        with a plain GET of the same address: the same checks answer with the same
+        errors, and 426 when the socket would open."""
+        w, sid = self.w, self.sid
+        tok = w.request("POST", f"/v1/sandboxes/{sid}/tokens", {"scope": ["pty"]}).json()["token"]
+        for path in (f"/v1/sandboxes/{sid}/pty?cols=80&rows=24", f"/v1/sandboxes/{sid}/pty/77",
+                     f"/v1/sandboxes/{sid}/session"):
+            r = w.request("GET", path)
+            self.assertEqual((r.status, r.json()["error"]["code"]), (426, "upgrade_required"), r)
+            r = w.request("GET", path, auth=False)
+            self.assertEqual(r.status, 401, r)
+            r = w.request("GET", path, headers={"Origin": "http://evil.example"})
+            self.assertEqual((r.status, r.json()["error"]["code"]), (403, "origin_not_allowed"))
+        p = f"/v1/sandboxes/{sid}/pty?cols=80&rows=24"
+        r = w.request("GET", p + "&access_token=" + tok, auth=False)
+        self.assertEqual(r.status, 426, r)
+        r = w.request("GET", p + "&access_token=" + tok[:-2] + "AA", auth=False)
+        self.assertEqual(r.status, 401, r)
+        self.assertNotEqual(r.json()["error"]["code"], "upgrade_required")
+        # A pty token does not open the agent socket; a token for another sandbox fails.
+        r = w.request("GET", f"/v1/sandboxes/{sid}/session?access_token={tok}", auth=False)
+        self.assertEqual(r.status, 403, r)
+        r = w.request("GET", "/v1/sandboxes/sb-0000000000000000/pty")
+        self.assertEqual(r.status, 404, r)
+
     def test_origin(self):
         """A browser page may open sockets only from warrend's own origin or one listed
         in allowed_origins; a client that sends no Origin (not a browser) is not held

@@ -68,6 +68,19 @@ static void test_routes(void)
     CHECK(api_route_match("/v1/sandboxes/abc/processes/7/kill", &r) == -ENOENT);
     CHECK(api_route_match("/v1/sandboxes/abc/processesX", &r) == -ENOENT);
     CHECK(api_route_match("/v1/sandboxes/abc/processes//output", &r) == -ENOENT);
+    /* The socket routes (a plain GET probes them): /pty, /pty/{pid}, /session. */
+    CHECK(api_route_match("/v1/sandboxes/abc/pty", &r) == 0 && r.id == API_R_PTY && r.pid == 0 &&
+          r.methods == API_GET && r.auth && !strcmp(r.sbx, "abc"));
+    CHECK(api_route_match("/v1/sandboxes/abc/pty/31", &r) == 0 && r.id == API_R_PTY &&
+          r.pid == 31 && !strcmp(r.sbx, "abc"));
+    CHECK(api_route_match("/v1/sandboxes/abc/session", &r) == 0 && r.id == API_R_SESSION &&
+          r.pid == 0);
+    CHECK(api_route_match("/v1/sandboxes/abc/pty/0", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/pty/4194305", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/pty/3x", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/pty/3/output", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/ptyx", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/session/1", &r) == -ENOENT);
     char longid[100] = "/v1/sandboxes/";
     memset(longid + 14, 'a', 65);
     CHECK(api_route_match(longid, &r) == -ENOENT);
