@@ -1529,10 +1529,19 @@ static int op_begin(struct vmm *vm, enum op_kind kind, vmm_op_cb cb, void *ud)
     return 0;
 }
 
+/* An operation in progress answers -EBUSY before any phase rule: the phase
+ * it put the VM in (SAVING, RESTORING) is its own doing. */
+static bool busy(const struct vmm *vm)
+{
+    return vm && vmm_phase_live(vm->phase) && vm->op.kind != OP_NONE;
+}
+
 static int stop_cont(struct vmm *vm, bool stop, vmm_op_cb cb, void *ud)
 {
     int r;
 
+    if (busy(vm))
+        return -EBUSY;
     if (vm && vmm_phase_live(vm->phase) &&
         !(stop ? vmm_phase_can_stop(vm->phase) : vmm_phase_can_cont(vm->phase)))
         return -EPERM;
@@ -1561,6 +1570,8 @@ int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
 
     if (!vm || !path || !*path)
         return -EINVAL;
+    if (busy(vm))
+        return -EBUSY;
     if (vmm_phase_live(vm->phase) && !vmm_phase_can_save(vm->phase))
         return -EPERM;
     if ((r = op_begin(vm, OP_SAVE, cb, ud)) != 0)
@@ -1623,6 +1634,8 @@ int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
 
     if (!vm || !path || !*path)
         return -EINVAL;
+    if (busy(vm))
+        return -EBUSY;
     if (vmm_phase_live(vm->phase) && !vmm_phase_can_restore(vm->phase))
         return -EPERM;
     if ((r = op_begin(vm, OP_RESTORE, cb, ud)) != 0)

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -793,6 +794,220 @@ out:
     (void)!system(p);
 }
 
+/* ---- template snapshot and clones ---- */
+
+struct opres {
+    bool done;
+    int err;
+    char why[300];
+    ev_tstamp t;
+};
+
+static void on_op(void *ud, int err, const char *why)
+{
+    struct opres *o = ud;
+
+    o->done = true;
+    o->err = err;
+    o->t = ev_time();
+    snprintf(o->why, sizeof(o->why), "%s", why);
+}
+
+/* The guest agent answers PING (protocol/proto.h: PING 20, PONG 21) with PONG
+ * {id}: proof that a clone's guest runs, not only its QEMU. */
+static bool send_ping(int fd, unsigned id)
+{
+    uint8_t f[] = {0, 0, 0, 8, 0x82, 0xa1, 't', 20, 0xa2, 'i', 'd', (uint8_t)id};
+    return write(fd, f, sizeof(f)) == (ssize_t)sizeof(f);
+}
+
+struct pong {
+    int fd;
+    unsigned id;
+    size_t len;
+    uint8_t buf[65536];
+};
+
+static bool got_pong(struct pong *p)
+{
+    uint8_t want[] = {0xa1, 't', 21};
+    ssize_t n;
+
+    while (p->len < sizeof(p->buf) &&
+           (n = read(p->fd, p->buf + p->len, sizeof(p->buf) - p->len)) > 0)
+        p->len += (size_t)n;
+    if (p->len == sizeof(p->buf))
+        p->len = 0; /* a chatty agent (HELLOs): keep looking in fresh bytes */
+    return memmem(p->buf, p->len, want, sizeof(want)) != NULL;
+}
+
+/* PING every second until a PONG comes back (the agent may still be starting). */
+static bool agent_answers(int fd, double secs)
+{
+    struct pong p = {.fd = fd, .id = 7};
+    ev_tstamp end = ev_time() + secs;
+
+    while (ev_time() < end) {
+        if (!send_ping(fd, p.id))
+            return false;
+        WAIT(got_pong(&p), 1.0);
+        if (got_pong(&p))
+            return true;
+    }
+    return false;
+}
+
+/* A template VM (RAM in a share=on file, qcow2 overlay disk) booted to a
+ * guest that answers, saved; a damaged snapshot refused by a waiting clone;
+ * then two clones restored from it, each with its own overlay backed by the
+ * template's frozen overlay, conted, answering the agent. */
+static void test_snapshot_clones(void)
+{
+    struct vmctx t, k[2];
+    struct vmm_config vc, kc[2];
+    char run_dir[256], krun[2][256], mem[128], snap[300], bad[300], disk[300], kdisk[2][300];
+    struct opres sv = {0}, rb = {0}, rs[2], ct[2];
+    ev_tstamp t0[2];
+    char cmd[1400];
+
+    if (!have_rootfs) {
+        printf("snapshot clones: no minimal.ext4, skipped\n");
+        return;
+    }
+    ctx_init(&t);
+    config(&vc, "t-tpl", run_dir, sizeof(run_dir));
+    snprintf(mem, sizeof(mem), "/dev/shm/warren-test-%d.mem", (int)getpid());
+    snprintf(snap, sizeof(snap), "%s/tpl.snap", tmp);
+    snprintf(bad, sizeof(bad), "%s/bad.snap", tmp);
+    snprintf(disk, sizeof(disk), "%s/disk.qcow2", run_dir);
+    CHECK(vmm_qcow2_create(disk, rootfs, 0) == 0);
+    vc.disk = disk;
+    vc.boot = VMM_BOOT_TEMPLATE;
+    vc.mem_path = mem;
+    CHECK(launch(&vc, &t) == 0);
+    if (!t.vm)
+        goto out;
+    CHECK(vmm_phase(t.vm) == VMM_PH_BOOTING);
+    WAIT((t.chans > 0 && vmm_phase(t.vm) == VMM_PH_RUNNING) || t.exited, 30);
+    CHECK(t.chans == 1 && vmm_phase(t.vm) == VMM_PH_RUNNING);
+    if (t.exited)
+        fprintf(stderr, "template exited: %s\n", t.reason);
+    CHECK(t.chan_fd >= 0 && agent_answers(t.chan_fd, 60));
+    /* Wrong-phase calls are refused; a second operation waits its turn. */
+    CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM);
+    CHECK(vmm_restore(t.vm, snap, on_op, &rb) == -EPERM);
+
+    CHECK(vmm_save(t.vm, snap, on_op, &sv) == 0);
+    CHECK(vmm_phase(t.vm) == VMM_PH_SAVING && !sv.done);
+    CHECK(vmm_stop(t.vm, on_op, &rb) == -EBUSY);
+    WAIT(sv.done || t.exited, 30);
+    CHECK(sv.done && sv.err == 0);
+    if (sv.err)
+        fprintf(stderr, "save: %s\n", sv.why);
+    CHECK(vmm_phase(t.vm) == VMM_PH_STOPPED);
+    {
+        char tmpname[320];
+        snprintf(tmpname, sizeof(tmpname), "%s.tmp", snap);
+        CHECK(access(snap, R_OK) == 0 && access(tmpname, F_OK) != 0);
+    }
+    printf("template snapshot: %lld bytes (device state; RAM stays in %s)\n",
+           (long long)fsize(snap), mem);
+    /* The template must never run again: its RAM is what clones map. */
+    vmm_kill(t.vm);
+    WAIT(t.exited, 10);
+    CHECK(t.exited == 1 && vmm_phase(t.vm) == VMM_PH_EXITED);
+
+    /* Two clones. Clone 0 is first handed a damaged copy: refused before QEMU
+     * sees it, and it keeps waiting for a good one. */
+    snprintf(cmd, sizeof(cmd),
+             "cp '%s' '%s' && printf 'X' | dd of='%s' bs=1 seek=5000 conv=notrunc 2>/dev/null",
+             snap, bad, bad);
+    CHECK(system(cmd) == 0);
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "t-clone%d", i);
+        ctx_init(&k[i]);
+        memset(&rs[i], 0, sizeof(rs[i]));
+        memset(&ct[i], 0, sizeof(ct[i]));
+        config(&kc[i], i ? "t-clone1" : "t-clone0", krun[i], sizeof(krun[i]));
+        snprintf(kdisk[i], sizeof(kdisk[i]), "%s/disk.qcow2", krun[i]);
+        CHECK(vmm_qcow2_create(kdisk[i], disk, 0) == 0); /* backed by the frozen overlay */
+        kc[i].disk = kdisk[i];
+        kc[i].boot = VMM_BOOT_RESTORE;
+        kc[i].mem_path = mem;
+        kc[i].kernel = NULL;
+        kc[i].initrd = NULL;
+        ev_now_update(loop);
+        t0[i] = ev_time();
+        CHECK(launch(&kc[i], &k[i]) == 0);
+        if (!k[i].vm)
+            goto out;
+        CHECK(vmm_phase(k[i].vm) == VMM_PH_WAITING);
+        if (i == 0) {
+            CHECK(vmm_restore(k[i].vm, bad, on_op, &rb) == 0);
+            CHECK(vmm_phase(k[i].vm) == VMM_PH_RESTORING);
+            WAIT(rb.done, 10);
+            CHECK(rb.done && rb.err == -EINVAL && strstr(rb.why, "checksum"));
+            printf("damaged snapshot refused: \"%s\"\n", rb.why);
+            CHECK(vmm_phase(k[i].vm) == VMM_PH_WAITING);
+        }
+        CHECK(vmm_restore(k[i].vm, snap, on_op, &rs[i]) == 0);
+        CHECK(vmm_phase(k[i].vm) == VMM_PH_RESTORING);
+        CHECK(vmm_restore(k[i].vm, snap, on_op, &rb) == -EBUSY);
+    }
+    for (int i = 0; i < 2; i++) {
+        WAIT(rs[i].done || k[i].exited, 30);
+        CHECK(rs[i].done && rs[i].err == 0);
+        if (rs[i].err || k[i].exited)
+            fprintf(stderr, "clone %d restore: %s / %s\n", i, rs[i].why, k[i].reason);
+        CHECK(vmm_phase(k[i].vm) == VMM_PH_STOPPED); /* saved stopped, restored stopped */
+        CHECK(vmm_cont(k[i].vm, on_op, &ct[i]) == 0);
+        WAIT(ct[i].done, 10);
+        CHECK(ct[i].done && ct[i].err == 0 && vmm_phase(k[i].vm) == VMM_PH_RUNNING);
+        printf("clone %d: launch -> restored %.1f ms, -> running %.1f ms\n", i,
+               (rs[i].t - t0[i]) * 1e3, (ct[i].t - t0[i]) * 1e3);
+    }
+    for (int i = 0; i < 2; i++) {
+        WAIT(k[i].chans > 0, 10);
+        CHECK(k[i].chan_fd >= 0 && agent_answers(k[i].chan_fd, 30));
+        printf("clone %d: agent answered PING, QEMU Pss %ld KiB\n", i,
+               proc_kb(vmm_pid(k[i].vm), "smaps_rollup", "Pss:"));
+    }
+    /* Stop / cont round trip on a clone. */
+    memset(&rb, 0, sizeof(rb));
+    CHECK(vmm_stop(k[0].vm, on_op, &rb) == 0);
+    WAIT(rb.done, 10);
+    CHECK(rb.err == 0 && vmm_phase(k[0].vm) == VMM_PH_STOPPED);
+    memset(&rb, 0, sizeof(rb));
+    CHECK(vmm_cont(k[0].vm, on_op, &rb) == 0);
+    WAIT(rb.done, 10);
+    CHECK(rb.err == 0 && vmm_phase(k[0].vm) == VMM_PH_RUNNING);
+    CHECK(agent_answers(k[0].chan_fd, 10));
+    {
+        /* Each clone's overlay is its own; the template's is frozen. */
+        snprintf(cmd, sizeof(cmd),
+                 "qemu-img info -U '%s' 2>&1 | grep -q 'backing file format: qcow2'", kdisk[0]);
+        CHECK(system(cmd) == 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        vmm_kill(k[i].vm);
+        WAIT(k[i].exited, 10);
+        vmm_free(k[i].vm);
+        k[i].vm = NULL;
+        if (k[i].chan_fd >= 0)
+            close(k[i].chan_fd);
+    }
+out:
+    for (int i = 0; i < 2; i++)
+        if (k[i].vm)
+            vmm_free(k[i].vm);
+    if (t.vm)
+        vmm_free(t.vm);
+    if (t.chan_fd >= 0)
+        close(t.chan_fd);
+    unlink(mem);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -849,6 +1064,10 @@ int main(int argc, char **argv)
     atexit(kill_started);
 
     printf("images: %s (root disk: %s)\n", img, have_rootfs ? "minimal.ext4" : "none");
+    if (getenv("WARREN_VMM_ONLY_SNAP")) {
+        test_snapshot_clones();
+        goto done;
+    }
     test_lifecycle();
     test_shutdown();
     test_free_in_callback();
@@ -858,7 +1077,9 @@ int main(int argc, char **argv)
     test_console_cap();
     test_qemu_log_cap();
     test_jail();
+    test_snapshot_clones();
 
+done:
     ev_timer_stop(loop, &tick);
     nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
