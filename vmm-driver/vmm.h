@@ -1,5 +1,6 @@
 /*
- * vmm.h - QEMU microvm control: launch, adopt after a restart, QMP, exit.
+ * vmm.h - QEMU microvm control: launch, adopt after a restart, QMP, exit,
+ * phases, snapshots (save, restore into a pre-started QEMU), qcow2 overlays.
  *
  * One struct vmm is one QEMU process. The driver starts it (or re-attaches
  * to one that survived a warrend restart), connects QMP and the console,
@@ -19,6 +20,42 @@
  * remove after vmm_free. The logs are written by a thread and may still
  * grow for a moment after vmm_free or vmm_detach (unlinking them is safe;
  * vmm_settle_orphans waits for them).
+ *
+ * Phases (vmm_phase.h, vmm_phase()): BOOTING until QMP's first query-status,
+ * then RUNNING/STOPPED as QEMU's STOP and RESUME events say; a VM launched
+ * in restore mode starts WAITING, vmm_restore makes it RESTORING, and
+ * MIGRATION completed makes it STOPPED; vmm_save goes through SAVING back to
+ * STOPPED; EXITED, DETACHED and FREED end it. The phase changes only inside
+ * the driver (from events, replies and the calls above), never by itself
+ * between two loop iterations; an illegal change is refused and noted in
+ * qemu.log.
+ *
+ * Boot modes (cfg->boot):
+ * - VMM_BOOT_KERNEL: -kernel/-initrd boot, anonymous RAM (as before).
+ * - VMM_BOOT_TEMPLATE: the same boot, guest RAM in cfg->mem_path mapped
+ *   share=on (memory-backend-file; QEMU creates the file, mem_mb long). Boot
+ *   it to a ready guest, vmm_save it, then end it: the file is now the
+ *   template's RAM image.
+ * - VMM_BOOT_RESTORE: no kernel; cfg->mem_path mapped share=off (a private
+ *   copy-on-write view of the template's RAM: a clone costs only the pages it
+ *   writes), QEMU started with -incoming defer (phase WAITING) until
+ *   vmm_restore loads a snapshot saved from that template. mem_mb, vcpus, the
+ *   disk's presence and the QEMU version must match the template's (the
+ *   snapshot header is checked for all but the disk).
+ * The memory file is the caller's: the driver never creates (QEMU does, in
+ * template mode), truncates or removes it. It must not change while any
+ * clone maps it or may still be restored from it: a share=off mapping sees
+ * the file's pages until the clone first writes each one, so a template that
+ * ran again after its save (or anything writing the file) would change every
+ * clone's memory under it. Keep it until the last clone has exited and no
+ * snapshot over it will be restored; /dev/shm files count against RAM.
+ * A clone's disk must be a fresh overlay backed by the template's own
+ * overlay frozen at save time (vmm_qcow2_create accepts a qcow2 backing),
+ * never by the raw base (files read back as NULs: measured). Snapshot files
+ * are the caller's too (vmm_save writes path.tmp then renames to path).
+ * With cfg->jail, TEMPLATE and RESTORE are refused (-ENOTSUP): the memory
+ * file is not inside the jail's mount namespace yet. vmm_save works jailed
+ * (QEMU gets the file as an fd).
  *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
  * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
@@ -136,7 +173,8 @@ struct vmm_cbs {
 
 /* Start QEMU. On success *out is set and the process runs; 0 or -errno:
  * -EINVAL (bad id/path/config), -ENAMETOOLONG (run_dir), -ENOENT (no QEMU
- * binary), other spawn errors. A failed launch makes no callback. */
+ * binary), -ENOTSUP (TEMPLATE or RESTORE with a jail), other spawn errors.
+ * A failed launch makes no callback. */
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                void *ud, struct vmm **out);
 

@@ -4,7 +4,8 @@
  * Split: vmm.c owns the process (spawn, adopt, exit, kill) and the three
  * socket connections; vmm_qmp.c is the QMP client; vmm_log.c the bounded
  * console log; vmm_argv.c builds QEMU's command line; vmm_host.c probes the
- * host; vmm_qcow2.c writes overlays. Tests include this header to reach the
+ * host; vmm_qcow2.c writes overlays; vmm_phase.c is the phase table;
+ * vmm_snap.c the snapshot file format. Tests include this header to reach the
  * pure parts (argv builder, console log) without a VM.
  */
 #ifndef WARREN_VMM_INT_H
