@@ -685,7 +685,7 @@ static void qmp_connected(struct vmm *vm, int fd, int err)
     }
     vmm_qmp_attach(vm, &vm->qmp, fd);
     /* The phase from QEMU's own word; later changes come from its events. */
-    (void)vmm_qmp_send(vm, &vm->qmp, "{\"execute\":\"query-status\"}", on_status, vm);
+    (void)vmm_qmp_send_first(vm, &vm->qmp, "{\"execute\":\"query-status\"}", on_status, vm);
     ev_timer_set(&vm->ready_t, VMM_CONNECT_TIMEOUT, 0.);
     ev_timer_start(vm->loop, &vm->ready_t);
 }

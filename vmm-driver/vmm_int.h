@@ -236,6 +236,10 @@ void vmm_qmp_attach(struct vmm *vm, struct vmm_qmp *q, int fd);
 /* Close the socket and drop every queued command without calling it. */
 void vmm_qmp_close(struct vmm *vm, struct vmm_qmp *q);
 int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud);
+/* Same, but ahead of every command queued before the handshake (the driver's
+ * first query-status, so the phase is known before any owner's reply). */
+int vmm_qmp_send_first(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb,
+                       void *ud);
 /* Same, passing a duplicate of fd with the command's first byte (SCM_RIGHTS), for
  * "getfd". One such command at a time: -EBUSY until its reply has arrived. */
 int vmm_qmp_send_fd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, vmm_qmp_cb cb,

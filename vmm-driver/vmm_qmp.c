@@ -368,8 +368,8 @@ void vmm_qmp_attach(struct vmm *vm, struct vmm_qmp *q, int fd)
     ev_io_start(vmm_loop_of(vm), &q->rw);
 }
 
-static int send_cmd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, vmm_qmp_cb cb,
-                    void *ud)
+static int send_cmd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, bool first,
+                    vmm_qmp_cb cb, void *ud)
 {
     struct vmm_qmp_cmd *c = NULL;
     json_t *o;
@@ -419,6 +419,13 @@ static int send_cmd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd,
     o = NULL;
     if (c->had_fd)
         q->fd_busy = true;
+    if (q->state != VMM_QMP_READY && first) {
+        c->next = q->wait_head;
+        q->wait_head = c;
+        if (!c->next)
+            q->wait_tail = &c->next;
+        return 0;
+    }
     if (q->state != VMM_QMP_READY) {
         *q->wait_tail = c;
         q->wait_tail = &c->next;
@@ -446,7 +453,12 @@ fail:
 
 int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud)
 {
-    return send_cmd(vm, q, json, -1, cb, ud);
+    return send_cmd(vm, q, json, -1, false, cb, ud);
+}
+
+int vmm_qmp_send_first(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud)
+{
+    return send_cmd(vm, q, json, -1, true, cb, ud);
 }
 
 int vmm_qmp_send_fd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, vmm_qmp_cb cb,
@@ -454,7 +466,7 @@ int vmm_qmp_send_fd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd,
 {
     if (fd < 0)
         return -EBADF;
-    return send_cmd(vm, q, json, fd, cb, ud);
+    return send_cmd(vm, q, json, fd, false, cb, ud);
 }
 
 void vmm_qmp_drain_events(struct vmm *vm, struct vmm_qmp *q)
