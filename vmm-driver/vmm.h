@@ -54,8 +54,14 @@
  * never by the raw base (files read back as NULs: measured). Snapshot files
  * are the caller's too (vmm_save writes path.tmp then renames to path).
  * With cfg->jail, TEMPLATE and RESTORE are refused (-ENOTSUP): the memory
- * file is not inside the jail's mount namespace yet. vmm_save works jailed
- * (QEMU gets the file as an fd).
+ * file is not inside the jail's mount namespace, and making it so safely
+ * needs more than a bind mount. QEMU 7.2 opens a share=off memory file
+ * read-write (its readonly=on also maps guest RAM read-only: a restored
+ * guest then stops answering, tried here), so every jailed clone would need
+ * write access to the template's RAM file, and one compromised QEMU could
+ * rewrite the memory of every other clone. QEMU >= 8.2 (rom=off with
+ * readonly=on) or a file handed over as an fd would allow a read-only
+ * mapping. vmm_save works jailed (QEMU gets the snapshot file as an fd).
  *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
  * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
