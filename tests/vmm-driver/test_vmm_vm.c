@@ -19,6 +19,7 @@
  * in a share=on file saved, a damaged snapshot refused, clones restored from
  * it (waiting -> restoring -> stopped -> running) over overlays backed by the
  * template's overlay, holding the template's file, their own writes private.
+ * WARREN_VMM_ONLY_SNAP=1 runs only the snapshot part.
  * Prints: clone timings (launch -> QMP -> restored -> running -> PONG), launch -> QMP ready, launch
  * -> channel, idle RSS/PSS, the cost of vmm_launch jailed and not.
  */
@@ -689,6 +690,19 @@ static void test_jail(void)
     }
     ctx_init(&c);
     config(&vc, "t-jail", run_dir, sizeof(run_dir));
+    {
+        /* Memory-file modes are refused jailed (vmm.h says why), before any spawn. */
+        struct vmm *none = NULL;
+        vc.jail = j;
+        vc.boot = VMM_BOOT_RESTORE;
+        vc.mem_path = "/dev/shm/warren-test-none.mem";
+        CHECK(vmm_launch(loop, &vc, &cbs, &c, &none) == -ENOTSUP && none == NULL);
+        vc.boot = VMM_BOOT_TEMPLATE;
+        CHECK(vmm_launch(loop, &vc, &cbs, &c, &none) == -ENOTSUP && none == NULL);
+        vc.boot = VMM_BOOT_KERNEL;
+        vc.mem_path = NULL;
+        vc.jail = NULL;
+    }
     if (have_rootfs) {
         snprintf(disk, sizeof(disk), "%s/disk.qcow2", run_dir);
         CHECK(vmm_qcow2_create(disk, rootfs, 0) == 0);
