@@ -1472,7 +1472,8 @@ static void on_job(struct ev_loop *loop, ev_io *w, int revents)
     vm->op.job = NULL;
     vmm_enter(vm);
     if (vm->op.kind == OP_SAVE) {
-        phase_set(vm, VMM_PH_STOPPED);
+        /* A saved template's RAM file is the clones' base from now on. */
+        phase_set(vm, !j->err && vm->boot == VMM_BOOT_TEMPLATE ? VMM_PH_SEALED : VMM_PH_STOPPED);
         if (j->err)
             unlink(vm->op.tmp);
         op_finish(vm, j->err, j->err ? j->why : NULL);

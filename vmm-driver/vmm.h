@@ -25,7 +25,10 @@
  * then RUNNING/STOPPED as QEMU's STOP and RESUME events say; a VM launched
  * in restore mode starts WAITING, vmm_restore makes it RESTORING, and
  * MIGRATION completed makes it STOPPED; vmm_save goes through SAVING back to
- * STOPPED; EXITED, DETACHED and FREED end it. The phase changes only inside
+ * STOPPED, or to SEALED for a TEMPLATE VM (it may never run again: vmm_cont
+ * and vmm_save refuse it; a "cont" sent raw through vmm_qmp would corrupt
+ * every clone, and its RESUME is refused by the phase table and noted in
+ * qemu.log); EXITED, DETACHED and FREED end it. The phase changes only inside
  * the driver (from events, replies and the calls above), never by itself
  * between two loop iterations; an illegal change is refused and noted in
  * qemu.log.
@@ -259,7 +262,10 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
  * header, wait for MIGRATION completed, then, on a worker thread, checksum
  * the stream, write the header (magic, version, QEMU version, guest size,
  * checksums), fsync and rename to path. The VM is left STOPPED, also on
- * failure (path.tmp is then removed). Phase SAVING meanwhile. For a
+ * failure (path.tmp is then removed); a TEMPLATE VM saved successfully is
+ * SEALED instead. Phase SAVING meanwhile. If the VM exits while the worker
+ * writes the file, no callback is made but the file may still appear
+ * complete at path. For a
  * TEMPLATE VM the file holds device state only (~50 KiB) and is restored
  * over the same memory file; other VMs' RAM goes into the file. */
 int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud);

@@ -10,6 +10,8 @@
  *   RUNNING    vCPUs run (query-status or RESUME said so)
  *   STOPPED    vCPUs paused (STOP, or a restore that completed paused)
  *   SAVING     vmm_save: stop + migrate to a file + the file made durable
+ *   SEALED     a TEMPLATE VM after a successful save: its memory file is now
+ *              what clones map, so it must never run again (no cont, no save)
  *   EXITED     the process is gone (cbs->exited ran)
  *   DETACHED   vmm_detach: the process lives on, this struct no longer watches
  *   FREED      vmm_free ran (the struct may linger until the process is reaped)
@@ -18,7 +20,7 @@
  *   WAITING   -> RESTORING
  *   RESTORING -> STOPPED (completed, guest paused), RUNNING (RESUME),
  *                WAITING (refused before the stream reached QEMU)
- *   RUNNING   <-> STOPPED;  RUNNING, STOPPED -> SAVING -> STOPPED
+ *   RUNNING   <-> STOPPED;  RUNNING, STOPPED -> SAVING -> STOPPED, SEALED
  *   every live phase -> EXITED, DETACHED;  every phase but FREED -> FREED
  *
  * vmm.c changes phases only through one function, which checks this table and
@@ -38,6 +40,7 @@ enum vmm_phase {
     VMM_PH_RUNNING,
     VMM_PH_STOPPED,
     VMM_PH_SAVING,
+    VMM_PH_SEALED,
     VMM_PH_EXITED,
     VMM_PH_DETACHED,
     VMM_PH_FREED,

@@ -290,9 +290,10 @@ static void test_phase(void)
         "booting>running",   "booting>stopped",   "booting>waiting",   "waiting>restoring",
         "restoring>stopped", "restoring>running", "restoring>waiting", "running>stopped",
         "running>saving",    "stopped>running",   "stopped>saving",    "saving>stopped",
-        "exited>freed",      "detached>freed",
+        "saving>sealed",     "exited>freed",      "detached>freed",
     };
-    static const char *live[] = {"booting", "waiting", "restoring", "running", "stopped", "saving"};
+    static const char *live[] = {"booting", "waiting", "restoring", "running",
+                                 "stopped", "saving",  "sealed"};
     int n_ok = 0;
 
     for (int f = 0; f < VMM_PH__COUNT; f++) {
@@ -312,7 +313,7 @@ static void test_phase(void)
             n_ok += want;
         }
     }
-    CHECK(n_ok == 14 + 6 * 3);
+    CHECK(n_ok == 15 + 7 * 3);
     CHECK(vmm_phase_check(VMM_PH__COUNT, VMM_PH_RUNNING) == -EINVAL);
     CHECK(vmm_phase_check(VMM_PH_RUNNING, (enum vmm_phase) - 1) == -EINVAL);
     CHECK(strcmp(vmm_phase_name(VMM_PH_RESTORING), "restoring") == 0);

@@ -1082,7 +1082,8 @@ static void test_snapshot_clones(void)
     CHECK(sv.done && sv.err == 0);
     if (sv.err)
         fprintf(stderr, "save: %s\n", sv.why);
-    CHECK(vmm_phase(t.vm) == VMM_PH_STOPPED);
+    CHECK(vmm_phase(t.vm) == VMM_PH_SEALED); /* a saved template never runs again */
+    CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM && vmm_save(t.vm, bad, on_op, &rb) == -EPERM);
     {
         char tmpname[320];
         snprintf(tmpname, sizeof(tmpname), "%s.tmp", snap);
