@@ -31,15 +31,38 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
+#include <jansson.h>
 
 #include "vmm_int.h"
 
 extern char **environ;
 
-enum vm_state { VM_RUNNING = 0, VM_EXITED, VM_DETACHED, VM_FREED };
+enum op_kind { OP_NONE = 0, OP_STOP, OP_CONT, OP_SAVE, OP_RESTORE };
+/* Where a save or restore is: which step answers next. */
+enum op_stage { STG_QMP = 0, STG_JOB, STG_VERSION, STG_LOAD };
+
+struct vmm_job;
+
+/* The one stop/cont/save/restore in progress. */
+struct vmm_op {
+    enum op_kind kind;
+    enum op_stage stage;
+    vmm_op_cb cb;
+    void *ud;
+    int replies; /* internal QMP replies still due */
+    int err;
+    char why[240];
+    bool mig_done;       /* MIGRATION completed seen */
+    int fd;              /* the snapshot file, or -1 */
+    char *path, *tmp;    /* save: final and temporary names */
+    struct vmm_job *job; /* running on a worker thread, or NULL */
+    struct vmm_snap_info info;
+};
 
 struct vmm_conn {
     struct vmm *vm;
@@ -65,7 +88,7 @@ struct vmm {
     unsigned reap_tries;
     bool child_grace; /* waiting for ev_child after waitid said ECHILD */
     bool sigkilled;   /* we sent SIGKILL (says so when the status is unknown) */
-    enum vm_state state;
+    enum vmm_phase phase;
     int depth;
     bool free_pending;
     char fail[160];     /* why we killed it, set when we decide to */
@@ -81,6 +104,11 @@ struct vmm {
     struct vmm_jail *jail; /* referenced; NULL when unjailed */
     struct vmm_jail_vm jv; /* jv.on: uid and cgroups to give back when the process is gone */
     struct vmm *next_orphan;
+    enum vmm_boot boot;
+    unsigned mem_mb, vcpus;
+    char qemu_version[64]; /* from query-version, once asked */
+    struct vmm_op op;
+    ev_io job_w; /* the worker thread's eventfd */
 };
 
 /* VMs freed while their process still ran: kept until reaped, and reachable
@@ -109,7 +137,7 @@ struct ev_loop *vmm_loop_of(struct vmm *vm)
 
 bool vmm_live(const struct vmm *vm)
 {
-    return vm->state == VM_RUNNING;
+    return vmm_phase_live(vm->phase);
 }
 
 const char *vmm_id_of(const struct vmm *vm)
@@ -131,6 +159,34 @@ uid_t vmm_uid(const struct vmm *vm)
 {
     return vm->jv.on ? vm->jv.uid : (uid_t)-1;
 }
+
+/* The only place a VM changes phase: the table decides (vmm_phase.c); an
+ * illegal change is refused and written into qemu.log, where an operator
+ * looking at that VM will find it. */
+static int phase_set(struct vmm *vm, enum vmm_phase to)
+{
+    char line[128];
+    int n;
+
+    if (vm->phase == to)
+        return 0;
+    if (vmm_phase_check(vm->phase, to) != 0) {
+        n = snprintf(line, sizeof(line), "[warren: refused phase change %s -> %s]\n",
+                     vmm_phase_name(vm->phase), vmm_phase_name(to));
+        if (vm->qlog.s)
+            vmm_log_write(&vm->qlog, line, (size_t)n);
+        return -EINVAL;
+    }
+    vm->phase = to;
+    return 0;
+}
+
+enum vmm_phase vmm_phase(const struct vmm *vm)
+{
+    return vm->phase;
+}
+
+static void op_clear(struct vmm *vm);
 
 static void destroy(struct vmm *vm)
 {
@@ -207,6 +263,7 @@ void vmm_leave(struct vmm *vm)
 /* Stop every watcher and close every fd except the pidfd. Idempotent. */
 static void teardown_io(struct vmm *vm)
 {
+    op_clear(vm);
     ev_timer_stop(vm->loop, &vm->qmp_c.t);
     ev_timer_stop(vm->loop, &vm->con_c.t);
     ev_timer_stop(vm->loop, &vm->chan_c.t);
@@ -368,7 +425,7 @@ static void finish_exit(struct vmm *vm, int status, bool known)
     teardown_io(vm);
     close_pidfd(vm);
     jail_release(vm);
-    vm->state = VM_EXITED;
+    phase_set(vm, VMM_PH_EXITED);
     if (vm->cbs.exited)
         vm->cbs.exited(vm->ud, known ? status : -1, reason);
 }
@@ -468,12 +525,12 @@ static void on_pidfd(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct vmm *vm = w->data;
 
-    if (vm->state == VM_FREED) {
+    if (vm->phase == VMM_PH_FREED) {
         orphan_done(vm);
         return;
     }
     vmm_enter(vm);
-    if (vm->state == VM_RUNNING)
+    if (vmm_phase_live(vm->phase))
         try_reap(vm);
     vmm_leave(vm);
 }
@@ -483,7 +540,7 @@ static void on_reap_timer(struct ev_loop *loop, ev_timer *w, int revents)
     struct vmm *vm = w->data;
 
     vmm_enter(vm);
-    if (vm->state == VM_RUNNING)
+    if (vmm_phase_live(vm->phase))
         try_reap(vm);
     vmm_leave(vm);
 }
@@ -494,7 +551,7 @@ static void on_child(struct ev_loop *loop, ev_child *w, int revents)
 
     ev_child_stop(loop, w);
     vmm_enter(vm);
-    if (vm->state == VM_RUNNING)
+    if (vmm_phase_live(vm->phase))
         finish_exit(vm, w->rstatus, true);
     vmm_leave(vm);
 }
@@ -510,7 +567,7 @@ static void send_kill(struct vmm *vm)
 /* Kill the VM because something failed; the exit reason will say why. */
 static void fail_kill(struct vmm *vm, const char *why)
 {
-    if (vm->state != VM_RUNNING)
+    if (!vmm_phase_live(vm->phase))
         return;
     if (!vm->fail[0])
         snprintf(vm->fail, sizeof(vm->fail), "%s", why);
@@ -528,7 +585,7 @@ void vmm_qmp_lost(struct vmm *vm, const char *why)
 {
     /* QEMU closes QMP as it exits: give the pidfd a moment to say so. If the
      * process stays, a VM we cannot control is killed. */
-    if (vm->state != VM_RUNNING || ev_is_active(&vm->kill_t))
+    if (!vmm_phase_live(vm->phase) || ev_is_active(&vm->kill_t))
         return;
     ev_timer_stop(vm->loop, &vm->ready_t);
     snprintf(vm->kill_why, sizeof(vm->kill_why), "QMP link lost: %s", why);
@@ -600,6 +657,23 @@ static void on_ready_timer(struct ev_loop *loop, ev_timer *w, int revents)
         fail_kill(vm, "QMP handshake timed out");
 }
 
+static void on_status(void *ud, int err, const char *json)
+{
+    struct vmm *vm = ud;
+    json_t *o = err ? NULL : json_loads(json, 0, NULL);
+    const char *st = json_string_value(json_object_get(o, "status"));
+
+    if (vm->phase == VMM_PH_BOOTING && st) {
+        if (strcmp(st, "running") == 0)
+            phase_set(vm, VMM_PH_RUNNING);
+        else if (strcmp(st, "inmigrate") == 0)
+            phase_set(vm, VMM_PH_WAITING);
+        else
+            phase_set(vm, VMM_PH_STOPPED);
+    }
+    json_decref(o);
+}
+
 static void qmp_connected(struct vmm *vm, int fd, int err)
 {
     char why[120];
@@ -610,6 +684,8 @@ static void qmp_connected(struct vmm *vm, int fd, int err)
         return;
     }
     vmm_qmp_attach(vm, &vm->qmp, fd);
+    /* The phase from QEMU's own word; later changes come from its events. */
+    (void)vmm_qmp_send_first(vm, &vm->qmp, "{\"execute\":\"query-status\"}", on_status, vm);
     ev_timer_set(&vm->ready_t, VMM_CONNECT_TIMEOUT, 0.);
     ev_timer_start(vm->loop, &vm->ready_t);
 }
@@ -679,6 +755,8 @@ static char *path_join(const char *dir, const char *name)
     return asprintf(&s, "%s/%s", dir, name) < 0 ? NULL : s;
 }
 
+static void on_job(struct ev_loop *loop, ev_io *w, int revents);
+
 static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                   void *ud, struct vmm **out)
 {
@@ -704,6 +782,13 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->con_fd = -1;
     vm->qout_fd = -1;
     vm->jail = vmm_jail_ref(cfg->jail);
+    vm->boot = cfg->boot;
+    vm->mem_mb = cfg->mem_mb ? cfg->mem_mb : 256;
+    vm->vcpus = cfg->vcpus ? cfg->vcpus : 1;
+    vm->phase = cfg->boot == VMM_BOOT_RESTORE ? VMM_PH_WAITING : VMM_PH_BOOTING;
+    vm->op.fd = -1;
+    ev_io_init(&vm->job_w, on_job, -1, EV_READ);
+    vm->job_w.data = vm;
     vm->run_dir = strdup(cfg->run_dir);
     vm->qmp_path = path_join(cfg->run_dir, "qmp.sock");
     vm->con_path = path_join(cfg->run_dir, "console.sock");
@@ -816,13 +901,17 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     if (!cfg)
         return -EINVAL;
     c = *cfg;
+    /* A jailed QEMU sees only its run dir and the images: the memory file is
+     * not in its mount namespace (not done yet). */
+    if (c.jail && c.boot != VMM_BOOT_KERNEL)
+        return -ENOTSUP;
     if (c.accel == VMM_ACCEL_AUTO)
         c.accel = vmm_detect_accel(NULL, 0);
     if (!tsc_khz)
         tsc_khz = vmm_tsc_khz();
     if ((r = vm_new(loop, &c, cbs, ud, &vm)) != 0)
         return r;
-    if ((r = vmm_argv_build(&av, &c, VMM_BOOT_KERNEL, tsc_khz)) != 0)
+    if ((r = vmm_argv_build(&av, &c, tsc_khz)) != 0)
         goto fail;
     unlink_sockets(vm);
     if ((r = vmm_log_open(&vm->log, vm->log_path, c.console_max, false)) != 0 ||
@@ -1002,6 +1091,8 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
     (void)qout_open(vm);
     vm->pid = pid;
     vm->pidfd = pidfd;
+    /* Whatever it was doing: the first query-status says (running, paused, inmigrate). */
+    vm->phase = VMM_PH_BOOTING;
     vm_start(vm, is_our_child(pid));
     *out = vm;
     return 0;
@@ -1021,7 +1112,7 @@ fail:
 
 int vmm_channel_reconnect(struct vmm *vm)
 {
-    if (!vm || vm->state != VM_RUNNING)
+    if (!vm || !vmm_phase_live(vm->phase))
         return -ESRCH;
     conn_start(vm, &vm->chan_c);
     return 0;
@@ -1031,21 +1122,21 @@ int vmm_qmp(struct vmm *vm, const char *json, vmm_qmp_cb cb, void *ud)
 {
     if (!vm || !json)
         return -EINVAL;
-    if (vm->state != VM_RUNNING)
+    if (!vmm_phase_live(vm->phase))
         return -ESRCH;
     return vmm_qmp_send(vm, &vm->qmp, json, cb, ud);
 }
 
 void vmm_kill(struct vmm *vm)
 {
-    if (!vm || vm->state != VM_RUNNING)
+    if (!vm || !vmm_phase_live(vm->phase))
         return;
     send_kill(vm);
 }
 
 void vmm_shutdown(struct vmm *vm, unsigned grace_ms)
 {
-    if (!vm || vm->state != VM_RUNNING)
+    if (!vm || !vmm_phase_live(vm->phase))
         return;
     if (grace_ms == 0) {
         vmm_kill(vm);
@@ -1062,22 +1153,22 @@ void vmm_shutdown(struct vmm *vm, unsigned grace_ms)
 
 void vmm_detach(struct vmm *vm)
 {
-    if (!vm || vm->state != VM_RUNNING)
+    if (!vm || !vmm_phase_live(vm->phase))
         return;
     teardown_io(vm);
     close_pidfd(vm);
-    vm->state = VM_DETACHED;
+    phase_set(vm, VMM_PH_DETACHED);
 }
 
 void vmm_free(struct vmm *vm)
 {
     bool running;
 
-    if (!vm || vm->state == VM_FREED)
+    if (!vm || vm->phase == VMM_PH_FREED)
         return;
-    running = vm->state == VM_RUNNING;
+    running = vmm_phase_live(vm->phase);
     teardown_io(vm);
-    vm->state = VM_FREED;
+    phase_set(vm, VMM_PH_FREED);
     if (running && vm->pidfd >= 0) {
         struct pollfd pf = {.fd = vm->pidfd, .events = POLLIN};
         int st, rr;
@@ -1099,4 +1190,468 @@ void vmm_free(struct vmm *vm)
         vm->free_pending = true;
     else
         destroy(vm);
+}
+
+/* ---- stop, cont, save, restore ----
+ *
+ * One operation at a time (vm->op). Its QMP commands are sent with vm as the
+ * callback's ud (safe: QMP callbacks are dropped when the VM goes away) and
+ * counted in op.replies; the operation moves on when every reply is in and,
+ * for migrations, QEMU's MIGRATION event said completed. Disk work (checksum,
+ * fsync, rename) runs on a worker thread that signals an eventfd. */
+
+struct vmm_job {
+    int efd;
+    int refs; /* the thread and the VM; atomic */
+    bool save;
+    int fd; /* a duplicate of op.fd, the job's own */
+    char *tmp, *path;
+    struct vmm_snap_info info;
+    int err;
+    char why[240];
+};
+
+static void job_unref(struct vmm_job *j)
+{
+    if (!j || __atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    if (j->fd >= 0)
+        close(j->fd);
+    if (j->efd >= 0)
+        close(j->efd);
+    free(j->tmp);
+    free(j->path);
+    free(j);
+}
+
+static void *job_main(void *arg)
+{
+    struct vmm_job *j = arg;
+    uint64_t one = 1;
+
+    if (j->save)
+        j->err = vmm_snap_finalize(j->fd, j->tmp, j->path, &j->info, j->why, sizeof(j->why));
+    else
+        j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why));
+    (void)!write(j->efd, &one, sizeof(one));
+    job_unref(j);
+    return NULL;
+}
+
+static int job_start(struct vmm *vm, bool save)
+{
+    struct vmm_job *j = calloc(1, sizeof(*j));
+    pthread_attr_t at;
+    pthread_t th;
+    int r;
+
+    if (!j)
+        return -ENOMEM;
+    j->save = save;
+    j->refs = 2;
+    j->info = vm->op.info;
+    j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    j->fd = fcntl(vm->op.fd, F_DUPFD_CLOEXEC, 3);
+    if (save) {
+        j->tmp = strdup(vm->op.tmp);
+        j->path = strdup(vm->op.path);
+    }
+    if (j->efd < 0 || j->fd < 0 || (save && (!j->tmp || !j->path))) {
+        j->refs = 1;
+        job_unref(j);
+        return -ENOMEM;
+    }
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    r = pthread_create(&th, &at, job_main, j);
+    pthread_attr_destroy(&at);
+    if (r != 0) {
+        j->refs = 1;
+        job_unref(j);
+        return -r;
+    }
+    vm->op.job = j;
+    ev_io_set(&vm->job_w, j->efd, EV_READ);
+    ev_io_start(vm->loop, &vm->job_w);
+    return 0;
+}
+
+/* Forget the operation without calling it (the VM is going away). A save whose
+ * file is not being finished by a worker leaves no temporary file behind. */
+static void op_clear(struct vmm *vm)
+{
+    struct vmm_op *op = &vm->op;
+
+    ev_io_stop(vm->loop, &vm->job_w);
+    if (op->job) {
+        job_unref(op->job); /* the thread finishes (a save's file included) on its own */
+        op->job = NULL;
+    } else if (op->kind == OP_SAVE && op->tmp) {
+        unlink(op->tmp);
+    }
+    if (op->fd >= 0)
+        close(op->fd);
+    free(op->path);
+    free(op->tmp);
+    memset(op, 0, sizeof(*op));
+    op->fd = -1;
+}
+
+/* The operation is over: clear it, then call its owner (who may free vm). */
+static void op_finish(struct vmm *vm, int err, const char *why)
+{
+    vmm_op_cb cb = vm->op.cb;
+    void *ud = vm->op.ud;
+    char buf[240];
+
+    snprintf(buf, sizeof(buf), "%s", why ? why : (err ? strerror(-err) : "ok"));
+    if (vm->op.kind == OP_SAVE && err && vm->op.tmp && !vm->op.job)
+        unlink(vm->op.tmp);
+    ev_io_stop(vm->loop, &vm->job_w);
+    job_unref(vm->op.job);
+    vm->op.job = NULL;
+    if (vm->op.fd >= 0)
+        close(vm->op.fd);
+    free(vm->op.path);
+    free(vm->op.tmp);
+    memset(&vm->op, 0, sizeof(vm->op));
+    vm->op.fd = -1;
+    if (cb)
+        cb(ud, err, buf);
+}
+
+static void op_fail(struct vmm *vm, int err, const char *fmt, const char *arg)
+{
+    if (vm->op.err)
+        return; /* the first failure is the one to report */
+    vm->op.err = err;
+    snprintf(vm->op.why, sizeof(vm->op.why), fmt, arg);
+}
+
+static void op_step(struct vmm *vm);
+
+static void on_op_reply(void *ud, int err, const char *json)
+{
+    struct vmm *vm = ud;
+
+    if (vm->op.kind == OP_NONE)
+        return;
+    vm->op.replies--;
+    if (err)
+        op_fail(vm, -EIO, "QEMU refused: %.200s", json);
+    op_step(vm);
+}
+
+/* "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" from query-version. */
+static void on_version(void *ud, int err, const char *json)
+{
+    struct vmm *vm = ud;
+    json_t *o = err ? NULL : json_loads(json, 0, NULL), *q = json_object_get(o, "qemu");
+    const char *pkg = json_string_value(json_object_get(o, "package"));
+
+    if (q)
+        snprintf(vm->qemu_version, sizeof(vm->qemu_version), "%lld.%lld.%lld%s%.40s%s",
+                 (long long)json_integer_value(json_object_get(q, "major")),
+                 (long long)json_integer_value(json_object_get(q, "minor")),
+                 (long long)json_integer_value(json_object_get(q, "micro")),
+                 pkg && *pkg ? " (" : "", pkg ? pkg : "", pkg && *pkg ? ")" : "");
+    json_decref(o);
+    on_op_reply(vm, err, json);
+}
+
+static int op_send(struct vmm *vm, const char *json, vmm_qmp_cb cb)
+{
+    int r = vmm_qmp_send(vm, &vm->qmp, json, cb, vm);
+
+    if (r == 0)
+        vm->op.replies++;
+    return r;
+}
+
+#define CAPS_JSON                                                                                  \
+    "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":["                  \
+    "{\"capability\":\"x-ignore-shared\",\"state\":true},"                                         \
+    "{\"capability\":\"events\",\"state\":true}]}}"
+
+/* Restore: the snapshot checked out; hand its stream to QEMU. */
+static int restore_load(struct vmm *vm)
+{
+    int r;
+
+    if (lseek(vm->op.fd, VMM_SNAP_HDR, SEEK_SET) < 0)
+        return -errno;
+    vm->op.stage = STG_LOAD;
+    if ((r = op_send(vm, CAPS_JSON, on_op_reply)) != 0)
+        return r;
+    r = vmm_qmp_send_fd(vm, &vm->qmp,
+                        "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"wsnap\"}}", vm->op.fd,
+                        on_op_reply, vm);
+    if (r != 0)
+        return r;
+    vm->op.replies++;
+    return op_send(vm, "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:wsnap\"}}",
+                   on_op_reply);
+}
+
+static void op_step(struct vmm *vm)
+{
+    struct vmm_op *op = &vm->op;
+    char why[240];
+    int r;
+
+    if (op->replies > 0 || op->job)
+        return;
+    switch (op->kind) {
+    case OP_NONE:
+        return;
+    case OP_STOP:
+    case OP_CONT:
+        op_finish(vm, op->err, op->err ? op->why : NULL);
+        return;
+    case OP_SAVE:
+        if (op->err) {
+            /* A failed migration leaves the (stopped) source as it was. */
+            phase_set(vm, VMM_PH_STOPPED);
+            op_finish(vm, op->err, op->why);
+            return;
+        }
+        if (!op->mig_done)
+            return;
+        snprintf(op->info.qemu_version, sizeof(op->info.qemu_version), "%s", vm->qemu_version);
+        op->info.mem_mb = vm->mem_mb;
+        op->info.vcpus = vm->vcpus;
+        op->info.flags = vm->boot == VMM_BOOT_KERNEL ? 0 : VMM_SNAP_F_SHARED_RAM;
+        op->stage = STG_JOB;
+        if ((r = job_start(vm, true)) != 0) {
+            phase_set(vm, VMM_PH_STOPPED);
+            op_finish(vm, r, "snapshot: could not start the writer thread");
+        }
+        return;
+    case OP_RESTORE:
+        if (op->err && !op->mig_done) {
+            /* Refused before QEMU read a byte of it (or QEMU refused the
+             * command): the VM still waits for a stream. If QEMU rejected
+             * the stream itself, it exits and cbs->exited follows. */
+            phase_set(vm, VMM_PH_WAITING);
+            op_finish(vm, op->err, op->why);
+            return;
+        }
+        if (op->stage == STG_VERSION) {
+            if (vmm_snap_match(&op->info, vm->qemu_version, vm->mem_mb, vm->vcpus,
+                               vm->boot != VMM_BOOT_KERNEL, why, sizeof(why)) != 0) {
+                phase_set(vm, VMM_PH_WAITING);
+                op_finish(vm, -EINVAL, why);
+                return;
+            }
+            if ((r = restore_load(vm)) != 0) {
+                op_fail(vm, r, "restore: %s", strerror(-r));
+                if (op->replies == 0)
+                    op_step(vm);
+            }
+            return;
+        }
+        if (op->stage == STG_LOAD && op->mig_done) {
+            if (vm->phase == VMM_PH_RESTORING)
+                phase_set(vm, VMM_PH_STOPPED);
+            op_finish(vm, 0, NULL);
+        }
+        return;
+    }
+}
+
+static void on_job(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct vmm *vm = w->data;
+    struct vmm_job *j = vm->op.job;
+    uint64_t v;
+    int r;
+
+    if (!j || read(j->efd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+        return;
+    ev_io_stop(loop, w);
+    vm->op.job = NULL;
+    vmm_enter(vm);
+    if (vm->op.kind == OP_SAVE) {
+        /* A saved template's RAM file is the clones' base from now on. */
+        phase_set(vm, !j->err && vm->boot == VMM_BOOT_TEMPLATE ? VMM_PH_SEALED : VMM_PH_STOPPED);
+        if (j->err)
+            unlink(vm->op.tmp);
+        op_finish(vm, j->err, j->err ? j->why : NULL);
+    } else if (j->err) {
+        phase_set(vm, VMM_PH_WAITING);
+        op_finish(vm, j->err, j->why);
+    } else {
+        vm->op.info = j->info;
+        vm->op.stage = STG_VERSION;
+        if ((r = op_send(vm, "{\"execute\":\"query-version\"}", on_version)) != 0) {
+            phase_set(vm, VMM_PH_WAITING);
+            op_finish(vm, r, "restore: QMP unavailable");
+        }
+    }
+    job_unref(j);
+    vmm_leave(vm);
+}
+
+void vmm_qmp_event(struct vmm *vm, const char *ev, const char *status)
+{
+    if (strcmp(ev, "STOP") == 0) {
+        if (vm->phase == VMM_PH_BOOTING || vmm_phase_guest_runs(vm->phase))
+            phase_set(vm, VMM_PH_STOPPED);
+    } else if (strcmp(ev, "RESUME") == 0) {
+        if (vm->phase == VMM_PH_BOOTING || vm->phase == VMM_PH_STOPPED ||
+            vm->phase == VMM_PH_RESTORING)
+            phase_set(vm, VMM_PH_RUNNING);
+    } else if (strcmp(ev, "MIGRATION") == 0 && status) {
+        if (vm->op.kind != OP_SAVE && vm->op.kind != OP_RESTORE)
+            return;
+        if (strcmp(status, "completed") == 0)
+            vm->op.mig_done = true;
+        else if (strcmp(status, "failed") == 0 || strcmp(status, "cancelled") == 0)
+            op_fail(vm, -EIO, "migration %s (see qemu.log)", status);
+        else
+            return;
+        op_step(vm);
+    }
+}
+
+static int op_begin(struct vmm *vm, enum op_kind kind, vmm_op_cb cb, void *ud)
+{
+    if (!vm)
+        return -EINVAL;
+    if (!vmm_phase_live(vm->phase))
+        return -ESRCH;
+    if (vm->op.kind != OP_NONE)
+        return -EBUSY;
+    memset(&vm->op, 0, sizeof(vm->op));
+    vm->op.kind = kind;
+    vm->op.cb = cb;
+    vm->op.ud = ud;
+    vm->op.fd = -1;
+    return 0;
+}
+
+/* An operation in progress answers -EBUSY before any phase rule: the phase
+ * it put the VM in (SAVING, RESTORING) is its own doing. */
+static bool busy(const struct vmm *vm)
+{
+    return vm && vmm_phase_live(vm->phase) && vm->op.kind != OP_NONE;
+}
+
+static int stop_cont(struct vmm *vm, bool stop, vmm_op_cb cb, void *ud)
+{
+    int r;
+
+    if (busy(vm))
+        return -EBUSY;
+    if (vm && vmm_phase_live(vm->phase) &&
+        !(stop ? vmm_phase_can_stop(vm->phase) : vmm_phase_can_cont(vm->phase)))
+        return -EPERM;
+    if ((r = op_begin(vm, stop ? OP_STOP : OP_CONT, cb, ud)) != 0)
+        return r;
+    if ((r = op_send(vm, stop ? "{\"execute\":\"stop\"}" : "{\"execute\":\"cont\"}",
+                     on_op_reply)) != 0)
+        op_clear(vm);
+    return r;
+}
+
+int vmm_stop(struct vmm *vm, vmm_op_cb cb, void *ud)
+{
+    return stop_cont(vm, true, cb, ud);
+}
+
+int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud)
+{
+    return stop_cont(vm, false, cb, ud);
+}
+
+int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
+{
+    struct vmm_op *op;
+    int r;
+
+    if (!vm || !path || !*path)
+        return -EINVAL;
+    if (busy(vm))
+        return -EBUSY;
+    if (vmm_phase_live(vm->phase) && !vmm_phase_can_save(vm->phase))
+        return -EPERM;
+    if ((r = op_begin(vm, OP_SAVE, cb, ud)) != 0)
+        return r;
+    op = &vm->op;
+    if (asprintf(&op->tmp, "%s.tmp", path) < 0) {
+        op->tmp = NULL;
+        r = -ENOMEM;
+        goto fail;
+    }
+    if (!(op->path = strdup(path))) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    /* O_TRUNC: a .tmp left by a crash is garbage. QEMU writes the stream at
+     * the fd's offset, after the header's room. */
+    op->fd = open(op->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (op->fd < 0 || lseek(op->fd, VMM_SNAP_HDR, SEEK_SET) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    /* Stop first: the file must hold one consistent instant. The default 128
+     * MiB/s bandwidth cap would make a full-RAM save 4x slower. */
+    if ((r = op_send(vm, "{\"execute\":\"stop\"}", on_op_reply)) ||
+        (r = op_send(vm, "{\"execute\":\"query-version\"}", on_version)) ||
+        (r = op_send(vm, CAPS_JSON, on_op_reply)) ||
+        (r = op_send(vm,
+                     "{\"execute\":\"migrate-set-parameters\",\"arguments\":"
+                     "{\"max-bandwidth\":34359738368}}",
+                     on_op_reply)))
+        goto sent_fail;
+    if ((r = vmm_qmp_send_fd(vm, &vm->qmp,
+                             "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"wsnap\"}}", op->fd,
+                             on_op_reply, vm)) != 0)
+        goto sent_fail;
+    op->replies++;
+    if ((r = op_send(vm, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:wsnap\"}}",
+                     on_op_reply)) != 0)
+        goto sent_fail;
+    phase_set(vm, VMM_PH_SAVING);
+    return 0;
+sent_fail:
+    /* Some commands are out (a stop, perhaps): let their replies finish the
+     * operation through its callback rather than leave them dangling. */
+    if (op->replies > 0) {
+        op_fail(vm, r, "save: %s", strerror(-r));
+        phase_set(vm, VMM_PH_SAVING);
+        return 0;
+    }
+fail:
+    if (op->tmp)
+        unlink(op->tmp);
+    op_clear(vm);
+    return r;
+}
+
+int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
+{
+    int r;
+
+    if (!vm || !path || !*path)
+        return -EINVAL;
+    if (busy(vm))
+        return -EBUSY;
+    if (vmm_phase_live(vm->phase) && !vmm_phase_can_restore(vm->phase))
+        return -EPERM;
+    if ((r = op_begin(vm, OP_RESTORE, cb, ud)) != 0)
+        return r;
+    vm->op.fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (vm->op.fd < 0) {
+        r = -errno;
+        op_clear(vm);
+        return r;
+    }
+    vm->op.stage = STG_JOB;
+    if ((r = job_start(vm, false)) != 0) {
+        op_clear(vm);
+        return r;
+    }
+    phase_set(vm, VMM_PH_RESTORING);
+    return 0;
 }

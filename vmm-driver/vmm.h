@@ -1,5 +1,6 @@
 /*
- * vmm.h - QEMU microvm control: launch, adopt after a restart, QMP, exit.
+ * vmm.h - QEMU microvm control: launch, adopt after a restart, QMP, exit,
+ * phases, snapshots (save, restore into a pre-started QEMU), qcow2 overlays.
  *
  * One struct vmm is one QEMU process. The driver starts it (or re-attaches
  * to one that survived a warrend restart), connects QMP and the console,
@@ -20,6 +21,51 @@
  * grow for a moment after vmm_free or vmm_detach (unlinking them is safe;
  * vmm_settle_orphans waits for them).
  *
+ * Phases (vmm_phase.h, vmm_phase()): BOOTING until QMP's first query-status,
+ * then RUNNING/STOPPED as QEMU's STOP and RESUME events say; a VM launched
+ * in restore mode starts WAITING, vmm_restore makes it RESTORING, and
+ * MIGRATION completed makes it STOPPED; vmm_save goes through SAVING back to
+ * STOPPED, or to SEALED for a TEMPLATE VM (it may never run again: vmm_cont
+ * and vmm_save refuse it; a "cont" sent raw through vmm_qmp would corrupt
+ * every clone, and its RESUME is refused by the phase table and noted in
+ * qemu.log); EXITED, DETACHED and FREED end it. The phase changes only inside
+ * the driver (from events, replies and the calls above), never by itself
+ * between two loop iterations; an illegal change is refused and noted in
+ * qemu.log.
+ *
+ * Boot modes (cfg->boot):
+ * - VMM_BOOT_KERNEL: -kernel/-initrd boot, anonymous RAM (as before).
+ * - VMM_BOOT_TEMPLATE: the same boot, guest RAM in cfg->mem_path mapped
+ *   share=on (memory-backend-file; QEMU creates the file, mem_mb long). Boot
+ *   it to a ready guest, vmm_save it, then end it: the file is now the
+ *   template's RAM image.
+ * - VMM_BOOT_RESTORE: no kernel; cfg->mem_path mapped share=off (a private
+ *   copy-on-write view of the template's RAM: a clone costs only the pages it
+ *   writes), QEMU started with -incoming defer (phase WAITING) until
+ *   vmm_restore loads a snapshot saved from that template. mem_mb, vcpus, the
+ *   disk's presence and the QEMU version must match the template's (the
+ *   snapshot header is checked for all but the disk).
+ * The memory file is the caller's: the driver never creates (QEMU does, in
+ * template mode), truncates or removes it. It must not change while any
+ * clone maps it or may still be restored from it: a share=off mapping sees
+ * the file's pages until the clone first writes each one, so a template that
+ * ran again after its save (or anything writing the file) would change every
+ * clone's memory under it. Keep it until the last clone has exited and no
+ * snapshot over it will be restored; /dev/shm files count against RAM.
+ * A clone's disk must be a fresh overlay backed by the template's own
+ * overlay frozen at save time (vmm_qcow2_create accepts a qcow2 backing),
+ * never by the raw base (files read back as NULs: measured). Snapshot files
+ * are the caller's too (vmm_save writes path.tmp then renames to path).
+ * With cfg->jail, TEMPLATE and RESTORE are refused (-ENOTSUP): the memory
+ * file is not inside the jail's mount namespace, and making it so safely
+ * needs more than a bind mount. QEMU 7.2 opens a share=off memory file
+ * read-write (its readonly=on also maps guest RAM read-only: a restored
+ * guest then stops answering, tried here), so every jailed clone would need
+ * write access to the template's RAM file, and one compromised QEMU could
+ * rewrite the memory of every other clone. QEMU >= 8.2 (rom=off with
+ * readonly=on) or a file handed over as an fd would allow a read-only
+ * mapping. vmm_save works jailed (QEMU gets the snapshot file as an fd).
+ *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
  * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
  * and no other inherited fd; with cfg->jail, under its own uid, mount
@@ -35,6 +81,8 @@
 #include <sys/types.h>
 #include <ev.h>
 
+#include "vmm_phase.h"
+
 enum vmm_accel { VMM_ACCEL_AUTO = 0, VMM_ACCEL_KVM, VMM_ACCEL_TCG };
 
 /* Decide the accelerator: KVM when the CPU has vmx/svm and /dev/kvm answers
@@ -44,6 +92,13 @@ enum vmm_accel vmm_detect_accel(char *why, size_t why_cap);
 
 /* Host TSC in kHz (from /proc/cpuinfo "cpu MHz"), 0 if unknown. */
 unsigned long vmm_tsc_khz(void);
+
+/* How the guest starts (see "Boot modes" above). */
+enum vmm_boot {
+    VMM_BOOT_KERNEL = 0, /* -kernel/-initrd boot, anonymous guest RAM */
+    VMM_BOOT_TEMPLATE,   /* kernel boot, guest RAM in mem_path (share=on) */
+    VMM_BOOT_RESTORE,    /* no boot: mem_path private (share=off), -incoming defer */
+};
 
 struct vmm_config {
     const char *id;        /* sandbox id, 1-64 of [A-Za-z0-9_.-]: names the VM ("warren-<id>") */
@@ -72,6 +127,11 @@ struct vmm_config {
     struct vmm_jail *jail; /* NULL: QEMU runs as warrend's uid, unconfined. Else see
                             * vmm_jail_new; the vmm holds a reference until it is freed. */
     const char *backing;   /* jail: the disk's read-only backing file (shown in the jail) */
+    /* Appended for snapshots; zero keeps the kernel boot above. */
+    enum vmm_boot boot;
+    const char *mem_path; /* TEMPLATE, RESTORE: guest RAM file, e.g. /dev/shm/warren-<t>.mem
+                           * (no commas). TEMPLATE creates it (mem_mb long); RESTORE needs
+                           * the one its snapshot was saved over, unchanged. */
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */
@@ -122,7 +182,8 @@ struct vmm_cbs {
 
 /* Start QEMU. On success *out is set and the process runs; 0 or -errno:
  * -EINVAL (bad id/path/config), -ENAMETOOLONG (run_dir), -ENOENT (no QEMU
- * binary), other spawn errors. A failed launch makes no callback. */
+ * binary), -ENOTSUP (TEMPLATE or RESTORE with a jail), other spawn errors.
+ * A failed launch makes no callback. */
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                void *ud, struct vmm **out);
 
@@ -179,10 +240,56 @@ int vmm_qmp(struct vmm *vm, const char *json, vmm_qmp_cb cb, void *ud);
 /* Path of the bounded console log (run_dir/console.log). */
 const char *vmm_console_path(const struct vmm *vm);
 
-/* Create a qcow2 (v3, 64 KiB clusters) overlay at path backed by the raw image
- * `backing` of `size` bytes (a multiple of 512; 0: the backing file's size),
- * written directly (no qemu-img spawn). The backing name is stored as given:
- * pass an absolute path. Fails with -EEXIST if path exists. 0 or -errno. */
+/* The VM's phase (vmm_phase.h). */
+enum vmm_phase vmm_phase(const struct vmm *vm);
+
+/* ---- stop, cont, save, restore ----
+ * One operation at a time per VM (-EBUSY otherwise); -EPERM if the phase does
+ * not allow it (vmm_phase_can_*), -ESRCH once exited/detached. The callback
+ * runs from the loop once the operation is over: err 0, or -errno with why a
+ * sentence (never NULL). Like QMP callbacks, it is not called if the VM exits
+ * first: cbs->exited is the answer then. */
+typedef void (*vmm_op_cb)(void *ud, int err, const char *why);
+
+/* Pause / resume the vCPUs (QMP stop / cont); the phase follows QEMU's STOP and
+ * RESUME events, and is STOPPED / RUNNING when cb runs with 0. */
+int vmm_stop(struct vmm *vm, vmm_op_cb cb, void *ud);
+int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
+
+/* Save the VM's device state to path (RUNNING or STOPPED): stop, set
+ * x-ignore-shared (RAM that lives in a share=on memory file is not copied) and
+ * a high max-bandwidth, migrate through an fd into path.tmp after a 4 KiB
+ * header, wait for MIGRATION completed, then, on a worker thread, checksum
+ * the stream, write the header (magic, version, QEMU version, guest size,
+ * checksums), fsync and rename to path. The VM is left STOPPED, also on
+ * failure (path.tmp is then removed); a TEMPLATE VM saved successfully is
+ * SEALED instead. Phase SAVING meanwhile. If the VM exits while the worker
+ * writes the file, no callback is made but the file may still appear
+ * complete at path. For a
+ * TEMPLATE VM the file holds device state only (~50 KiB) and is restored
+ * over the same memory file; other VMs' RAM goes into the file. */
+int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud);
+
+/* Load a snapshot into a VM launched with VMM_BOOT_RESTORE (phase WAITING):
+ * on a worker thread the header and the stream's checksum are checked; then
+ * the QEMU version and guest size are matched (a corrupt, truncated or
+ * mismatched file is refused: err -EINVAL, why says which, phase back to
+ * WAITING, QEMU never saw it); then x-ignore-shared is set and
+ * migrate-incoming reads the stream from a passed fd. cb runs at MIGRATION
+ * completed, the VM STOPPED (as it was saved): vmm_cont it. A stream QEMU
+ * rejects makes QEMU exit (cbs->exited, the reason from qemu.log). */
+int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud);
+
+/* Create a qcow2 (v3, 64 KiB clusters) overlay at path backed by `backing`,
+ * written directly (no qemu-img spawn). The backing file is raw, or a qcow2
+ * (a template's frozen overlay): its header is read and checked (magic,
+ * version 2/3, cluster size, virtual size and header fields bounded, no
+ * encryption or external data file) and the overlay gets backing format qcow2
+ * and that virtual size. size: a multiple of 512; 0 takes the backing file's
+ * (raw: its length; qcow2: its virtual size); a qcow2 backing needs 0 or its
+ * own size. The backing name is stored as given: pass an absolute path.
+ * Fails with -EEXIST if path exists. 0 or -errno (-EINVAL: a backing qcow2
+ * that fails the checks). */
 int vmm_qcow2_create(const char *path, const char *backing, uint64_t size);
 
 #endif

@@ -1,9 +1,11 @@
 /*
  * vmm_argv.c - QEMU's command line for a Warren microVM.
  *
- * One builder for every way a VM starts: the boot mode decides the tail
- * (kernel boot today; a memory-backend-file + -incoming clone later), the
- * rest (machine, sandbox, sockets, disk, channel) is shared. Values that
+ * One builder for every way a VM starts: the boot mode decides the memory
+ * backend (anonymous, or a file shared or private) and the tail (-kernel, or
+ * -incoming defer); the rest (machine, sandbox, sockets, disk, channel) is
+ * shared, so a clone's devices match its template's exactly, as migration
+ * requires. Values that
  * QEMU parses as option lists must not contain commas, so ids and paths are
  * checked instead of escaped.
  */
@@ -97,9 +99,10 @@ static int path_ok(const char *p)
     return p && *p && !strchr(p, ',') ? 0 : -EINVAL;
 }
 
-int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, enum vmm_boot_mode mode,
-                   unsigned long tsc_khz)
+int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned long tsc_khz)
 {
+    enum vmm_boot mode = cfg->boot;
+    bool memfile = mode == VMM_BOOT_TEMPLATE || mode == VMM_BOOT_RESTORE;
     char name[160], qmp[4200];
     unsigned vcpus = cfg->vcpus ? cfg->vcpus : 1;
     unsigned mem = cfg->mem_mb ? cfg->mem_mb : 256;
@@ -112,8 +115,12 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, enum vmm_bo
         return r;
     if (strlen(cfg->run_dir) + sizeof("/console.sock") > 108)
         return -ENAMETOOLONG;
-    if (mode == VMM_BOOT_KERNEL && !cfg->kernel)
+    if (mode != VMM_BOOT_KERNEL && mode != VMM_BOOT_TEMPLATE && mode != VMM_BOOT_RESTORE)
         return -EINVAL;
+    if (mode != VMM_BOOT_RESTORE && !cfg->kernel)
+        return -EINVAL;
+    if (memfile && (r = path_ok(cfg->mem_path)) != 0)
+        return r;
     if (cfg->accel != VMM_ACCEL_KVM && cfg->accel != VMM_ACCEL_TCG)
         return -EINVAL;
     if ((r = vmm_argv_name(name, sizeof(name), cfg->id)) ||
@@ -126,7 +133,8 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, enum vmm_bo
     /* PIT and PIC off: the kernel gets its TSC rate from tsc_early_khz and uses
      * the LAPIC timer and IOAPIC; measured to boot reliably under TCG here. */
     av_add(a, "-M");
-    av_add(a, "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off");
+    av_addf(a, "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off%s",
+            memfile ? ",memory-backend=mem" : "");
     av_add(a, "-accel");
     /* TCG: MTTCG (thread=multi) even for one vCPU: the vCPU thread then runs
      * without the big QEMU lock, so QMP answers during boot in ~40 ms where the
@@ -139,6 +147,14 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, enum vmm_bo
     av_add(a, kvm ? "host" : "max");
     av_add(a, "-m");
     av_addf(a, "%u", mem);
+    if (memfile) {
+        /* Guest RAM in a file: share=on makes the template's RAM the file's
+         * pages (what clones map); share=off maps it privately, copy-on-write,
+         * so a clone starts from the template's memory without copying it. */
+        av_add(a, "-object");
+        av_addf(a, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s", mem, cfg->mem_path,
+                mode == VMM_BOOT_TEMPLATE ? "on" : "off");
+    }
     av_add(a, "-smp");
     av_addf(a, "%u", vcpus);
     av_add(a, "-nodefaults");
@@ -172,7 +188,13 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, enum vmm_bo
     av_add(a, "-no-reboot");
 
     switch (mode) {
-    case VMM_BOOT_KERNEL: {
+    case VMM_BOOT_RESTORE:
+        /* No guest until vmm_restore sends migrate-incoming. */
+        av_add(a, "-incoming");
+        av_add(a, "defer");
+        break;
+    case VMM_BOOT_KERNEL:
+    case VMM_BOOT_TEMPLATE: {
         char tsc[48] = "";
         if (tsc_khz)
             snprintf(tsc, sizeof(tsc), " tsc_early_khz=%lu", tsc_khz);

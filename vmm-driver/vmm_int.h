@@ -4,7 +4,8 @@
  * Split: vmm.c owns the process (spawn, adopt, exit, kill) and the three
  * socket connections; vmm_qmp.c is the QMP client; vmm_log.c the bounded
  * console log; vmm_argv.c builds QEMU's command line; vmm_host.c probes the
- * host; vmm_qcow2.c writes overlays. Tests include this header to reach the
+ * host; vmm_qcow2.c writes overlays; vmm_phase.c is the phase table;
+ * vmm_snap.c the snapshot file format. Tests include this header to reach the
  * pure parts (argv builder, console log) without a VM.
  */
 #ifndef WARREN_VMM_INT_H
@@ -16,6 +17,7 @@
 #include <ev.h>
 
 #include "vmm.h"
+#include "vmm_phase.h"
 
 /* Seconds QEMU gets to create its sockets (it does so before the guest runs). */
 #define VMM_CONNECT_TIMEOUT 10.0
@@ -27,21 +29,16 @@
 
 /* ---- argv builder (vmm_argv.c) ---- */
 
-/* How the guest starts. Only KERNEL exists today; snapshot clones will add a
- * mode that maps guest RAM from a /dev/shm file (memory-backend-file) and waits
- * with -incoming defer instead of booting -kernel. */
-enum vmm_boot_mode { VMM_BOOT_KERNEL = 0 };
-
 struct vmm_argv {
     char **v; /* NULL-terminated */
     size_t n, cap;
     int err; /* first allocation error, sticky */
 };
 
-/* Build QEMU's argv for cfg. cfg->accel must be KVM or TCG. 0 or -errno
- * (-EINVAL for an id or path QEMU's option parser would misread). */
-int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, enum vmm_boot_mode mode,
-                   unsigned long tsc_khz);
+/* Build QEMU's argv for cfg (its boot mode included). cfg->accel must be KVM or
+ * TCG. 0 or -errno (-EINVAL for an id or path QEMU's option parser would
+ * misread, or a mode without what it needs). */
+int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned long tsc_khz);
 void vmm_argv_free(struct vmm_argv *a);
 
 /* The exact argv strings that identify a VM: used by the builder and by
@@ -228,6 +225,9 @@ struct vmm_qmp {
     unsigned long next_id;
     char shutdown_reason[48]; /* from the last SHUTDOWN event */
     bool stopped;             /* STOP seen without RESUME */
+    int tx_fd;                /* fd to send with the byte at tx_fd_off (SCM_RIGHTS), or -1 */
+    size_t tx_fd_off;
+    bool fd_busy; /* a command carrying an fd is queued or awaiting its reply */
 };
 
 void vmm_qmp_init(struct vmm *vm, struct vmm_qmp *q);
@@ -236,6 +236,14 @@ void vmm_qmp_attach(struct vmm *vm, struct vmm_qmp *q, int fd);
 /* Close the socket and drop every queued command without calling it. */
 void vmm_qmp_close(struct vmm *vm, struct vmm_qmp *q);
 int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud);
+/* Same, but ahead of every command queued before the handshake (the driver's
+ * first query-status, so the phase is known before any owner's reply). */
+int vmm_qmp_send_first(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb,
+                       void *ud);
+/* Same, passing a duplicate of fd with the command's first byte (SCM_RIGHTS), for
+ * "getfd". One such command at a time: -EBUSY until its reply has arrived. */
+int vmm_qmp_send_fd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, vmm_qmp_cb cb,
+                    void *ud);
 /* The process has exited: read what is left on the socket for events only
  * (the SHUTDOWN reason), calling no command callback. */
 void vmm_qmp_drain_events(struct vmm *vm, struct vmm_qmp *q);
@@ -250,8 +258,48 @@ void vmm_qmp_lost(struct vmm *vm, const char *why);
  * inside is deferred to the outermost vmm_leave (do not touch vm after it). */
 void vmm_enter(struct vmm *vm);
 void vmm_leave(struct vmm *vm);
+/* An event arrived (name, and data.status for MIGRATION, else NULL). From the
+ * loop, inside vmm_enter; may call the owner. */
+void vmm_qmp_event(struct vmm *vm, const char *event, const char *status);
 /* True while callbacks may still be made (not exited, detached or freed). */
 bool vmm_live(const struct vmm *vm);
 const char *vmm_id_of(const struct vmm *vm);
+
+/* ---- qcow2 (vmm_qcow2.c) ---- */
+
+/* Pure: is the header h (len bytes from offset 0) a qcow2 we accept as a
+ * backing file? *is_qcow2 false (and 0) when the magic is not there: raw.
+ * Else 0 and *vsize, or -EINVAL for a header out of bounds (version, cluster
+ * bits, size, encryption, L1 size, feature bits, header length). */
+int vmm_qcow2_probe(const uint8_t *h, size_t len, bool *is_qcow2, uint64_t *vsize);
+
+/* ---- snapshot files (vmm_snap.c) ---- */
+
+#define VMM_SNAP_HDR          4096u
+#define VMM_SNAP_F_SHARED_RAM 1u /* RAM not in the stream: it lives in the memory file */
+
+struct vmm_snap_info {
+    uint64_t stream_len;
+    uint32_t stream_crc, mem_mb, vcpus, flags;
+    char qemu_version[64]; /* "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" */
+};
+
+uint32_t vmm_crc32(uint32_t crc, const void *buf, size_t n);
+/* Pure: the header for in (VMM_SNAP_HDR bytes into hdr). */
+void vmm_snap_encode(uint8_t *hdr, const struct vmm_snap_info *in);
+/* Pure: check a header read from a file of file_size bytes (len bytes of it in
+ * buf). 0 and *out, or -EINVAL with a sentence in why. */
+int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct vmm_snap_info *out,
+                    char *why, size_t cap);
+/* Pure: may a VM of this QEMU version and size restore s? 0 or -EINVAL + why. */
+int vmm_snap_match(const struct vmm_snap_info *s, const char *qemu_version, unsigned mem_mb,
+                   unsigned vcpus, bool shared_ram, char *why, size_t cap);
+/* Blocking (a worker thread's job). QEMU has written its stream into fd after
+ * the header: checksum it, write the header (info's other fields as given),
+ * fsync, rename tmp to path, fsync the directory. */
+int vmm_snap_finalize(int fd, const char *tmp, const char *path, struct vmm_snap_info *info,
+                      char *why, size_t cap);
+/* Blocking: decode the header of the file open on fd and check the stream's checksum. */
+int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
 
 #endif

@@ -1,8 +1,13 @@
 /*
- * vmm_qcow2.c - write an empty qcow2 v3 overlay over a raw backing image.
+ * vmm_qcow2.c - write an empty qcow2 v3 overlay over a raw or qcow2 backing image.
+ *
+ * A qcow2 backing (a template's frozen overlay, which a guest wrote through
+ * QEMU) has its header read and every field used or trusted bounded; its
+ * virtual size becomes the overlay's. Which format the backing is comes from
+ * its first 4 bytes: a raw backing is a template image, never guest-written.
  *
  * Layout (64 KiB clusters, 16-bit refcounts, as docs/interop/qcow2.txt):
- *   cluster 0  header (104 bytes), backing-format extension "raw", end
+ *   cluster 0  header (104 bytes), backing-format extension, end
  *              marker, then the backing file name
  *   cluster 1  refcount table: one entry -> cluster 2
  *   cluster 2  refcount block: clusters 0 .. 2 + L1 clusters have refcount 1
@@ -12,12 +17,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "vmm.h"
+#include "vmm_int.h"
 
 #define CLUSTER_BITS 16
 #define CLUSTER      (1u << CLUSTER_BITS)
@@ -58,8 +64,63 @@ static int pwrite_all(int fd, const void *buf, size_t n, off_t off)
     return 0;
 }
 
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    return (uint64_t)rd32(p) << 32 | rd32(p + 4);
+}
+
+int vmm_qcow2_probe(const uint8_t *h, size_t len, bool *is_qcow2, uint64_t *vsize)
+{
+    uint32_t ver, cbits, hlen;
+    uint64_t size, incompat, l1;
+
+    *is_qcow2 = len >= 4 && memcmp(h, "QFI\xfb", 4) == 0;
+    if (!*is_qcow2)
+        return 0;
+    if (len < 72)
+        return -EINVAL;
+    ver = rd32(h + 4);
+    cbits = rd32(h + 20);
+    size = rd64(h + 24);
+    l1 = rd32(h + 36);
+    if (ver != 2 && ver != 3)
+        return -EINVAL;
+    if (cbits < 9 || cbits > 21)
+        return -EINVAL;
+    if (size == 0 || size % 512 || size > MAX_SIZE)
+        return -EINVAL;
+    if (rd32(h + 32) != 0) /* crypt_method: an encrypted backing is not ours */
+        return -EINVAL;
+    /* Enough L1 entries to map the whole size, and a bounded table. */
+    if (l1 > (32u << 20) / 8 || l1 * (((uint64_t)1 << cbits) / 8) * ((uint64_t)1 << cbits) < size)
+        return -EINVAL;
+    if (ver == 3) {
+        if (len < 104)
+            return -EINVAL;
+        incompat = rd64(h + 72);
+        hlen = rd32(h + 100);
+        /* Known bits only; not corrupt (1), no external data file (2). */
+        if (incompat & ~(uint64_t)0x19 || hlen < 104 || hlen > (1u << cbits))
+            return -EINVAL;
+        if (rd32(h + 96) > 6) /* refcount_order */
+            return -EINVAL;
+    }
+    *vsize = size;
+    return 0;
+}
+
 int vmm_qcow2_create(const char *path, const char *backing, uint64_t size)
 {
+    uint8_t probe[512];
+    const char *bfmt = "raw";
+    bool is_qcow2 = false;
+    uint64_t vsize = 0;
+    ssize_t pn;
     uint8_t hdr[HEADER_LEN + 16 + 8 + 1024] = {0};
     uint8_t rt[8] = {0}, rb[2 * 64];
     size_t blen = backing ? strlen(backing) : 0, off;
@@ -69,6 +130,22 @@ int vmm_qcow2_create(const char *path, const char *backing, uint64_t size)
 
     if (!path || !backing || blen == 0 || blen > 1023)
         return -EINVAL;
+    fd = open(backing, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    pn = pread(fd, probe, sizeof(probe), 0);
+    r = pn < 0 ? -errno : vmm_qcow2_probe(probe, (size_t)pn, &is_qcow2, &vsize);
+    close(fd);
+    fd = -1;
+    if (r != 0)
+        return r;
+    if (is_qcow2) {
+        /* A bigger overlay would be legal qcow2, but a clone sees its template's disk. */
+        if (size != 0 && size != vsize)
+            return -EINVAL;
+        size = vsize;
+        bfmt = "qcow2";
+    }
     if (size == 0) {
         if (stat(backing, &st) != 0)
             return -errno;
@@ -98,10 +175,10 @@ int vmm_qcow2_create(const char *path, const char *backing, uint64_t size)
     be32(hdr + 96, 4);                 /* refcount_order: 16 bits */
     be32(hdr + 100, HEADER_LEN);       /* header_length */
     off = HEADER_LEN;
-    be32(hdr + off, EXT_BACKING); /* backing format: "raw" */
-    be32(hdr + off + 4, 3);
-    memcpy(hdr + off + 8, "raw", 3);
-    off += 8 + 8;
+    be32(hdr + off, EXT_BACKING); /* backing format: "raw" or "qcow2" */
+    be32(hdr + off + 4, (uint32_t)strlen(bfmt));
+    memcpy(hdr + off + 8, bfmt, strlen(bfmt));
+    off += 8 + 8;                   /* extension data padded to 8 bytes: both names fit */
     off += 8;                       /* end-of-extensions marker (zeros) */
     be64(hdr + 8, off);             /* backing_file_offset */
     be32(hdr + 16, (uint32_t)blen); /* backing_file_size */

@@ -6,7 +6,9 @@
  * command also carries an "id" that the reply must echo, which turns any
  * mismatch into a clean protocol error instead of a wrong answer.
  * Asynchronous events are not replies: SHUTDOWN and STOP/RESUME are noted
- * (the SHUTDOWN reason ends up in the exit reason), the rest skipped.
+ * (the SHUTDOWN reason ends up in the exit reason) and every event is handed
+ * to vmm.c (vmm_qmp_event), which drives the VM's phase from them. A command
+ * may carry one fd (getfd), sent with SCM_RIGHTS on its first byte.
  *
  * Commands issued before the capabilities handshake completes wait in a
  * second FIFO. Writes are attempted at once; a write watcher runs only
@@ -14,6 +16,7 @@
  * calling them (the VM is about to exit; see vmm_qmp_lost).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,12 +33,16 @@ struct vmm_qmp_cmd {
     unsigned long id;
     char *text; /* one JSON line, '\n' included */
     size_t len;
+    int fd; /* passed with the first byte (SCM_RIGHTS), or -1; owned */
+    bool had_fd;
 };
 
 static void cmd_free_list(struct vmm_qmp_cmd *c)
 {
     while (c) {
         struct vmm_qmp_cmd *next = c->next;
+        if (c->fd >= 0)
+            close(c->fd);
         free(c->text);
         free(c);
         c = next;
@@ -46,6 +53,7 @@ void vmm_qmp_init(struct vmm *vm, struct vmm_qmp *q)
 {
     memset(q, 0, sizeof(*q));
     q->fd = -1;
+    q->tx_fd = -1;
     q->wait_tail = &q->wait_head;
     q->fly_tail = &q->fly_head;
     q->next_id = 1;
@@ -69,6 +77,10 @@ void vmm_qmp_close(struct vmm *vm, struct vmm_qmp *q)
     q->wait_head = q->fly_head = NULL;
     q->wait_tail = &q->wait_head;
     q->fly_tail = &q->fly_head;
+    if (q->tx_fd >= 0)
+        close(q->tx_fd);
+    q->tx_fd = -1;
+    q->fd_busy = false;
     free(q->rx);
     free(q->tx);
     q->rx = q->tx = NULL;
@@ -82,10 +94,37 @@ static void fail(struct vmm *vm, struct vmm_qmp *q, const char *why)
 }
 
 /* Write what is buffered; keep a write watcher only while the socket is full. */
+/* Send n bytes with fd attached (it arrives with the first byte). */
+static ssize_t send_fd(int sock, const char *buf, size_t n, int fd)
+{
+    char ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = n};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+    struct cmsghdr *c;
+
+    memset(ctl, 0, sizeof(ctl));
+    c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    return sendmsg(sock, &m, MSG_NOSIGNAL);
+}
+
 static int flush(struct vmm *vm, struct vmm_qmp *q)
 {
     while (q->tx_off < q->tx_len) {
-        ssize_t w = send(q->fd, q->tx + q->tx_off, q->tx_len - q->tx_off, MSG_NOSIGNAL);
+        /* Bytes before a command carrying an fd go alone, so the fd travels
+         * with that command's first byte and QEMU's getfd finds it. */
+        bool with_fd = q->tx_fd >= 0 && q->tx_off == q->tx_fd_off;
+        size_t end = q->tx_fd >= 0 && q->tx_off < q->tx_fd_off ? q->tx_fd_off : q->tx_len;
+        ssize_t w = with_fd ? send_fd(q->fd, q->tx + q->tx_off, end - q->tx_off, q->tx_fd)
+                            : send(q->fd, q->tx + q->tx_off, end - q->tx_off, MSG_NOSIGNAL);
+        if (w > 0 && with_fd) {
+            close(q->tx_fd);
+            q->tx_fd = -1;
+        }
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -124,10 +163,18 @@ static int tx_append(struct vmm_qmp *q, const char *s, size_t n)
 /* Move one command onto the wire and into the in-flight FIFO. */
 static int issue(struct vmm *vm, struct vmm_qmp *q, struct vmm_qmp_cmd *c)
 {
-    int r = tx_append(q, c->text, c->len);
+    size_t at = q->tx_off > 0 && q->tx_off == q->tx_len ? 0 : q->tx_len;
+    int r;
 
-    if (r != 0)
+    if (c->fd >= 0 && q->tx_fd >= 0)
+        return -EBUSY; /* vmm_qmp_send_fd lets one through at a time */
+    if ((r = tx_append(q, c->text, c->len)) != 0)
         return r;
+    if (c->fd >= 0) {
+        q->tx_fd = c->fd;
+        q->tx_fd_off = at;
+        c->fd = -1;
+    }
     c->next = NULL;
     *q->fly_tail = c;
     q->fly_tail = &c->next;
@@ -154,13 +201,14 @@ static void on_ready(struct vmm *vm, struct vmm_qmp *q)
         fail(vm, q, "QMP write failed");
 }
 
-static void note_event(struct vmm_qmp *q, json_t *msg)
+/* Record what the exit reason needs. Returns the event name (or NULL). */
+static const char *note_event(struct vmm_qmp *q, json_t *msg)
 {
     const char *ev = json_string_value(json_object_get(msg, "event"));
     json_t *data = json_object_get(msg, "data");
 
     if (!ev)
-        return;
+        return NULL;
     if (strcmp(ev, "SHUTDOWN") == 0) {
         const char *why = json_string_value(json_object_get(data, "reason"));
         snprintf(q->shutdown_reason, sizeof(q->shutdown_reason), "%s", why ? why : "shutdown");
@@ -169,6 +217,7 @@ static void note_event(struct vmm_qmp *q, json_t *msg)
     } else if (strcmp(ev, "RESUME") == 0) {
         q->stopped = false;
     }
+    return ev;
 }
 
 /* Handle one message. Returns false if processing must stop (link failed,
@@ -180,7 +229,12 @@ static bool handle(struct vmm *vm, struct vmm_qmp *q, json_t *msg)
     char *text;
 
     if (json_object_get(msg, "event")) {
-        note_event(q, msg);
+        const char *ev = note_event(q, msg);
+        json_t *data = json_object_get(msg, "data");
+        if (ev && q->state == VMM_QMP_READY) {
+            vmm_qmp_event(vm, ev, json_string_value(json_object_get(data, "status")));
+            return vmm_live(vm) && q->state == VMM_QMP_READY;
+        }
         return true;
     }
     ret = json_object_get(msg, "return");
@@ -219,6 +273,8 @@ static bool handle(struct vmm *vm, struct vmm_qmp *q, json_t *msg)
     q->fly_head = c->next;
     if (!q->fly_head)
         q->fly_tail = &q->fly_head;
+    if (c->had_fd)
+        q->fd_busy = false;
     if (c->cb) {
         text = json_dumps(ret ? ret : err, JSON_COMPACT | JSON_ENCODE_ANY);
         c->cb(c->ud, ret ? 0 : -EREMOTEIO, text ? text : "null");
@@ -312,7 +368,8 @@ void vmm_qmp_attach(struct vmm *vm, struct vmm_qmp *q, int fd)
     ev_io_start(vmm_loop_of(vm), &q->rw);
 }
 
-int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud)
+static int send_cmd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, bool first,
+                    vmm_qmp_cb cb, void *ud)
 {
     struct vmm_qmp_cmd *c = NULL;
     json_t *o;
@@ -320,6 +377,8 @@ int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb
 
     if (q->state == VMM_QMP_CLOSED)
         return -EPIPE;
+    if (fd >= 0 && q->fd_busy)
+        return -EBUSY;
     o = json_loads(json, 0, NULL);
     /* exec-oob replies out of order and is not negotiated: only "execute". */
     if (!json_is_object(o) || !json_is_string(json_object_get(o, "execute")) ||
@@ -333,6 +392,12 @@ int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb
     }
     c->cb = cb;
     c->ud = ud;
+    c->fd = -1;
+    if (fd >= 0 && (c->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+        r = -errno;
+        goto fail;
+    }
+    c->had_fd = fd >= 0;
     c->id = q->next_id++;
     if (json_object_set_new(o, "id", json_integer((json_int_t)c->id)) != 0 ||
         !(c->text = json_dumps(o, JSON_COMPACT))) {
@@ -352,6 +417,15 @@ int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb
     }
     json_decref(o);
     o = NULL;
+    if (c->had_fd)
+        q->fd_busy = true;
+    if (q->state != VMM_QMP_READY && first) {
+        c->next = q->wait_head;
+        q->wait_head = c;
+        if (!c->next)
+            q->wait_tail = &c->next;
+        return 0;
+    }
     if (q->state != VMM_QMP_READY) {
         *q->wait_tail = c;
         q->wait_tail = &c->next;
@@ -367,10 +441,32 @@ int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb
 fail:
     json_decref(o);
     if (c) {
+        if (c->fd >= 0)
+            close(c->fd);
+        if (c->had_fd)
+            q->fd_busy = false;
         free(c->text);
         free(c);
     }
     return r;
+}
+
+int vmm_qmp_send(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud)
+{
+    return send_cmd(vm, q, json, -1, false, cb, ud);
+}
+
+int vmm_qmp_send_first(struct vmm *vm, struct vmm_qmp *q, const char *json, vmm_qmp_cb cb, void *ud)
+{
+    return send_cmd(vm, q, json, -1, true, cb, ud);
+}
+
+int vmm_qmp_send_fd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd, vmm_qmp_cb cb,
+                    void *ud)
+{
+    if (fd < 0)
+        return -EBADF;
+    return send_cmd(vm, q, json, fd, false, cb, ud);
 }
 
 void vmm_qmp_drain_events(struct vmm *vm, struct vmm_qmp *q)

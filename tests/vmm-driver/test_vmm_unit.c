@@ -193,7 +193,7 @@ static void test_argv(void)
     char name[128], qmp[256];
     char longdir[200];
 
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 2596134) == 0);
+    CHECK(vmm_argv_build(&a, &c, 2596134) == 0);
     CHECK(vmm_argv_name(name, sizeof(name), c.id) == 0 && argv_has(&a, name));
     CHECK(vmm_argv_qmp(qmp, sizeof(qmp), c.run_dir) == 0 && argv_has(&a, qmp));
     CHECK(strcmp(a.v[0], "qemu-system-x86_64") == 0);
@@ -213,7 +213,7 @@ static void test_argv(void)
     c.accel = VMM_ACCEL_KVM;
     c.vcpus = 1;
     c.disk = NULL;
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == 0);
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
     CHECK(strcmp(argv_after(&a, "-accel"), "kvm") == 0);
     CHECK(strcmp(argv_after(&a, "-cpu"), "host") == 0);
     CHECK(!argv_has(&a, "-drive"));
@@ -222,20 +222,300 @@ static void test_argv(void)
     vmm_argv_free(&a);
 
     c.accel = VMM_ACCEL_AUTO; /* must be resolved before building */
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
     c.accel = VMM_ACCEL_TCG;
     c.id = "bad,id";
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
     c.id = "bad id";
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
     c.id = "ok";
     c.run_dir = "/run/a,b";
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -EINVAL);
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
     memset(longdir, 'x', sizeof(longdir) - 1);
     longdir[0] = '/';
     longdir[sizeof(longdir) - 1] = 0;
     c.run_dir = longdir;
-    CHECK(vmm_argv_build(&a, &c, VMM_BOOT_KERNEL, 0) == -ENAMETOOLONG);
+    CHECK(vmm_argv_build(&a, &c, 0) == -ENAMETOOLONG);
+}
+
+/* Boot modes: -M is built from the config; a memory file is share=on for a
+ * template, share=off + -incoming defer (no kernel) for a restore. */
+static void test_argv_modes(void)
+{
+    struct vmm_config c = {
+        .id = "vm1",
+        .kernel = "/img/vmlinux",
+        .run_dir = "/run/w/vm1",
+        .mem_mb = 256,
+        .accel = VMM_ACCEL_TCG,
+    };
+    struct vmm_argv a;
+
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(argv_after(&a, "-M"),
+                 "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off") == 0);
+    CHECK(!argv_has(&a, "-object") && !argv_has(&a, "-incoming"));
+    vmm_argv_free(&a);
+
+    c.boot = VMM_BOOT_TEMPLATE;
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL); /* no mem_path */
+    c.mem_path = "/dev/shm/warren-t.mem";
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strstr(argv_after(&a, "-M"), ",memory-backend=mem") != NULL);
+    CHECK(strcmp(argv_after(&a, "-object"), "memory-backend-file,id=mem,size=256M,"
+                                            "mem-path=/dev/shm/warren-t.mem,share=on") == 0);
+    CHECK(argv_has(&a, "-kernel") && !argv_has(&a, "-incoming"));
+    vmm_argv_free(&a);
+
+    c.boot = VMM_BOOT_RESTORE;
+    c.kernel = NULL; /* a restore boots nothing */
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strstr(argv_after(&a, "-object"), "share=off") != NULL);
+    CHECK(strstr(argv_after(&a, "-M"), ",memory-backend=mem") != NULL);
+    CHECK(strcmp(argv_after(&a, "-incoming"), "defer") == 0);
+    CHECK(!argv_has(&a, "-kernel") && !argv_has(&a, "-append"));
+    vmm_argv_free(&a);
+
+    c.mem_path = "/dev/shm/a,b";
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
+    c.mem_path = "/dev/shm/x";
+    c.boot = (enum vmm_boot)7;
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
+}
+
+/* The phase table: every allowed change and no other; names; predicates. */
+static void test_phase(void)
+{
+    static const char *allowed[] = {
+        "booting>running",   "booting>stopped",   "booting>waiting",   "waiting>restoring",
+        "restoring>stopped", "restoring>running", "restoring>waiting", "running>stopped",
+        "running>saving",    "stopped>running",   "stopped>saving",    "saving>stopped",
+        "saving>sealed",     "exited>freed",      "detached>freed",
+    };
+    static const char *live[] = {"booting", "waiting", "restoring", "running",
+                                 "stopped", "saving",  "sealed"};
+    int n_ok = 0;
+
+    for (int f = 0; f < VMM_PH__COUNT; f++) {
+        for (int t = 0; t < VMM_PH__COUNT; t++) {
+            char key[64];
+            bool want = false;
+            snprintf(key, sizeof(key), "%s>%s", vmm_phase_name(f), vmm_phase_name(t));
+            for (size_t i = 0; i < sizeof(allowed) / sizeof(*allowed); i++)
+                want |= strcmp(key, allowed[i]) == 0;
+            /* Every live phase may end: exit, detach, free. */
+            for (size_t i = 0; i < sizeof(live) / sizeof(*live); i++)
+                want |= strcmp(vmm_phase_name(f), live[i]) == 0 &&
+                        (t == VMM_PH_EXITED || t == VMM_PH_DETACHED || t == VMM_PH_FREED);
+            if ((vmm_phase_check(f, t) == 0) != want)
+                fprintf(stderr, "phase %s: table says %d\n", key, vmm_phase_check(f, t));
+            CHECK((vmm_phase_check(f, t) == 0) == want);
+            n_ok += want;
+        }
+    }
+    CHECK(n_ok == 15 + 7 * 3);
+    CHECK(vmm_phase_check(VMM_PH__COUNT, VMM_PH_RUNNING) == -EINVAL);
+    CHECK(vmm_phase_check(VMM_PH_RUNNING, (enum vmm_phase) - 1) == -EINVAL);
+    CHECK(strcmp(vmm_phase_name(VMM_PH_RESTORING), "restoring") == 0);
+    CHECK(strcmp(vmm_phase_name(VMM_PH__COUNT), "?") == 0);
+    for (int p = 0; p < VMM_PH__COUNT; p++) {
+        bool is_live = false;
+        for (size_t i = 0; i < sizeof(live) / sizeof(*live); i++)
+            is_live |= strcmp(vmm_phase_name(p), live[i]) == 0;
+        CHECK(vmm_phase_live(p) == is_live);
+        CHECK(vmm_phase_can_stop(p) == (p == VMM_PH_BOOTING || p == VMM_PH_RUNNING));
+        CHECK(vmm_phase_can_cont(p) == (p == VMM_PH_STOPPED));
+        CHECK(vmm_phase_can_save(p) == (p == VMM_PH_RUNNING || p == VMM_PH_STOPPED));
+        CHECK(vmm_phase_can_restore(p) == (p == VMM_PH_WAITING));
+        CHECK(vmm_phase_guest_runs(p) == (p == VMM_PH_RUNNING));
+    }
+    CHECK(!vmm_phase_live(VMM_PH__COUNT));
+}
+
+/* Snapshot header: round trip, then every kind of damage is refused with a reason. */
+static void test_snap(void)
+{
+    struct vmm_snap_info in = {.stream_len = 50000,
+                               .stream_crc = 0x12345678,
+                               .mem_mb = 256,
+                               .vcpus = 1,
+                               .flags = VMM_SNAP_F_SHARED_RAM};
+    struct vmm_snap_info out;
+    uint8_t h[VMM_SNAP_HDR], bad[VMM_SNAP_HDR];
+    uint64_t fsz = VMM_SNAP_HDR + 50000;
+    char why[256];
+
+    snprintf(in.qemu_version, sizeof(in.qemu_version), "7.2.22 (Debian)");
+    vmm_snap_encode(h, &in);
+    CHECK(vmm_snap_decode(h, sizeof(h), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(out.stream_len == 50000 && out.stream_crc == 0x12345678 && out.mem_mb == 256 &&
+          out.vcpus == 1 && out.flags == VMM_SNAP_F_SHARED_RAM &&
+          strcmp(out.qemu_version, "7.2.22 (Debian)") == 0);
+    CHECK(vmm_crc32(0, "123456789", 9) == 0xcbf43926u); /* the CRC-32 check value */
+
+    /* Truncated file, short read, trailing bytes. */
+    CHECK(vmm_snap_decode(h, sizeof(h), fsz - 1, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "truncated") != NULL);
+    CHECK(vmm_snap_decode(h, 100, 100, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "truncated") != NULL);
+    CHECK(vmm_snap_decode(h, sizeof(h), fsz + 4096, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "trailing") != NULL);
+    /* Every single flipped byte of the header is caught. */
+    for (size_t i = 0; i < sizeof(h); i += 7) {
+        memcpy(bad, h, sizeof(h));
+        bad[i] ^= 0x40;
+        CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    }
+    memcpy(bad, h, sizeof(h));
+    bad[0] = 'X';
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "magic") != NULL);
+    memcpy(bad, h, sizeof(h));
+    bad[100] = 1;
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "checksum") != NULL);
+    /* Fields out of bounds even with a valid header checksum. */
+    in.stream_len = 0;
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), VMM_SNAP_HDR, &out, why, sizeof(why)) == -EINVAL);
+    in.stream_len = 50000;
+    in.vcpus = 0;
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    in.vcpus = 1;
+    in.flags = 6;
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    in.flags = VMM_SNAP_F_SHARED_RAM;
+    in.qemu_version[0] = 0;
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    in.qemu_version[0] = '\n';
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+
+    /* Mismatch with the restoring VM. */
+    CHECK(vmm_snap_decode(h, sizeof(h), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 1, true, why, sizeof(why)) == 0);
+    CHECK(vmm_snap_match(&out, "8.2.0", 256, 1, true, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "QEMU 7.2.22 (Debian)") != NULL);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 512, 1, true, why, sizeof(why)) == -EINVAL);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 2, true, why, sizeof(why)) == -EINVAL);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 1, false, why, sizeof(why)) == -EINVAL);
+
+    /* The file path: finalize writes header + rename; verify reads it back and
+     * catches a flipped stream byte and a truncation. */
+    {
+        char tmpf[128], fin[128], stream[70000];
+        struct vmm_snap_info fi = {.mem_mb = 256, .vcpus = 1, .flags = 0};
+        int fd;
+        snprintf(tmpf, sizeof(tmpf), "%s/s.tmp", dir);
+        snprintf(fin, sizeof(fin), "%s/s.snap", dir);
+        snprintf(fi.qemu_version, sizeof(fi.qemu_version), "7.2.22");
+        for (size_t i = 0; i < sizeof(stream); i++)
+            stream[i] = (char)(i * 7);
+        fd = open(tmpf, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        CHECK(fd >= 0);
+        CHECK(pwrite(fd, stream, sizeof(stream), VMM_SNAP_HDR) == (ssize_t)sizeof(stream));
+        CHECK(vmm_snap_finalize(fd, tmpf, fin, &fi, why, sizeof(why)) == 0);
+        close(fd);
+        CHECK(access(tmpf, F_OK) != 0 && access(fin, F_OK) == 0);
+        fd = open(fin, O_RDWR);
+        CHECK(vmm_snap_verify(fd, &out, why, sizeof(why)) == 0);
+        CHECK(out.stream_len == sizeof(stream));
+        CHECK(pwrite(fd, "\xff", 1, VMM_SNAP_HDR + 30000) == 1);
+        CHECK(vmm_snap_verify(fd, &out, why, sizeof(why)) == -EINVAL);
+        CHECK(strstr(why, "stream checksum") != NULL);
+        CHECK(ftruncate(fd, VMM_SNAP_HDR + 1000) == 0);
+        CHECK(vmm_snap_verify(fd, &out, why, sizeof(why)) == -EINVAL);
+        CHECK(strstr(why, "truncated") != NULL);
+        printf("snapshot refused: \"%s\"\n", why);
+        close(fd);
+    }
+}
+
+/* A qcow2 backing: overlays over the template's frozen overlay. */
+static void test_qcow2_backing(void)
+{
+    char base[128], mid[128], top[128], cmd[1200], out[8192];
+    uint8_t h[512];
+    bool q;
+    uint64_t vs;
+
+    snprintf(base, sizeof(base), "%s/b2.raw", dir);
+    snprintf(mid, sizeof(mid), "%s/mid.qcow2", dir);
+    snprintf(top, sizeof(top), "%s/top.qcow2", dir);
+    make_base(base, 8 << 20);
+    CHECK(vmm_qcow2_create(mid, base, 0) == 0); /* raw backing still works */
+    snprintf(cmd, sizeof(cmd), "qemu-io -f qcow2 -c 'write -P 0x77 2M 64k' '%s' 2>&1", mid);
+    CHECK(run(cmd, NULL, 0) == 0);
+    CHECK(vmm_qcow2_create(top, mid, 4 << 20) == -EINVAL); /* not the backing's size */
+    CHECK(vmm_qcow2_create(top, mid, 0) == 0);
+    snprintf(cmd, sizeof(cmd), "qemu-img check -f qcow2 '%s' 2>&1", top);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    snprintf(cmd, sizeof(cmd), "qemu-img info --output=json --backing-chain '%s' 2>&1", top);
+    CHECK(run(cmd, out, sizeof(out)) == 0);
+    CHECK(strstr(out, "\"backing-filename-format\": \"qcow2\"") != NULL);
+    CHECK(strstr(out, "\"virtual-size\": 8388608") != NULL);
+    /* Reads fall through both layers; a write to the top stays there. */
+    snprintf(cmd, sizeof(cmd),
+             "qemu-io -f qcow2 -c 'read -P 0x77 2M 64k' -c 'read -P 0x11 0 64k' "
+             "-c 'write -P 0x99 2M 4k' '%s' 2>&1 && "
+             "qemu-io -f qcow2 -r -c 'read -P 0x77 2M 4k' '%s' 2>&1",
+             top, mid);
+    CHECK(run(cmd, out, sizeof(out)) == 0 && !strstr(out, "Pattern verification failed"));
+
+    /* The header probe: bounded fields. */
+    {
+        int fd = open(mid, O_RDONLY);
+        CHECK(fd >= 0 && pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h));
+        close(fd);
+    }
+    CHECK(vmm_qcow2_probe(h, sizeof(h), &q, &vs) == 0 && q && vs == 8 << 20);
+    CHECK(vmm_qcow2_probe((const uint8_t *)"\x11\x11\x11\x11", 4, &q, &vs) == 0 && !q);
+    {
+        struct {
+            size_t off;
+            uint8_t v;
+        } bad[] = {
+            {7, 4},     /* version 4 */
+            {23, 30},   /* cluster bits 30 */
+            {23, 8},    /* cluster bits 8 */
+            {35, 1},    /* encrypted */
+            {31, 0x01}, /* size not a multiple of 512 */
+            {24, 0xff}, /* size far past the cap */
+            {39, 0},    /* l1_size 0: cannot map the size */
+            {36, 0x10}, /* l1 table of 2 GiB */
+            {79, 0x02}, /* corrupt bit */
+            {79, 0x04}, /* external data file */
+            {76, 0x80}, /* unknown incompatible bit */
+            {103, 40},  /* header length < 104 */
+            {99, 9},    /* refcount order 9 */
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+            uint8_t c[512];
+            memcpy(c, h, sizeof(c));
+            c[bad[i].off] = bad[i].v;
+            if (vmm_qcow2_probe(c, sizeof(c), &q, &vs) != -EINVAL)
+                fprintf(stderr, "qcow2 probe accepted case %zu\n", i);
+            CHECK(vmm_qcow2_probe(c, sizeof(c), &q, &vs) == -EINVAL);
+        }
+        CHECK(vmm_qcow2_probe(h, 60, &q, &vs) == -EINVAL); /* short header */
+        /* A damaged backing is refused by create too, and leaves no file. */
+        {
+            char badf[128];
+            uint8_t c[512];
+            int fd;
+            snprintf(badf, sizeof(badf), "%s/bad.qcow2", dir);
+            memcpy(c, h, sizeof(c));
+            c[23] = 30;
+            fd = open(badf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            CHECK(fd >= 0 && write(fd, c, sizeof(c)) == (ssize_t)sizeof(c));
+            close(fd);
+            snprintf(cmd, sizeof(cmd), "%s/top2.qcow2", dir);
+            CHECK(vmm_qcow2_create(cmd, badf, 0) == -EINVAL && access(cmd, F_OK) != 0);
+        }
+    }
 }
 
 static void touch(const char *a, const char *b, const char *content)
@@ -461,6 +741,10 @@ int main(void)
     test_qcow2();
     test_host();
     test_argv();
+    test_argv_modes();
+    test_phase();
+    test_snap();
+    test_qcow2_backing();
     test_cgroup_paths();
     test_jail_uids();
     test_jail_plan();

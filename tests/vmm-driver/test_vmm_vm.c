@@ -14,13 +14,19 @@
  * its cap; vmm_free of a running VM kills and reaps it without blocking;
  * QEMU's own output stays under its cap (qemu.log); a jailed VM (as root
  * with cgroups) runs under its uid, in its cgroup, seeing only its run dir
- * and the read-only images, and gives both back when it is gone.
- * Prints: launch -> QMP ready, launch -> channel, idle RSS/PSS, the cost of
- * vmm_launch jailed and not.
+ * and the read-only images, and gives both back when it is gone; phases
+ * (booting -> running, adopted -> running, exited); a template VM with its RAM
+ * in a share=on file saved, a damaged snapshot refused, clones restored from
+ * it (waiting -> restoring -> stopped -> running) over overlays backed by the
+ * template's overlay, holding the template's file, their own writes private.
+ * WARREN_VMM_ONLY_SNAP=1 runs only the snapshot part.
+ * Prints: clone timings (launch -> QMP -> restored -> running -> PONG), launch -> QMP ready, launch
+ * -> channel, idle RSS/PSS, the cost of vmm_launch jailed and not.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -260,12 +266,14 @@ static void test_lifecycle(void)
     CHECK(vmm_qmp(a.vm, "not json", on_qmp, &bad) == -EINVAL);
     CHECK(vmm_qmp(a.vm, "{\"exec-oob\":\"query-status\"}", on_qmp, &bad) == -EINVAL);
     CHECK(a.chans == 0); /* never from inside vmm_launch */
+    CHECK(vmm_phase(a.vm) == VMM_PH_BOOTING);
     WAIT((st.done && a.chans > 0) || a.exited, 20);
     if (a.exited)
         fprintf(stderr, "main VM exited early: %s\n", a.reason);
     CHECK(st.done && st.err == 0);
     CHECK(strstr(st.json, "\"status\":\"running\"") && strstr(st.json, "\"running\":true"));
     CHECK(a.chans == 1 && a.chan_fd >= 0);
+    CHECK(vmm_phase(a.vm) == VMM_PH_RUNNING); /* from QEMU's first query-status */
     printf("launch -> QMP ready (first reply): %.1f ms\n", (st.t - t0) * 1e3);
     printf("launch -> channel connected: %.1f ms\n", (a.t_chan - t0) * 1e3);
 
@@ -313,6 +321,7 @@ static void test_lifecycle(void)
     CHECK(vmm_qmp(b.vm, "{\"execute\":\"query-status\"}", on_qmp, &st2) == 0);
     WAIT(st2.done && b.chans > 0, 10);
     CHECK(st2.done && st2.err == 0 && strstr(st2.json, "\"running\":true"));
+    CHECK(vmm_phase(b.vm) == VMM_PH_RUNNING); /* an adopted VM learns its phase too */
     CHECK(b.chans == 1);
 
     /* The owner closed the channel: reconnect hands out a new fd. */
@@ -331,6 +340,7 @@ static void test_lifecycle(void)
     CHECK(b.exited == 1);
     CHECK(b.status != -1 && WIFSIGNALED(b.status) && WTERMSIG(b.status) == SIGKILL);
     CHECK(strcmp(b.reason, "killed by signal 9") == 0);
+    CHECK(vmm_phase(b.vm) == VMM_PH_EXITED);
     printf("kill: exited once: status %d, \"%s\"\n", b.status, b.reason);
     CHECK(vmm_qmp(b.vm, "{\"execute\":\"query-status\"}", on_qmp, &after) == -ESRCH);
     CHECK(vmm_channel_reconnect(b.vm) == -ESRCH);
@@ -680,6 +690,19 @@ static void test_jail(void)
     }
     ctx_init(&c);
     config(&vc, "t-jail", run_dir, sizeof(run_dir));
+    {
+        /* Memory-file modes are refused jailed (vmm.h says why), before any spawn. */
+        struct vmm *none = NULL;
+        vc.jail = j;
+        vc.boot = VMM_BOOT_RESTORE;
+        vc.mem_path = "/dev/shm/warren-test-none.mem";
+        CHECK(vmm_launch(loop, &vc, &cbs, &c, &none) == -ENOTSUP && none == NULL);
+        vc.boot = VMM_BOOT_TEMPLATE;
+        CHECK(vmm_launch(loop, &vc, &cbs, &c, &none) == -ENOTSUP && none == NULL);
+        vc.boot = VMM_BOOT_KERNEL;
+        vc.mem_path = NULL;
+        vc.jail = NULL;
+    }
     if (have_rootfs) {
         snprintf(disk, sizeof(disk), "%s/disk.qcow2", run_dir);
         CHECK(vmm_qcow2_create(disk, rootfs, 0) == 0);
@@ -793,6 +816,425 @@ out:
     (void)!system(p);
 }
 
+/* ---- template snapshot and clones ---- */
+
+struct opres {
+    bool done;
+    int err;
+    char why[300];
+    ev_tstamp t;
+};
+
+static void on_op(void *ud, int err, const char *why)
+{
+    struct opres *o = ud;
+
+    o->done = true;
+    o->err = err;
+    o->t = ev_time();
+    snprintf(o->why, sizeof(o->why), "%s", why);
+}
+
+/* ---- a few agent frames (protocol/README.md), encoded by hand ----
+ * A frame is a u32 big-endian length and one msgpack map. Enough here to show
+ * that a clone's guest runs and holds its template's files: PING -> PONG,
+ * FWRITE + DATA + END -> RESULT, STAT -> RESULT {size} or ERROR. Type
+ * numbers from protocol/proto.h. */
+enum {
+    T_RESULT = 18,
+    T_ERROR = 19,
+    T_PING = 20,
+    T_PONG = 21,
+    T_FWRITE = 9,
+    T_DATA = 11,
+    T_END = 12,
+    T_STAT = 13
+};
+
+struct mp {
+    uint8_t b[1024];
+    size_t n;
+};
+
+static void mp_byte(struct mp *m, uint8_t v)
+{
+    if (m->n < sizeof(m->b))
+        m->b[m->n++] = v;
+}
+
+static void mp_raw(struct mp *m, const void *p, size_t l)
+{
+    for (size_t i = 0; i < l; i++)
+        mp_byte(m, ((const uint8_t *)p)[i]);
+}
+
+static void mp_str(struct mp *m, const char *s)
+{
+    size_t l = strlen(s);
+    if (l < 32) {
+        mp_byte(m, (uint8_t)(0xa0 | l));
+    } else {
+        mp_byte(m, 0xd9);
+        mp_byte(m, (uint8_t)l);
+    }
+    mp_raw(m, s, l);
+}
+
+static void mp_uint(struct mp *m, unsigned v) /* v < 65536 */
+{
+    if (v < 128) {
+        mp_byte(m, (uint8_t)v);
+    } else {
+        mp_byte(m, 0xcd);
+        mp_byte(m, (uint8_t)(v >> 8));
+        mp_byte(m, (uint8_t)v);
+    }
+}
+
+/* A frame {t, id, <extra pairs>}: nextra pairs follow in the caller's mp calls. */
+static void mp_frame(struct mp *m, unsigned t, unsigned id, unsigned nextra)
+{
+    m->n = 4; /* room for the length */
+    mp_byte(m, (uint8_t)(0x80 | (2 + nextra)));
+    mp_str(m, "t");
+    mp_uint(m, t);
+    mp_str(m, "id");
+    mp_uint(m, id);
+}
+
+static bool mp_send(int fd, struct mp *m)
+{
+    uint32_t len = (uint32_t)(m->n - 4);
+    m->b[0] = (uint8_t)(len >> 24);
+    m->b[1] = (uint8_t)(len >> 16);
+    m->b[2] = (uint8_t)(len >> 8);
+    m->b[3] = (uint8_t)len;
+    return write(fd, m->b, m->n) == (ssize_t)m->n;
+}
+
+struct chan {
+    int fd;
+    size_t len;
+    uint8_t buf[1 << 18];
+    uint8_t hit[4096]; /* the payload of the frame found */
+    size_t hit_len;
+};
+
+static bool has_bytes(const uint8_t *p, size_t n, const void *want, size_t wn)
+{
+    return memmem(p, n, want, wn) != NULL;
+}
+
+/* Read what is there; true once a frame of type t (one of two) for id has come
+ * (it is copied into c->hit). Other frames (HELLO, CREDIT) are dropped. */
+static bool chan_find(struct chan *c, uint8_t t1, uint8_t t2, uint8_t id)
+{
+    ssize_t n;
+    size_t off = 0;
+    bool found = false;
+
+    while (c->len < sizeof(c->buf) &&
+           (n = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len)) > 0)
+        c->len += (size_t)n;
+    while (!found && c->len - off >= 4) {
+        uint32_t fl = (uint32_t)c->buf[off] << 24 | (uint32_t)c->buf[off + 1] << 16 |
+                      (uint32_t)c->buf[off + 2] << 8 | c->buf[off + 3];
+        const uint8_t *p = c->buf + off + 4;
+        uint8_t k1[] = {0xa1, 't', t1}, k2[] = {0xa1, 't', t2}, ki[] = {0xa2, 'i', 'd', id};
+        if (fl == 0 || fl > sizeof(c->buf) - 4) {
+            off = c->len; /* broken stream: drop it all */
+            break;
+        }
+        if (c->len - off - 4 < fl)
+            break;
+        if ((has_bytes(p, fl, k1, 3) || has_bytes(p, fl, k2, 3)) && has_bytes(p, fl, ki, 4) &&
+            fl <= sizeof(c->hit)) {
+            memcpy(c->hit, p, fl);
+            c->hit_len = fl;
+            found = true;
+        }
+        off += 4 + fl;
+    }
+    memmove(c->buf, c->buf + off, c->len - off);
+    c->len -= off;
+    return found;
+}
+
+/* PING every second until a PONG comes back (the agent may still be starting). */
+static bool agent_answers(struct chan *c, double secs)
+{
+    static uint8_t id = 100;
+    ev_tstamp end = ev_time() + secs;
+    struct mp m;
+
+    id = id >= 120 ? 100 : id + 1;
+    while (ev_time() < end) {
+        mp_frame(&m, T_PING, id, 0);
+        if (!mp_send(c->fd, &m))
+            return false;
+        WAIT(chan_find(c, T_PONG, T_PONG, id), 1.0);
+        if (c->hit_len && has_bytes(c->hit, c->hit_len, (uint8_t[]){0xa1, 't', T_PONG}, 3))
+            return true;
+    }
+    return false;
+}
+
+/* Write a small file in the guest (FWRITE, DATA, END) and wait for its RESULT. */
+static bool guest_write(struct chan *c, uint8_t id, const char *path, const char *text)
+{
+    struct mp m;
+
+    mp_frame(&m, T_FWRITE, id, 2);
+    mp_str(&m, "path");
+    mp_str(&m, path);
+    mp_str(&m, "mode");
+    mp_uint(&m, 0644);
+    if (!mp_send(c->fd, &m))
+        return false;
+    mp_frame(&m, T_DATA, id, 2);
+    mp_str(&m, "off");
+    mp_uint(&m, 0);
+    mp_str(&m, "data");
+    mp_byte(&m, 0xc4); /* bin8 */
+    mp_byte(&m, (uint8_t)strlen(text));
+    mp_raw(&m, text, strlen(text));
+    if (!mp_send(c->fd, &m))
+        return false;
+    mp_frame(&m, T_END, id, 0);
+    if (!mp_send(c->fd, &m))
+        return false;
+    c->hit_len = 0;
+    WAIT(chan_find(c, T_RESULT, T_ERROR, id), 20);
+    return c->hit_len && has_bytes(c->hit, c->hit_len, (uint8_t[]){0xa1, 't', T_RESULT}, 3);
+}
+
+/* STAT path in the guest: its size (< 128 here), -1 for ERROR, -2 for no answer. */
+static int guest_size(struct chan *c, uint8_t id, const char *path)
+{
+    struct mp m;
+    uint8_t key[] = {0xa4, 's', 'i', 'z', 'e'};
+    const uint8_t *p;
+
+    mp_frame(&m, T_STAT, id, 1);
+    mp_str(&m, "path");
+    mp_str(&m, path);
+    if (!mp_send(c->fd, &m))
+        return -2;
+    c->hit_len = 0;
+    WAIT(chan_find(c, T_RESULT, T_ERROR, id), 20);
+    if (!c->hit_len)
+        return -2;
+    if (!has_bytes(c->hit, c->hit_len, (uint8_t[]){0xa1, 't', T_RESULT}, 3))
+        return -1;
+    p = memmem(c->hit, c->hit_len, key, sizeof(key));
+    return p && p + 5 < c->hit + c->hit_len && p[5] < 128 ? p[5] : -2;
+}
+
+/* A template VM (RAM in a share=on file, qcow2 overlay disk) booted to a
+ * guest that answers, saved; a damaged snapshot refused by a waiting clone;
+ * then two clones restored from it, each with its own overlay backed by the
+ * template's frozen overlay, conted, answering the agent. */
+static void test_snapshot_clones(void)
+{
+    struct vmctx t, k[2];
+    struct vmm_config vc, kc[2];
+    char run_dir[256], krun[2][256], mem[128], snap[300], bad[300], disk[300], kdisk[2][300];
+    struct opres sv = {0}, rb = {0}, rs[2], ct[2];
+    ev_tstamp t0[2];
+    char cmd[1400];
+    struct chan *tch = calloc(1, sizeof(struct chan)), *kch = calloc(2, sizeof(struct chan));
+
+    if (!have_rootfs) {
+        printf("snapshot clones: no minimal.ext4, skipped\n");
+        return;
+    }
+    ctx_init(&t);
+    config(&vc, "t-tpl", run_dir, sizeof(run_dir));
+    snprintf(mem, sizeof(mem), "/dev/shm/warren-test-%d.mem", (int)getpid());
+    snprintf(snap, sizeof(snap), "%s/tpl.snap", tmp);
+    snprintf(bad, sizeof(bad), "%s/bad.snap", tmp);
+    snprintf(disk, sizeof(disk), "%s/disk.qcow2", run_dir);
+    CHECK(vmm_qcow2_create(disk, rootfs, 0) == 0);
+    vc.disk = disk;
+    vc.boot = VMM_BOOT_TEMPLATE;
+    vc.mem_path = mem;
+    CHECK(launch(&vc, &t) == 0);
+    if (!t.vm)
+        goto out;
+    CHECK(vmm_phase(t.vm) == VMM_PH_BOOTING);
+    WAIT((t.chans > 0 && vmm_phase(t.vm) == VMM_PH_RUNNING) || t.exited, 30);
+    CHECK(t.chans == 1 && vmm_phase(t.vm) == VMM_PH_RUNNING);
+    if (t.exited)
+        fprintf(stderr, "template exited: %s\n", t.reason);
+    tch->fd = t.chan_fd;
+    CHECK(t.chan_fd >= 0 && agent_answers(tch, 60));
+    /* A file the clones must see (in the guest's page cache and on its disk). */
+    CHECK(guest_write(tch, 1, "/root/template.txt", "written in the template\n"));
+    CHECK(guest_size(tch, 2, "/root/template.txt") == 24);
+    /* Wrong-phase calls are refused; a second operation waits its turn. */
+    CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM);
+    CHECK(vmm_restore(t.vm, snap, on_op, &rb) == -EPERM);
+
+    CHECK(vmm_save(t.vm, snap, on_op, &sv) == 0);
+    CHECK(vmm_phase(t.vm) == VMM_PH_SAVING && !sv.done);
+    CHECK(vmm_stop(t.vm, on_op, &rb) == -EBUSY);
+    WAIT(sv.done || t.exited, 30);
+    CHECK(sv.done && sv.err == 0);
+    if (sv.err)
+        fprintf(stderr, "save: %s\n", sv.why);
+    CHECK(vmm_phase(t.vm) == VMM_PH_SEALED); /* a saved template never runs again */
+    CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM && vmm_save(t.vm, bad, on_op, &rb) == -EPERM);
+    {
+        char tmpname[320];
+        snprintf(tmpname, sizeof(tmpname), "%s.tmp", snap);
+        CHECK(access(snap, R_OK) == 0 && access(tmpname, F_OK) != 0);
+    }
+    printf("template snapshot: %lld bytes (device state; RAM stays in %s)\n",
+           (long long)fsize(snap), mem);
+    /* The template must never run again: its RAM is what clones map. */
+    vmm_kill(t.vm);
+    WAIT(t.exited, 10);
+    CHECK(t.exited == 1 && vmm_phase(t.vm) == VMM_PH_EXITED);
+
+    /* Two clones. Clone 0 is first handed a damaged copy: refused before QEMU
+     * sees it, and it keeps waiting for a good one. */
+    snprintf(cmd, sizeof(cmd),
+             "cp '%s' '%s' && printf 'X' | dd of='%s' bs=1 seek=5000 conv=notrunc 2>/dev/null",
+             snap, bad, bad);
+    CHECK(system(cmd) == 0);
+    for (int i = 0; i < 2; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "t-clone%d", i);
+        ctx_init(&k[i]);
+        memset(&rs[i], 0, sizeof(rs[i]));
+        memset(&ct[i], 0, sizeof(ct[i]));
+        config(&kc[i], i ? "t-clone1" : "t-clone0", krun[i], sizeof(krun[i]));
+        snprintf(kdisk[i], sizeof(kdisk[i]), "%s/disk.qcow2", krun[i]);
+        CHECK(vmm_qcow2_create(kdisk[i], disk, 0) == 0); /* backed by the frozen overlay */
+        kc[i].disk = kdisk[i];
+        kc[i].boot = VMM_BOOT_RESTORE;
+        kc[i].mem_path = mem;
+        kc[i].kernel = NULL;
+        kc[i].initrd = NULL;
+        ev_now_update(loop);
+        t0[i] = ev_time();
+        CHECK(launch(&kc[i], &k[i]) == 0);
+        if (!k[i].vm)
+            goto out;
+        CHECK(vmm_phase(k[i].vm) == VMM_PH_WAITING);
+        if (i == 0) {
+            CHECK(vmm_restore(k[i].vm, bad, on_op, &rb) == 0);
+            CHECK(vmm_phase(k[i].vm) == VMM_PH_RESTORING);
+            WAIT(rb.done, 10);
+            CHECK(rb.done && rb.err == -EINVAL && strstr(rb.why, "checksum"));
+            printf("damaged snapshot refused: \"%s\"\n", rb.why);
+            CHECK(vmm_phase(k[i].vm) == VMM_PH_WAITING);
+        }
+        CHECK(vmm_restore(k[i].vm, snap, on_op, &rs[i]) == 0);
+        CHECK(vmm_phase(k[i].vm) == VMM_PH_RESTORING);
+        CHECK(vmm_restore(k[i].vm, snap, on_op, &rb) == -EBUSY);
+    }
+    for (int i = 0; i < 2; i++) {
+        WAIT(rs[i].done || k[i].exited, 30);
+        CHECK(rs[i].done && rs[i].err == 0);
+        if (rs[i].err || k[i].exited)
+            fprintf(stderr, "clone %d restore: %s / %s\n", i, rs[i].why, k[i].reason);
+        CHECK(vmm_phase(k[i].vm) == VMM_PH_STOPPED); /* saved stopped, restored stopped */
+        CHECK(vmm_cont(k[i].vm, on_op, &ct[i]) == 0);
+        WAIT(ct[i].done, 10);
+        CHECK(ct[i].done && ct[i].err == 0 && vmm_phase(k[i].vm) == VMM_PH_RUNNING);
+        printf("clone %d: launch -> restored %.1f ms, -> running %.1f ms\n", i,
+               (rs[i].t - t0[i]) * 1e3, (ct[i].t - t0[i]) * 1e3);
+    }
+    for (int i = 0; i < 2; i++) {
+        WAIT(k[i].chans > 0, 10);
+        kch[i].fd = k[i].chan_fd;
+        CHECK(k[i].chan_fd >= 0 && agent_answers(&kch[i], 30));
+        printf("clone %d: agent answered PING, QEMU Pss %ld KiB\n", i,
+               proc_kb(vmm_pid(k[i].vm), "smaps_rollup", "Pss:"));
+        CHECK(guest_size(&kch[i], 3, "/root/template.txt") == 24); /* the template's file */
+    }
+    /* A write in one clone is its own. */
+    CHECK(guest_write(&kch[0], 4, "/root/clone0.txt", "only in clone 0\n"));
+    CHECK(guest_size(&kch[0], 5, "/root/clone0.txt") == 16);
+    CHECK(guest_size(&kch[1], 5, "/root/clone0.txt") == -1);
+    /* Stop / cont round trip on a clone. */
+    memset(&rb, 0, sizeof(rb));
+    CHECK(vmm_stop(k[0].vm, on_op, &rb) == 0);
+    WAIT(rb.done, 10);
+    CHECK(rb.err == 0 && vmm_phase(k[0].vm) == VMM_PH_STOPPED);
+    memset(&rb, 0, sizeof(rb));
+    CHECK(vmm_cont(k[0].vm, on_op, &rb) == 0);
+    WAIT(rb.done, 10);
+    CHECK(rb.err == 0 && vmm_phase(k[0].vm) == VMM_PH_RUNNING);
+    CHECK(agent_answers(&kch[0], 10));
+    {
+        /* Each clone's overlay is its own; the template's is frozen. */
+        snprintf(cmd, sizeof(cmd),
+                 "qemu-img info -U '%s' 2>&1 | grep -q 'backing file format: qcow2'", kdisk[0]);
+        CHECK(system(cmd) == 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        vmm_kill(k[i].vm);
+        WAIT(k[i].exited, 10);
+        vmm_free(k[i].vm);
+        k[i].vm = NULL;
+        if (k[i].chan_fd >= 0)
+            close(k[i].chan_fd);
+    }
+
+    /* Timing, one clone at a time (printed, not asserted): launch -> first QMP
+     * reply -> restored (stopped) -> running -> the agent's PONG. */
+    for (int i = 0; i < 3; i++) {
+        struct vmctx c;
+        struct opres r = {0}, g = {0};
+        struct qreq st = {0};
+        ev_tstamp s0, t_pong;
+        char d[300];
+        ctx_init(&c);
+        snprintf(d, sizeof(d), "%s/disk%d.qcow2", krun[0], i);
+        unlink(d);
+        CHECK(vmm_qcow2_create(d, disk, 0) == 0);
+        kc[0].disk = d;
+        ev_now_update(loop);
+        s0 = ev_time();
+        CHECK(launch(&kc[0], &c) == 0);
+        if (!c.vm)
+            break;
+        CHECK(vmm_qmp(c.vm, "{\"execute\":\"query-status\"}", on_qmp, &st) == 0);
+        CHECK(vmm_restore(c.vm, snap, on_op, &r) == 0);
+        WAIT(r.done || c.exited, 30);
+        CHECK(r.done && r.err == 0);
+        if (r.done && r.err == 0)
+            CHECK(vmm_cont(c.vm, on_op, &g) == 0);
+        WAIT(g.done || c.exited, 10);
+        WAIT(c.chans > 0, 10);
+        kch[0].fd = c.chan_fd;
+        kch[0].len = 0;
+        CHECK(c.chan_fd >= 0 && agent_answers(&kch[0], 30));
+        t_pong = ev_time();
+        printf("clone timing %d: QMP ready %.1f ms, restored %.1f ms, running %.1f ms, "
+               "PONG %.1f ms (from launch)\n",
+               i, (st.t - s0) * 1e3, (r.t - s0) * 1e3, (g.t - s0) * 1e3, (t_pong - s0) * 1e3);
+        vmm_kill(c.vm);
+        WAIT(c.exited, 10);
+        vmm_free(c.vm);
+        if (c.chan_fd >= 0)
+            close(c.chan_fd);
+    }
+out:
+    for (int i = 0; i < 2; i++)
+        if (k[i].vm)
+            vmm_free(k[i].vm);
+    if (t.vm)
+        vmm_free(t.vm);
+    if (t.chan_fd >= 0)
+        close(t.chan_fd);
+    unlink(mem);
+    free(tch);
+    free(kch);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -849,6 +1291,10 @@ int main(int argc, char **argv)
     atexit(kill_started);
 
     printf("images: %s (root disk: %s)\n", img, have_rootfs ? "minimal.ext4" : "none");
+    if (getenv("WARREN_VMM_ONLY_SNAP")) {
+        test_snapshot_clones();
+        goto done;
+    }
     test_lifecycle();
     test_shutdown();
     test_free_in_callback();
@@ -858,7 +1304,9 @@ int main(int argc, char **argv)
     test_console_cap();
     test_qemu_log_cap();
     test_jail();
+    test_snapshot_clones();
 
+done:
     ev_timer_stop(loop, &tick);
     nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {

@@ -1,0 +1,266 @@
+/*
+ * vmm_snap.c - the snapshot file: a 4 KiB header, then QEMU's migration stream.
+ *
+ * Header (little-endian): magic "WARRENSN", version, header length, stream
+ * offset and length, the stream's CRC-32, guest RAM (MiB) and vCPUs, flags,
+ * the QEMU version that wrote the stream, reserved bytes that must be zero,
+ * and a CRC-32 of the header itself in its last 4 bytes. Every field is
+ * bounded on decode: the file is read back by a later warrend and may have
+ * been truncated or damaged since.
+ *
+ * The stream is written by QEMU through an fd positioned after the header;
+ * vmm_snap_finalize then checksums it, writes the header, fsyncs and renames
+ * the temporary file into place (and fsyncs the directory), so a snapshot
+ * path either holds a complete file or nothing. finalize and verify block on
+ * the disk: vmm.c runs them on a worker thread, never on the loop.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vmm_int.h"
+
+#define MAGIC       "WARRENSN"
+#define VERSION     1u
+#define OFF_CRC     (VMM_SNAP_HDR - 4)
+#define OFF_VER_STR 48
+#define MAX_STREAM  (64ull << 30)
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+uint32_t vmm_crc32(uint32_t crc, const void *buf, size_t n)
+{
+    const uint8_t *p = buf;
+
+    /* Idempotent and cheap; racing initialisers write the same values. */
+    if (!crc_table[1])
+        crc_init();
+    crc = ~crc;
+    while (n--)
+        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+static void le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void le64(uint8_t *p, uint64_t v)
+{
+    le32(p, (uint32_t)v);
+    le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    return rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+void vmm_snap_encode(uint8_t *hdr, const struct vmm_snap_info *in)
+{
+    memset(hdr, 0, VMM_SNAP_HDR);
+    memcpy(hdr, MAGIC, 8);
+    le32(hdr + 8, VERSION);
+    le32(hdr + 12, VMM_SNAP_HDR);
+    le64(hdr + 16, VMM_SNAP_HDR);
+    le64(hdr + 24, in->stream_len);
+    le32(hdr + 32, in->stream_crc);
+    le32(hdr + 36, in->mem_mb);
+    le32(hdr + 40, in->vcpus);
+    le32(hdr + 44, in->flags);
+    memcpy(hdr + OFF_VER_STR, in->qemu_version, strnlen(in->qemu_version, 63));
+    le32(hdr + OFF_CRC, vmm_crc32(0, hdr, OFF_CRC));
+}
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(why, cap, __VA_ARGS__);                                                           \
+        return -EINVAL;                                                                            \
+    } while (0)
+
+int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct vmm_snap_info *out,
+                    char *why, size_t cap)
+{
+    uint64_t off, slen;
+    size_t vlen;
+
+    if (len < VMM_SNAP_HDR || file_size < VMM_SNAP_HDR)
+        BAD("snapshot truncated: %llu bytes, shorter than its header",
+            (unsigned long long)(file_size < len ? file_size : len));
+    if (memcmp(buf, MAGIC, 8) != 0)
+        BAD("not a Warren snapshot (bad magic)");
+    if (rd32(buf + 8) != VERSION)
+        BAD("snapshot version %u, this warrend reads %u", rd32(buf + 8), VERSION);
+    if (vmm_crc32(0, buf, OFF_CRC) != rd32(buf + OFF_CRC))
+        BAD("snapshot header checksum mismatch (damaged header)");
+    off = rd64(buf + 16);
+    slen = rd64(buf + 24);
+    if (rd32(buf + 12) != VMM_SNAP_HDR || off != VMM_SNAP_HDR)
+        BAD("snapshot header length %u / stream offset %llu unsupported", rd32(buf + 12),
+            (unsigned long long)off);
+    if (slen == 0 || slen > MAX_STREAM)
+        BAD("snapshot stream length %llu out of bounds", (unsigned long long)slen);
+    if (file_size != off + slen)
+        BAD("snapshot %s: file has %llu bytes, header says %llu",
+            file_size < off + slen ? "truncated" : "has trailing bytes",
+            (unsigned long long)file_size, (unsigned long long)(off + slen));
+    vlen = strnlen((const char *)buf + OFF_VER_STR, 64);
+    if (vlen == 0 || vlen == 64)
+        BAD("snapshot QEMU version missing or unterminated");
+    for (size_t i = 0; i < vlen; i++)
+        if (buf[OFF_VER_STR + i] < 0x20 || buf[OFF_VER_STR + i] > 0x7e)
+            BAD("snapshot QEMU version not printable");
+    for (size_t i = OFF_VER_STR + 64; i < OFF_CRC; i++)
+        if (buf[i])
+            BAD("snapshot header reserved bytes not zero");
+    memset(out, 0, sizeof(*out));
+    out->stream_len = slen;
+    out->stream_crc = rd32(buf + 32);
+    out->mem_mb = rd32(buf + 36);
+    out->vcpus = rd32(buf + 40);
+    out->flags = rd32(buf + 44);
+    if (out->mem_mb == 0 || out->mem_mb > (1u << 20) || out->vcpus == 0 || out->vcpus > 1024)
+        BAD("snapshot guest size out of bounds (%u MiB, %u vCPUs)", out->mem_mb, out->vcpus);
+    if (out->flags & ~VMM_SNAP_F_SHARED_RAM)
+        BAD("snapshot flags 0x%x unknown", out->flags);
+    memcpy(out->qemu_version, buf + OFF_VER_STR, vlen);
+    out->qemu_version[vlen] = 0;
+    return 0;
+}
+
+int vmm_snap_match(const struct vmm_snap_info *s, const char *qemu_version, unsigned mem_mb,
+                   unsigned vcpus, bool shared_ram, char *why, size_t cap)
+{
+    if (strcmp(s->qemu_version, qemu_version) != 0)
+        BAD("snapshot written by QEMU %s, this VM runs QEMU %s", s->qemu_version, qemu_version);
+    if (s->mem_mb != mem_mb || s->vcpus != vcpus)
+        BAD("snapshot of a %u MiB / %u vCPU guest, this VM is %u MiB / %u vCPU", s->mem_mb,
+            s->vcpus, mem_mb, vcpus);
+    if (!!(s->flags & VMM_SNAP_F_SHARED_RAM) != shared_ram)
+        BAD("snapshot %s guest RAM, this VM %s a memory file",
+            s->flags & VMM_SNAP_F_SHARED_RAM ? "does not hold" : "holds",
+            shared_ram ? "maps" : "has no");
+    return 0;
+}
+
+#undef BAD
+
+/* CRC-32 of len bytes from off. 0 or -errno (-EIO on a short file). */
+static int crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc)
+{
+    static __thread uint8_t buf[1 << 16];
+    uint32_t c = 0;
+
+    while (len > 0) {
+        ssize_t n = pread(fd, buf, len < sizeof(buf) ? (size_t)len : sizeof(buf), (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return -EIO;
+        c = vmm_crc32(c, buf, (size_t)n);
+        off += (uint64_t)n;
+        len -= (uint64_t)n;
+    }
+    *crc = c;
+    return 0;
+}
+
+int vmm_snap_finalize(int fd, const char *tmp, const char *path, struct vmm_snap_info *info,
+                      char *why, size_t cap)
+{
+    uint8_t hdr[VMM_SNAP_HDR];
+    struct stat st;
+    char *dcopy = NULL;
+    int dfd = -1, r;
+
+    if (fstat(fd, &st) != 0) {
+        r = -errno;
+        snprintf(why, cap, "snapshot: fstat: %s", strerror(-r));
+        goto out;
+    }
+    if ((uint64_t)st.st_size <= VMM_SNAP_HDR) {
+        r = -EIO;
+        snprintf(why, cap, "snapshot: QEMU wrote no migration stream");
+        goto out;
+    }
+    info->stream_len = (uint64_t)st.st_size - VMM_SNAP_HDR;
+    if ((r = crc_range(fd, VMM_SNAP_HDR, info->stream_len, &info->stream_crc)) != 0) {
+        snprintf(why, cap, "snapshot: reading the stream back: %s", strerror(-r));
+        goto out;
+    }
+    vmm_snap_encode(hdr, info);
+    if (pwrite(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || fsync(fd) != 0) {
+        r = errno ? -errno : -EIO;
+        snprintf(why, cap, "snapshot: writing the header: %s", strerror(-r));
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        r = -errno;
+        snprintf(why, cap, "snapshot: rename into place: %s", strerror(-r));
+        goto out;
+    }
+    /* The rename itself must survive a crash too. */
+    if ((dcopy = strdup(path)) && (dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY)) >= 0)
+        (void)fsync(dfd);
+    r = 0;
+out:
+    if (dfd >= 0)
+        close(dfd);
+    free(dcopy);
+    return r;
+}
+
+int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap)
+{
+    uint8_t hdr[VMM_SNAP_HDR];
+    struct stat st;
+    uint32_t crc;
+    ssize_t n;
+    int r;
+
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "snapshot: not a regular file");
+        return -EINVAL;
+    }
+    n = pread(fd, hdr, sizeof(hdr), 0);
+    if (n < 0) {
+        r = -errno;
+        snprintf(why, cap, "snapshot: read: %s", strerror(-r));
+        return r;
+    }
+    if ((r = vmm_snap_decode(hdr, (size_t)n, (uint64_t)st.st_size, out, why, cap)) != 0)
+        return r;
+    if ((r = crc_range(fd, VMM_SNAP_HDR, out->stream_len, &crc)) != 0) {
+        snprintf(why, cap, "snapshot: reading the stream: %s", strerror(-r));
+        return r;
+    }
+    if (crc != out->stream_crc) {
+        snprintf(why, cap, "snapshot stream checksum mismatch (damaged file)");
+        return -EINVAL;
+    }
+    return 0;
+}
