@@ -271,6 +271,15 @@ class Warren:
     def get(self, sid):
         return self.request("GET", f"/v1/sandboxes/{sid}")
 
+    def vm_id(self, sid):
+        """The id of the sandbox's VM: what its QEMU's command line and run dir carry."""
+        r = self.get(sid)
+        assert r.status == 200, r
+        return r.json()["vm_id"]
+
+    def run_dir(self, sid):
+        return os.path.join(self.state_dir, "vms", self.vm_id(sid))
+
     def delete(self, sid):
         return self.request("DELETE", f"/v1/sandboxes/{sid}")
 
