@@ -999,7 +999,8 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
  * A sandbox record names its VM (vm_id). One written by an older warrend has
  * no vm_id but the VM's pid, run_dir and disk: it gets a VM record of that
  * VM's own identity (its sandbox's id), and both are rewritten in the new
- * form once the table is restored (t->idx_dirty tells restore_all to).
+ * form once both tables are read (restore_one sets t->idx_dirty; bind_all
+ * rewrites).
  */
 static int restore_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
@@ -1019,7 +1020,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
                     "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "env", &env, "metadata",
                     &meta, "vm_id", &vm_id, "pid", &pid, "run_dir", &run_dir, "disk", &disk) != 0 ||
         sbx_state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id) ||
-        strlen(vm_id) >= sizeof(sb->vm_id) || (!*vm_id && (!run_dir || !disk))) {
+        strlen(vm_id) >= sizeof(sb->vm_id) || (!run_dir != !disk)) {
         LOG(LOG_WARN, "index record %.*s is unreadable; dropping it", (int)klen, key);
         json_decref(o);
         return 0;
@@ -1046,7 +1047,8 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->vcpus = (unsigned)vcpus;
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
-    if (!*vm_id) {
+    /* No vm_id and no run_dir: its VM never got that far (a failed create). */
+    if (!*vm_id && run_dir) {
         struct sbx_vm *vm;
         int r = sbx_vm_legacy(t, sb->id, tmpl, sbx_state_final(st) ? 0 : (pid_t)pid, run_dir, disk,
                               sb->mem_mb, sb->vcpus, &vm);
