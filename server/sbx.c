@@ -1067,7 +1067,9 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
 /*
  * Bind every VM record to the sandbox that names it; a VM whose sandbox is
  * gone (or names another VM) is destroyed, QEMU and files. A live sandbox
- * without its VM record is dead.
+ * without its VM record is dead (adopt_all). A VM bound to no sandbox is
+ * destroyed too: nothing hands out such VMs yet (TODO: the pool re-adopts its
+ * own instead).
  */
 static void bind_all(struct sbx_table *t, bool rewrite)
 {
