@@ -175,7 +175,9 @@ void sbx_on_vm_exited(struct sandbox *sb, int status, const char *reason);
 int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned vcpus,
                struct sbx_vm **out);
 /* Bind vm to sb: its channel and exit callbacks go to sb from now on. Neither may be
- * bound already. Saves nothing: the caller saves both records. */
+ * bound already. Saves nothing: the caller saves both records. A channel that came
+ * while vm was unbound was closed: a running VM's new sandbox asks for one
+ * (vmm_channel_reconnect). */
 void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb);
 /* Start QEMU for vm (disk backed by the read-only file backing): 0 or -errno. */
 int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
