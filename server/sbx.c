@@ -147,6 +147,8 @@ static json_t *sandbox_json(const struct sandbox *sb)
                   iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
                   "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
     json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
+    if (sb->vm_id[0])
+        json_object_set_new(o, "vm_id", json_string(sb->vm_id));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -154,19 +156,19 @@ static json_t *sandbox_json(const struct sandbox *sb)
     return o;
 }
 
-/* The index keeps what GET shows plus what a restart needs to re-adopt the VM. */
+/* The index keeps what GET shows plus the id of its VM, whose own record (the vms
+ * table) holds what a restart needs to re-adopt it. */
 int sbx_save(struct sandbox *sb)
 {
     json_t *o = json_pack(
-        "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s,s:s}", "id", sb->id,
-        "template", sb->tmpl, "state", sbx_state_name(sb->state), "reason", sb->reason,
-        "created_ms", (json_int_t)sb->created_ms, "expires_ms", (json_int_t)sb->expires_ms,
-        "ended_ms", (json_int_t)sb->ended_ms, "last_active_ms",
-        (json_int_t)mono_to_wall(sb->active_mono), "idle_s", (json_int_t)sb->idle_s, "mem_mb",
-        (json_int_t)sb->mem_mb, "vcpus", (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env",
-        sb->env, "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
+        "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s}", "id", sb->id, "template",
+        sb->tmpl, "state", sbx_state_name(sb->state), "reason", sb->reason, "created_ms",
+        (json_int_t)sb->created_ms, "expires_ms", (json_int_t)sb->expires_ms, "ended_ms",
+        (json_int_t)sb->ended_ms, "last_active_ms", (json_int_t)mono_to_wall(sb->active_mono),
+        "idle_s", (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
+        (json_int_t)sb->vcpus, "env", sb->env, "metadata", sb->metadata, "vm_id", sb->vm_id);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = s ? idx_put(sb->t->idx, sb->id, s, strlen(s)) : -ENOMEM;
+    int r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
         LOGS(LOG_ERR, sb->id, "cannot save to the index: %s", idx_strerror(r));
@@ -218,7 +220,7 @@ static void rm_work(void *arg)
  * the filesystem a long time, and the loop never waits on the disk. Jobs
  * run in order, so a later purge of the same dir comes after this one.
  */
-static void run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs)
+void sbx_run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs)
 {
     size_t n = strlen(dir) + 1;
     struct rm_job *j = malloc(sizeof(*j) + n);
@@ -484,10 +486,9 @@ static void on_chan_closed(void *ud, int err, const char *why)
         vmm_channel_reconnect(sb->vm);
 }
 
-static void on_vm_channel(void *ud, int fd)
+void sbx_on_channel(struct sandbox *sb, int fd)
 {
     static const struct chan_cbs cbs = {on_frame, on_chan_closed};
-    struct sandbox *sb = ud;
     int r;
 
     if (sb->ch) {
@@ -505,9 +506,8 @@ static void on_vm_channel(void *ud, int fd)
     send_init(sb);
 }
 
-static void on_vm_exited(void *ud, int status, const char *reason)
+void sbx_on_vm_exited(struct sandbox *sb, int status, const char *reason)
 {
-    struct sandbox *sb = ud;
     char why[256];
 
     /* The vmm is freed later (reaper or purge), never from inside its own callback. */
@@ -519,8 +519,6 @@ static void on_vm_exited(void *ud, int status, const char *reason)
     sandbox_end(sb, ST_DEAD, why);
 }
 
-static const struct vmm_cbs vm_cbs = {on_vm_channel, on_vm_exited};
-
 static void on_boot_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct sandbox *sb = w->data;
@@ -528,31 +526,12 @@ static void on_boot_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
     snprintf(why, sizeof(why), "boot_failed: the guest did not answer within %u s",
              sb->t->cfg->boot_timeout_s);
-    LOGS(LOG_WARN, sb->id, "%s (console log: %s/console.log)", why, sb->run_dir);
+    LOGS(LOG_WARN, sb->id, "%s (console log: %s/console.log)", why,
+         sb->vmr ? sb->vmr->run_dir : "gone");
     sandbox_end(sb, ST_DEAD, why);
 }
 
 /* ---- lifecycle ---- */
-
-static void vm_config(struct sandbox *sb, struct vmm_config *vc)
-{
-    struct sbx_table *t = sb->t;
-
-    memset(vc, 0, sizeof(*vc));
-    vc->id = sb->id;
-    vc->qemu = t->cfg->qemu;
-    vc->kernel = t->kernel;
-    vc->initrd = t->initrd;
-    vc->append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
-    vc->disk = sb->disk;
-    vc->run_dir = sb->run_dir;
-    vc->mem_mb = sb->mem_mb;
-    vc->vcpus = sb->vcpus;
-    vc->accel = t->accel;
-    vc->console_max = t->cfg->console_max_bytes;
-    vc->qemu_log_max = t->cfg->qemu_log_bytes;
-    vc->jail = t->jail;
-}
 
 /* End a sandbox: fail its ops, stop its VM, keep the record for retention. */
 static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *reason)
@@ -571,12 +550,10 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
         chan_free(sb->ch);
         sb->ch = NULL;
     }
-    if (sb->vm && !sb->vm_gone) {
-        /* User data is discarded with the sandbox: no need for a graceful guest shutdown. */
-        vmm_free(sb->vm);
-        sb->vm = NULL;
-    }
-    run_dir_remove(sb->t, sb->run_dir, state == ST_DEAD);
+    /* The VM record stays (without a pid) until the sandbox is purged: a dead one's
+     * logs are in its run dir. */
+    if (sb->vmr)
+        sbx_vm_stop(sb->vmr, state == ST_DEAD);
     sbx_save(sb);
 }
 
@@ -591,8 +568,8 @@ static void sandbox_free(struct sandbox *sb)
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     if (sb->ch)
         chan_free(sb->ch);
-    if (sb->vm)
-        vmm_free(sb->vm);
+    if (sb->vmr) /* still bound: the VM outlives the struct only in the table's free */
+        sb->vmr->sb = NULL;
     json_decref(sb->env);
     json_decref(sb->metadata);
     free(sb);
@@ -802,7 +779,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     char base[4096], real[PATH_MAX];
     struct stat st;
     struct sandbox *sb;
-    struct vmm_config vc;
+    struct sbx_vm *vm;
     struct timespec t0, t1;
     uint8_t rnd[8];
     struct op *op;
@@ -865,32 +842,24 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->vcpus = vcpus;
     sb->env = env;
     sb->metadata = meta;
-    if (snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/sandboxes/%s", c->state_dir, sb->id) >=
-            (int)sizeof(sb->run_dir) - 16 ||
-        snprintf(sb->disk, sizeof(sb->disk), "%s/disk.qcow2", sb->run_dir) >=
-            (int)sizeof(sb->disk)) {
-        r = -ENAMETOOLONG;
-        goto fail;
-    }
-
-    if (mkdir(sb->run_dir, 0700) != 0) {
-        r = -errno;
-        goto fail;
-    }
-    r = vmm_qcow2_create(sb->disk, real, (uint64_t)st.st_size);
+    r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
     if (r != 0)
         goto fail;
-    vm_config(sb, &vc);
-    vc.backing = real;
+    sbx_vm_bind(vm, sb);
+    r = vmm_qcow2_create(vm->disk, real, (uint64_t)st.st_size);
+    if (r != 0)
+        goto fail;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    r = vmm_launch(t->loop, &vc, &vm_cbs, sb, &sb->vm);
+    r = sbx_vm_launch(vm, real);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r != 0)
         goto fail;
-    sb->pid = vmm_pid(sb->vm);
     /* Recorded before anything is answered: a VM the index does not know is killed as a
-     * stray by the next warrend, so a sandbox that cannot be saved is not created. */
-    r = sbx_save(sb);
+     * stray by the next warrend, so a sandbox that cannot be saved is not created. The
+     * VM first: a sandbox record naming a VM with no record would be lost at restart. */
+    r = sbx_vm_save(vm);
+    if (r == 0)
+        r = sbx_save(sb);
     if (r != 0) {
         sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
                     idx_strerror(r));
@@ -905,8 +874,9 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     ev_timer_start(t->loop, &sb->boot_timer);
     /* The launch time (spawn, and the jail's mounts and cgroup when jailed) is
      * spent on the loop: logged so that its cost stays visible. */
-    LOGS(LOG_INFO, sb->id, "starting: template %s, %u MiB, %u vCPU, pid %d, uid %d, launch %.2f ms",
-         tmpl, mem, vcpus, (int)sb->pid, (int)vmm_uid(sb->vm),
+    LOGS(LOG_INFO, sb->id,
+         "starting: VM %s, template %s, %u MiB, %u vCPU, pid %d, uid %d, launch %.2f ms", vm->id,
+         tmpl, mem, vcpus, (int)vm->pid, (int)vmm_uid(sb->vm),
          (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
     *opid = op->id;
     return 0;
@@ -1004,10 +974,8 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 
     for (struct sandbox *sb = t->sandboxes, *next; sb; sb = next) {
         next = sb->next;
-        if (sb->vm && sb->vm_gone && sbx_state_final(sb->state)) {
-            vmm_free(sb->vm);
-            sb->vm = NULL;
-        }
+        if (sb->vmr && sb->vm_gone && sbx_state_final(sb->state))
+            sbx_vm_reap(sb->vmr);
         if (sbx_state_expires(sb->state) && now >= sb->expires_mono) {
             sandbox_end(sb, ST_ENDED, "ttl_expired");
         } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
@@ -1015,8 +983,9 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
             sandbox_end(sb, ST_ENDED, "idle_timeout");
         } else if (sbx_state_final(sb->state) &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
-            idx_del(t->idx, sb->id);
-            run_dir_remove(t, sb->run_dir, false);
+            idx_del(t->idx, IDX_SANDBOXES, sb->id);
+            if (sb->vmr)
+                sbx_vm_destroy(sb->vmr);
             sandbox_unlink(t, sb);
             sandbox_free(sb);
         }
@@ -1026,24 +995,32 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- restore after a restart ---- */
 
+/*
+ * A sandbox record names its VM (vm_id). One written by an older warrend has
+ * no vm_id but the VM's pid, run_dir and disk: it gets a VM record of that
+ * VM's own identity (its sandbox's id), and both are rewritten in the new
+ * form once both tables are read (restore_one sets t->idx_dirty; bind_all
+ * rewrites).
+ */
 static int restore_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct sbx_table *t = ud;
     json_error_t jerr;
     json_t *o = json_loadb(val, vlen, 0, &jerr);
     struct sandbox *sb;
-    const char *id, *tmpl, *state, *reason, *run_dir, *disk;
-    json_int_t created, expires, ended, active, idle, mem, vcpus, pid;
+    const char *id, *tmpl, *state, *reason, *vm_id = "", *run_dir = NULL, *disk = NULL;
+    json_int_t created, expires, ended, active, idle, mem, vcpus, pid = 0;
     json_t *env, *meta;
     enum sbx_state st;
 
     if (!o ||
-        json_unpack(o, "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:s,s:s}", "id",
-                    &id, "template", &tmpl, "state", &state, "reason", &reason, "created_ms",
+        json_unpack(o, "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s?s,s?I,s?s,s?s}",
+                    "id", &id, "template", &tmpl, "state", &state, "reason", &reason, "created_ms",
                     &created, "expires_ms", &expires, "ended_ms", &ended, "last_active_ms", &active,
-                    "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "pid", &pid, "env", &env,
-                    "metadata", &meta, "run_dir", &run_dir, "disk", &disk) != 0 ||
-        sbx_state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id)) {
+                    "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "env", &env, "metadata",
+                    &meta, "vm_id", &vm_id, "pid", &pid, "run_dir", &run_dir, "disk", &disk) != 0 ||
+        sbx_state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id) ||
+        strlen(vm_id) >= sizeof(sb->vm_id) || (!run_dir != !disk)) {
         LOG(LOG_WARN, "index record %.*s is unreadable; dropping it", (int)klen, key);
         json_decref(o);
         return 0;
@@ -1056,8 +1033,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     snprintf(sb->id, sizeof(sb->id), "%s", id);
     snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
     snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
-    snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", run_dir);
-    snprintf(sb->disk, sizeof(sb->disk), "%s", disk);
+    snprintf(sb->vm_id, sizeof(sb->vm_id), "%s", vm_id);
     sb->state = st; /* born in its recorded state, not a transition */
     sb->created_ms = created;
     sb->expires_ms = expires;
@@ -1069,26 +1045,61 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->idle_s = (unsigned)idle;
     sb->mem_mb = (unsigned)mem;
     sb->vcpus = (unsigned)vcpus;
-    sb->pid = (pid_t)pid;
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
+    /* No vm_id and no run_dir: its VM never got that far (a failed create). */
+    if (!*vm_id && run_dir) {
+        struct sbx_vm *vm;
+        int r = sbx_vm_legacy(t, sb->id, tmpl, sbx_state_final(st) ? 0 : (pid_t)pid, run_dir, disk,
+                              sb->mem_mb, sb->vcpus, &vm);
+        if (r != 0) {
+            json_decref(o);
+            return r;
+        }
+        snprintf(sb->vm_id, sizeof(sb->vm_id), "%s", vm->id);
+        LOGS(LOG_INFO, sb->id, "record of an older warrend: its VM keeps the id %s", vm->id);
+        t->idx_dirty = true;
+    }
     json_decref(o);
     return 0;
+}
+
+/*
+ * Bind every VM record to the sandbox that names it; a VM whose sandbox is
+ * gone (or names another VM) is destroyed, QEMU and files. A live sandbox
+ * without its VM record is dead (adopt_all). A VM bound to no sandbox is
+ * destroyed too: nothing hands out such VMs yet (TODO: the pool re-adopts its
+ * own instead).
+ */
+static void bind_all(struct sbx_table *t, bool rewrite)
+{
+    for (struct sbx_vm *vm = t->vms, *next; vm; vm = next) {
+        struct sandbox *sb = vm->sb_id[0] ? sbx_find(t, vm->sb_id) : NULL;
+        next = vm->next;
+        if (!sb || sb->vmr || strcmp(sb->vm_id, vm->id) != 0) {
+            LOGS(LOG_WARN, vm->id, "VM of %s, which has no record: removing it",
+                 vm->sb_id[0] ? vm->sb_id : "no sandbox");
+            sbx_vm_destroy(vm);
+            continue;
+        }
+        sbx_vm_bind(vm, sb);
+        /* A record moved from an older warrend's: the VM's first, then the sandbox's. */
+        if (rewrite && sbx_vm_save(vm) == 0)
+            sbx_save(sb);
+    }
 }
 
 static void adopt_all(struct sbx_table *t)
 {
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
-        struct vmm_config vc;
         int r;
 
         if (sbx_state_final(sb->state))
             continue;
-        vm_config(sb, &vc);
-        r = sb->pid > 0 ? vmm_adopt(t->loop, &vc, sb->pid, &vm_cbs, sb, &sb->vm) : -ESRCH;
+        r = sb->vmr ? sbx_vm_adopt(sb->vmr) : -ENOENT;
         if (r != 0) {
-            sb->vm = NULL;
-            LOGS(LOG_WARN, sb->id, "VM pid %d is gone (%s)", (int)sb->pid, strerror(-r));
+            LOGS(LOG_WARN, sb->id, "VM %s (pid %d) is gone (%s)", sb->vm_id,
+                 sb->vmr ? (int)sb->vmr->pid : 0, strerror(-r));
             sandbox_end(sb, ST_DEAD, "vm_lost: the VM was gone when warrend restarted");
             continue;
         }
@@ -1096,35 +1107,8 @@ static void adopt_all(struct sbx_table *t)
          * request is gone, but the sandbox itself is kept and listed. */
         if (sb->state == ST_STARTING)
             ev_timer_start(t->loop, &sb->boot_timer);
-        LOGS(LOG_INFO, sb->id, "re-adopted VM pid %d", (int)sb->pid);
+        LOGS(LOG_INFO, sb->id, "re-adopted VM %s pid %d", sb->vm_id, (int)sb->vmr->pid);
     }
-}
-
-/*
- * A run directory without a record (warrend died between creating it and
- * saving the record, or the index was lost) may still have a VM: kill it and
- * remove the files, so a restart never leaks a VM or a disk.
- */
-static void sweep_strays(struct sbx_table *t)
-{
-    char dir[4096], path[4096 + 256];
-    DIR *d;
-    struct dirent *e;
-
-    snprintf(dir, sizeof(dir), "%s/sandboxes", t->cfg->state_dir);
-    if (!(d = opendir(dir)))
-        return;
-    while ((e = readdir(d)) != NULL) {
-        int killed;
-        if (e->d_name[0] == '.' || sbx_find(t, e->d_name))
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        killed = vmm_kill_stray(e->d_name, path);
-        LOGS(LOG_WARN, e->d_name, "no index record: removing its files%s",
-             killed > 0 ? " and killing its VM" : "");
-        run_dir_remove(t, path, false);
-    }
-    closedir(d);
 }
 
 /* ---- table ---- */
@@ -1206,7 +1190,7 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     }
     if ((r = bg_new(loop, &t->bg)) != 0)
         goto fail;
-    snprintf(path, sizeof(path), "%s/sandboxes", cfg->state_dir);
+    snprintf(path, sizeof(path), "%s/vms", cfg->state_dir);
     if (mkdir(path, 0700) != 0 && errno != EEXIST) {
         r = -errno;
         goto fail;
@@ -1225,11 +1209,19 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         t->accel = vmm_detect_accel(why, sizeof(why));
     if ((r = jail_setup(t)) != 0)
         goto fail;
-    r = idx_foreach(t->idx, restore_one, t);
+    if (idx_migrated(t->idx))
+        LOG(LOG_INFO, "index: moved %u record(s) of the old layout into the sandboxes table",
+            idx_migrated(t->idx));
+    /* VMs first: a sandbox record of an older warrend makes a VM record unless one is
+     * there already. */
+    r = sbx_vm_restore_all(t);
+    if (r == 0)
+        r = idx_foreach(t->idx, IDX_SANDBOXES, restore_one, t);
     if (r != 0)
         goto fail;
+    bind_all(t, t->idx_dirty);
     adopt_all(t);
-    sweep_strays(t);
+    sbx_vm_sweep(t);
     /* After adoption: the groups of VMs that were not re-adopted go. */
     if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
@@ -1252,10 +1244,9 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         struct sandbox *sb = t->sandboxes;
         t->sandboxes = sb->next;
         ops_fail_all(sb, SBX_E_SHUTTING_DOWN, "warrend is shutting down");
-        if (sb->vm && !kill_vms)
-            vmm_detach(sb->vm);
         sandbox_free(sb);
     }
+    sbx_vm_free_all(t, kill_vms);
     /* Queued removals and flushes finish first; shutdown may then wait on the disk. */
     bg_free(t->bg);
     if (t->idx) {

@@ -8,6 +8,14 @@
  * it is unlinked and freed) or is cancelled. Every op belongs to one
  * running sandbox; ending a sandbox finishes all its ops first, so an op
  * never outlives its sandbox.
+ *
+ * VMs have their own identity (struct sbx_vm, sbx_vm.c): an id of their own,
+ * a record in the index's vms table and a run dir named after that id. A VM
+ * lives in t->vms from sbx_vm_new (or restore) until sbx_vm_destroy; it is
+ * bound to at most one sandbox (sbx_vm_bind), which then gets its channel and
+ * exit callbacks. A sandbox's VM is destroyed when the sandbox is purged. At
+ * start, VM records whose sandbox is gone are destroyed (QEMU killed, run dir
+ * removed), and run dirs no VM record names are swept.
  */
 #ifndef WARREN_SBX_INT_H
 #define WARREN_SBX_INT_H
@@ -29,6 +37,24 @@
 enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP, OP_PLIST, OP_ATTACH, OP_PCTL };
 
 struct sandbox;
+
+/* One VM, bound to a sandbox or not (see the top of this file). */
+struct sbx_vm {
+    struct sbx_vm *next;
+    struct sbx_table *t;
+    char id[24];        /* "vm-" + 16 hex; a VM of an older warrend keeps its sandbox's id */
+    char tmpl[64];      /* the template it was booted from */
+    char boot[16];      /* how it was started: "kernel" (cold boot) */
+    char run_dir[4096]; /* state_dir/vms/<id> (state_dir/sandboxes/<id> for older VMs) */
+    char disk[4096];
+    unsigned mem_mb, vcpus;
+    int64_t created_ms; /* wall clock */
+    pid_t pid;          /* QEMU's pid; 0 once stopped */
+    struct vmm *vmm;    /* NULL: not running, not (yet) adopted, or stopped */
+    bool gone;          /* QEMU exited: vmm is freed outside its callback */
+    struct sandbox *sb; /* bound to, or NULL */
+    char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
+};
 
 struct op {
     struct op *next_all, *next_sb; /* links in t->ops and sb->ops */
@@ -75,11 +101,10 @@ struct sandbox {
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
-    char run_dir[4096];
-    char disk[4096];
-    pid_t pid;
-    struct vmm *vm;
-    bool vm_gone; /* the VM exited; vm is freed outside its callback */
+    char vm_id[24];     /* its VM's id, as recorded ("" for none) */
+    struct sbx_vm *vmr; /* its VM (bound by sbx_vm_bind), or NULL */
+    struct vmm *vm;     /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
+    bool vm_gone;       /* the VM exited; vm is freed outside its callback */
     struct chan *ch;
     bool ready;       /* the guest answered INIT on the current channel */
     uint32_t session; /* id of the INIT sent on the current channel */
@@ -100,6 +125,7 @@ struct sbx_table {
     const struct srv_config *cfg;
     struct idx *idx;
     struct sandbox *sandboxes;
+    struct sbx_vm *vms;
     struct op *ops;
     sbx_op_t next_op;
     enum vmm_accel accel;
@@ -136,6 +162,51 @@ int sbx_save(struct sandbox *sb);
  */
 void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_random(struct sbx_table *t, void *p, size_t n);
+/* Remove a run dir off the loop; keep_logs keeps console.log and qemu.log. */
+void sbx_run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs);
+/* The bound VM's events, for its sandbox (sbx.c). */
+void sbx_on_channel(struct sandbox *sb, int fd);
+void sbx_on_vm_exited(struct sandbox *sb, int status, const char *reason);
+
+/* ---- VMs (sbx_vm.c) ---- */
+
+/* A new VM record (not saved, not running, bound to nothing) for a cold boot of tmpl,
+ * with its run dir made: 0 and *out, or -errno. */
+int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+               struct sbx_vm **out);
+/* Bind vm to sb: its channel and exit callbacks go to sb from now on. Neither may be
+ * bound already. Saves nothing: the caller saves both records. A channel that came
+ * while vm was unbound was closed: a running VM's new sandbox asks for one
+ * (vmm_channel_reconnect). */
+void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb);
+/* Start QEMU for vm (disk backed by the read-only file backing): 0 or -errno. */
+int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
+/* Re-attach to vm's QEMU after a restart: 0 or -errno (-ESRCH: it is gone). */
+int sbx_vm_adopt(struct sbx_vm *vm);
+/* Write vm's record to the vms table: 0, or the idx_* error (logged). */
+int sbx_vm_save(struct sbx_vm *vm);
+/* Stop vm (its sandbox ended): QEMU killed unless it already exited, the run dir
+ * removed (keep_logs: all but the logs), the record saved with no pid. */
+void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs);
+/* Free the vmm of a VM that exited (never from inside its own callback). */
+void sbx_vm_reap(struct sbx_vm *vm);
+/* Remove vm for good: QEMU killed, record deleted, run dir removed, unbound, freed. */
+void sbx_vm_destroy(struct sbx_vm *vm);
+/* Read the vms table into t->vms (nothing bound, nothing adopted): 0 or -errno. */
+int sbx_vm_restore_all(struct sbx_table *t);
+/* A VM record for a sandbox record of an older warrend (its VM named after the
+ * sandbox, with pid, run_dir and disk in the sandbox record), unless one with that id
+ * was restored already: 0 and *out, or -errno. */
+int sbx_vm_legacy(struct sbx_table *t, const char *sb_id, const char *tmpl, pid_t pid,
+                  const char *run_dir, const char *disk, unsigned mem_mb, unsigned vcpus,
+                  struct sbx_vm **out);
+struct sbx_vm *sbx_vm_find(struct sbx_table *t, const char *id);
+/* Kill and remove every run dir (state_dir/vms/, and state_dir/sandboxes/ of older
+ * warrends) whose name no VM record has as its id, with any QEMU started for it. */
+void sbx_vm_sweep(struct sbx_table *t);
+/* Detach (kill_vms false: leave QEMU running for the next warrend) or kill every VM,
+ * and free the records. */
+void sbx_vm_free_all(struct sbx_table *t, bool kill_vms);
 
 struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
 /* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or

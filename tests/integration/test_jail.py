@@ -103,7 +103,7 @@ def jail_conf(**extra):
 
 
 def qemu_of(w, sid):
-    pids = qemu_pids(f"{w.state_dir}/sandboxes/{sid}/")
+    pids = qemu_pids(w.run_dir(sid) + "/")
     assert len(pids) == 1, pids
     return pids[0]
 
@@ -150,7 +150,7 @@ class JailTest(WarrenCase):
             for u in (ua, ub):
                 self.assertTrue(UID_BASE <= u < UID_BASE + 50, u)
             # Its run dir is its own (0700) and its sockets were made by QEMU as that uid.
-            rd = f"{w.state_dir}/sandboxes/{a}"
+            rd = w.run_dir(a)
             st = os.stat(rd)
             self.assertEqual((st.st_uid, st.st_mode & 0o777), (ua, 0o700))
             self.assertEqual(os.stat(f"{rd}/qmp.sock").st_uid, ua)
@@ -160,19 +160,19 @@ class JailTest(WarrenCase):
             root = f"/proc/{pa}/root"
             self.assertTrue(os.path.exists(f"{root}{rd}/qmp.sock"))
             for hidden in (f"{w.state_dir}/api_key", f"{w.state_dir}/index",
-                           f"{w.state_dir}/sandboxes/{b}", f"{w.state_dir}/warrend.log",
+                           w.run_dir(b), f"{w.state_dir}/warrend.log",
                            "/etc/passwd", "/root/.bashrc", "/proc/1", "/home"):
                 self.assertFalse(os.path.exists(root + hidden), hidden)
             ls = subprocess.run(["nsenter", "-t", str(pa), "-m", "ls", "-A",
-                                 f"{w.state_dir}/sandboxes"], capture_output=True, text=True)
+                                 f"{w.state_dir}/vms"], capture_output=True, text=True)
             # nsenter runs ls from the jail's /usr: it lists exactly one run dir.
-            self.assertEqual(ls.stdout.split(), [a], ls)
+            self.assertEqual(ls.stdout.split(), [w.vm_id(a)], ls)
             # The templates are there, read-only.
             self.assertTrue(os.path.exists(f"{root}{os.path.realpath(image_dir())}/vmlinux"))
-            # Each QEMU in its own cgroup, named after its uid and sandbox.
+            # Each QEMU in its own cgroup, named after its uid and VM.
             with open(f"/proc/{pa}/cgroup") as f:
                 cg = f.read()
-            self.assertIn(f"/u{ua}.{a}", cg)
+            self.assertIn(f"/u{ua}.{w.vm_id(a)}", cg)
             self.assertEqual(len(vm_groups(w)), 2 * len(group_parents(w)))
             # And the sandbox works as before.
             self.assertEqual(w.run(a, "echo hi")["stdout"], "hi\n")
@@ -194,7 +194,7 @@ class JailTest(WarrenCase):
             self.assertIn("out of memory", s["end_reason"])
             self.assertIn("cgroup limit of 512 MiB", s["end_reason"])
             # Its logs are kept, in a run dir no longer owned by the freed uid.
-            rd = f"{w.state_dir}/sandboxes/{hog}"
+            rd = w.run_dir(hog)
             self.assertEqual(os.stat(rd).st_uid, 0)
             self.assertTrue(os.path.exists(f"{rd}/console.log"))
             # warrend is untouched and still serves; the other sandbox answers.
@@ -219,6 +219,7 @@ class JailRestartTest(unittest.TestCase):
             keep = w.create(ttl_seconds=1200)
             lost = w.create(ttl_seconds=1200)
             pk, pl = qemu_of(w, keep), qemu_of(w, lost)
+            vk, vl = w.vm_id(keep), w.vm_id(lost)
             uk = proc_uid(pk)
             groups = vm_groups(w)
             self.assertEqual(len(groups), 2 * len(group_parents(w)))
@@ -231,8 +232,8 @@ class JailRestartTest(unittest.TestCase):
             self.assertEqual(proc_uid(pk), uk)
             s = w.wait_state(lost, ["dead"], timeout=30)
             self.assertIn("vm_lost", s["end_reason"])
-            self.assertEqual([g for g in vm_groups(w) if lost in g], [])
-            self.assertEqual(len([g for g in vm_groups(w) if keep in g]), len(group_parents(w)))
+            self.assertEqual([g for g in vm_groups(w) if vl in g], [])
+            self.assertEqual(len([g for g in vm_groups(w) if vk in g]), len(group_parents(w)))
             # A new sandbox never gets the adopted VM's uid.
             new = w.create(ttl_seconds=1200)
             self.assertNotEqual(proc_uid(qemu_of(w, new)), uk)
@@ -276,7 +277,7 @@ class JailRestartTest(unittest.TestCase):
             self.assertEqual(procs_in_uid_range(base, n_uids), [])
             # Not a count of host mounts: other processes here mount and unmount too.
             self.assertEqual(our_mounts(w.state_dir), [])
-            left = os.listdir(f"{w.state_dir}/sandboxes")
+            left = os.listdir(f"{w.state_dir}/vms")
             self.assertEqual(left, [])
         finally:
             cleanup(w)

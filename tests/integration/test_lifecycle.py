@@ -16,6 +16,8 @@ class LifecycleTest(WarrenCase):
         sb = self.w.get(sid).json()
         self.assertEqual((sb["state"], sb["template"], sb["metadata"]),
                          ("running", "minimal", {"owner": "alice"}))
+        vm, run_dir = self.w.vm_id(sid), self.w.run_dir(sid)
+        self.assertTrue(vm.startswith("vm-") and os.path.isdir(run_dir), (vm, run_dir))
         ids = [s["id"] for s in self.w.request(
             "GET", "/v1/sandboxes?metadata.owner=alice").json()["sandboxes"]]
         self.assertEqual(ids, [sid])
@@ -27,22 +29,22 @@ class LifecycleTest(WarrenCase):
         sb = self.w.get(sid).json()
         self.assertEqual((sb["state"], sb["end_reason"]), ("ended", "deleted"))
         # The run dir (disk, sockets, logs) is removed off the loop, soon after.
-        run_dir = os.path.join(self.w.state_dir, "sandboxes", sid)
         deadline = time.time() + 30
         while os.path.exists(run_dir) and time.time() < deadline:
             time.sleep(0.1)
         self.assertFalse(os.path.exists(run_dir), run_dir)
         self.assertError(self.w.exec(sid, "true"), 409, "sandbox_ended")
-        self.assertEqual(wait_no_qemu(sid), [])
+        self.assertEqual(wait_no_qemu(vm), [])
 
     def test_ttl_and_idle_reaping(self):
         ttl = self.w.create(ttl_seconds=2, idle_timeout_seconds=0)
         idle = self.w.create(ttl_seconds=600, idle_timeout_seconds=2)
+        vms = [self.w.vm_id(ttl), self.w.vm_id(idle)]
         sb = self.w.wait_state(ttl, ("ended",), timeout=30)
         self.assertEqual(sb["end_reason"], "ttl_expired")
         sb = self.w.wait_state(idle, ("ended",), timeout=30)
         self.assertEqual(sb["end_reason"], "idle_timeout")
-        self.assertEqual(wait_no_qemu(ttl) + wait_no_qemu(idle), [])
+        self.assertEqual(wait_no_qemu(vms[0]) + wait_no_qemu(vms[1]), [])
 
     def test_busy_sandbox_is_not_idle(self):
         sid = self.w.create(ttl_seconds=600, idle_timeout_seconds=2)
@@ -53,7 +55,7 @@ class LifecycleTest(WarrenCase):
     def test_killed_vm_is_dead_and_others_live(self):
         a = self.w.create()
         b = self.w.create()
-        pids = qemu_pids(a)
+        pids = qemu_pids(self.w.vm_id(a))
         self.assertEqual(len(pids), 1)
         os.kill(pids[0], signal.SIGKILL)
         sb = self.w.wait_state(a, ("dead",), timeout=20)
@@ -91,8 +93,9 @@ class RestartTest(unittest.TestCase):
                                        body=b"persist").status, 200)
             w.run(b, "sleep 600 >/dev/null 2>&1 &")
             w.delete(b)
+            vm_id = w.vm_id(a)
             w.kill9()
-            vm = qemu_pids(a)
+            vm = qemu_pids(vm_id)
             self.assertEqual(len(vm), 1, "the VM must survive warrend's death")
             w.start()
             sb = w.get(a).json()
@@ -107,7 +110,8 @@ class RestartTest(unittest.TestCase):
                 time.sleep(0.1)
             self.assertEqual(r.status, 200, r)
             self.assertEqual(r.json()["stdout"], "persist")
-            self.assertEqual(qemu_pids(a), vm, "the same VM, not a new one")
+            self.assertEqual(qemu_pids(vm_id), vm, "the same VM, not a new one")
+            self.assertEqual(w.vm_id(a), vm_id, "the VM keeps its id")
         finally:
             w.cleanup()
 
@@ -116,14 +120,18 @@ class RestartTest(unittest.TestCase):
         try:
             w.start()
             a = w.create()
-            self.assertEqual(len(qemu_pids(a)), 1)
+            vm, run_dir = w.vm_id(a), w.run_dir(a)
+            self.assertEqual(len(qemu_pids(vm)), 1)
             w.kill9()
             # The record of a live VM is gone (as if warrend died before saving it).
             import shutil
             shutil.rmtree(os.path.join(w.state_dir, "index"))
             w.start()
-            self.assertEqual(wait_no_qemu(a), [], "a VM without a record must be killed")
-            self.assertFalse(os.path.exists(os.path.join(w.state_dir, "sandboxes", a)))
+            self.assertEqual(wait_no_qemu(vm), [], "a VM without a record must be killed")
+            deadline = time.time() + 30  # removed off the loop
+            while os.path.exists(run_dir) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertFalse(os.path.exists(run_dir), run_dir)
             self.assertError(w.get(a), 404, "sandbox_not_found")
         finally:
             w.cleanup()

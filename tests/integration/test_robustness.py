@@ -159,7 +159,7 @@ class RobustnessTest(WarrenCase):
             time.sleep(0.2)
         self.assertEqual(out.strip(), "2", "both execs must be running")
         t0 = time.time()
-        os.kill(qemu_pids(sid)[0], signal.SIGKILL)
+        os.kill(qemu_pids(self.w.vm_id(sid))[0], signal.SIGKILL)
         for t in threads:
             t.join(timeout=60)
         waited = time.time() - t0

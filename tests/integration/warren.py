@@ -140,6 +140,7 @@ class Warren:
         self.log_path = os.path.join(self.state_dir, "warrend.log")
         self.log = None
         self.key = None
+        self.binary = None  # None: the warrend under test (warrend_path())
 
     # -- process --
     def start(self, timeout=60):
@@ -152,7 +153,7 @@ class Warren:
         self.log = open(self.log_path, "ab")
         seen = self.log.tell()  # a restart appends: look only at this run's lines
         self.proc = subprocess.Popen(
-            [warrend_path(), "--config", conf_path,
+            [self.binary or warrend_path(), "--config", conf_path,
              "--listen", f"127.0.0.1:{self.port}",
              "--state-dir", self.state_dir, "--image-dir", image_dir()],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
@@ -270,6 +271,15 @@ class Warren:
 
     def get(self, sid):
         return self.request("GET", f"/v1/sandboxes/{sid}")
+
+    def vm_id(self, sid):
+        """The id of the sandbox's VM: what its QEMU's command line and run dir carry."""
+        r = self.get(sid)
+        assert r.status == 200, r
+        return r.json()["vm_id"]
+
+    def run_dir(self, sid):
+        return os.path.join(self.state_dir, "vms", self.vm_id(sid))
 
     def delete(self, sid):
         return self.request("DELETE", f"/v1/sandboxes/{sid}")

@@ -10,9 +10,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <lmdb.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int failures;
@@ -40,19 +42,31 @@ static void test_idx(void)
 
     CHECK(mkdtemp(dir) != NULL);
     CHECK(idx_open(dir, &ix) == 0);
-    CHECK(idx_put(ix, "sb-b", "2", 1) == 0);
-    CHECK(idx_put(ix, "sb-a", "1", 1) == 0);
-    CHECK(idx_put(ix, "sb-c", "3", 1) == 0);
-    CHECK(idx_put(ix, "sb-a", "one", 3) == 0); /* overwrite */
-    CHECK(idx_del(ix, "sb-c") == 0);
-    CHECK(idx_del(ix, "sb-missing") == 0); /* not an error */
+    CHECK(idx_put(ix, IDX_SANDBOXES, "sb-b", "2", 1) == 0);
+    CHECK(idx_put(ix, IDX_SANDBOXES, "sb-a", "1", 1) == 0);
+    CHECK(idx_put(ix, IDX_SANDBOXES, "sb-c", "3", 1) == 0);
+    CHECK(idx_put(ix, IDX_SANDBOXES, "sb-a", "one", 3) == 0); /* overwrite */
+    CHECK(idx_del(ix, IDX_SANDBOXES, "sb-c") == 0);
+    CHECK(idx_del(ix, IDX_SANDBOXES, "sb-missing") == 0); /* not an error */
+    /* Tables are apart: the same key in another table is another record. */
+    CHECK(idx_put(ix, IDX_VMS, "sb-a", "vm", 2) == 0);
+    CHECK(idx_put(ix, IDX_VMS, "vm-1", "x", 1) == 0);
+    CHECK(idx_del(ix, IDX_VMS, "vm-1") == 0);
+    CHECK(idx_put(ix, IDX_NTABLES, "k", "v", 1) == -EINVAL);
     idx_close(ix);
 
     /* A new process (here: a new open) finds exactly what was written. */
     CHECK(idx_open(dir, &ix) == 0);
-    CHECK(idx_foreach(ix, collect, &s) == 0);
+    CHECK(idx_foreach(ix, IDX_SANDBOXES, collect, &s) == 0);
     CHECK(s.n == 2);
     CHECK(strcmp(s.keys[0], "sb-a=one") == 0 && strcmp(s.keys[1], "sb-b=2") == 0);
+    memset(&s, 0, sizeof(s));
+    CHECK(idx_foreach(ix, IDX_VMS, collect, &s) == 0);
+    CHECK(s.n == 1 && strcmp(s.keys[0], "sb-a=vm") == 0);
+    memset(&s, 0, sizeof(s));
+    CHECK(idx_foreach(ix, IDX_TEMPLATES, collect, &s) == 0 && s.n == 0);
+    CHECK(idx_foreach(ix, IDX_SNAPSHOTS, collect, &s) == 0 && s.n == 0);
+    CHECK(idx_migrated(ix) == 0);
     CHECK(idx_sync(ix) == 0);
     idx_close(ix);
 
@@ -214,11 +228,11 @@ static void test_idx_grow(void)
     map0 = idx_map_size(ix);
     for (int i = 0; i < 2000; i++) {
         snprintf(key, sizeof(key), "sb-%06d", i);
-        fails += idx_put(ix, key, val, sizeof(val)) != 0;
+        fails += idx_put(ix, IDX_SANDBOXES, key, val, sizeof(val)) != 0;
     }
     for (int i = 0; i < 2000; i += 2) {
         snprintf(key, sizeof(key), "sb-%06d", i);
-        fails += idx_del(ix, key) != 0;
+        fails += idx_del(ix, IDX_SANDBOXES, key) != 0;
     }
     CHECK(fails == 0);
     CHECK(idx_map_size(ix) > map0);
@@ -226,7 +240,7 @@ static void test_idx_grow(void)
            idx_map_size(ix) >> 10);
     idx_close(ix);
     CHECK(idx_open_map(dir, 64 * 1024, &ix) == 0);
-    CHECK(idx_foreach(ix, count_cb, &n) == 0);
+    CHECK(idx_foreach(ix, IDX_SANDBOXES, count_cb, &n) == 0);
     CHECK(n == 1000);
     idx_close(ix);
     snprintf(p, sizeof(p), "%s/data.mdb", dir);
@@ -274,12 +288,126 @@ static void test_chan_send_cap(struct ev_loop *loop)
     close(sv[1]);
 }
 
+/* A sandbox record exactly as warrend wrote it before the named tables (6482031). */
+#define OLD_RECORD                                                                                 \
+    "{\"id\":\"sb-0011223344556677\",\"template\":\"minimal\",\"state\":\"running\","              \
+    "\"reason\":\"\",\"created_ms\":1764600000000,\"expires_ms\":1764603600000,"                   \
+    "\"ended_ms\":0,\"last_active_ms\":1764600001000,\"idle_s\":300,\"mem_mb\":256,"               \
+    "\"vcpus\":1,\"pid\":4242,\"env\":{},\"metadata\":{\"owner\":\"alice\"},"                      \
+    "\"run_dir\":\"/var/lib/warren/sandboxes/sb-0011223344556677\","                               \
+    "\"disk\":\"/var/lib/warren/sandboxes/sb-0011223344556677/disk.qcow2\"}"
+
+/* Write records into the unnamed database with LMDB itself, as the old idx.c did. */
+static void write_old_layout(const char *dir, int n)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    char key[32];
+
+    CHECK(mdb_env_create(&env) == 0);
+    CHECK(mdb_env_set_mapsize(env, 1 << 20) == 0);
+    CHECK(mdb_env_open(env, dir, MDB_NOSYNC | MDB_NOTLS, 0600) == 0);
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0);
+    CHECK(mdb_dbi_open(txn, NULL, 0, &dbi) == 0);
+    for (int i = 0; i < n; i++) {
+        MDB_val k, v = {strlen(OLD_RECORD), (void *)OLD_RECORD};
+        if (i == 0)
+            snprintf(key, sizeof(key), "sb-0011223344556677");
+        else
+            snprintf(key, sizeof(key), "sb-%016d", i);
+        k.mv_size = strlen(key);
+        k.mv_data = key;
+        CHECK(mdb_put(txn, dbi, &k, &v, 0) == 0);
+    }
+    CHECK(mdb_txn_commit(txn) == 0);
+    mdb_env_sync(env, 1);
+    mdb_env_close(env);
+}
+
+static int first_cb(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct seen *s = ud;
+    s->n++;
+    if (klen == strlen("sb-0011223344556677") && !memcmp(key, "sb-0011223344556677", klen)) {
+        CHECK(vlen == strlen(OLD_RECORD) && !memcmp(val, OLD_RECORD, vlen));
+        s->keys[0][0] = 'y'; /* found, byte for byte */
+    }
+    return 0;
+}
+
+/* An index of the old layout (one unnamed database of sandbox records) is moved into the
+ * sandboxes table on open, once; the move fits a tiny map by growing it; the other tables
+ * start empty; a second open moves nothing and finds the same records. */
+static void test_idx_migrate(void)
+{
+    char dir[] = "/tmp/warren-idx-XXXXXX", p[128];
+    struct idx *ix = NULL;
+    struct seen s = {0};
+    unsigned n = 0;
+    off_t old_size = 0;
+
+    CHECK(mkdtemp(dir) != NULL);
+    write_old_layout(dir, 200); /* ~100 KiB of records: the copy needs twice that */
+    {
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/data.mdb", dir);
+        CHECK(stat(p, &st) == 0);
+        old_size = st.st_size;
+    }
+    CHECK(idx_open_map(dir, 64 * 1024, &ix) == 0);
+    CHECK(idx_migrated(ix) == 200);
+    printf("idx: moved 200 old records; file %lld KiB before, map %zu KiB after\n",
+           (long long)old_size >> 10, idx_map_size(ix) >> 10);
+    /* The copy did not fit the file's own size: the move grew the map and was retried. */
+    CHECK(idx_map_size(ix) > (size_t)old_size);
+    CHECK(idx_foreach(ix, IDX_SANDBOXES, first_cb, &s) == 0);
+    CHECK(s.n == 200 && s.keys[0][0] == 'y');
+    CHECK(idx_foreach(ix, IDX_VMS, count_cb, &n) == 0 && n == 0);
+    CHECK(idx_foreach(ix, IDX_TEMPLATES, count_cb, &n) == 0 && n == 0);
+    CHECK(idx_put(ix, IDX_VMS, "vm-1", "{}", 2) == 0);
+    idx_close(ix);
+
+    CHECK(idx_open_map(dir, 64 * 1024, &ix) == 0);
+    CHECK(idx_migrated(ix) == 0);
+    memset(&s, 0, sizeof(s));
+    CHECK(idx_foreach(ix, IDX_SANDBOXES, first_cb, &s) == 0);
+    CHECK(s.n == 200 && s.keys[0][0] == 'y');
+    memset(&s, 0, sizeof(s));
+    CHECK(idx_foreach(ix, IDX_VMS, collect, &s) == 0);
+    CHECK(s.n == 1 && strcmp(s.keys[0], "vm-1={}") == 0);
+    idx_close(ix);
+
+    /* The old records are gone from the unnamed database: only the tables' names remain. */
+    {
+        MDB_env *env;
+        MDB_txn *txn;
+        MDB_dbi dbi;
+        MDB_stat st;
+        CHECK(mdb_env_create(&env) == 0);
+        CHECK(mdb_env_set_maxdbs(env, 8) == 0);
+        CHECK(mdb_env_open(env, dir, MDB_NOTLS | MDB_RDONLY, 0600) == 0);
+        CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0);
+        CHECK(mdb_dbi_open(txn, NULL, 0, &dbi) == 0);
+        CHECK(mdb_stat(txn, dbi, &st) == 0);
+        CHECK(st.ms_entries == IDX_NTABLES);
+        mdb_txn_abort(txn);
+        mdb_env_close(env);
+    }
+    snprintf(p, sizeof(p), "%s/data.mdb", dir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/lock.mdb", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 int main(void)
 {
     struct ev_loop *loop = ev_default_loop(EVBACKEND_EPOLL);
 
     test_idx();
     test_idx_grow();
+    test_idx_migrate();
     test_chan_split_reads(loop);
     test_chan_hostile(loop);
     test_chan_send_cap(loop);

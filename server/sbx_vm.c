@@ -1,0 +1,371 @@
+/*
+ * sbx_vm.c - VMs apart from sandboxes: ids, records in the index's vms
+ * table, run dirs, launch and adoption, binding to a sandbox, and the sweep
+ * of what no record knows (see sbx_int.h).
+ *
+ * A VM's vmm callbacks carry the VM, never a sandbox: they are forwarded to
+ * whatever sandbox the VM is bound to at the time, so a VM started before
+ * any sandbox exists (a pool's) can be handed to one later by sbx_vm_bind.
+ */
+#include "sbx_int.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- callbacks: forwarded to the bound sandbox ---- */
+
+static void on_channel(void *ud, int fd)
+{
+    struct sbx_vm *vm = ud;
+
+    if (vm->sb) {
+        sbx_on_channel(vm->sb, fd);
+        return;
+    }
+    /* Nobody to talk to yet: QEMU keeps the guest's side until a sandbox asks again. */
+    close(fd);
+}
+
+static void on_exited(void *ud, int status, const char *reason)
+{
+    struct sbx_vm *vm = ud;
+
+    vm->gone = true;
+    if (vm->sb) {
+        vm->sb->vm_gone = true;
+        sbx_on_vm_exited(vm->sb, status, reason);
+        return;
+    }
+    LOGS(LOG_WARN, vm->id, "unbound VM exited: %s", reason);
+}
+
+static const struct vmm_cbs vm_cbs = {on_channel, on_exited};
+
+/* ---- records ---- */
+
+static struct sbx_vm *vm_alloc(struct sbx_table *t)
+{
+    struct sbx_vm *vm = calloc(1, sizeof(*vm));
+
+    if (!vm)
+        return NULL;
+    vm->t = t;
+    vm->next = t->vms;
+    t->vms = vm;
+    return vm;
+}
+
+static void vm_unlink(struct sbx_vm *vm)
+{
+    for (struct sbx_vm **p = &vm->t->vms; *p; p = &(*p)->next) {
+        if (*p == vm) {
+            *p = vm->next;
+            return;
+        }
+    }
+}
+
+struct sbx_vm *sbx_vm_find(struct sbx_table *t, const char *id)
+{
+    for (struct sbx_vm *vm = t->vms; vm; vm = vm->next)
+        if (strcmp(vm->id, id) == 0)
+            return vm;
+    return NULL;
+}
+
+int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+               struct sbx_vm **out)
+{
+    struct sbx_vm *vm = vm_alloc(t);
+    uint8_t rnd[8];
+    int r;
+
+    if (!vm)
+        return -ENOMEM;
+    sbx_random(t, rnd, sizeof(rnd));
+    snprintf(vm->id, sizeof(vm->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", tmpl);
+    snprintf(vm->boot, sizeof(vm->boot), "kernel");
+    vm->mem_mb = mem_mb;
+    vm->vcpus = vcpus;
+    vm->created_ms = sbx_wall_ms();
+    if (snprintf(vm->run_dir, sizeof(vm->run_dir), "%s/vms/%s", t->cfg->state_dir, vm->id) >=
+            (int)sizeof(vm->run_dir) - 16 ||
+        snprintf(vm->disk, sizeof(vm->disk), "%s/disk.qcow2", vm->run_dir) >=
+            (int)sizeof(vm->disk)) {
+        r = -ENAMETOOLONG;
+        goto fail;
+    }
+    if (mkdir(vm->run_dir, 0700) != 0) {
+        r = -errno;
+        goto fail;
+    }
+    *out = vm;
+    return 0;
+fail:
+    vm_unlink(vm);
+    free(vm);
+    return r;
+}
+
+int sbx_vm_save(struct sbx_vm *vm)
+{
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s}", "id", vm->id, "template", vm->tmpl,
+                  "boot", vm->boot, "run_dir", vm->run_dir, "disk", vm->disk, "mem_mb",
+                  (json_int_t)vm->mem_mb, "vcpus", (json_int_t)vm->vcpus, "created_ms",
+                  (json_int_t)vm->created_ms, "pid", (json_int_t)vm->pid, "sandbox", vm->sb_id);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
+
+    if (r != 0)
+        LOGS(LOG_ERR, vm->id, "cannot save to the index (VM record): %s", idx_strerror(r));
+    else
+        vm->t->idx_dirty = true;
+    free(s);
+    json_decref(o);
+    return r;
+}
+
+void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb)
+{
+    vm->sb = sb;
+    snprintf(vm->sb_id, sizeof(vm->sb_id), "%s", sb->id);
+    sb->vmr = vm;
+    snprintf(sb->vm_id, sizeof(sb->vm_id), "%s", vm->id);
+    sb->vm = vm->vmm;
+    sb->vm_gone = vm->gone;
+}
+
+static void vm_config(struct sbx_vm *vm, struct vmm_config *vc)
+{
+    struct sbx_table *t = vm->t;
+
+    memset(vc, 0, sizeof(*vc));
+    vc->id = vm->id;
+    vc->qemu = t->cfg->qemu;
+    vc->kernel = t->kernel;
+    vc->initrd = t->initrd;
+    vc->append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
+    vc->disk = vm->disk;
+    vc->run_dir = vm->run_dir;
+    vc->mem_mb = vm->mem_mb;
+    vc->vcpus = vm->vcpus;
+    vc->accel = t->accel;
+    vc->console_max = t->cfg->console_max_bytes;
+    vc->qemu_log_max = t->cfg->qemu_log_bytes;
+    vc->jail = t->jail;
+}
+
+static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
+{
+    vm->vmm = vmm;
+    if (vm->sb)
+        vm->sb->vm = vmm;
+}
+
+int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
+{
+    struct vmm_config vc;
+    struct vmm *vmm;
+    int r;
+
+    vm_config(vm, &vc);
+    vc.backing = backing;
+    r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
+    if (r != 0)
+        return r;
+    vmm_set(vm, vmm);
+    vm->pid = vmm_pid(vmm);
+    return 0;
+}
+
+int sbx_vm_adopt(struct sbx_vm *vm)
+{
+    struct vmm_config vc;
+    struct vmm *vmm;
+    int r;
+
+    if (vm->pid <= 0)
+        return -ESRCH;
+    vm_config(vm, &vc);
+    r = vmm_adopt(vm->t->loop, &vc, vm->pid, &vm_cbs, vm, &vmm);
+    if (r != 0)
+        return r;
+    vmm_set(vm, vmm);
+    return 0;
+}
+
+void sbx_vm_reap(struct sbx_vm *vm)
+{
+    if (vm->vmm && vm->gone) {
+        vmm_free(vm->vmm);
+        vmm_set(vm, NULL);
+    }
+}
+
+void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs)
+{
+    if (vm->vmm && !vm->gone) {
+        /* User data is discarded with the sandbox: no need for a graceful guest shutdown. */
+        vmm_free(vm->vmm);
+        vmm_set(vm, NULL);
+    }
+    vm->pid = 0;
+    sbx_run_dir_remove(vm->t, vm->run_dir, keep_logs);
+    sbx_vm_save(vm);
+}
+
+void sbx_vm_destroy(struct sbx_vm *vm)
+{
+    if (vm->vmm) {
+        vmm_free(vm->vmm); /* kills a running QEMU; an exited one is only freed */
+        vmm_set(vm, NULL);
+    } else if (vm->pid > 0) {
+        /* Never adopted (its sandbox is gone): kill it by what it was started as. */
+        vmm_kill_stray(vm->id, vm->run_dir);
+    }
+    idx_del(vm->t->idx, IDX_VMS, vm->id);
+    vm->t->idx_dirty = true;
+    sbx_run_dir_remove(vm->t, vm->run_dir, false);
+    if (vm->sb)
+        vm->sb->vmr = NULL;
+    vm_unlink(vm);
+    free(vm);
+}
+
+/* ---- restore after a restart ---- */
+
+static int restore_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct sbx_table *t = ud;
+    json_error_t jerr;
+    json_t *o = json_loadb(val, vlen, 0, &jerr);
+    const char *id, *tmpl, *boot, *run_dir, *disk, *sb_id;
+    json_int_t mem, vcpus, created, pid;
+    struct sbx_vm *vm;
+
+    if (!o ||
+        json_unpack(o, "{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s}", "id", &id, "template", &tmpl,
+                    "boot", &boot, "run_dir", &run_dir, "disk", &disk, "mem_mb", &mem, "vcpus",
+                    &vcpus, "created_ms", &created, "pid", &pid, "sandbox", &sb_id) != 0 ||
+        strlen(id) >= sizeof(vm->id) || strlen(sb_id) >= sizeof(vm->sb_id) ||
+        strlen(run_dir) >= sizeof(vm->run_dir) || strlen(disk) >= sizeof(vm->disk)) {
+        /* Its run dir, named after the id, goes with the sweep. */
+        LOG(LOG_WARN, "VM record %.*s is unreadable; dropping it", (int)klen, key);
+        json_decref(o);
+        return 0;
+    }
+    vm = vm_alloc(t);
+    if (!vm) {
+        json_decref(o);
+        return -ENOMEM;
+    }
+    snprintf(vm->id, sizeof(vm->id), "%s", id);
+    snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", tmpl);
+    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
+    snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
+    snprintf(vm->disk, sizeof(vm->disk), "%s", disk);
+    snprintf(vm->sb_id, sizeof(vm->sb_id), "%s", sb_id);
+    vm->mem_mb = (unsigned)mem;
+    vm->vcpus = (unsigned)vcpus;
+    vm->created_ms = created;
+    vm->pid = (pid_t)pid;
+    json_decref(o);
+    return 0;
+}
+
+int sbx_vm_restore_all(struct sbx_table *t)
+{
+    return idx_foreach(t->idx, IDX_VMS, restore_one, t);
+}
+
+int sbx_vm_legacy(struct sbx_table *t, const char *sb_id, const char *tmpl, pid_t pid,
+                  const char *run_dir, const char *disk, unsigned mem_mb, unsigned vcpus,
+                  struct sbx_vm **out)
+{
+    struct sbx_vm *vm = sbx_vm_find(t, sb_id);
+
+    /* Found: an earlier start wrote the VM record but died before rewriting the sandbox's. */
+    if (vm) {
+        *out = vm;
+        return 0;
+    }
+    if (strlen(sb_id) >= sizeof(vm->id) || strlen(run_dir) >= sizeof(vm->run_dir) ||
+        strlen(disk) >= sizeof(vm->disk))
+        return -ENAMETOOLONG;
+    if (!(vm = vm_alloc(t)))
+        return -ENOMEM;
+    /* QEMU was started as warren-<sandbox id> with this run dir: that stays its identity. */
+    snprintf(vm->id, sizeof(vm->id), "%s", sb_id);
+    snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", tmpl);
+    snprintf(vm->boot, sizeof(vm->boot), "kernel");
+    snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
+    snprintf(vm->disk, sizeof(vm->disk), "%s", disk);
+    snprintf(vm->sb_id, sizeof(vm->sb_id), "%s", sb_id);
+    vm->mem_mb = mem_mb;
+    vm->vcpus = vcpus;
+    vm->created_ms = sbx_wall_ms();
+    vm->pid = pid;
+    *out = vm;
+    return 0;
+}
+
+static void sweep_dir(struct sbx_table *t, const char *sub)
+{
+    char dir[4096], path[4096 + 256];
+    DIR *d;
+    struct dirent *e;
+
+    snprintf(dir, sizeof(dir), "%s/%s", t->cfg->state_dir, sub);
+    if (!(d = opendir(dir)))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        int killed;
+        /* By name, not path: a state dir given another way (a symlink, a relative path)
+         * must never make a known VM look like a stray. */
+        if (e->d_name[0] == '.' || sbx_vm_find(t, e->d_name))
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        killed = vmm_kill_stray(e->d_name, path);
+        LOGS(LOG_WARN, e->d_name, "no VM record: removing its run dir%s",
+             killed > 0 ? " and killing its QEMU" : "");
+        sbx_run_dir_remove(t, path, false);
+    }
+    closedir(d);
+}
+
+/*
+ * A run directory without a record (warrend died between creating it and
+ * saving the record, or the index was lost) may still have a VM: kill it and
+ * remove the files, so a restart never leaks a VM or a disk.
+ */
+void sbx_vm_sweep(struct sbx_table *t)
+{
+    sweep_dir(t, "vms");
+    sweep_dir(t, "sandboxes"); /* run dirs of older warrends, named after their sandbox */
+}
+
+void sbx_vm_free_all(struct sbx_table *t, bool kill_vms)
+{
+    while (t->vms) {
+        struct sbx_vm *vm = t->vms;
+        t->vms = vm->next;
+        if (vm->vmm && !kill_vms)
+            vmm_detach(vm->vmm);
+        if (vm->vmm)
+            vmm_free(vm->vmm);
+        if (vm->sb) {
+            vm->sb->vmr = NULL;
+            vm->sb->vm = NULL;
+        }
+        free(vm);
+    }
+}
