@@ -101,7 +101,7 @@ def main():
 
         # Memory: warrend itself, and one booted VM's QEMU (proportional set size).
         pss = 0
-        for pid in qemu_pids(sid):
+        for pid in qemu_pids(w.vm_id(sid)):
             with open(f"/proc/{pid}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Pss:"):

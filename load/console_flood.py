@@ -52,7 +52,7 @@ def main():
               f"{len(lat)} execs, median {statistics.median(lat):.0f} ms, "
               f"max {max(lat):.0f} ms; warrend peak RSS {rss.kib // 1024} MiB")
         for s in floods:
-            p = f"{w.state_dir}/sandboxes/{s}/console.log"
+            p = f"{w.run_dir(s)}/console.log"
             with open(p, "rb") as f:
                 b = f.read()
             m = re.search(rb"console truncated, +(\d+) bytes dropped", b)
