@@ -255,7 +255,7 @@ class TestWsSession(WarrenCase):
         """seq's output (every line different, so a gap, duplicate or reordering shows)
         of 10 MiB, or 100 MiB with WARREN_BIG=1, arrives byte-exact at its offsets."""
         # Under ASan (WARREN_SANITIZED) a fifth: the same C paths, less TCG time.
-        n = (12_000_000 if os.environ.get("WARREN_BIG") == "1"
+        n = (13_000_000 if os.environ.get("WARREN_BIG") == "1"
              else 300_000 if os.environ.get("WARREN_SANITIZED") == "1" else 1_450_000)
         want = hashlib.sha256()
         size = 0
