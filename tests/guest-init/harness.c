@@ -591,6 +591,27 @@ void send_init(struct peer *p, uint32_t id)
     peer_queue(p, &b);
 }
 
+void send_resync(struct peer *p, uint32_t id, size_t nentropy, const char *boot_id,
+                 const char *host)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    uint8_t entropy[PROTO_ENTROPY + 1] = {4, 5, 6};
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_RESYNC, id, 3 + !!nentropy + !!boot_id + !!host);
+    proto_put_u(&e, PK_TIME_NS, 1); /* would be 1970: must not touch the host's clock */
+    if (nentropy)
+        proto_put_bin(&e, PK_ENTROPY, entropy, nentropy);
+    if (boot_id)
+        proto_put_cstr(&e, PK_BOOT_ID, boot_id);
+    if (host)
+        proto_put_cstr(&e, PK_HOSTNAME, host);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
+    peer_queue(p, &b);
+}
+
 /* True once pid no longer exists, or is a zombie its new parent has not reaped yet. */
 bool pid_gone(pid_t pid, int timeout_ms)
 {

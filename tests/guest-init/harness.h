@@ -123,6 +123,10 @@ void send_rename(struct peer *p, uint32_t id, const char *from, const char *to);
 void send_init(struct peer *p, uint32_t id);
 /* INIT with ring and max_procs (0: absent). */
 void send_init2(struct peer *p, uint32_t id, uint64_t ring, uint64_t max_procs);
+/* RESYNC with time 1970, nentropy bytes (0: none), boot_id and host (NULL: absent); expects
+ * RESULT or ERROR on id. */
+void send_resync(struct peer *p, uint32_t id, size_t nentropy, const char *boot_id,
+                 const char *host);
 /* Background EXEC: waits for its RESULT and returns the pid (0 on ERROR). */
 uint64_t start_bg(struct peer *p, uint32_t id, const struct exec_opts *o);
 void send_attach(struct peer *p, uint32_t id, uint64_t pid, uint64_t off, bool follow,

@@ -1219,6 +1219,44 @@ static void test_init_keeps_bg(void)
     CHECK(pid_gone((pid_t)pid, 3000));
 }
 
+/*
+ * RESYNC is not INIT: a foreground exec reading stdin, its stream and a
+ * background process all carry on across it, and it is answered RESULT on
+ * its own id (the agent is not PID 1 here, so the host's clock, RNG and
+ * hostname are left alone). A RESYNC the decoder refuses (no entropy, a bad
+ * boot id) is dropped unanswered, and the agent keeps serving.
+ */
+static void test_resync(void)
+{
+    struct peer p;
+    uint64_t pid;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1, &(struct exec_opts){.cmd = "while :; do sleep 0.05; done"});
+    CHECK(pid > 0);
+    send_exec(&p, 2, &(struct exec_opts){.cmd = "cat", .stdin_pipe = true}, true);
+    send_stdin(&p, 2, "one\n", 4, false);
+    send_resync(&p, 3, PROTO_ENTROPY, "0123abcd-4567-89ef-0123-456789abcdef", "not-the-host");
+    CHECK(peer_wait(&p, 3, 5000) && !p.res[3].error);
+    send_resync(&p, 4, 1, NULL, NULL);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error);
+    /* refused by the decoder: no answer, nothing else disturbed */
+    send_resync(&p, 5, 0, NULL, NULL);
+    send_resync(&p, 6, PROTO_ENTROPY + 1, NULL, NULL);
+    send_resync(&p, 7, 8, "not-a-uuid", NULL);
+    send_simple(&p, PROTO_PING, 8, NULL, EXPECT_PONG);
+    CHECK(peer_wait(&p, 8, 5000));
+    CHECK(!p.res[5].done && !p.res[6].done && !p.res[7].done);
+    send_stdin(&p, 2, "two\n", 4, true);
+    CHECK(peer_wait(&p, 2, 5000) && !p.res[2].error && p.res[2].code == 0);
+    CHECK(strcmp(out_str(&p, 2, 1), "one\ntwo\n") == 0);
+    send_plist(&p, 9, pid);
+    CHECK(peer_wait(&p, 9, 5000) && p.res[9].nprocs == 1 && p.res[9].procs[0].running);
+    CHECK(peer_stop(&p) == 0);
+    CHECK(pid_gone((pid_t)pid, 3000));
+}
+
 /* max_procs: the oldest exited entry is evicted; if all run, EMFILE. */
 static void test_max_procs(void)
 {
@@ -1397,6 +1435,7 @@ int main(int argc, char **argv)
         {"max_procs", test_max_procs},
         {"v2_random", test_v2_random},
         {"plist_fits", test_plist_fits},
+        {"resync", test_resync},
     };
 
     signal(SIGPIPE, SIG_IGN);
