@@ -67,6 +67,11 @@ static int sandbox_state_set(struct sandbox *sb, enum sbx_state to)
     return 0;
 }
 
+int sbx_state_set(struct sandbox *sb, enum sbx_state to)
+{
+    return sandbox_state_set(sb, to);
+}
+
 void sbx_random(struct sbx_table *t, void *p, size_t n)
 {
     if (mbedtls_ctr_drbg_random(&t->drbg, p, n) != 0)
@@ -114,6 +119,10 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
     if (status)
         return status;
+    /* A frozen VM continues before the request's frame is sent (sbx_freeze.c). */
+    if (sbx_state_stopped(sb->state) && sb->ready && sb->ch && (status = sbx_thaw(sb, true)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot continue its frozen VM: %s",
+                           sb->id, strerror(-status));
     if (!sbx_state_accepts_ops(sb->state) || !sb->ready || !sb->ch) {
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s is %s; try again shortly", sb->id,
                            sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
@@ -143,10 +152,12 @@ static json_t *sandbox_json(const struct sandbox *sb)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
-                  sbx_state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
+                  sbx_state_shown(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
                   iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
                   "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
     json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
+    json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
+    json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -165,8 +176,13 @@ int sbx_save(struct sandbox *sb)
         (json_int_t)mono_to_wall(sb->active_mono), "idle_s", (json_int_t)sb->idle_s, "mem_mb",
         (json_int_t)sb->mem_mb, "vcpus", (json_int_t)sb->vcpus, "pid", (json_int_t)sb->pid, "env",
         sb->env, "metadata", sb->metadata, "run_dir", sb->run_dir, "disk", sb->disk);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = s ? idx_put(sb->t->idx, sb->id, s, strlen(s)) : -ENOMEM;
+    char *s;
+    int r;
+
+    if (o && sb->keep_running)
+        json_object_set_new(o, "keep_running", json_true());
+    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = s ? idx_put(sb->t->idx, sb->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
         LOGS(LOG_ERR, sb->id, "cannot save to the index: %s", idx_strerror(r));
@@ -300,6 +316,7 @@ static void send_init(struct sandbox *sb)
     clock_gettime(CLOCK_REALTIME, &ts);
     sb->session = ++sb->next_stream;
     sb->ready = false;
+    sbx_freeze_reset(sb, -ECONNRESET); /* the new session ends their streams in the guest */
     proto_enc_begin(&e, tx, PROTO_INIT, sb->session, 9);
     proto_put_u(&e, PK_V, PROTO_VERSION);
     proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
@@ -409,6 +426,8 @@ static void on_frame(void *ud, const struct proto_frame *f)
         sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
         return;
     }
+    if (sbx_freeze_frame(sb, f))
+        return;
     op = ops_by_stream(sb, f->id);
     if (!op)
         return; /* a late frame of a cancelled or finished op */
@@ -502,6 +521,10 @@ static void on_vm_channel(void *ud, int fd)
     }
     chan_set_tx_max(sb->ch, sb->t->cfg->chan_send_max);
     sb->inits_unanswered = 0;
+    /* A stopped guest would never answer: continue it first (a warrend restarted while it
+     * was frozen comes here too). The INIT sets its clock and entropy. */
+    if (sbx_state_stopped(sb->state) && (r = sbx_thaw(sb, false)) != 0)
+        LOGS(LOG_ERR, sb->id, "frozen, and cannot be continued: %s", strerror(-r));
     send_init(sb);
 }
 
@@ -567,6 +590,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     LOGS(LOG_INFO, sb->id, "%s: %s", sbx_state_name(state), reason);
     ops_fail_all(sb, state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE, reason);
+    sbx_freeze_reset(sb, -ESHUTDOWN);
     if (sb->ch) {
         chan_free(sb->ch);
         sb->ch = NULL;
@@ -583,6 +607,11 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
 void sbx_end(struct sandbox *sb, const char *reason)
 {
     sandbox_end(sb, ST_ENDED, reason);
+}
+
+void sbx_die(struct sandbox *sb, const char *reason)
+{
+    sandbox_end(sb, ST_DEAD, reason);
 }
 
 static void sandbox_free(struct sandbox *sb)
@@ -792,13 +821,13 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",  "ttl_seconds", "idle_timeout_seconds",
-                                         "memory_mb", "vcpus",       "env",
-                                         "metadata",  NULL};
+    static const char *const fields[] = {"template",  "ttl_seconds",  "idle_timeout_seconds",
+                                         "memory_mb", "vcpus",        "env",
+                                         "metadata",  "keep_running", NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl;
     unsigned ttl, idle, mem, vcpus;
-    json_t *env = NULL, *meta = NULL;
+    json_t *env = NULL, *meta = NULL, *keep_running;
     char base[4096], real[PATH_MAX];
     struct stat st;
     struct sandbox *sb;
@@ -827,6 +856,9 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
         return status;
+    keep_running = json_object_get(body, "keep_running");
+    if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
     if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
     if ((status = sbx_json_str_map(body, "metadata", &meta, err))) {
@@ -865,6 +897,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->vcpus = vcpus;
     sb->env = env;
     sb->metadata = meta;
+    sb->keep_running = json_is_true(keep_running);
     if (snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/sandboxes/%s", c->state_dir, sb->id) >=
             (int)sizeof(sb->run_dir) - 16 ||
         snprintf(sb->disk, sizeof(sb->disk), "%s/disk.qcow2", sb->run_dir) >=
@@ -939,12 +972,14 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
     if (state && *state && sbx_state_parse(state, &want) != 0) {
         json_decref(arr);
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                           "state must be one of starting, running, ended, dead");
+                           "state must be one of starting, running, frozen, ended, dead");
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         const char *k;
         json_t *v;
-        bool match = !(state && *state) || sb->state == want;
+        /* A frozen sandbox is a running one to clients; ?state=frozen picks those alone. */
+        bool match = !(state && *state) || sb->state == want ||
+                     (want == ST_RUNNING && sb->state == ST_FROZEN);
         if (filter) {
             json_object_foreach(filter, k, v)
             {
@@ -1013,6 +1048,8 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
         } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
             sandbox_end(sb, ST_ENDED, "idle_timeout");
+        } else if (sb->state == ST_RUNNING) {
+            sbx_freeze_tick(sb, now);
         } else if (sbx_state_final(sb->state) &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, sb->id);
@@ -1072,6 +1109,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->pid = (pid_t)pid;
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
+    sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
     json_decref(o);
     return 0;
 }
