@@ -181,13 +181,16 @@ static void freeze(struct sandbox *sb)
          (double)(sb->frozen_mono - sb->active_mono) / 1000.0);
 }
 
-/* Idle long enough, nothing in flight, and a VM and a ready channel to stop and wake. */
+/* Idle long enough, nothing in flight, and a VM and a ready channel to stop and wake. A
+ * RESYNC still unanswered does not count: a guest that never answers it (an agent older
+ * than RESYNC drops the frame) must not stay running for good, and the next thaw sends a
+ * new one anyway. */
 static bool freezable(const struct sandbox *sb, int64_t now)
 {
     unsigned after = sb->t->cfg->freeze_after_ms;
 
     return after && sb->state == ST_RUNNING && sb->ready && sb->ch && sb->vm && !sb->vm_gone &&
-           sb->nops == 0 && !sb->resync_stream && now - sb->active_mono >= (int64_t)after;
+           sb->nops == 0 && now - sb->active_mono >= (int64_t)after;
 }
 
 /* keep_running: ask the guest whether a background process or PTY runs (PLIST); the answer
