@@ -1300,6 +1300,7 @@ static void test_max_procs(void)
  * stay contiguous, and it still answers PING. A sequence fuzz of the guest side. */
 static void test_v2_random(void)
 {
+    static bool resync[MAX_IDS]; /* ids of valid RESYNCs, each must be answered RESULT */
     struct peer p;
     uint64_t pids[4];
     uint32_t x = 7;
@@ -1318,10 +1319,19 @@ static void test_v2_random(void)
     for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
         uint64_t pid = pids[(x = x * 1103515245u + 12345u) >> 16 & 3];
         uint32_t r = (x = x * 1103515245u + 12345u) >> 8;
-        switch (r % 6) {
+        switch (r % 7) {
         case 0:
         case 1:
             send_attach(&p, id, pid, (r >> 4) % 9000, r & 8, r & 16);
+            break;
+        case 6:
+            /* RESYNC amid it all, valid (RESULT) or refused by the decoder (no answer) */
+            send_resync(&p, id, (r >> 4) % (PROTO_ENTROPY + 2),
+                        r & 8 ? "0123abcd-4567-89ef-0123-456789abcdef" : NULL, r & 16 ? "h" : NULL);
+            resync[id] = (r >> 4) % (PROTO_ENTROPY + 2) != 0 &&
+                         (r >> 4) % (PROTO_ENTROPY + 2) <= PROTO_ENTROPY;
+            if (!resync[id])
+                p.res[id].done = true; /* refused: nothing to wait for */
             break;
         case 2:
             send_plist(&p, id, r & 8 ? pid : 0);
@@ -1354,8 +1364,16 @@ static void test_v2_random(void)
             ok += p.res[id].have_result && !p.res[id].error;
             err += p.res[id].error;
         }
-        fprintf(stderr, "v2_random: %d readers with data, %d RESULT, %d ERROR\n", data, ok, err);
-        CHECK(data > 10 && ok > 10 && err > 10);
+        int resynced = 0;
+        for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
+            if (!resync[id])
+                continue;
+            CHECK(p.res[id].done && p.res[id].have_result && !p.res[id].error);
+            resynced++;
+        }
+        fprintf(stderr, "v2_random: %d readers with data, %d RESULT, %d ERROR, %d resyncs\n", data,
+                ok, err, resynced);
+        CHECK(data > 10 && ok > 10 && err > 10 && resynced > 10);
     }
     CHECK(peer_stop(&p) == 0);
     for (int i = 0; i < 3; i++)
