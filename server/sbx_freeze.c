@@ -31,6 +31,14 @@
 #include <time.h>
 
 static const char qmp_stop[] = "{\"execute\":\"stop\"}";
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 static const char qmp_cont[] = "{\"execute\":\"cont\"}";
 
 /* ---- resync ---- */
@@ -111,6 +119,8 @@ static void on_cont(void *ud, int err, const char *json)
         sbx_die(sb, why);
         return;
     }
+    LOGS(LOG_DEBUG, sb->id, "thaw: cont answered in %.3f ms",
+         (double)(now_us() - sb->thaw_us) / 1000.0);
     /* Only now is the VM known to run: the index says so from here on (see the top). */
     if (sb->state == ST_RUNNING)
         sbx_save(sb);
@@ -119,6 +129,11 @@ static void on_cont(void *ud, int err, const char *json)
 static void on_resynced(struct sandbox *sb, int err, void *ud)
 {
     (void)ud;
+    /* The request that woke the sandbox was queued right behind the RESYNC: this is what the
+     * thaw added to it, at most. */
+    if (!err)
+        LOGS(LOG_DEBUG, sb->id, "thaw: resync answered in %.3f ms",
+             (double)(now_us() - sb->thaw_us) / 1000.0);
     if (err && err != -ECANCELED && err != -ECONNRESET && err != -ESHUTDOWN)
         LOGS(LOG_WARN, sb->id, "the guest did not apply the resync after a thaw: %s",
              strerror(-err));
@@ -132,6 +147,7 @@ int sbx_thaw(struct sandbox *sb, bool resync)
         return 0;
     if (!sb->vm || sb->vm_gone)
         return -ESRCH;
+    sb->thaw_us = now_us();
     r = vmm_qmp(sb->vm, qmp_cont, on_cont, sb);
     if (r != 0) {
         LOGS(LOG_ERR, sb->id, "cannot continue the frozen VM: %s", strerror(-r));

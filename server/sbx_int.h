@@ -101,6 +101,7 @@ struct sandbox {
     uint32_t probe_stream; /* keep_running: the PLIST asked before freezing (0: none) */
     int64_t probe_mono;    /* when that PLIST was asked */
     int64_t frozen_mono;   /* when the VM was last stopped */
+    int64_t thaw_us;       /* when the last thaw began (CLOCK_MONOTONIC us, for the log) */
 };
 
 struct sbx_table {
