@@ -1,7 +1,7 @@
 """Idle freeze against real microVMs: an idle sandbox's VM is stopped in place
 (its QEMU uses no CPU), and the next exec, file read or restart of warrend
 continues it with the guest clock set again; keep_running with a live
-background process keeps it running.
+background process keeps it running (and frozen once that process ended).
 
 Needs guest images whose warren-init knows RESYNC (protocol/README.md): an
 older agent answers it with an error and the clock check below fails.
@@ -38,6 +38,7 @@ class TestFreeze(WarrenCase):
                           {"cmd": "while :; do sleep 0.2; done", "background": True})
             if r.status != 201:
                 raise AssertionError(f"background exec failed: {r}")
+            cls.keep_pid = r.json()["pid"]
         except BaseException:
             w.cleanup()  # tearDownClass does not run when setUpClass fails
             raise
@@ -103,6 +104,11 @@ class TestFreeze(WarrenCase):
         # its process ran all along: the loop is still there
         procs = w.request("GET", f"/v1/sandboxes/{self.keep}/processes").json()["processes"]
         self.assertTrue(procs and all(p["running"] for p in procs), procs)
+        # once nothing runs any more, it freezes like any other
+        r = w.request("POST", f"/v1/sandboxes/{self.keep}/processes/{self.keep_pid}/signal",
+                      {"signal": 9})
+        self.assertEqual(r.status, 200, r)
+        self.wait_frozen(self.keep)
 
     def test_4_kill9_warrend_while_frozen_then_exec(self):
         w, sid = self.w, self.sid
