@@ -4,8 +4,9 @@
  *
  * State machine: STARTING (VM launched, waiting for the guest's HELLO)
  * -> RUNNING (<-> FROZEN when idle, sbx_freeze.c) -> ENDED (deleted, TTL,
- * idle) or DEAD (the VM died or never booted). Ended and dead sandboxes stay visible for ended_retention_seconds
- * so GET can say why they ended, then the reaper purges them.
+ * idle) or DEAD (the VM died or never booted). Ended and dead sandboxes stay
+ * visible for ended_retention_seconds so GET can say why they ended, then the
+ * reaper purges them.
  */
 #include "sbx_int.h"
 #include "log.h"

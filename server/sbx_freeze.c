@@ -183,8 +183,12 @@ static void freeze(struct sandbox *sb)
 
     if (sbx_state_set(sb, ST_FROZEN) != 0)
         return;
-    /* Recorded before the stop goes out (see the top). */
-    sbx_save(sb);
+    /* Recorded before the stop goes out (see the top): a VM stopped behind an index that
+     * says running would never answer the next warrend's INIT, so no record, no freeze. */
+    if (sbx_save(sb) != 0) {
+        sbx_state_set(sb, ST_RUNNING);
+        return;
+    }
     r = vmm_qmp(sb->vm, qmp_stop, on_stop, sb);
     if (r != 0) {
         LOGS(LOG_WARN, sb->id, "cannot freeze: %s", strerror(-r));

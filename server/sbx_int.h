@@ -163,7 +163,8 @@ void sbx_die(struct sandbox *sb, const char *reason);
  * applied it, the guest's -errno if a part failed (all parts are tried),
  * -ECANCELED if a later sbx_resync superseded it, -ECONNRESET if a new
  * session began first (its INIT set clock and entropy), -ESHUTDOWN if the
- * sandbox ended. cb must not call sbx_resync or send on the channel.
+ * sandbox ended (not called when warrend itself shuts down). cb must not call
+ * sbx_resync or send on the channel.
  */
 #define SBX_RESYNC_BOOT_ID  (1u << 0)
 #define SBX_RESYNC_HOSTNAME (1u << 1)
