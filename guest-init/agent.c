@@ -300,16 +300,14 @@ static int set_hostname(const struct proto_frame *f)
 /*
  * The kernel's /proc/sys/kernel/random/boot_id is read-only and fixed at
  * boot, so clones of one snapshot would all show the template's. The host's
- * id goes into BOOT_ID_FILE (on /run, a tmpfs, root's), which is
- * bind-mounted over the proc file the first time: every reader of the usual
- * path sees it from then on. Later ids are written in place (same size, one
- * write), so the mount keeps pointing at the file. Code that asks the kernel
- * some other way (e.g. the sysctl value inside the kernel, or a /proc mounted
- * afresh in a new mount namespace) still sees the kernel's own id.
+ * id goes into opts->boot_id_file (GI_BOOT_ID_FILE: on /run, a tmpfs,
+ * root's), which is bind-mounted over opts->boot_id_target (the proc file)
+ * the first time: every reader of the usual path sees it from then on. Later
+ * ids are written in place (same size, one write), so the mount keeps
+ * pointing at the file. Code that asks the kernel some other way (a /proc
+ * mounted afresh in a new mount namespace) still sees the kernel's own id.
  * 0, or -errno (logged).
  */
-#define BOOT_ID_FILE "/run/warren-boot_id"
-#define BOOT_ID_PROC "/proc/sys/kernel/random/boot_id"
 static int set_boot_id(struct gi_agent *a, const struct proto_frame *f)
 {
     const struct proto_str *b = &f->v[PK_BOOT_ID].s;
@@ -318,16 +316,17 @@ static int set_boot_id(struct gi_agent *a, const struct proto_frame *f)
 
     memcpy(line, b->p, PROTO_BOOT_ID); /* the decoder checked its length and digits */
     line[PROTO_BOOT_ID] = '\n';
-    fd = open(BOOT_ID_FILE, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+    fd = open(a->opts->boot_id_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
     if (fd < 0 || pwrite(fd, line, sizeof(line), 0) != (ssize_t)sizeof(line)) {
         r = -errno;
-        gi_log("%s: %s", BOOT_ID_FILE, strerror(errno));
+        gi_log("%s: %s", a->opts->boot_id_file, strerror(errno));
         goto out;
     }
     if (!a->boot_id_mounted) {
-        if (mount(BOOT_ID_FILE, BOOT_ID_PROC, NULL, MS_BIND, NULL) != 0) {
+        if (mount(a->opts->boot_id_file, a->opts->boot_id_target, NULL, MS_BIND, NULL) != 0) {
             r = -errno;
-            gi_log("bind-mount %s over %s: %s", BOOT_ID_FILE, BOOT_ID_PROC, strerror(errno));
+            gi_log("bind-mount %s over %s: %s", a->opts->boot_id_file, a->opts->boot_id_target,
+                   strerror(errno));
             goto out;
         }
         a->boot_id_mounted = true;
@@ -371,7 +370,8 @@ static void handle_init(struct gi_agent *a, const struct proto_frame *f)
  * it ends no stream and touches no process: a command the host sends right
  * after it runs under the new clock and RNG (frames are handled in order).
  * Everything is applied even if one part fails; the answer names the first
- * failure. The machine is only touched as PID 1 (see handle_init).
+ * failure. Clock, RNG and hostname are only touched as PID 1 (see
+ * handle_init); the boot id goes where opts says.
  */
 static void handle_resync(struct gi_agent *a, const struct proto_frame *f)
 {
@@ -384,11 +384,13 @@ static void handle_resync(struct gi_agent *a, const struct proto_frame *f)
             r = q, what = "clock_settime";
         if ((q = add_entropy(f)) && !r)
             r = q, what = "RNDADDENTROPY";
-        if (proto_has(f, PK_BOOT_ID) && (q = set_boot_id(a, f)) && !r)
-            r = q, what = "boot_id";
         if (proto_has(f, PK_HOSTNAME) && (q = set_hostname(f)) && !r)
             r = q, what = "sethostname";
     }
+    /* Files of its own: a unit test can point them into a private mount namespace. */
+    if (proto_has(f, PK_BOOT_ID) && a->opts->boot_id_file && a->opts->boot_id_target &&
+        (q = set_boot_id(a, f)) && !r)
+        r = q, what = "boot_id";
     if (r)
         gi_reply_error(a, f->id, -r, "resync: %s: %s", what, strerror(-r));
     else

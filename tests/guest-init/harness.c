@@ -7,7 +7,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,7 +24,8 @@ int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void start(struct peer *p, int pid1, const char *cgroup_root)
+static void start2(struct peer *p, int pid1, const char *cgroup_root, const char *bid_file,
+                   const char *bid_target)
 {
     int sv[2];
 
@@ -39,13 +42,42 @@ static void start(struct peer *p, int pid1, const char *cgroup_root)
     }
     p->agent = fork();
     if (p->agent == 0) {
-        struct gi_agent_opts o = {.cgroup_root = cgroup_root, .pid1 = pid1};
+        struct gi_agent_opts o = {.cgroup_root = cgroup_root,
+                                  .pid1 = pid1,
+                                  .boot_id_file = bid_file,
+                                  .boot_id_target = bid_target};
         close(sv[0]);
+        /* The agent's bind mount stays in a mount namespace of its own. */
+        if (bid_file &&
+            (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)) {
+            perror("private mount namespace");
+            exit(2);
+        }
         exit(gi_agent_run(sv[1], &o) == 0 ? 0 : 1); /* exit(): leak checkers run */
     }
     close(sv[1]);
     p->fd = sv[0];
     fcntl(p->fd, F_SETFL, O_NONBLOCK);
+}
+
+static void start(struct peer *p, int pid1, const char *cgroup_root)
+{
+    start2(p, pid1, cgroup_root, NULL, NULL);
+}
+
+bool can_unshare_mounts(void)
+{
+    int st;
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+void peer_start_boot_id(struct peer *p, const char *file, const char *target)
+{
+    start2(p, 0, NULL, file, target);
 }
 
 void peer_start(struct peer *p)

@@ -83,6 +83,10 @@ void peer_start(struct peer *p);
 void peer_start_pid1(struct peer *p);
 /* With per-exec cgroups under cgroup_root (a cgroup2 directory). */
 void peer_start_cgroup(struct peer *p, const char *cgroup_root);
+/* The agent in a private mount namespace, putting RESYNC boot ids in file and bind-mounting
+ * it over target (both paths on the host); only where can_unshare_mounts() (root). */
+void peer_start_boot_id(struct peer *p, const char *file, const char *target);
+bool can_unshare_mounts(void);
 /* Close our end; the agent must return 0 and exit within a few seconds. */
 int peer_stop(struct peer *p);
 /* Free the test side only (the agent was dealt with). */

@@ -1257,6 +1257,57 @@ static void test_resync(void)
     CHECK(pid_gone((pid_t)pid, 3000));
 }
 
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    CHECK(f && fputs(text, f) >= 0);
+    if (f)
+        fclose(f);
+}
+
+/*
+ * RESYNC's boot id, as PID 1 applies it to /proc/sys/kernel/random/boot_id,
+ * on a stand-in file in a private mount namespace: the first id is written
+ * and bind-mounted over the target, the next one shows through the same
+ * mount, and outside the namespace the target is untouched.
+ */
+static void test_resync_boot_id(void)
+{
+    static const char id1[] = "0123abcd-4567-89ef-0123-456789abcdef",
+                      id2[] = "fedcba98-7654-4321-8765-43210fedcba9";
+    char file[300], target[300], want[64];
+    struct peer p;
+    const char *cat[] = {"cat", target, NULL};
+    FILE *f;
+
+    if (!can_unshare_mounts()) {
+        fprintf(stderr, "resync_boot_id: skipped (no private mount namespace here)\n");
+        return;
+    }
+    snprintf(file, sizeof(file), "%s/boot_id", tmpdir);
+    snprintf(target, sizeof(target), "%s/kernel_boot_id", tmpdir);
+    write_file(target, "kernel\n");
+    peer_start_boot_id(&p, file, target);
+    wait_hello(&p, 1);
+    send_resync(&p, 2, 8, id1, NULL);
+    CHECK(peer_wait(&p, 2, 5000) && !p.res[2].error);
+    run(&p, 3, &(struct exec_opts){.argv = cat});
+    snprintf(want, sizeof(want), "%s\n", id1);
+    CHECK(strcmp(out_str(&p, 3, 1), want) == 0);
+    send_resync(&p, 4, 8, id2, NULL);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error);
+    run(&p, 5, &(struct exec_opts){.argv = cat});
+    snprintf(want, sizeof(want), "%s\n", id2);
+    CHECK(strcmp(out_str(&p, 5, 1), want) == 0);
+    CHECK(peer_stop(&p) == 0);
+    /* the mount was the agent's own */
+    f = fopen(target, "r");
+    CHECK(f && fgets(want, sizeof(want), f) && strcmp(want, "kernel\n") == 0);
+    if (f)
+        fclose(f);
+}
+
 /* max_procs: the oldest exited entry is evicted; if all run, EMFILE. */
 static void test_max_procs(void)
 {
@@ -1454,6 +1505,7 @@ int main(int argc, char **argv)
         {"v2_random", test_v2_random},
         {"plist_fits", test_plist_fits},
         {"resync", test_resync},
+        {"resync_boot_id", test_resync_boot_id},
     };
 
     signal(SIGPIPE, SIG_IGN);
