@@ -84,12 +84,17 @@ class TestFreeze(WarrenCase):
         self.assertLessEqual(abs(guest_now - (before + after) / 2), 3,
                              f"guest clock {guest_now}, host {before:.0f}..{after:.0f}")
 
-    def test_2_file_read_thaws(self):
+    def test_2_file_read_and_process_list_thaw(self):
         w, sid = self.w, self.sid
         self.wait_frozen(sid)
         r = w.request("GET", f"/v1/sandboxes/{sid}/files?path=/root/f")
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.body, b"frozen-file\n")
+        self.assertFalse(w.get(sid).json()["frozen"])
+        # a process call too
+        self.wait_frozen(sid)
+        r = w.request("GET", f"/v1/sandboxes/{sid}/processes")
+        self.assertEqual(r.status, 200, r)
         self.assertFalse(w.get(sid).json()["frozen"])
 
     def test_3_keep_running_with_a_live_process_is_not_frozen(self):
