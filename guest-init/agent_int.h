@@ -156,6 +156,7 @@ struct gi_agent {
     uint64_t ring_cap;    /* ring of processes started from now on (INIT `ring`) */
     size_t max_procs;     /* INIT `max_procs`, clamped to GI_PROCS_MAX */
     bool boot_id_mounted; /* RESYNC bind-mounted its boot id file over the proc one */
+    int urandom_fd;       /* /dev/urandom for INIT and RESYNC entropy, opened once (-1) */
     struct gi_orphan *orphans;
     size_t norphans;
     unsigned cg_seq;
