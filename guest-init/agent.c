@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/signalfd.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -222,60 +223,118 @@ static void session_end(struct gi_agent *a)
     }
 }
 
-static void set_clock(const struct proto_frame *f)
+/* 0, or -errno (logged). */
+static int set_clock(const struct proto_frame *f)
 {
     struct timespec ts;
     uint64_t ns = f->v[PK_TIME_NS].u;
 
     ts.tv_sec = (time_t)(ns / 1000000000u);
     ts.tv_nsec = (long)(ns % 1000000000u);
-    if (clock_settime(CLOCK_REALTIME, &ts) != 0)
+    if (clock_settime(CLOCK_REALTIME, &ts) != 0) {
+        int r = -errno;
         gi_log("clock_settime: %s", strerror(errno));
+        return r;
+    }
+    return 0;
 }
 
 /*
  * Clones of one snapshot share the kernel RNG state: mix in the host's
  * bytes, credit them, and force the CRNG to reseed now rather than at its
- * next scheduled reseed, before any user command can draw from it.
+ * next scheduled reseed, before any user command can draw from it. A kernel
+ * without RNDRESEEDCRNG (before 4.17: EINVAL) still gets the bytes mixed and
+ * credited; its CRNG takes them at its next scheduled reseed (minutes at
+ * worst), so that is logged and not an error. 0, or -errno (logged).
  */
-static void add_entropy(const struct proto_frame *f)
+static int add_entropy(struct gi_agent *a, const struct proto_frame *f)
 {
     const struct proto_str *e = &f->v[PK_ENTROPY].s;
     size_t n = e->len < ENTROPY_MAX ? e->len : ENTROPY_MAX;
     /* rand_pool_info ends in a flexible array: give it room in an aligned buffer. */
     _Alignas(struct rand_pool_info) uint8_t raw[sizeof(struct rand_pool_info) + ENTROPY_MAX];
     struct rand_pool_info *info = (struct rand_pool_info *)raw;
-    int fd;
+    int fd, r = 0;
 
     if (n == 0)
-        return;
+        return 0;
     info->entropy_count = (int)(n * 8);
     info->buf_size = (int)n;
     memcpy(info->buf, e->p, n);
-    fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
+    /* Kept open: opening it cost ~1 ms a time under TCG, on every thaw's path. */
+    if (a->urandom_fd < 0 && (a->urandom_fd = open("/dev/urandom", O_RDWR | O_CLOEXEC)) < 0) {
+        r = -errno;
         gi_log("open /dev/urandom: %s", strerror(errno));
-        return;
+        return r;
     }
-    if (ioctl(fd, RNDADDENTROPY, info) != 0)
+    fd = a->urandom_fd;
+    if (ioctl(fd, RNDADDENTROPY, info) != 0) {
+        r = -errno;
         gi_log("RNDADDENTROPY: %s", strerror(errno));
+    }
 #ifdef RNDRESEEDCRNG
-    if (ioctl(fd, RNDRESEEDCRNG) != 0)
-        gi_log("RNDRESEEDCRNG: %s", strerror(errno));
+    if (r == 0 && ioctl(fd, RNDRESEEDCRNG) != 0)
+        gi_log("RNDRESEEDCRNG: %s (the CRNG takes the new bytes at its next reseed)",
+               strerror(errno));
 #endif
-    close(fd);
+    return r;
 }
 
-static void set_hostname(const struct proto_frame *f)
+/* 0, or -errno (logged). */
+static int set_hostname(const struct proto_frame *f)
 {
     const struct proto_str *h = &f->v[PK_HOSTNAME].s;
 
     if (h->len == 0 || h->len > HOSTNAME_MAX || memchr(h->p, '\0', h->len)) {
         gi_log("ignoring an invalid hostname");
-        return;
+        return -EINVAL;
     }
-    if (sethostname(h->p, h->len) != 0)
+    if (sethostname(h->p, h->len) != 0) {
+        int r = -errno;
         gi_log("sethostname: %s", strerror(errno));
+        return r;
+    }
+    return 0;
+}
+
+/*
+ * The kernel's /proc/sys/kernel/random/boot_id is read-only and fixed at
+ * boot, so clones of one snapshot would all show the template's. The host's
+ * id goes into opts->boot_id_file (GI_BOOT_ID_FILE: on /run, a tmpfs,
+ * root's), which is bind-mounted over opts->boot_id_target (the proc file)
+ * the first time: every reader of the usual path sees it from then on. Later
+ * ids are written in place (same size, one write), so the mount keeps
+ * pointing at the file. Code that asks the kernel some other way (a /proc
+ * mounted afresh in a new mount namespace) still sees the kernel's own id.
+ * 0, or -errno (logged).
+ */
+static int set_boot_id(struct gi_agent *a, const struct proto_frame *f)
+{
+    const struct proto_str *b = &f->v[PK_BOOT_ID].s;
+    char line[PROTO_BOOT_ID + 1];
+    int fd, r = 0;
+
+    memcpy(line, b->p, PROTO_BOOT_ID); /* the decoder checked its length and digits */
+    line[PROTO_BOOT_ID] = '\n';
+    fd = open(a->opts->boot_id_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+    if (fd < 0 || pwrite(fd, line, sizeof(line), 0) != (ssize_t)sizeof(line)) {
+        r = -errno;
+        gi_log("%s: %s", a->opts->boot_id_file, strerror(errno));
+        goto out;
+    }
+    if (!a->boot_id_mounted) {
+        if (mount(a->opts->boot_id_file, a->opts->boot_id_target, NULL, MS_BIND, NULL) != 0) {
+            r = -errno;
+            gi_log("bind-mount %s over %s: %s", a->opts->boot_id_file, a->opts->boot_id_target,
+                   strerror(errno));
+            goto out;
+        }
+        a->boot_id_mounted = true;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    return r;
 }
 
 /*
@@ -298,11 +357,44 @@ static void handle_init(struct gi_agent *a, const struct proto_frame *f)
         if (proto_has(f, PK_TIME_NS))
             set_clock(f);
         if (proto_has(f, PK_ENTROPY))
-            add_entropy(f);
+            add_entropy(a, f);
         if (proto_has(f, PK_HOSTNAME))
             set_hostname(f);
     }
     send_hello(a, f->id);
+}
+
+/*
+ * RESYNC: the host stopped, restored or cloned this VM and says what time it
+ * is, with fresh entropy, and maybe a new boot id and hostname. Unlike INIT
+ * it ends no stream and touches no process: a command the host sends right
+ * after it runs under the new clock and RNG (frames are handled in order).
+ * Everything is applied even if one part fails; the answer names the first
+ * failure. Clock, RNG and hostname are only touched as PID 1 (see
+ * handle_init); the boot id goes where opts says.
+ */
+static void handle_resync(struct gi_agent *a, const struct proto_frame *f)
+{
+    int r = 0, q;
+    const char *what = "";
+
+    if (a->opts->pid1) {
+        /* The decoder guarantees time_ns and entropy; boot_id and hostname are optional. */
+        if ((q = set_clock(f)) && !r)
+            r = q, what = "clock_settime";
+        if ((q = add_entropy(a, f)) && !r)
+            r = q, what = "RNDADDENTROPY";
+        if (proto_has(f, PK_HOSTNAME) && (q = set_hostname(f)) && !r)
+            r = q, what = "sethostname";
+    }
+    /* Files of its own: a unit test can point them into a private mount namespace. */
+    if (proto_has(f, PK_BOOT_ID) && a->opts->boot_id_file && a->opts->boot_id_target &&
+        (q = set_boot_id(a, f)) && !r)
+        r = q, what = "boot_id";
+    if (r)
+        gi_reply_error(a, f->id, -r, "resync: %s: %s", what, strerror(-r));
+    else
+        gi_reply_ok(a, f->id);
 }
 
 /* ---- dispatch ---- */
@@ -407,6 +499,9 @@ static void dispatch(struct gi_agent *a, const struct proto_frame *f)
         break;
     case PROTO_PCTL:
         gi_proc_ctl(a, f);
+        break;
+    case PROTO_RESYNC:
+        handle_resync(a, f);
         break;
     default:
         gi_reply_error(a, f->id, EINVAL, "unexpected frame type %s", proto_type_name(f->type));
@@ -761,6 +856,7 @@ static int agent_init(struct gi_agent *a, int fd, const struct gi_agent_opts *op
     a->fd = fd;
     a->opts = opts;
     a->sigfd = -1;
+    a->urandom_fd = -1;
     a->ring_cap = GI_RING_DEFAULT;
     a->max_procs = GI_PROCS_DEFAULT;
     proto_buf_init(&a->out);
@@ -794,6 +890,9 @@ static void agent_free(struct gi_agent *a)
     if (a->sigfd >= 0)
         close(a->sigfd);
     a->sigfd = -1;
+    if (a->urandom_fd >= 0)
+        close(a->urandom_fd);
+    a->urandom_fd = -1;
 }
 
 int gi_agent_run(int fd, const struct gi_agent_opts *opts)

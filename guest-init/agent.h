@@ -18,9 +18,16 @@
 #ifndef WARREN_GI_AGENT_H
 #define WARREN_GI_AGENT_H
 
+/* Where PID 1 puts RESYNC's boot id (see protocol/README.md, Resync). */
+#define GI_BOOT_ID_FILE "/run/warren-boot_id"
+#define GI_BOOT_ID_PROC "/proc/sys/kernel/random/boot_id"
+
 struct gi_agent_opts {
     const char *cgroup_root; /* "/sys/fs/cgroup/warren" or NULL if no cgroup2 */
     int pid1;                /* reap every orphan (waitpid(-1)) */
+    /* RESYNC's boot id is written to boot_id_file, bind-mounted over boot_id_target the
+     * first time (GI_BOOT_ID_FILE and GI_BOOT_ID_PROC for PID 1; NULL: not applied). */
+    const char *boot_id_file, *boot_id_target;
 };
 
 /*

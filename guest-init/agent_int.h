@@ -153,8 +153,10 @@ struct gi_agent {
     struct gi_proc **procs; /* background processes and PTYs */
     size_t nprocs, cap_procs;
     uint64_t proc_seq;
-    uint64_t ring_cap; /* ring of processes started from now on (INIT `ring`) */
-    size_t max_procs;  /* INIT `max_procs`, clamped to GI_PROCS_MAX */
+    uint64_t ring_cap;    /* ring of processes started from now on (INIT `ring`) */
+    size_t max_procs;     /* INIT `max_procs`, clamped to GI_PROCS_MAX */
+    bool boot_id_mounted; /* RESYNC bind-mounted its boot id file over the proc one */
+    int urandom_fd;       /* /dev/urandom for INIT and RESYNC entropy, opened once (-1) */
     struct gi_orphan *orphans;
     size_t norphans;
     unsigned cg_seq;

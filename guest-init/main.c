@@ -37,6 +37,8 @@ int main(void)
 
     opts.cgroup_root = info.have_cgroup ? GI_CGROUP_ROOT : NULL;
     opts.pid1 = 1;
+    opts.boot_id_file = GI_BOOT_ID_FILE;
+    opts.boot_id_target = GI_BOOT_ID_PROC;
     rc = gi_agent_run(fd, &opts);
     gi_boot_log("agent stopped: %s", rc < 0 ? strerror(-rc) : "channel closed");
     gi_poweroff();

@@ -61,6 +61,7 @@ static const struct {
     [PK_PROCS] = {"procs", W_MAPARR},
     [PK_RING] = {"ring", W_UINT},
     [PK_MAX_PROCS] = {"max_procs", W_UINT},
+    [PK_BOOT_ID] = {"boot_id", W_STR},
 };
 
 static const char *const type_names[PROTO_TYPE_MAX] = {
@@ -72,7 +73,7 @@ static const char *const type_names[PROTO_TYPE_MAX] = {
     [PROTO_REMOVE] = "remove", [PROTO_RENAME] = "rename", [PROTO_RESULT] = "result",
     [PROTO_ERROR] = "error",   [PROTO_PING] = "ping",     [PROTO_PONG] = "pong",
     [PROTO_ATTACH] = "attach", [PROTO_DETACH] = "detach", [PROTO_PLIST] = "plist",
-    [PROTO_PCTL] = "pctl",
+    [PROTO_PCTL] = "pctl",     [PROTO_RESYNC] = "resync",
 };
 
 const char *proto_key_name(enum proto_key k)
@@ -292,6 +293,40 @@ static int msgpack_check(const uint8_t *p, size_t len)
     return pos == len ? 0 : PROTO_EMSGPACK;
 }
 
+bool proto_boot_id_ok(const char *p, size_t len)
+{
+    if (len != PROTO_BOOT_ID)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? p[i] != '-' : !((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+            return false;
+    }
+    return true;
+}
+
+/*
+ * RESYNC is the one frame whose whole content a guest applies to the machine
+ * (clock, RNG, hostname, boot id): it is checked here, once, so the agent
+ * never sees a half-valid one. Time and entropy are what it is for: both
+ * required. A hostname must be a usable one (1..PROTO_HOST_MAX bytes, no NUL).
+ */
+static bool resync_ok(const struct proto_frame *f)
+{
+    const struct proto_str *e = &f->v[PK_ENTROPY].s, *b = &f->v[PK_BOOT_ID].s,
+                           *h = &f->v[PK_HOSTNAME].s;
+
+    if (!proto_has(f, PK_TIME_NS) || !proto_has(f, PK_ENTROPY) || e->len == 0 ||
+        e->len > PROTO_ENTROPY)
+        return false;
+    if (proto_has(f, PK_BOOT_ID) && !proto_boot_id_ok(b->p, b->len))
+        return false;
+    if (proto_has(f, PK_HOSTNAME) &&
+        (h->len == 0 || h->len > PROTO_HOST_MAX || memchr(h->p, '\0', h->len)))
+        return false;
+    return true;
+}
+
 int proto_decode(const uint8_t *payload, size_t len, msgpack_zone *zone, struct proto_frame *f)
 {
     msgpack_object root;
@@ -331,6 +366,8 @@ int proto_decode(const uint8_t *payload, size_t len, msgpack_zone *zone, struct 
         return PROTO_ESCHEMA;
     f->type = (uint32_t)f->v[PK_T].u;
     f->id = (uint32_t)f->v[PK_ID].u;
+    if (f->type == PROTO_RESYNC && !resync_ok(f))
+        return PROTO_ESCHEMA;
     return 0;
 }
 

@@ -31,6 +31,8 @@
 #define PROTO_ENTROPY   64            /* bytes of host entropy in INIT */
 #define PROTO_TAG_MAX   256           /* bytes of an EXEC tag */
 #define PROTO_CMD_SHOWN 1024          /* bytes of a command line in a PLIST entry */
+#define PROTO_BOOT_ID   36            /* bytes of a RESYNC boot id: 8-4-4-4-12 lowercase hex */
+#define PROTO_HOST_MAX  64            /* bytes of a RESYNC hostname (the kernel's HOST_NAME_MAX) */
 
 /* Frame types. g->h: guest to host, h->g: host to guest. */
 enum proto_type {
@@ -65,6 +67,9 @@ enum proto_type {
     PROTO_DETACH, /* h->g {id}: stop attach stream id -> END {id} */
     PROTO_PLIST,  /* h->g {id, pid?} -> RESULT {id, procs} */
     PROTO_PCTL,   /* h->g {id, pid, data?, eof?, sig?, cols?, rows?} -> RESULT {id} or ERROR */
+    /* v2, appended: set the clock, entropy, boot id and hostname of a guest that was stopped,
+     * restored or cloned, without touching any stream or process (INIT ends streams). */
+    PROTO_RESYNC, /* h->g {id, time_ns, entropy, boot_id?, hostname?} -> RESULT {id} or ERROR */
     PROTO_TYPE_MAX
 };
 
@@ -115,6 +120,7 @@ enum proto_key {
     PK_PROCS,     /* array of maps: RESULT of PLIST */
     PK_RING,      /* uint: INIT: ring bytes per background process */
     PK_MAX_PROCS, /* uint: INIT: most background processes + PTYs (running or kept) */
+    PK_BOOT_ID,   /* str: RESYNC: the guest's new boot id, a PROTO_BOOT_ID-byte UUID */
     PK__COUNT
 };
 
@@ -168,6 +174,12 @@ int proto_frame_split(const uint8_t *buf, size_t len, const uint8_t **payload, s
  * msgpack_zone_init and clear it when the frame is no longer used.
  */
 int proto_decode(const uint8_t *payload, size_t len, msgpack_zone *zone, struct proto_frame *f);
+/* A RESYNC frame decodes only whole: time_ns and 1..PROTO_ENTROPY bytes of entropy present,
+ * boot_id (if any) proto_boot_id_ok, hostname (if any) 1..PROTO_HOST_MAX bytes without NUL;
+ * else PROTO_ESCHEMA. */
+
+/* A boot id as RESYNC carries it: PROTO_BOOT_ID bytes, 8-4-4-4-12 lowercase hex digits. */
+bool proto_boot_id_ok(const char *p, size_t len);
 
 /* Convenience: copy a str value into a NUL-terminated buffer; -ENAMETOOLONG if it does not fit,
  * -EINVAL if it contains a NUL byte. */

@@ -102,6 +102,7 @@ static const struct opt opts[] = {
     {"pty_viewers_per_process", T_UINT, F(pty_viewers), "16", 1},
     {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
     {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
+    {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -77,6 +77,8 @@ struct srv_config {
     unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
     /* the browser terminal (issue 7) */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
+    /* idle freeze (issue 8) */
+    unsigned freeze_after_ms; /* freeze_after_ms = 30000: idle time before a VM is stopped; 0 off */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

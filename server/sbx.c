@@ -3,9 +3,10 @@
  * persist (see sbx.h and sbx_int.h).
  *
  * State machine: STARTING (VM launched, waiting for the guest's HELLO)
- * -> RUNNING -> ENDED (deleted, TTL, idle) or DEAD (the VM died or never
- * booted). Ended and dead sandboxes stay visible for ended_retention_seconds
- * so GET can say why they ended, then the reaper purges them.
+ * -> RUNNING (<-> FROZEN when idle, sbx_freeze.c) -> ENDED (deleted, TTL,
+ * idle) or DEAD (the VM died or never booted). Ended and dead sandboxes stay
+ * visible for ended_retention_seconds so GET can say why they ended, then the
+ * reaper purges them.
  */
 #include "sbx_int.h"
 #include "log.h"
@@ -67,6 +68,11 @@ static int sandbox_state_set(struct sandbox *sb, enum sbx_state to)
     return 0;
 }
 
+int sbx_state_set(struct sandbox *sb, enum sbx_state to)
+{
+    return sandbox_state_set(sb, to);
+}
+
 void sbx_random(struct sbx_table *t, void *p, size_t n)
 {
     if (mbedtls_ctr_drbg_random(&t->drbg, p, n) != 0)
@@ -114,6 +120,10 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
     if (status)
         return status;
+    /* A frozen VM continues before the request's frame is sent (sbx_freeze.c). */
+    if (sbx_state_stopped(sb->state) && sb->ready && sb->ch && (status = sbx_thaw(sb, true)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot continue its frozen VM: %s",
+                           sb->id, strerror(-status));
     if (!sbx_state_accepts_ops(sb->state) || !sb->ready || !sb->ch) {
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s is %s; try again shortly", sb->id,
                            sb->state == ST_STARTING ? "starting" : "reconnecting to its guest");
@@ -143,12 +153,14 @@ static json_t *sandbox_json(const struct sandbox *sb)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
-                  sbx_state_name(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
+                  sbx_state_shown(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
                   iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
                   "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
     json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
     if (sb->vm_id[0])
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
+    json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
+    json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -167,8 +179,13 @@ int sbx_save(struct sandbox *sb)
         (json_int_t)sb->ended_ms, "last_active_ms", (json_int_t)mono_to_wall(sb->active_mono),
         "idle_s", (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
         (json_int_t)sb->vcpus, "env", sb->env, "metadata", sb->metadata, "vm_id", sb->vm_id);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
+    char *s;
+    int r;
+
+    if (o && sb->keep_running)
+        json_object_set_new(o, "keep_running", json_true());
+    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
         LOGS(LOG_ERR, sb->id, "cannot save to the index: %s", idx_strerror(r));
@@ -302,6 +319,7 @@ static void send_init(struct sandbox *sb)
     clock_gettime(CLOCK_REALTIME, &ts);
     sb->session = ++sb->next_stream;
     sb->ready = false;
+    sbx_freeze_reset(sb, -ECONNRESET); /* the new session ends their streams in the guest */
     proto_enc_begin(&e, tx, PROTO_INIT, sb->session, 9);
     proto_put_u(&e, PK_V, PROTO_VERSION);
     proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
@@ -411,6 +429,8 @@ static void on_frame(void *ud, const struct proto_frame *f)
         sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
         return;
     }
+    if (sbx_freeze_frame(sb, f))
+        return;
     op = ops_by_stream(sb, f->id);
     if (!op)
         return; /* a late frame of a cancelled or finished op */
@@ -503,6 +523,10 @@ void sbx_on_channel(struct sandbox *sb, int fd)
     }
     chan_set_tx_max(sb->ch, sb->t->cfg->chan_send_max);
     sb->inits_unanswered = 0;
+    /* A stopped guest would never answer: continue it first (a warrend restarted while it
+     * was frozen comes here too). The INIT sets its clock and entropy. */
+    if (sbx_state_stopped(sb->state) && (r = sbx_thaw(sb, false)) != 0)
+        LOGS(LOG_ERR, sb->id, "frozen, and cannot be continued: %s", strerror(-r));
     send_init(sb);
 }
 
@@ -546,6 +570,7 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     LOGS(LOG_INFO, sb->id, "%s: %s", sbx_state_name(state), reason);
     ops_fail_all(sb, state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE, reason);
+    sbx_freeze_reset(sb, -ESHUTDOWN);
     if (sb->ch) {
         chan_free(sb->ch);
         sb->ch = NULL;
@@ -560,6 +585,11 @@ static void sandbox_end(struct sandbox *sb, enum sbx_state state, const char *re
 void sbx_end(struct sandbox *sb, const char *reason)
 {
     sandbox_end(sb, ST_ENDED, reason);
+}
+
+void sbx_die(struct sandbox *sb, const char *reason)
+{
+    sandbox_end(sb, ST_DEAD, reason);
 }
 
 static void sandbox_free(struct sandbox *sb)
@@ -769,13 +799,13 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",  "ttl_seconds", "idle_timeout_seconds",
-                                         "memory_mb", "vcpus",       "env",
-                                         "metadata",  NULL};
+    static const char *const fields[] = {"template",  "ttl_seconds",  "idle_timeout_seconds",
+                                         "memory_mb", "vcpus",        "env",
+                                         "metadata",  "keep_running", NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl;
     unsigned ttl, idle, mem, vcpus;
-    json_t *env = NULL, *meta = NULL;
+    json_t *env = NULL, *meta = NULL, *keep_running;
     char base[4096], real[PATH_MAX];
     struct stat st;
     struct sandbox *sb;
@@ -804,6 +834,9 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
         return status;
+    keep_running = json_object_get(body, "keep_running");
+    if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
     if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
     if ((status = sbx_json_str_map(body, "metadata", &meta, err))) {
@@ -842,6 +875,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->vcpus = vcpus;
     sb->env = env;
     sb->metadata = meta;
+    sb->keep_running = json_is_true(keep_running);
     r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
     if (r != 0)
         goto fail;
@@ -909,12 +943,14 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
     if (state && *state && sbx_state_parse(state, &want) != 0) {
         json_decref(arr);
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                           "state must be one of starting, running, ended, dead");
+                           "state must be one of starting, running, frozen, ended, dead");
     }
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         const char *k;
         json_t *v;
-        bool match = !(state && *state) || sb->state == want;
+        /* A frozen sandbox is a running one to clients; ?state=frozen picks those alone. */
+        bool match = !(state && *state) || sb->state == want ||
+                     (want == ST_RUNNING && sb->state == ST_FROZEN);
         if (filter) {
             json_object_foreach(filter, k, v)
             {
@@ -981,6 +1017,8 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
         } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
             sandbox_end(sb, ST_ENDED, "idle_timeout");
+        } else if (sb->state == ST_RUNNING) {
+            sbx_freeze_tick(sb, now);
         } else if (sbx_state_final(sb->state) &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {
             idx_del(t->idx, IDX_SANDBOXES, sb->id);
@@ -1047,6 +1085,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->vcpus = (unsigned)vcpus;
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
+    sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
     /* No vm_id and no run_dir: its VM never got that far (a failed create). */
     if (!*vm_id && run_dir) {
         struct sbx_vm *vm;

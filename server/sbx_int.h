@@ -118,6 +118,15 @@ struct sandbox {
     ev_timer backoff_timer;    /* reconnect after a violation, later each time */
     int64_t viol_log_ms;       /* when the last violation was logged */
     unsigned viol_log_quiet;   /* violations not logged since */
+    /* idle freeze (sbx_freeze.c) */
+    bool keep_running;      /* create option: a live background process holds off freezing */
+    uint32_t resync_stream; /* the RESYNC in flight (0: none) */
+    void (*resync_cb)(struct sandbox *sb, int err, void *ud);
+    void *resync_ud;
+    uint32_t probe_stream; /* keep_running: the PLIST asked before freezing (0: none) */
+    int64_t probe_mono;    /* when that PLIST was asked */
+    int64_t frozen_mono;   /* when the VM was last stopped */
+    int64_t thaw_us;       /* when the last thaw began (CLOCK_MONOTONIC us, for the log) */
 };
 
 struct sbx_table {
@@ -207,6 +216,44 @@ void sbx_vm_sweep(struct sbx_table *t);
 /* Detach (kill_vms false: leave QEMU running for the next warrend) or kill every VM,
  * and free the records. */
 void sbx_vm_free_all(struct sbx_table *t, bool kill_vms);
+
+/* Move sb to state `to` if sbx_state.h allows it: 0, or -EINVAL (logged, state unchanged). */
+int sbx_state_set(struct sandbox *sb, enum sbx_state to);
+/* End a sandbox dead for reason: fails its ops, stops its VM. */
+void sbx_die(struct sandbox *sb, const char *reason);
+
+/* ---- idle freeze and resync (sbx_freeze.c) ---- */
+
+/*
+ * Set the guest's clock (host CLOCK_REALTIME) and mix fresh entropy into its
+ * RNG (RNDADDENTROPY + RNDRESEEDCRNG), with a new random boot id and/or the
+ * hostname "sandbox" again if flags say so, without ending any stream or
+ * process (unlike INIT). Frames go in order: what is sent after this call
+ * runs in the guest after the resync. For every thaw now; for hand-out,
+ * resume and fork later. 0 (cb follows, once), or -ENOTCONN (no ready
+ * channel; no callback) or -ENOMEM. cb (may be NULL) gets 0 when the guest
+ * applied it, the guest's -errno if a part failed (all parts are tried),
+ * -ECANCELED if a later sbx_resync superseded it, -ECONNRESET if a new
+ * session began first (its INIT set clock and entropy), -ESHUTDOWN if the
+ * sandbox ended (not called when warrend itself shuts down). cb must not call
+ * sbx_resync or send on the channel.
+ */
+#define SBX_RESYNC_BOOT_ID  (1u << 0)
+#define SBX_RESYNC_HOSTNAME (1u << 1)
+typedef void (*sbx_resync_cb)(struct sandbox *sb, int err, void *ud);
+int sbx_resync(struct sandbox *sb, unsigned flags, sbx_resync_cb cb, void *ud);
+/* FROZEN -> RUNNING: QMP cont, then (resync) a RESYNC on the channel, neither awaited (see
+ * sbx_freeze.c). 0 (also when not frozen), or -ESRCH / the vmm_qmp error (still frozen). */
+int sbx_thaw(struct sandbox *sb, bool resync);
+/* The reaper's tick: freeze sb if it has been idle for freeze_after_ms. */
+void sbx_freeze_tick(struct sandbox *sb, int64_t now);
+/* A guest frame on an internal stream (RESYNC, the keep_running PLIST): handled, true.
+ * May call sbx_violation: return right after. */
+bool sbx_freeze_frame(struct sandbox *sb, const struct proto_frame *f);
+/* The session ended (new INIT) or the sandbox did: forget internal requests; a pending
+ * resync's cb gets err. */
+void sbx_freeze_reset(struct sandbox *sb, int err);
+void sbx_freeze_reset_resync(struct sandbox *sb, int err);
 
 struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
 /* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or

@@ -8,6 +8,7 @@
 #define F_FINAL   (1u << 1)
 #define F_OPS     (1u << 2)
 #define F_EXPIRES (1u << 3)
+#define F_STOPPED (1u << 4)
 #define TO(s)     (1u << (s))
 
 static const struct {
@@ -16,9 +17,13 @@ static const struct {
     unsigned to; /* TO() of each state it may go to */
 } states[ST__COUNT] = {
     [ST_STARTING] = {"starting", F_LIVE, TO(ST_RUNNING) | TO(ST_ENDED) | TO(ST_DEAD)},
-    [ST_RUNNING] = {"running", F_LIVE | F_OPS | F_EXPIRES, TO(ST_ENDED) | TO(ST_DEAD)},
+    [ST_RUNNING] = {"running", F_LIVE | F_OPS | F_EXPIRES,
+                    TO(ST_FROZEN) | TO(ST_ENDED) | TO(ST_DEAD)},
     [ST_ENDED] = {"ended", F_FINAL, 0},
     [ST_DEAD] = {"dead", F_FINAL, 0},
+    /* Not F_OPS: an operation thaws it first (sbx_usable), so none runs on a stopped VM. */
+    [ST_FROZEN] = {"frozen", F_LIVE | F_EXPIRES | F_STOPPED,
+                   TO(ST_RUNNING) | TO(ST_ENDED) | TO(ST_DEAD)},
 };
 
 static bool valid(enum sbx_state s)
@@ -72,4 +77,14 @@ bool sbx_state_accepts_ops(enum sbx_state s)
 bool sbx_state_expires(enum sbx_state s)
 {
     return has(s, F_EXPIRES);
+}
+
+bool sbx_state_stopped(enum sbx_state s)
+{
+    return has(s, F_STOPPED);
+}
+
+const char *sbx_state_shown(enum sbx_state s)
+{
+    return s == ST_FROZEN ? states[ST_RUNNING].name : sbx_state_name(s);
 }

@@ -2,8 +2,10 @@
  * sbx_state.h - the sandbox lifecycle as an explicit state machine.
  *
  *   STARTING --guest answered its first INIT--> RUNNING
- *   STARTING, RUNNING --deleted, TTL, idle--> ENDED
- *   STARTING, RUNNING --VM exit, boot timeout, violations, start failure--> DEAD
+ *   RUNNING --idle for freeze_after_ms--> FROZEN (VM stopped in place, memory kept)
+ *   FROZEN --any operation, a guest channel (re)connect, a restart--> RUNNING
+ *   STARTING, RUNNING, FROZEN --deleted, TTL, idle--> ENDED
+ *   STARTING, RUNNING, FROZEN --VM exit, boot timeout, violations, start failure--> DEAD
  *   ENDED and DEAD are final.
  *
  * A sandbox is born STARTING (create) or in the state its index record holds
@@ -21,10 +23,9 @@
 
 #include <stdbool.h>
 
-enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD, ST__COUNT };
+enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD, ST_FROZEN, ST__COUNT };
 
-/* "starting", "running", "ended", "dead" (what GET shows and the index keeps); "?" out of
- * range. */
+/* "starting", "running", "ended", "dead", "frozen" (what the index keeps); "?" out of range. */
 const char *sbx_state_name(enum sbx_state s);
 /* The state of that name: 0 and *out, or -EINVAL. */
 int sbx_state_parse(const char *name, enum sbx_state *out);
@@ -37,7 +38,12 @@ bool sbx_state_live(enum sbx_state s);
 bool sbx_state_final(enum sbx_state s);
 /* Operations (exec, files) may run, given a guest channel that is ready. */
 bool sbx_state_accepts_ops(enum sbx_state s);
-/* The TTL and idle timeout count down. */
+/* The TTL and idle timeout count down (frozen time counts too). */
 bool sbx_state_expires(enum sbx_state s);
+/* The VM is stopped in place: an operation continues it first (and then it is RUNNING). */
+bool sbx_state_stopped(enum sbx_state s);
+/* What a client sees as the state: a frozen sandbox is "running" (it answers every request
+ * as one does; GET says "frozen": true beside it). */
+const char *sbx_state_shown(enum sbx_state s);
 
 #endif

@@ -7,7 +7,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -22,7 +24,8 @@ int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void start(struct peer *p, int pid1, const char *cgroup_root)
+static void start2(struct peer *p, int pid1, const char *cgroup_root, const char *bid_file,
+                   const char *bid_target)
 {
     int sv[2];
 
@@ -39,13 +42,42 @@ static void start(struct peer *p, int pid1, const char *cgroup_root)
     }
     p->agent = fork();
     if (p->agent == 0) {
-        struct gi_agent_opts o = {.cgroup_root = cgroup_root, .pid1 = pid1};
+        struct gi_agent_opts o = {.cgroup_root = cgroup_root,
+                                  .pid1 = pid1,
+                                  .boot_id_file = bid_file,
+                                  .boot_id_target = bid_target};
         close(sv[0]);
+        /* The agent's bind mount stays in a mount namespace of its own. */
+        if (bid_file &&
+            (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)) {
+            perror("private mount namespace");
+            exit(2);
+        }
         exit(gi_agent_run(sv[1], &o) == 0 ? 0 : 1); /* exit(): leak checkers run */
     }
     close(sv[1]);
     p->fd = sv[0];
     fcntl(p->fd, F_SETFL, O_NONBLOCK);
+}
+
+static void start(struct peer *p, int pid1, const char *cgroup_root)
+{
+    start2(p, pid1, cgroup_root, NULL, NULL);
+}
+
+bool can_unshare_mounts(void)
+{
+    int st;
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(unshare(CLONE_NEWNS) == 0 ? 0 : 1);
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+void peer_start_boot_id(struct peer *p, const char *file, const char *target)
+{
+    start2(p, 0, NULL, file, target);
 }
 
 void peer_start(struct peer *p)
@@ -588,6 +620,27 @@ void send_init(struct peer *p, uint32_t id)
     proto_put_cstr(&e, PK_HOSTNAME, "not-the-host");
     proto_put_u(&e, PK_MEM_MB, 256);
     proto_enc_end(&e);
+    peer_queue(p, &b);
+}
+
+void send_resync(struct peer *p, uint32_t id, size_t nentropy, const char *boot_id,
+                 const char *host)
+{
+    struct proto_buf b;
+    struct proto_enc e;
+    uint8_t entropy[PROTO_ENTROPY + 1] = {4, 5, 6};
+
+    proto_buf_init(&b);
+    proto_enc_begin(&e, &b, PROTO_RESYNC, id, 3 + !!nentropy + !!boot_id + !!host);
+    proto_put_u(&e, PK_TIME_NS, 1); /* would be 1970: must not touch the host's clock */
+    if (nentropy)
+        proto_put_bin(&e, PK_ENTROPY, entropy, nentropy);
+    if (boot_id)
+        proto_put_cstr(&e, PK_BOOT_ID, boot_id);
+    if (host)
+        proto_put_cstr(&e, PK_HOSTNAME, host);
+    proto_enc_end(&e);
+    p->res[id].expect = EXPECT_RESULT;
     peer_queue(p, &b);
 }
 

@@ -83,6 +83,10 @@ void peer_start(struct peer *p);
 void peer_start_pid1(struct peer *p);
 /* With per-exec cgroups under cgroup_root (a cgroup2 directory). */
 void peer_start_cgroup(struct peer *p, const char *cgroup_root);
+/* The agent in a private mount namespace, putting RESYNC boot ids in file and bind-mounting
+ * it over target (both paths on the host); only where can_unshare_mounts() (root). */
+void peer_start_boot_id(struct peer *p, const char *file, const char *target);
+bool can_unshare_mounts(void);
 /* Close our end; the agent must return 0 and exit within a few seconds. */
 int peer_stop(struct peer *p);
 /* Free the test side only (the agent was dealt with). */
@@ -123,6 +127,10 @@ void send_rename(struct peer *p, uint32_t id, const char *from, const char *to);
 void send_init(struct peer *p, uint32_t id);
 /* INIT with ring and max_procs (0: absent). */
 void send_init2(struct peer *p, uint32_t id, uint64_t ring, uint64_t max_procs);
+/* RESYNC with time 1970, nentropy bytes (0: none), boot_id and host (NULL: absent); expects
+ * RESULT or ERROR on id. */
+void send_resync(struct peer *p, uint32_t id, size_t nentropy, const char *boot_id,
+                 const char *host);
 /* Background EXEC: waits for its RESULT and returns the pid (0 on ERROR). */
 uint64_t start_bg(struct peer *p, uint32_t id, const struct exec_opts *o);
 void send_attach(struct peer *p, uint32_t id, uint64_t pid, uint64_t off, bool follow,

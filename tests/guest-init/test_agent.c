@@ -1219,6 +1219,95 @@ static void test_init_keeps_bg(void)
     CHECK(pid_gone((pid_t)pid, 3000));
 }
 
+/*
+ * RESYNC is not INIT: a foreground exec reading stdin, its stream and a
+ * background process all carry on across it, and it is answered RESULT on
+ * its own id (the agent is not PID 1 here, so the host's clock, RNG and
+ * hostname are left alone). A RESYNC the decoder refuses (no entropy, a bad
+ * boot id) is dropped unanswered, and the agent keeps serving.
+ */
+static void test_resync(void)
+{
+    struct peer p;
+    uint64_t pid;
+
+    peer_start(&p);
+    wait_hello(&p, 1);
+    pid = start_bg(&p, 1, &(struct exec_opts){.cmd = "while :; do sleep 0.05; done"});
+    CHECK(pid > 0);
+    send_exec(&p, 2, &(struct exec_opts){.cmd = "cat", .stdin_pipe = true}, true);
+    send_stdin(&p, 2, "one\n", 4, false);
+    send_resync(&p, 3, PROTO_ENTROPY, "0123abcd-4567-89ef-0123-456789abcdef", "not-the-host");
+    CHECK(peer_wait(&p, 3, 5000) && !p.res[3].error);
+    send_resync(&p, 4, 1, NULL, NULL);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error);
+    /* refused by the decoder: no answer, nothing else disturbed */
+    send_resync(&p, 5, 0, NULL, NULL);
+    send_resync(&p, 6, PROTO_ENTROPY + 1, NULL, NULL);
+    send_resync(&p, 7, 8, "not-a-uuid", NULL);
+    send_simple(&p, PROTO_PING, 8, NULL, EXPECT_PONG);
+    CHECK(peer_wait(&p, 8, 5000));
+    CHECK(!p.res[5].done && !p.res[6].done && !p.res[7].done);
+    send_stdin(&p, 2, "two\n", 4, true);
+    CHECK(peer_wait(&p, 2, 5000) && !p.res[2].error && p.res[2].code == 0);
+    CHECK(strcmp(out_str(&p, 2, 1), "one\ntwo\n") == 0);
+    send_plist(&p, 9, pid);
+    CHECK(peer_wait(&p, 9, 5000) && p.res[9].nprocs == 1 && p.res[9].procs[0].running);
+    CHECK(peer_stop(&p) == 0);
+    CHECK(pid_gone((pid_t)pid, 3000));
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    CHECK(f && fputs(text, f) >= 0);
+    if (f)
+        fclose(f);
+}
+
+/*
+ * RESYNC's boot id, as PID 1 applies it to /proc/sys/kernel/random/boot_id,
+ * on a stand-in file in a private mount namespace: the first id is written
+ * and bind-mounted over the target, the next one shows through the same
+ * mount, and outside the namespace the target is untouched.
+ */
+static void test_resync_boot_id(void)
+{
+    static const char id1[] = "0123abcd-4567-89ef-0123-456789abcdef",
+                      id2[] = "fedcba98-7654-4321-8765-43210fedcba9";
+    char file[300], target[300], want[64];
+    struct peer p;
+    const char *cat[] = {"cat", target, NULL};
+    FILE *f;
+
+    if (!can_unshare_mounts()) {
+        fprintf(stderr, "resync_boot_id: skipped (no private mount namespace here)\n");
+        return;
+    }
+    snprintf(file, sizeof(file), "%s/boot_id", tmpdir);
+    snprintf(target, sizeof(target), "%s/kernel_boot_id", tmpdir);
+    write_file(target, "kernel\n");
+    peer_start_boot_id(&p, file, target);
+    wait_hello(&p, 1);
+    send_resync(&p, 2, 8, id1, NULL);
+    CHECK(peer_wait(&p, 2, 5000) && !p.res[2].error);
+    run(&p, 3, &(struct exec_opts){.argv = cat});
+    snprintf(want, sizeof(want), "%s\n", id1);
+    CHECK(strcmp(out_str(&p, 3, 1), want) == 0);
+    send_resync(&p, 4, 8, id2, NULL);
+    CHECK(peer_wait(&p, 4, 5000) && !p.res[4].error);
+    run(&p, 5, &(struct exec_opts){.argv = cat});
+    snprintf(want, sizeof(want), "%s\n", id2);
+    CHECK(strcmp(out_str(&p, 5, 1), want) == 0);
+    CHECK(peer_stop(&p) == 0);
+    /* the mount was the agent's own */
+    f = fopen(target, "r");
+    CHECK(f && fgets(want, sizeof(want), f) && strcmp(want, "kernel\n") == 0);
+    if (f)
+        fclose(f);
+}
+
 /* max_procs: the oldest exited entry is evicted; if all run, EMFILE. */
 static void test_max_procs(void)
 {
@@ -1262,6 +1351,7 @@ static void test_max_procs(void)
  * stay contiguous, and it still answers PING. A sequence fuzz of the guest side. */
 static void test_v2_random(void)
 {
+    static bool resync[MAX_IDS]; /* ids of valid RESYNCs, each must be answered RESULT */
     struct peer p;
     uint64_t pids[4];
     uint32_t x = 7;
@@ -1280,10 +1370,19 @@ static void test_v2_random(void)
     for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
         uint64_t pid = pids[(x = x * 1103515245u + 12345u) >> 16 & 3];
         uint32_t r = (x = x * 1103515245u + 12345u) >> 8;
-        switch (r % 6) {
+        switch (r % 7) {
         case 0:
         case 1:
             send_attach(&p, id, pid, (r >> 4) % 9000, r & 8, r & 16);
+            break;
+        case 6:
+            /* RESYNC amid it all, valid (RESULT) or refused by the decoder (no answer) */
+            send_resync(&p, id, (r >> 4) % (PROTO_ENTROPY + 2),
+                        r & 8 ? "0123abcd-4567-89ef-0123-456789abcdef" : NULL, r & 16 ? "h" : NULL);
+            resync[id] = (r >> 4) % (PROTO_ENTROPY + 2) != 0 &&
+                         (r >> 4) % (PROTO_ENTROPY + 2) <= PROTO_ENTROPY;
+            if (!resync[id])
+                p.res[id].done = true; /* refused: nothing to wait for */
             break;
         case 2:
             send_plist(&p, id, r & 8 ? pid : 0);
@@ -1316,8 +1415,16 @@ static void test_v2_random(void)
             ok += p.res[id].have_result && !p.res[id].error;
             err += p.res[id].error;
         }
-        fprintf(stderr, "v2_random: %d readers with data, %d RESULT, %d ERROR\n", data, ok, err);
-        CHECK(data > 10 && ok > 10 && err > 10);
+        int resynced = 0;
+        for (uint32_t id = 100; id < MAX_IDS - 1; id++) {
+            if (!resync[id])
+                continue;
+            CHECK(p.res[id].done && p.res[id].have_result && !p.res[id].error);
+            resynced++;
+        }
+        fprintf(stderr, "v2_random: %d readers with data, %d RESULT, %d ERROR, %d resyncs\n", data,
+                ok, err, resynced);
+        CHECK(data > 10 && ok > 10 && err > 10 && resynced > 10);
     }
     CHECK(peer_stop(&p) == 0);
     for (int i = 0; i < 3; i++)
@@ -1397,6 +1504,8 @@ int main(int argc, char **argv)
         {"max_procs", test_max_procs},
         {"v2_random", test_v2_random},
         {"plist_fits", test_plist_fits},
+        {"resync", test_resync},
+        {"resync_boot_id", test_resync_boot_id},
     };
 
     signal(SIGPIPE, SIG_IGN);

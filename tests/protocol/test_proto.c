@@ -191,8 +191,8 @@ static void test_v2_frames(void)
 
     CHECK(PROTO_VERSION == 2);
     CHECK(PROTO_PONG == 21 && PROTO_ATTACH == 22 && PROTO_DETACH == 23 && PROTO_PLIST == 24 &&
-          PROTO_PCTL == 25 && PROTO_TYPE_MAX == 26);
-    CHECK(PK_MEM_MB == 33 && PK_BG == 34 && PK_MAX_PROCS == 43);
+          PROTO_PCTL == 25 && PROTO_RESYNC == 26 && PROTO_TYPE_MAX == 27);
+    CHECK(PK_MEM_MB == 33 && PK_BG == 34 && PK_MAX_PROCS == 43 && PK_BOOT_ID == 44);
     CHECK(strcmp(proto_type_name(PROTO_PCTL), "pctl") == 0);
     CHECK(strcmp(proto_key_name(PK_MAX_PROCS), "max_procs") == 0);
     CHECK(strcmp(proto_key_name(PK_LOST), "lost") == 0);
@@ -273,9 +273,71 @@ static void test_v2_frames(void)
     proto_buf_free(&b);
 }
 
+/* Encode a RESYNC with these parts (NULL/0: absent) and decode it. */
+static int resync(uint64_t have_time, size_t nent, const char *boot_id, size_t boot_len,
+                  const char *host, size_t host_len, struct proto_frame *f)
+{
+    static uint8_t ent[PROTO_ENTROPY + 1];
+    struct proto_buf b;
+    struct proto_enc e;
+    msgpack_zone z;
+    size_t used;
+    int r;
+
+    proto_buf_init(&b);
+    msgpack_zone_init(&z, 1024);
+    proto_enc_begin(&e, &b, PROTO_RESYNC, 3, 2 + !!have_time + !!nent + !!boot_id + !!host);
+    if (have_time)
+        proto_put_u(&e, PK_TIME_NS, have_time);
+    if (nent)
+        proto_put_bin(&e, PK_ENTROPY, ent, nent);
+    if (boot_id)
+        proto_put_str(&e, PK_BOOT_ID, boot_id, boot_len);
+    if (host)
+        proto_put_str(&e, PK_HOSTNAME, host, host_len);
+    CHECK(proto_enc_end(&e) == 0);
+    r = decode_one(&b, &z, f, &used);
+    msgpack_zone_destroy(&z);
+    proto_buf_free(&b);
+    return r;
+}
+
+/* RESYNC decodes only whole: its bounds are the decoder's, not the agent's. */
+static void test_resync(void)
+{
+    static const char id[] = "0123abcd-4567-89ef-0123-456789abcdef";
+    char host[PROTO_HOST_MAX + 1];
+    struct proto_frame f;
+
+    memset(host, 'h', sizeof(host));
+    CHECK(strcmp(proto_type_name(PROTO_RESYNC), "resync") == 0);
+    CHECK(strcmp(proto_key_name(PK_BOOT_ID), "boot_id") == 0);
+    CHECK(resync(1, PROTO_ENTROPY, id, 36, "sandbox", 7, &f) == 0);
+    CHECK(f.type == PROTO_RESYNC && f.id == 3 && f.v[PK_TIME_NS].u == 1);
+    CHECK(f.v[PK_ENTROPY].s.len == PROTO_ENTROPY && f.v[PK_BOOT_ID].s.len == 36);
+    CHECK(resync(1, 1, NULL, 0, NULL, 0, &f) == 0);
+    CHECK(resync(1, 1, NULL, 0, host, PROTO_HOST_MAX, &f) == 0);
+    /* required: time and 1..PROTO_ENTROPY bytes of entropy */
+    CHECK(resync(0, 8, NULL, 0, NULL, 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 0, NULL, 0, NULL, 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, PROTO_ENTROPY + 1, NULL, 0, NULL, 0, &f) == PROTO_ESCHEMA);
+    /* a boot id is a lowercase UUID, exactly */
+    CHECK(resync(1, 8, id, 35, NULL, 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 8, "0123ABCD-4567-89ef-0123-456789abcdef", 36, NULL, 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 8, "0123abcd04567-89ef-0123-456789abcdef", 36, NULL, 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 8, "0123abcd-4567-89ef-0123-456789abcde\0", 36, NULL, 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 8, "", 0, NULL, 0, &f) == PROTO_ESCHEMA);
+    /* a hostname is 1..PROTO_HOST_MAX bytes without NUL */
+    CHECK(resync(1, 8, NULL, 0, host, PROTO_HOST_MAX + 1, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 8, NULL, 0, "", 0, &f) == PROTO_ESCHEMA);
+    CHECK(resync(1, 8, NULL, 0, "a\0b", 3, &f) == PROTO_ESCHEMA);
+    CHECK(proto_boot_id_ok(id, 36) && !proto_boot_id_ok(id, 37));
+}
+
 int main(void)
 {
     test_v2_frames();
+    test_resync();
     test_roundtrip();
     test_split_prefixes();
     test_rejects();

@@ -17,7 +17,8 @@ static void test_transitions(void)
     /* allowed[from][to] */
     static const bool allowed[ST__COUNT][ST__COUNT] = {
         [ST_STARTING] = {[ST_RUNNING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
-        [ST_RUNNING] = {[ST_ENDED] = true, [ST_DEAD] = true},
+        [ST_RUNNING] = {[ST_FROZEN] = true, [ST_ENDED] = true, [ST_DEAD] = true},
+        [ST_FROZEN] = {[ST_RUNNING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
     };
     for (int f = 0; f < ST__COUNT; f++)
         for (int t = 0; t < ST__COUNT; t++)
@@ -28,11 +29,15 @@ static void test_transitions(void)
     CHECK(sbx_state_check(ST_DEAD, ST_ENDED) == -EINVAL);
     CHECK(sbx_state_check(ST__COUNT, ST_DEAD) == -EINVAL);
     CHECK(sbx_state_check(ST_RUNNING, ST__COUNT) == -EINVAL);
+    /* A sandbox still booting is never frozen, and a frozen one never boots again. */
+    CHECK(sbx_state_check(ST_STARTING, ST_FROZEN) == -EINVAL);
+    CHECK(sbx_state_check(ST_FROZEN, ST_STARTING) == -EINVAL);
+    CHECK(sbx_state_check(ST_ENDED, ST_FROZEN) == -EINVAL);
 }
 
 static void test_names(void)
 {
-    static const char *const names[] = {"starting", "running", "ended", "dead"};
+    static const char *const names[] = {"starting", "running", "ended", "dead", "frozen"};
     enum sbx_state s;
 
     for (int i = 0; i < ST__COUNT; i++) {
@@ -42,6 +47,11 @@ static void test_names(void)
     CHECK(sbx_state_parse("paused", &s) == -EINVAL);
     CHECK(sbx_state_parse("", &s) == -EINVAL);
     CHECK(!strcmp(sbx_state_name(ST__COUNT), "?"));
+    /* Clients see a frozen sandbox as running; every other state by its own name. */
+    CHECK(!strcmp(sbx_state_shown(ST_FROZEN), "running"));
+    for (int i = 0; i < ST__COUNT; i++)
+        if (i != ST_FROZEN)
+            CHECK(!strcmp(sbx_state_shown((enum sbx_state)i), names[i]));
 }
 
 static void test_predicates(void)
@@ -54,6 +64,12 @@ static void test_predicates(void)
     CHECK(!sbx_state_accepts_ops(ST_ENDED) && !sbx_state_accepts_ops(ST_DEAD));
     CHECK(sbx_state_expires(ST_RUNNING) && !sbx_state_expires(ST_STARTING));
     CHECK(!sbx_state_live(ST__COUNT) && !sbx_state_final(ST__COUNT));
+    /* Frozen: holds its VM, its TTL and idle timeout run, but no op runs on it as it is. */
+    CHECK(sbx_state_live(ST_FROZEN) && !sbx_state_final(ST_FROZEN));
+    CHECK(sbx_state_expires(ST_FROZEN) && !sbx_state_accepts_ops(ST_FROZEN));
+    for (int i = 0; i < ST__COUNT; i++)
+        CHECK(sbx_state_stopped((enum sbx_state)i) == (i == ST_FROZEN));
+    CHECK(!sbx_state_stopped(ST__COUNT));
     /* Every state is either live or final, never both. */
     for (int i = 0; i < ST__COUNT; i++)
         CHECK(sbx_state_live((enum sbx_state)i) != sbx_state_final((enum sbx_state)i));

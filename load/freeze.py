@@ -1,0 +1,110 @@
+"""Idle freeze (issue 8): what a thaw adds to the first exec, and what a frozen VM costs.
+
+    load/run --freeze [--n N] [--watch S]
+
+- exec `true` round trip on a running sandbox beside the same exec on the same
+  sandbox while frozen (the thaw: QMP cont + RESYNC, then the exec), interleaved
+  so both see the same machine;
+- warrend's own view of each thaw (debug log): from the thaw to QEMU's answer
+  to cont, and to the guest's answer to the RESYNC, which the request that woke
+  the sandbox was queued right behind (so at most what the thaw added to it);
+- CPU used by an idle running VM's QEMU (a keep_running sandbox with a
+  background `sleep`, never frozen) beside a frozen one's, over the same seconds.
+
+Printed, not asserted. Needs guest images whose warren-init knows RESYNC.
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from warren import Warren, qemu_pids  # noqa: E402
+from bench import pct, print_table  # noqa: E402
+
+FREEZE_MS = 300  # the reaper looks once a second: frozen within ~1.3 s of idling
+
+
+def ms(x):
+    return f"{x * 1000:.2f} ms"
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return int(rest[11]) + int(rest[12])
+
+
+def frozen(w, sid):
+    return w.get(sid).json()["frozen"]
+
+
+def timed_exec(w, sid):
+    t0 = time.perf_counter()
+    r = w.exec(sid, ["true"])
+    dt = time.perf_counter() - t0
+    assert r.status == 200 and r.json()["exit_code"] == 0, r
+    return dt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=20, help="exec pairs timed")
+    ap.add_argument("--watch", type=float, default=5, help="seconds of CPU sampling")
+    a = ap.parse_args()
+
+    # debug: warrend logs what each thaw took on its side (cont answered, resync answered)
+    w = Warren({"freeze_after_ms": FREEZE_MS, "log_level": "debug"}).start()
+    rows = []
+    try:
+        sid = w.create()
+        keep = w.create(keep_running=True)
+        r = w.request("POST", f"/v1/sandboxes/{keep}/exec",
+                      {"cmd": "sleep 3600", "background": True})
+        assert r.status == 201, r
+        warm, thaw = [], []
+        timed_exec(w, sid)  # the first exec of a VM warms its translation cache
+        for _ in range(a.n):
+            warm.append(timed_exec(w, sid))  # running: the previous exec just ended
+            deadline = time.time() + 30
+            while not frozen(w, sid):
+                assert time.time() < deadline, w.get(sid).json()
+                time.sleep(0.05)
+            thaw.append(timed_exec(w, sid))
+            assert not frozen(w, sid)
+        rows.append((f"exec `true`, running (n={a.n})", ms(pct(warm, 50)), ms(pct(warm, 99))))
+        rows.append((f"exec `true`, frozen: thaw + exec (n={a.n})", ms(pct(thaw, 50)),
+                     ms(pct(thaw, 99))))
+        d = sorted(t - r for t, r in zip(thaw, warm))
+        rows.append(("added by the thaw (pairwise difference)", ms(pct(d, 50)), ms(pct(d, 99))))
+        with open(w.log_path, errors="replace") as f:
+            log = f.read()
+        for what in ("cont answered", "resync answered"):
+            xs = [float(line.rsplit(" in ", 1)[1].split()[0]) / 1000 for line in log.splitlines()
+                  if f"{sid}: thaw: {what} in " in line]
+            if xs:
+                rows.append((f"warrend: thaw to {what} (n={len(xs)})", ms(pct(xs, 50)),
+                             ms(pct(xs, 99))))
+
+        deadline = time.time() + 30
+        while not frozen(w, sid):
+            assert time.time() < deadline
+            time.sleep(0.05)
+        (fp,), (kp,) = qemu_pids(w.vm_id(sid)), qemu_pids(w.vm_id(keep))
+        hz = os.sysconf("SC_CLK_TCK")
+        f0, k0, t0 = cpu_ticks(fp), cpu_ticks(kp), time.time()
+        time.sleep(a.watch)
+        f1, k1, t1 = cpu_ticks(fp), cpu_ticks(kp), time.time()
+        assert frozen(w, sid) and not frozen(w, keep)
+        share = lambda d: f"{100.0 * d / hz / (t1 - t0):.2f} % of a core"  # noqa: E731
+        rows.append((f"QEMU CPU, idle running VM (keep_running), {a.watch:.0f} s", share(k1 - k0),
+                     ""))
+        rows.append((f"QEMU CPU, frozen VM, same {a.watch:.0f} s", share(f1 - f0), ""))
+    finally:
+        w.cleanup()
+    print_table("Idle freeze: thaw on the first exec, CPU of a frozen VM", "p50 / value", rows)
+
+
+if __name__ == "__main__":
+    main()

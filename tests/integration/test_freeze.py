@@ -1,0 +1,140 @@
+"""Idle freeze against real microVMs: an idle sandbox's VM is stopped in place
+(its QEMU uses no CPU), and the next exec, file read or restart of warrend
+continues it with the guest clock set again; keep_running with a live
+background process keeps it running (and frozen once that process ended).
+
+Needs guest images whose warren-init knows RESYNC (protocol/README.md): an
+older agent answers it with an error and the clock check below fails.
+"""
+import os
+import time
+import unittest
+
+from warren import WarrenCase, qemu_pids
+
+FREEZE_MS = 1500
+
+
+def cpu_ticks(pid):
+    """utime + stime of a process, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return int(rest[11]) + int(rest[12])
+
+
+class TestFreeze(WarrenCase):
+    conf = {"freeze_after_ms": FREEZE_MS}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        w = cls.w
+        try:
+            cls.sid = w.create()
+            w.run(cls.sid, "echo frozen-file > /root/f")
+            # keep_running, with a background loop that never ends
+            cls.keep = w.create(keep_running=True)
+            r = w.request("POST", f"/v1/sandboxes/{cls.keep}/exec",
+                          {"cmd": "while :; do sleep 0.2; done", "background": True})
+            if r.status != 201:
+                raise AssertionError(f"background exec failed: {r}")
+            cls.keep_pid = r.json()["pid"]
+        except BaseException:
+            w.cleanup()  # tearDownClass does not run when setUpClass fails
+            raise
+
+    def wait_frozen(self, sid, timeout=30):
+        """GET until it says frozen (GET itself is not activity). Returns the record."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            sb = self.w.get(sid).json()
+            if sb["frozen"]:
+                return sb
+            time.sleep(0.1)
+        self.fail(f"{sid} was not frozen within {timeout} s: {self.w.get(sid).json()}\n"
+                  + self.w.log_text())
+
+    def test_1_freezes_uses_no_cpu_and_thaws_with_the_clock_set(self):
+        w, sid = self.w, self.sid
+        up0 = float(w.run(sid, "cat /proc/uptime")["stdout"].split()[0])
+        t0 = time.time()
+        sb = self.wait_frozen(sid)
+        # a frozen sandbox is a running one to clients, and listed as one
+        self.assertEqual(sb["state"], "running")
+        listed = w.request("GET", "/v1/sandboxes?state=frozen").json()["sandboxes"]
+        self.assertEqual([s["id"] for s in listed], [sid])
+        running = w.request("GET", "/v1/sandboxes?state=running").json()["sandboxes"]
+        self.assertIn(sid, [s["id"] for s in running])
+        (pid,) = qemu_pids(self.w.vm_id(sid))
+        c0 = cpu_ticks(pid)
+        time.sleep(2)
+        self.assertEqual(cpu_ticks(pid), c0, "a stopped VM's QEMU must use no CPU")
+        # frozen for >= 10 s: a clock that was not set again would be that far behind
+        time.sleep(max(0, 10.5 - (time.time() - t0)))
+        before = time.time()
+        r = w.run(sid, "date +%s; cat /proc/uptime")
+        after = time.time()
+        guest_now = int(r["stdout"].split()[0])
+        up1 = float(r["stdout"].split()[1])
+        self.assertFalse(w.get(sid).json()["frozen"])
+        # the guest's own (monotonic) uptime stood still while frozen: without the
+        # resync its wall clock would now be this far behind the host's
+        self.assertGreaterEqual((after - t0) - (up1 - up0), 8.0,
+                                "the VM did not stand still while frozen")
+        self.assertLessEqual(abs(guest_now - (before + after) / 2), 3,
+                             f"guest clock {guest_now}, host {before:.0f}..{after:.0f}")
+
+    def test_2_file_read_and_process_list_thaw(self):
+        w, sid = self.w, self.sid
+        self.wait_frozen(sid)
+        r = w.request("GET", f"/v1/sandboxes/{sid}/files?path=/root/f")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.body, b"frozen-file\n")
+        self.assertFalse(w.get(sid).json()["frozen"])
+        # a process call too
+        self.wait_frozen(sid)
+        r = w.request("GET", f"/v1/sandboxes/{sid}/processes")
+        self.assertEqual(r.status, 200, r)
+        self.assertFalse(w.get(sid).json()["frozen"])
+
+    def test_3_keep_running_with_a_live_process_is_not_frozen(self):
+        w = self.w
+        sb = w.get(self.keep).json()
+        self.assertTrue(sb["keep_running"])
+        # idle far longer than freeze_after_ms (several reaper ticks), never frozen
+        deadline = time.time() + max(5, 3 * FREEZE_MS / 1000)
+        while time.time() < deadline:
+            self.assertFalse(w.get(self.keep).json()["frozen"])
+            time.sleep(0.2)
+        # its process ran all along: the loop is still there
+        procs = w.request("GET", f"/v1/sandboxes/{self.keep}/processes").json()["processes"]
+        self.assertTrue(procs and all(p["running"] for p in procs), procs)
+        # once nothing runs any more, it freezes like any other
+        r = w.request("POST", f"/v1/sandboxes/{self.keep}/processes/{self.keep_pid}/signal",
+                      {"signal": 9})
+        self.assertEqual(r.status, 200, r)
+        self.wait_frozen(self.keep)
+
+    def test_4_kill9_warrend_while_frozen_then_exec(self):
+        w, sid = self.w, self.sid
+        self.wait_frozen(sid)
+        (vm,) = qemu_pids(self.w.vm_id(sid))
+        w.kill9()
+        w.start()
+        deadline = time.time() + 30
+        while True:
+            r = w.exec(sid, "date +%s")
+            if r.status == 200 or time.time() > deadline:
+                break
+            self.assertEqual(r.status, 503, r)  # reconnecting: retry
+            time.sleep(0.1)
+        self.assertEqual(r.status, 200, r)
+        self.assertLessEqual(abs(int(r.json()["stdout"]) - time.time()), 3)
+        self.assertEqual(qemu_pids(self.w.vm_id(sid)), [vm], "the same VM, not a new one")
+        # and it freezes again, and thaws again, under the new warrend
+        self.wait_frozen(sid)
+        self.assertEqual(w.run(sid, "cat /root/f")["stdout"], "frozen-file\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
