@@ -3,10 +3,10 @@
  *
  * Header (little-endian): magic "WARRENSN", version, header length, stream
  * offset and length, the stream's CRC-32, guest RAM (MiB) and vCPUs, flags,
- * the QEMU version that wrote the stream, reserved bytes that must be zero,
- * and a CRC-32 of the header itself in its last 4 bytes. Every field is
- * bounded on decode: the file is read back by a later warrend and may have
- * been truncated or damaged since.
+ * the QEMU version that wrote the stream (NUL-padded to 64 bytes), reserved
+ * bytes that must be zero, and a CRC-32 of the header itself in its last 4
+ * bytes. Every field is bounded on decode: the file is read back by a later
+ * warrend and may have been truncated or damaged since.
  *
  * The stream is written by QEMU through an fd positioned after the header;
  * vmm_snap_finalize then checksums it, writes the header, fsyncs and renames
@@ -132,6 +132,11 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
     for (size_t i = 0; i < vlen; i++)
         if (buf[OFF_VER_STR + i] < 0x20 || buf[OFF_VER_STR + i] > 0x7e)
             BAD("snapshot QEMU version not printable");
+    /* The version field's tail after its NUL is padding like the reserved
+     * bytes: zero, so a header has exactly one encoding. */
+    for (size_t i = OFF_VER_STR + vlen; i < OFF_VER_STR + 64; i++)
+        if (buf[i])
+            BAD("snapshot QEMU version field has bytes after its end");
     for (size_t i = OFF_VER_STR + 64; i < OFF_CRC; i++)
         if (buf[i])
             BAD("snapshot header reserved bytes not zero");
