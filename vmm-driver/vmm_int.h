@@ -5,8 +5,9 @@
  * socket connections; vmm_qmp.c is the QMP client; vmm_log.c the bounded
  * console log; vmm_argv.c builds QEMU's command line; vmm_host.c probes the
  * host; vmm_qcow2.c writes overlays; vmm_phase.c is the phase table;
- * vmm_snap.c the snapshot file format. Tests include this header to reach the
- * pure parts (argv builder, console log) without a VM.
+ * vmm_snap.c the snapshot file format (vmm_crc.c its CRC-32). Tests include
+ * this header to reach the pure parts (argv builder, console log) without a
+ * VM.
  */
 #ifndef WARREN_VMM_INT_H
 #define WARREN_VMM_INT_H
