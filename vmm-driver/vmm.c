@@ -48,8 +48,8 @@ enum op_stage { STG_QMP = 0, STG_JOB, STG_VERSION, STG_LOAD };
 
 struct vmm_job;
 
-/* Phase changes queued for the phase callback between two deliveries. Past it the
- * newest entry absorbs the change (see vmm.h). */
+/* Phase changes queued for the phase callback between two deliveries. Past
+ * it the newest entry absorbs the change (see vmm.h). */
 #define PHASE_Q 16
 
 /* The one stop/cont/save/restore in progress. */
@@ -112,10 +112,10 @@ struct vmm {
     unsigned mem_mb, vcpus;
     char qemu_version[64]; /* from query-version, once asked */
     struct vmm_op op;
-    ev_io job_w; /* the worker thread's eventfd */
+    ev_io job_w;           /* the worker thread's eventfd */
+    vmm_phase_cb phase_cb; /* vmm_set_phase_cb, or NULL */
     /* Phase changes not yet told to phase_cb, oldest first: told from the
      * loop (phase_t), never inside the vmm_* call that made them. */
-    vmm_phase_cb phase_cb; /* vmm_set_phase_cb, or NULL */
     ev_timer phase_t;
     unsigned phase_n;
     struct {
@@ -172,9 +172,10 @@ uid_t vmm_uid(const struct vmm *vm)
     return vm->jv.on ? vm->jv.uid : (uid_t)-1;
 }
 
-/* Queue a change for the phase callback and make the loop deliver it. The ends an
- * owner causes itself (vmm_detach, vmm_free) are not told: no callback may
- * follow them. EXITED is told by finish_exit, right before cbs->exited. */
+/* Queue a change for the phase callback and make the loop deliver it. The
+ * ends an owner causes itself (vmm_detach, vmm_free) are not told: no
+ * callback may follow them. EXITED is told by finish_exit, right before
+ * cbs->exited. */
 static void phase_note(struct vmm *vm, enum vmm_phase from, enum vmm_phase to)
 {
     if (!vm->phase_cb || (!vmm_phase_live(to) && to != VMM_PH_EXITED))
