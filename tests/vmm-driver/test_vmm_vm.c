@@ -92,7 +92,7 @@ struct vmctx {
     struct {
         enum vmm_phase from, to, now;
         int seq;
-    } ph[32];
+    } ph[128];
     char reason[400];
     ev_tstamp t_launch, t_chan;
 };
@@ -1126,6 +1126,27 @@ static void test_phase_events(void)
     CHECK(told(&a, VMM_PH_STOPPED, VMM_PH_RUNNING) && a.nph == 5);
     for (int i = 0; i < a.nph; i++)
         printf("phase told: %s -> %s\n", vmm_phase_name(a.ph[i].from), vmm_phase_name(a.ph[i].to));
+
+    /* A burst of raw stop/cont (more changes than the driver queues between
+     * two loop iterations, if QEMU's events arrive together): whatever is
+     * told is one unbroken chain ending where the VM is. */
+    {
+        struct qreq burst[40];
+        memset(burst, 0, sizeof(burst));
+        for (int i = 0; i < 40; i++)
+            CHECK(vmm_qmp(a.vm, i % 2 ? "{\"execute\":\"cont\"}" : "{\"execute\":\"stop\"}", on_qmp,
+                          &burst[i]) == 0);
+        WAIT(burst[39].done || a.exited, 20);
+        CHECK(burst[39].done && burst[39].err == 0);
+        WAIT(told(&a, VMM_PH_STOPPED, VMM_PH_RUNNING) || a.exited, 10);
+        for (int i = 0; i < 20; i++)
+            ev_run(loop, EVRUN_NOWAIT);
+        CHECK(vmm_phase(a.vm) == VMM_PH_RUNNING && a.ph[a.nph - 1].to == VMM_PH_RUNNING);
+        CHECK(a.nph > 5 && a.nph < (int)(sizeof(a.ph) / sizeof(a.ph[0])));
+        for (int i = 1; i < a.nph; i++)
+            CHECK(a.ph[i].from == a.ph[i - 1].to && a.ph[i].from != a.ph[i].to);
+        printf("burst of 40 raw stop/cont: %d changes told\n", a.nph - 5);
+    }
 
     /* The end: running -> exited is told, then cbs->exited. */
     n = a.nph;
