@@ -744,6 +744,11 @@ static void on_status(void *ud, int err, const char *json)
             phase_set(vm, VMM_PH_RUNNING);
         else if (strcmp(st, "inmigrate") == 0)
             phase_set(vm, VMM_PH_WAITING);
+        /* An adopted template whose migration completed was saved: its RAM
+         * file may be every clone's base, so it is sealed again (also if the
+         * file was never finished: sealing only forbids running). */
+        else if (strcmp(st, "postmigrate") == 0 && vm->boot == VMM_BOOT_TEMPLATE)
+            phase_set(vm, VMM_PH_SEALED);
         else
             phase_set(vm, VMM_PH_STOPPED);
     }

@@ -28,7 +28,9 @@
  * STOPPED, or to SEALED for a TEMPLATE VM (it may never run again: vmm_cont
  * and vmm_save refuse it, and so does vmm_qmp for "cont" and anything else
  * that is not a query, "stop" or "quit"; a RESUME all the same is refused by
- * the phase table and noted in qemu.log); EXITED, DETACHED and FREED end it.
+ * the phase table and noted in qemu.log; a TEMPLATE VM adopted after a
+ * restart is SEALED again when QEMU says its migration completed,
+ * "postmigrate"); EXITED, DETACHED and FREED end it.
  * The phase changes only inside the driver (from events, replies and the
  * calls above), never by itself between two loop iterations; an illegal
  * change is refused and noted in qemu.log. A phase callback

@@ -290,7 +290,7 @@ static void test_phase(void)
         "booting>running",   "booting>stopped",   "booting>waiting",   "waiting>restoring",
         "restoring>stopped", "restoring>running", "restoring>waiting", "running>stopped",
         "running>saving",    "stopped>running",   "stopped>saving",    "saving>stopped",
-        "saving>sealed",     "exited>freed",      "detached>freed",
+        "saving>sealed",     "exited>freed",      "detached>freed",    "booting>sealed",
     };
     static const char *live[] = {"booting", "waiting", "restoring", "running",
                                  "stopped", "saving",  "sealed"};
@@ -313,7 +313,7 @@ static void test_phase(void)
             n_ok += want;
         }
     }
-    CHECK(n_ok == 15 + 7 * 3);
+    CHECK(n_ok == 16 + 7 * 3);
     CHECK(vmm_phase_check(VMM_PH__COUNT, VMM_PH_RUNNING) == -EINVAL);
     CHECK(vmm_phase_check(VMM_PH_RUNNING, (enum vmm_phase) - 1) == -EINVAL);
     CHECK(strcmp(vmm_phase_name(VMM_PH_RESTORING), "restoring") == 0);

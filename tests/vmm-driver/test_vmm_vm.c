@@ -1239,6 +1239,22 @@ static void test_snapshot_clones(void)
     }
     printf("template snapshot: %lld bytes (device state; RAM stays in %s)\n",
            (long long)fsize(snap), mem);
+    {
+        /* A warrend restart: the adopted template is still SEALED (QEMU says
+         * "postmigrate"), not merely stopped, so nothing can cont it. */
+        pid_t tpid = vmm_pid(t.vm);
+        struct qreq q = {0};
+        vmm_detach(t.vm);
+        vmm_free(t.vm);
+        t.vm = NULL;
+        CHECK(vmm_adopt(loop, &vc, tpid, &cbs, &t, &t.vm) == 0);
+        if (!t.vm)
+            goto out;
+        WAIT(vmm_phase(t.vm) != VMM_PH_BOOTING || t.exited, 10);
+        CHECK(vmm_phase(t.vm) == VMM_PH_SEALED);
+        CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM);
+        CHECK(vmm_qmp(t.vm, "{\"execute\":\"cont\"}", on_qmp, &q) == -EPERM);
+    }
     /* The template must never run again: its RAM is what clones map. */
     vmm_kill(t.vm);
     WAIT(t.exited, 10);
