@@ -1215,7 +1215,13 @@ static bool raw_allowed(enum vmm_phase p, const char *cmd)
     if (p == VMM_PH_SEALED)
         return strncmp(cmd, "query-", 6) == 0 || strcmp(cmd, "stop") == 0 ||
                strcmp(cmd, "quit") == 0;
-    if (strcmp(cmd, "cont") == 0)
+    /* What could run the guest or write its RAM waits until the phase says
+     * the guest may run (STOPPED, or RUNNING already): not during a save (a
+     * template's RAM file would no longer match its saved devices), a
+     * restore, or before the phase is known. HMP can say any of them. */
+    if (strcmp(cmd, "cont") == 0 || strcmp(cmd, "system_reset") == 0 ||
+        strcmp(cmd, "system_wakeup") == 0 || strcmp(cmd, "snapshot-load") == 0 ||
+        strcmp(cmd, "human-monitor-command") == 0)
         return vmm_phase_can_cont(p) || vmm_phase_guest_runs(p);
     if (strcmp(cmd, "migrate") == 0)
         return vmm_phase_can_save(p);

@@ -240,8 +240,10 @@ int vmm_settle_orphans(unsigned max_ms);
  * object, or "exec-oob"), -ESRCH (exited/detached), -EPIPE (QMP link lost), -ENOMEM,
  * -EPERM for a command that would bypass the phase rules:
  * - "migrate-incoming", always: only vmm_restore loads a stream (it checks the file);
- * - "cont" unless the phase is STOPPED or RUNNING (not while BOOTING, WAITING,
- *   RESTORING, SAVING);
+ * - "cont", and what could run the guest or write its RAM ("system_reset",
+ *   "system_wakeup", "snapshot-load", "human-monitor-command"), unless the
+ *   phase is STOPPED or RUNNING (not while BOOTING, WAITING, RESTORING,
+ *   SAVING);
  * - "migrate" unless vmm_save would be allowed (RUNNING, STOPPED);
  * - a SEALED VM takes only "query-*", "stop" and "quit" (no "cont",
  *   "system_reset", which reloads ROMs into the shared RAM file, or

@@ -1212,6 +1212,13 @@ static void test_snapshot_clones(void)
     CHECK(vmm_save(t.vm, snap, on_op, &sv) == 0);
     CHECK(vmm_phase(t.vm) == VMM_PH_SAVING && !sv.done);
     CHECK(vmm_stop(t.vm, on_op, &rb) == -EBUSY);
+    /* Mid-save nothing raw may run the guest or write its RAM either. */
+    CHECK(vmm_qmp(t.vm, "{\"execute\":\"cont\"}", NULL, NULL) == -EPERM);
+    CHECK(vmm_qmp(t.vm, "{\"execute\":\"system_reset\"}", NULL, NULL) == -EPERM);
+    CHECK(vmm_qmp(t.vm,
+                  "{\"execute\":\"human-monitor-command\","
+                  "\"arguments\":{\"command-line\":\"c\"}}",
+                  NULL, NULL) == -EPERM);
     WAIT(sv.done || t.exited, 30);
     CHECK(sv.done && sv.err == 0);
     if (sv.err)
@@ -1289,6 +1296,12 @@ static void test_snapshot_clones(void)
         /* Waiting for a stream: no raw cont (it would make the restored guest
          * run at once) and no stream loaded behind vmm_restore's back. */
         CHECK(vmm_qmp(k[i].vm, "{\"execute\":\"cont\"}", NULL, NULL) == -EPERM);
+        CHECK(vmm_qmp(k[i].vm,
+                      "{\"execute\":\"human-monitor-command\","
+                      "\"arguments\":{\"command-line\":\"cont\"}}",
+                      NULL, NULL) == -EPERM);
+        CHECK(vmm_qmp(k[i].vm, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:x\"}}", NULL,
+                      NULL) == -EPERM);
         CHECK(vmm_qmp(k[i].vm,
                       "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:x\"}}", NULL,
                       NULL) == -EPERM);
