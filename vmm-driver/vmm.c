@@ -48,6 +48,10 @@ enum op_stage { STG_QMP = 0, STG_JOB, STG_VERSION, STG_LOAD };
 
 struct vmm_job;
 
+/* Phase changes queued for the phase callback between two deliveries. Past
+ * it the newest entry absorbs the change (see vmm.h). */
+#define PHASE_Q 16
+
 /* The one stop/cont/save/restore in progress. */
 struct vmm_op {
     enum op_kind kind;
@@ -108,7 +112,15 @@ struct vmm {
     unsigned mem_mb, vcpus;
     char qemu_version[64]; /* from query-version, once asked */
     struct vmm_op op;
-    ev_io job_w; /* the worker thread's eventfd */
+    ev_io job_w;           /* the worker thread's eventfd */
+    vmm_phase_cb phase_cb; /* vmm_set_phase_cb, or NULL */
+    /* Phase changes not yet told to phase_cb, oldest first: told from the
+     * loop (phase_t), never inside the vmm_* call that made them. */
+    ev_timer phase_t;
+    unsigned phase_n;
+    struct {
+        enum vmm_phase from, to;
+    } phase_q[PHASE_Q];
 };
 
 /* VMs freed while their process still ran: kept until reaped, and reachable
@@ -160,11 +172,59 @@ uid_t vmm_uid(const struct vmm *vm)
     return vm->jv.on ? vm->jv.uid : (uid_t)-1;
 }
 
+/* Queue a change for the phase callback and make the loop deliver it. The
+ * ends an owner causes itself (vmm_detach, vmm_free) are not told: no
+ * callback may follow them. EXITED is told by finish_exit, right before
+ * cbs->exited. */
+static void phase_note(struct vmm *vm, enum vmm_phase from, enum vmm_phase to)
+{
+    if (!vm->phase_cb || (!vmm_phase_live(to) && to != VMM_PH_EXITED))
+        return;
+    if (vm->phase_n == PHASE_Q) {
+        /* A full queue: the newest entry spans this change too; a round
+         * trip back to where it started is no change at all. */
+        vm->phase_q[PHASE_Q - 1].to = to;
+        if (vm->phase_q[PHASE_Q - 1].from == to)
+            vm->phase_n--;
+    } else {
+        vm->phase_q[vm->phase_n].from = from;
+        vm->phase_q[vm->phase_n].to = to;
+        vm->phase_n++;
+    }
+    if (vmm_phase_live(to) && !ev_is_active(&vm->phase_t)) {
+        ev_timer_set(&vm->phase_t, 0., 0.);
+        ev_timer_start(vm->loop, &vm->phase_t);
+    }
+}
+
+/* Tell the owner every queued change, oldest first, while it still takes
+ * callbacks (a callback may detach or free the VM). From the loop only,
+ * inside vmm_enter. */
+static void phase_deliver(struct vmm *vm)
+{
+    while (vm->phase_n > 0 && (vmm_phase_live(vm->phase) || vm->phase == VMM_PH_EXITED)) {
+        enum vmm_phase from = vm->phase_q[0].from, to = vm->phase_q[0].to;
+        vm->phase_n--;
+        memmove(vm->phase_q, vm->phase_q + 1, vm->phase_n * sizeof(vm->phase_q[0]));
+        vm->phase_cb(vm->ud, from, to);
+    }
+}
+
+static void on_phase_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct vmm *vm = w->data;
+
+    vmm_enter(vm);
+    phase_deliver(vm);
+    vmm_leave(vm);
+}
+
 /* The only place a VM changes phase: the table decides (vmm_phase.c); an
  * illegal change is refused and written into qemu.log, where an operator
  * looking at that VM will find it. */
 static int phase_set(struct vmm *vm, enum vmm_phase to)
 {
+    enum vmm_phase from = vm->phase;
     char line[128];
     int n;
 
@@ -178,12 +238,24 @@ static int phase_set(struct vmm *vm, enum vmm_phase to)
         return -EINVAL;
     }
     vm->phase = to;
+    phase_note(vm, from, to);
     return 0;
 }
 
 enum vmm_phase vmm_phase(const struct vmm *vm)
 {
     return vm->phase;
+}
+
+void vmm_set_phase_cb(struct vmm *vm, vmm_phase_cb cb)
+{
+    if (!vm)
+        return;
+    vm->phase_cb = cb;
+    if (!cb) {
+        vm->phase_n = 0;
+        ev_timer_stop(vm->loop, &vm->phase_t);
+    }
 }
 
 static void op_clear(struct vmm *vm);
@@ -270,6 +342,7 @@ static void teardown_io(struct vmm *vm)
     ev_timer_stop(vm->loop, &vm->ready_t);
     ev_timer_stop(vm->loop, &vm->kill_t);
     ev_timer_stop(vm->loop, &vm->reap_t);
+    ev_timer_stop(vm->loop, &vm->phase_t);
     ev_io_stop(vm->loop, &vm->pid_w);
     ev_child_stop(vm->loop, &vm->child_w);
     vmm_qmp_close(vm, &vm->qmp);
@@ -426,7 +499,10 @@ static void finish_exit(struct vmm *vm, int status, bool known)
     close_pidfd(vm);
     jail_release(vm);
     phase_set(vm, VMM_PH_EXITED);
-    if (vm->cbs.exited)
+    /* The owner learns the last changes (this one included) first; it may
+     * free the VM from one of them, and then hears nothing more. */
+    phase_deliver(vm);
+    if (vm->phase == VMM_PH_EXITED && vm->cbs.exited)
         vm->cbs.exited(vm->ud, known ? status : -1, reason);
 }
 
@@ -668,6 +744,11 @@ static void on_status(void *ud, int err, const char *json)
             phase_set(vm, VMM_PH_RUNNING);
         else if (strcmp(st, "inmigrate") == 0)
             phase_set(vm, VMM_PH_WAITING);
+        /* An adopted template whose migration completed was saved: its RAM
+         * file may be every clone's base, so it is sealed again (also if the
+         * file was never finished: sealing only forbids running). */
+        else if (strcmp(st, "postmigrate") == 0 && vm->boot == VMM_BOOT_TEMPLATE)
+            phase_set(vm, VMM_PH_SEALED);
         else
             phase_set(vm, VMM_PH_STOPPED);
     }
@@ -815,6 +896,8 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->kill_t.data = vm;
     ev_init(&vm->ready_t, on_ready_timer);
     vm->ready_t.data = vm;
+    ev_init(&vm->phase_t, on_phase_timer);
+    vm->phase_t.data = vm;
     ev_io_init(&vm->con_w, on_console, -1, EV_READ);
     vm->con_w.data = vm;
     ev_io_init(&vm->qout_w, on_qemu_out, -1, EV_READ);
@@ -1118,12 +1201,51 @@ int vmm_channel_reconnect(struct vmm *vm)
     return 0;
 }
 
+/* May the owner send this command raw in this phase (vmm.h, vmm_qmp)? The
+ * driver's own commands do not come through here. */
+static bool raw_allowed(enum vmm_phase p, const char *cmd)
+{
+    /* Only vmm_restore feeds a stream in: it checks the file first, and a
+     * stream loaded behind its back would leave the phase WAITING under a
+     * running guest. */
+    if (strcmp(cmd, "migrate-incoming") == 0)
+        return false;
+    /* A sealed template's RAM file is every clone's base: nothing that could
+     * run the guest or write its RAM (a reset reloads ROMs into it). */
+    if (p == VMM_PH_SEALED)
+        return strncmp(cmd, "query-", 6) == 0 || strcmp(cmd, "stop") == 0 ||
+               strcmp(cmd, "quit") == 0;
+    /* What could run the guest or write its RAM waits until the phase says
+     * the guest may run (STOPPED, or RUNNING already): not during a save (a
+     * template's RAM file would no longer match its saved devices), a
+     * restore, or before the phase is known. HMP can say any of them. */
+    if (strcmp(cmd, "cont") == 0 || strcmp(cmd, "system_reset") == 0 ||
+        strcmp(cmd, "system_wakeup") == 0 || strcmp(cmd, "snapshot-load") == 0 ||
+        strcmp(cmd, "human-monitor-command") == 0)
+        return vmm_phase_can_cont(p) || vmm_phase_guest_runs(p);
+    if (strcmp(cmd, "migrate") == 0)
+        return vmm_phase_can_save(p);
+    return true;
+}
+
 int vmm_qmp(struct vmm *vm, const char *json, vmm_qmp_cb cb, void *ud)
 {
+    json_t *o;
+    bool ok;
+
     if (!vm || !json)
         return -EINVAL;
     if (!vmm_phase_live(vm->phase))
         return -ESRCH;
+    o = json_loads(json, 0, NULL);
+    if (!json_is_string(json_object_get(o, "execute"))) {
+        json_decref(o);
+        return -EINVAL;
+    }
+    ok = raw_allowed(vm->phase, json_string_value(json_object_get(o, "execute")));
+    json_decref(o);
+    if (!ok)
+        return -EPERM;
     return vmm_qmp_send(vm, &vm->qmp, json, cb, ud);
 }
 
@@ -1297,7 +1419,8 @@ static void op_clear(struct vmm *vm)
     op->fd = -1;
 }
 
-/* The operation is over: clear it, then call its owner (who may free vm). */
+/* The operation is over: clear it, tell the phase changes it made, then
+ * call its owner (who may free vm). */
 static void op_finish(struct vmm *vm, int err, const char *why)
 {
     vmm_op_cb cb = vm->op.cb;
@@ -1316,7 +1439,9 @@ static void op_finish(struct vmm *vm, int err, const char *why)
     free(vm->op.tmp);
     memset(&vm->op, 0, sizeof(vm->op));
     vm->op.fd = -1;
-    if (cb)
+    /* The op is over, so a phase callback may start the next one. */
+    phase_deliver(vm);
+    if (cb && vmm_phase_live(vm->phase))
         cb(ud, err, buf);
 }
 

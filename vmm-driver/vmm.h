@@ -26,12 +26,16 @@
  * in restore mode starts WAITING, vmm_restore makes it RESTORING, and
  * MIGRATION completed makes it STOPPED; vmm_save goes through SAVING back to
  * STOPPED, or to SEALED for a TEMPLATE VM (it may never run again: vmm_cont
- * and vmm_save refuse it; a "cont" sent raw through vmm_qmp would corrupt
- * every clone, and its RESUME is refused by the phase table and noted in
- * qemu.log); EXITED, DETACHED and FREED end it. The phase changes only inside
- * the driver (from events, replies and the calls above), never by itself
- * between two loop iterations; an illegal change is refused and noted in
- * qemu.log.
+ * and vmm_save refuse it, and so does vmm_qmp for "cont" and anything else
+ * that is not a query, "stop" or "quit"; a RESUME all the same is refused by
+ * the phase table and noted in qemu.log; a TEMPLATE VM adopted after a
+ * restart is SEALED again when QEMU says its migration completed,
+ * "postmigrate"); EXITED, DETACHED and FREED end it.
+ * The phase changes only inside the driver (from events, replies and the
+ * calls above), never by itself between two loop iterations; an illegal
+ * change is refused and noted in qemu.log. A phase callback
+ * (vmm_set_phase_cb) hears of every change, those QEMU made on its own
+ * included (a guest that paused itself, a "stop" sent through vmm_qmp).
  *
  * Boot modes (cfg->boot):
  * - VMM_BOOT_KERNEL: -kernel/-initrd boot, anonymous RAM (as before).
@@ -233,7 +237,18 @@ int vmm_settle_orphans(unsigned max_ms);
  * driver's own) and get the "return" (err 0) or "error" (err -EREMOTEIO) JSON text
  * back, in order. Commands sent before the QMP handshake completes are queued.
  * cb may be NULL. Not called if the VM exits first. Returns 0, -EINVAL (not such an
- * object, or "exec-oob"), -ESRCH (exited/detached), -EPIPE (QMP link lost), -ENOMEM. */
+ * object, or "exec-oob"), -ESRCH (exited/detached), -EPIPE (QMP link lost), -ENOMEM,
+ * -EPERM for a command that would bypass the phase rules:
+ * - "migrate-incoming", always: only vmm_restore loads a stream (it checks the file);
+ * - "cont", and what could run the guest or write its RAM ("system_reset",
+ *   "system_wakeup", "snapshot-load", "human-monitor-command"), unless the
+ *   phase is STOPPED or RUNNING (not while BOOTING, WAITING, RESTORING,
+ *   SAVING);
+ * - "migrate" unless vmm_save would be allowed (RUNNING, STOPPED);
+ * - a SEALED VM takes only "query-*", "stop" and "quit" (no "cont",
+ *   "system_reset", which reloads ROMs into the shared RAM file, or
+ *   "human-monitor-command").
+ * A "stop" is always sent: the phase follows QEMU's STOP event (vmm_set_phase_cb). */
 typedef void (*vmm_qmp_cb)(void *ud, int err, const char *json);
 int vmm_qmp(struct vmm *vm, const char *json, vmm_qmp_cb cb, void *ud);
 
@@ -242,6 +257,24 @@ const char *vmm_console_path(const struct vmm *vm);
 
 /* The VM's phase (vmm_phase.h). */
 enum vmm_phase vmm_phase(const struct vmm *vm);
+
+/* Phase changes pushed to the owner: cb(ud, from, to) with the ud given to
+ * vmm_launch/vmm_adopt, for every change whatever made it: QEMU's events (an
+ * unexpected STOP included), replies, or a vmm_* call (told later, never from
+ * inside that call). Called from the loop, once per change, in order, before
+ * the vmm_op_cb of the operation that made the change and before cbs->exited
+ * (the change to EXITED is told too); vmm_phase() may have moved on since.
+ * The ends the owner makes itself (vmm_detach, vmm_free) are not told. Set it
+ * right after vmm_launch/vmm_adopt, before the loop runs again, and the first
+ * report starts from the launch phase (BOOTING, or WAITING in restore mode).
+ * At most 16 changes wait between two loop iterations: past that the newest
+ * report spans several changes (its from -> to need not be one step of the
+ * table), and one that came back to where it started is dropped. cb NULL (the
+ * default) tells nothing. A setter, not a field of struct vmm_cbs: owners
+ * initialise that struct positionally, and a new field would break their
+ * -Wextra builds. */
+typedef void (*vmm_phase_cb)(void *ud, enum vmm_phase from, enum vmm_phase to);
+void vmm_set_phase_cb(struct vmm *vm, vmm_phase_cb cb);
 
 /* ---- stop, cont, save, restore ----
  * One operation at a time per VM (-EBUSY otherwise); -EPERM if the phase does

@@ -5,8 +5,9 @@
  * socket connections; vmm_qmp.c is the QMP client; vmm_log.c the bounded
  * console log; vmm_argv.c builds QEMU's command line; vmm_host.c probes the
  * host; vmm_qcow2.c writes overlays; vmm_phase.c is the phase table;
- * vmm_snap.c the snapshot file format. Tests include this header to reach the
- * pure parts (argv builder, console log) without a VM.
+ * vmm_snap.c the snapshot file format (vmm_crc.c its CRC-32). Tests include
+ * this header to reach the pure parts (argv builder, console log) without a
+ * VM.
  */
 #ifndef WARREN_VMM_INT_H
 #define WARREN_VMM_INT_H
@@ -272,6 +273,25 @@ const char *vmm_id_of(const struct vmm *vm);
  * Else 0 and *vsize, or -EINVAL for a header out of bounds (version, cluster
  * bits, size, encryption, L1 size, feature bits, header length). */
 int vmm_qcow2_probe(const uint8_t *h, size_t len, bool *is_qcow2, uint64_t *vsize);
+
+#define VMM_QCOW2_NAME_MAX 1023u /* backing file name bytes */
+#define VMM_QCOW2_REFS_MAX 64u   /* clusters one refcount block of ours counts */
+
+/* Where the overlay's parts go (file offsets in bytes). */
+struct vmm_qcow2_layout {
+    size_t hdr_len;     /* header, extensions and backing name: cluster 0 */
+    uint64_t l1_bytes;  /* the L1 table, zero, at cluster 3 */
+    uint64_t nclusters; /* clusters with refcount 1: header, refcount table and block, L1 */
+    uint64_t file_len;  /* the file ends after the L1 table */
+};
+
+/* Pure: the overlay's cluster 0 (header, backing-format extension, backing
+ * name) for a disk of size bytes over backing (format qcow2 or raw) into out
+ * (cap bytes), and its layout. 0, -EINVAL (size 0, not a multiple of 512 or
+ * above 64 TiB; name empty or too long), -ENOSPC (cap). Whatever it encodes,
+ * vmm_qcow2_probe accepts with the same size: an overlay can back a clone. */
+int vmm_qcow2_encode(uint8_t *out, size_t cap, uint64_t size, bool qcow2_backing,
+                     const char *backing, struct vmm_qcow2_layout *lay);
 
 /* ---- snapshot files (vmm_snap.c) ---- */
 

@@ -19,7 +19,8 @@ static const struct {
     unsigned to;
 } phases[VMM_PH__COUNT] = {
     [VMM_PH_BOOTING] = {"booting", F_LIVE | F_STOP,
-                        TO(VMM_PH_RUNNING) | TO(VMM_PH_STOPPED) | TO(VMM_PH_WAITING) | ENDS},
+                        TO(VMM_PH_RUNNING) | TO(VMM_PH_STOPPED) | TO(VMM_PH_WAITING) |
+                            TO(VMM_PH_SEALED) | ENDS},
     [VMM_PH_WAITING] = {"waiting", F_LIVE | F_RESTORE, TO(VMM_PH_RESTORING) | ENDS},
     [VMM_PH_RESTORING] = {"restoring", F_LIVE,
                           TO(VMM_PH_STOPPED) | TO(VMM_PH_RUNNING) | TO(VMM_PH_WAITING) | ENDS},

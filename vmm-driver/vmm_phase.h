@@ -16,7 +16,8 @@
  *   DETACHED   vmm_detach: the process lives on, this struct no longer watches
  *   FREED      vmm_free ran (the struct may linger until the process is reaped)
  *
- *   BOOTING   -> RUNNING, STOPPED, WAITING (adopted while waiting)
+ *   BOOTING   -> RUNNING, STOPPED, WAITING (adopted while waiting),
+ *                SEALED (an adopted TEMPLATE VM whose save had completed)
  *   WAITING   -> RESTORING
  *   RESTORING -> STOPPED (completed, guest paused), RUNNING (RESUME),
  *                WAITING (refused before the stream reached QEMU)

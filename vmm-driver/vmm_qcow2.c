@@ -114,21 +114,68 @@ int vmm_qcow2_probe(const uint8_t *h, size_t len, bool *is_qcow2, uint64_t *vsiz
     return 0;
 }
 
+int vmm_qcow2_encode(uint8_t *out, size_t cap, uint64_t size, bool qcow2_backing,
+                     const char *backing, struct vmm_qcow2_layout *lay)
+{
+    const char *bfmt = qcow2_backing ? "qcow2" : "raw";
+    size_t blen = backing ? strlen(backing) : 0, off;
+    uint64_t l1_size, l1_bytes, l1_clusters;
+
+    if (blen == 0 || blen > VMM_QCOW2_NAME_MAX)
+        return -EINVAL;
+    /* QEMU sizes disks in 512-byte sectors; a partial last sector would hide data. */
+    if (size == 0 || size % 512 || size > MAX_SIZE)
+        return -EINVAL;
+    l1_size = (size + L2_COVERS - 1) / L2_COVERS;
+    l1_bytes = l1_size * 8;
+    l1_clusters = (l1_bytes + CLUSTER - 1) / CLUSTER;
+    if (3 + l1_clusters > VMM_QCOW2_REFS_MAX)
+        return -EINVAL;
+    if (cap < HEADER_LEN + 16 + 8 + blen)
+        return -ENOSPC;
+
+    /* Header (all big-endian). Unset fields stay zero: no encryption, no
+     * snapshots, no feature bits. */
+    memset(out, 0, HEADER_LEN + 16 + 8 + blen);
+    memcpy(out, "QFI\xfb", 4);
+    be32(out + 4, 3);                  /* version */
+    be32(out + 20, CLUSTER_BITS);      /* cluster_bits */
+    be64(out + 24, size);              /* virtual size */
+    be32(out + 36, (uint32_t)l1_size); /* l1_size */
+    be64(out + 40, 3ull * CLUSTER);    /* l1_table_offset */
+    be64(out + 48, 1ull * CLUSTER);    /* refcount_table_offset */
+    be32(out + 56, 1);                 /* refcount_table_clusters */
+    be32(out + 96, 4);                 /* refcount_order: 16 bits */
+    be32(out + 100, HEADER_LEN);       /* header_length */
+    off = HEADER_LEN;
+    be32(out + off, EXT_BACKING); /* backing format: "raw" or "qcow2" */
+    be32(out + off + 4, (uint32_t)strlen(bfmt));
+    memcpy(out + off + 8, bfmt, strlen(bfmt));
+    off += 8 + 8;                   /* extension data padded to 8 bytes: both names fit */
+    off += 8;                       /* end-of-extensions marker (zeros) */
+    be64(out + 8, off);             /* backing_file_offset */
+    be32(out + 16, (uint32_t)blen); /* backing_file_size */
+    memcpy(out + off, backing, blen);
+    lay->hdr_len = off + blen;
+    lay->l1_bytes = l1_bytes;
+    lay->nclusters = 3 + l1_clusters;
+    lay->file_len = 3ull * CLUSTER + l1_bytes;
+    return 0;
+}
+
 int vmm_qcow2_create(const char *path, const char *backing, uint64_t size)
 {
     uint8_t probe[512];
-    const char *bfmt = "raw";
     bool is_qcow2 = false;
     uint64_t vsize = 0;
     ssize_t pn;
-    uint8_t hdr[HEADER_LEN + 16 + 8 + 1024] = {0};
-    uint8_t rt[8] = {0}, rb[2 * 64];
-    size_t blen = backing ? strlen(backing) : 0, off;
-    uint64_t l1_size, l1_bytes, l1_clusters, nclusters;
+    uint8_t hdr[HEADER_LEN + 16 + 8 + VMM_QCOW2_NAME_MAX];
+    uint8_t rt[8] = {0}, rb[2 * VMM_QCOW2_REFS_MAX];
+    struct vmm_qcow2_layout lay;
     struct stat st;
     int fd = -1, r;
 
-    if (!path || !backing || blen == 0 || blen > 1023)
+    if (!path || !backing || !*backing || strlen(backing) > VMM_QCOW2_NAME_MAX)
         return -EINVAL;
     fd = open(backing, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -144,49 +191,17 @@ int vmm_qcow2_create(const char *path, const char *backing, uint64_t size)
         if (size != 0 && size != vsize)
             return -EINVAL;
         size = vsize;
-        bfmt = "qcow2";
     }
     if (size == 0) {
         if (stat(backing, &st) != 0)
             return -errno;
         size = (uint64_t)st.st_size;
     }
-    /* QEMU sizes disks in 512-byte sectors; a partial last sector would hide data. */
-    if (size == 0 || size % 512 || size > MAX_SIZE)
-        return -EINVAL;
-
-    l1_size = (size + L2_COVERS - 1) / L2_COVERS;
-    l1_bytes = l1_size * 8;
-    l1_clusters = (l1_bytes + CLUSTER - 1) / CLUSTER;
-    nclusters = 3 + l1_clusters;
-    if (nclusters > sizeof(rb) / 2)
-        return -EINVAL;
-
-    /* Header (all big-endian). Unset fields stay zero: no encryption, no
-     * snapshots, no feature bits. */
-    memcpy(hdr, "QFI\xfb", 4);
-    be32(hdr + 4, 3);                  /* version */
-    be32(hdr + 20, CLUSTER_BITS);      /* cluster_bits */
-    be64(hdr + 24, size);              /* virtual size */
-    be32(hdr + 36, (uint32_t)l1_size); /* l1_size */
-    be64(hdr + 40, 3ull * CLUSTER);    /* l1_table_offset */
-    be64(hdr + 48, 1ull * CLUSTER);    /* refcount_table_offset */
-    be32(hdr + 56, 1);                 /* refcount_table_clusters */
-    be32(hdr + 96, 4);                 /* refcount_order: 16 bits */
-    be32(hdr + 100, HEADER_LEN);       /* header_length */
-    off = HEADER_LEN;
-    be32(hdr + off, EXT_BACKING); /* backing format: "raw" or "qcow2" */
-    be32(hdr + off + 4, (uint32_t)strlen(bfmt));
-    memcpy(hdr + off + 8, bfmt, strlen(bfmt));
-    off += 8 + 8;                   /* extension data padded to 8 bytes: both names fit */
-    off += 8;                       /* end-of-extensions marker (zeros) */
-    be64(hdr + 8, off);             /* backing_file_offset */
-    be32(hdr + 16, (uint32_t)blen); /* backing_file_size */
-    memcpy(hdr + off, backing, blen);
-    off += blen;
+    if ((r = vmm_qcow2_encode(hdr, sizeof(hdr), size, is_qcow2, backing, &lay)) != 0)
+        return r == -ENOSPC ? -EINVAL : r;
 
     be64(rt, 2ull * CLUSTER); /* refcount table[0] -> refcount block at cluster 2 */
-    for (uint64_t i = 0; i < nclusters; i++) {
+    for (uint64_t i = 0; i < lay.nclusters; i++) {
         rb[2 * i] = 0;
         rb[2 * i + 1] = 1;
     }
@@ -194,11 +209,12 @@ int vmm_qcow2_create(const char *path, const char *backing, uint64_t size)
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return -errno;
-    if ((r = pwrite_all(fd, hdr, off, 0)) || (r = pwrite_all(fd, rt, sizeof(rt), CLUSTER)) ||
-        (r = pwrite_all(fd, rb, 2 * nclusters, 2 * CLUSTER)))
+    if ((r = pwrite_all(fd, hdr, lay.hdr_len, 0)) ||
+        (r = pwrite_all(fd, rt, sizeof(rt), CLUSTER)) ||
+        (r = pwrite_all(fd, rb, 2 * lay.nclusters, 2 * CLUSTER)))
         goto fail;
     /* The L1 table is all zeros: extending the file makes it so without writing. */
-    if (ftruncate(fd, (off_t)(3ull * CLUSTER + l1_bytes)) != 0) {
+    if (ftruncate(fd, (off_t)lay.file_len) != 0) {
         r = -errno;
         goto fail;
     }

@@ -3,10 +3,10 @@
  *
  * Header (little-endian): magic "WARRENSN", version, header length, stream
  * offset and length, the stream's CRC-32, guest RAM (MiB) and vCPUs, flags,
- * the QEMU version that wrote the stream, reserved bytes that must be zero,
- * and a CRC-32 of the header itself in its last 4 bytes. Every field is
- * bounded on decode: the file is read back by a later warrend and may have
- * been truncated or damaged since.
+ * the QEMU version that wrote the stream (NUL-padded to 64 bytes), reserved
+ * bytes that must be zero, and a CRC-32 of the header itself in its last 4
+ * bytes. Every field is bounded on decode: the file is read back by a later
+ * warrend and may have been truncated or damaged since.
  *
  * The stream is written by QEMU through an fd positioned after the header;
  * vmm_snap_finalize then checksums it, writes the header, fsyncs and renames
@@ -30,31 +30,6 @@
 #define OFF_CRC     (VMM_SNAP_HDR - 4)
 #define OFF_VER_STR 48
 #define MAX_STREAM  (64ull << 30)
-
-static uint32_t crc_table[256];
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-uint32_t vmm_crc32(uint32_t crc, const void *buf, size_t n)
-{
-    const uint8_t *p = buf;
-
-    /* Idempotent and cheap; racing initialisers write the same values. */
-    if (!crc_table[1])
-        crc_init();
-    crc = ~crc;
-    while (n--)
-        crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
 
 static void le32(uint8_t *p, uint32_t v)
 {
@@ -132,6 +107,11 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
     for (size_t i = 0; i < vlen; i++)
         if (buf[OFF_VER_STR + i] < 0x20 || buf[OFF_VER_STR + i] > 0x7e)
             BAD("snapshot QEMU version not printable");
+    /* The version field's tail after its NUL is padding like the reserved
+     * bytes: zero, so a header has exactly one encoding. */
+    for (size_t i = OFF_VER_STR + vlen; i < OFF_VER_STR + 64; i++)
+        if (buf[i])
+            BAD("snapshot QEMU version field has bytes after its end");
     for (size_t i = OFF_VER_STR + 64; i < OFF_CRC; i++)
         if (buf[i])
             BAD("snapshot header reserved bytes not zero");

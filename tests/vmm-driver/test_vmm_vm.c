@@ -86,7 +86,13 @@ static void kill_started(void)
 struct vmctx {
     struct vmm *vm;
     bool free_on_channel, free_on_exit; /* vmm_free from inside the callback */
+    bool free_on_phase;                 /* vmm_free from inside the first phase callback */
     int exited, status, chans, chan_fd;
+    int exit_seq, nph; /* phase callbacks told (vmm_set_phase_cb) */
+    struct {
+        enum vmm_phase from, to, now;
+        int seq;
+    } ph[128];
     char reason[400];
     ev_tstamp t_launch, t_chan;
 };
@@ -122,6 +128,7 @@ static void on_exited(void *ud, int status, const char *reason)
     struct vmctx *c = ud;
 
     c->exited++;
+    c->exit_seq = ++qseq;
     c->status = status;
     snprintf(c->reason, sizeof(c->reason), "%s", reason);
     if (c->free_on_exit) {
@@ -131,6 +138,29 @@ static void on_exited(void *ud, int status, const char *reason)
 }
 
 static const struct vmm_cbs cbs = {on_channel, on_exited};
+
+static void on_phase(void *ud, enum vmm_phase from, enum vmm_phase to)
+{
+    struct vmctx *c = ud;
+
+    if (c->nph < (int)(sizeof(c->ph) / sizeof(c->ph[0]))) {
+        c->ph[c->nph].from = from;
+        c->ph[c->nph].to = to;
+        c->ph[c->nph].now = vmm_phase(c->vm);
+        c->ph[c->nph].seq = ++qseq;
+        c->nph++;
+    }
+    if (c->free_on_phase) {
+        vmm_free(c->vm);
+        c->vm = NULL;
+    }
+}
+
+/* The last phase change told to c is from -> to. */
+static bool told(const struct vmctx *c, enum vmm_phase from, enum vmm_phase to)
+{
+    return c->nph > 0 && c->ph[c->nph - 1].from == from && c->ph[c->nph - 1].to == to;
+}
 
 static void on_qmp(void *ud, int err, const char *json)
 {
@@ -820,7 +850,7 @@ out:
 
 struct opres {
     bool done;
-    int err;
+    int err, seq;
     char why[300];
     ev_tstamp t;
 };
@@ -831,6 +861,7 @@ static void on_op(void *ud, int err, const char *why)
 
     o->done = true;
     o->err = err;
+    o->seq = ++qseq;
     o->t = ev_time();
     snprintf(o->why, sizeof(o->why), "%s", why);
 }
@@ -1034,6 +1065,109 @@ static int guest_size(struct chan *c, uint8_t id, const char *path)
  * guest that answers, saved; a damaged snapshot refused by a waiting clone;
  * then two clones restored from it, each with its own overlay backed by the
  * template's frozen overlay, conted, answering the agent. */
+/* ---- phase changes pushed to the owner, raw QMP refused where it would
+ * bypass the phase rules ---- */
+static void test_phase_events(void)
+{
+    struct vmctx a, f;
+    struct vmm_config vc, fc;
+    char run_dir[256], frun[256];
+    struct qreq st = {0}, rs = {0};
+    struct opres ct = {0}, sp = {0};
+    int n;
+
+    ctx_init(&a);
+    ctx_init(&f);
+    config(&vc, "t-phase", run_dir, sizeof(run_dir));
+    config(&fc, "t-phfree", frun, sizeof(frun));
+    CHECK(launch(&vc, &a) == 0);
+    /* A second VM whose owner frees it from its first phase callback. */
+    f.free_on_phase = true;
+    CHECK(launch(&fc, &f) == 0);
+    if (!a.vm || !f.vm)
+        goto out;
+    vmm_set_phase_cb(a.vm, on_phase);
+    vmm_set_phase_cb(f.vm, on_phase);
+    /* BOOTING: the phase is not known yet, so no raw cont; never a raw
+     * migrate-incoming (only vmm_restore loads a stream). */
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"cont\"}", on_qmp, &rs) == -EPERM);
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"defer\"}}",
+                  on_qmp, &rs) == -EPERM);
+    CHECK(a.nph == 0);
+    WAIT(told(&a, VMM_PH_BOOTING, VMM_PH_RUNNING) || a.exited, 30);
+    CHECK(told(&a, VMM_PH_BOOTING, VMM_PH_RUNNING) && a.nph == 1);
+
+    /* A stop the driver did not make: the owner hears running -> stopped. */
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"stop\"}", on_qmp, &st) == 0);
+    CHECK(a.nph == 1); /* never from inside the call */
+    WAIT((st.done && told(&a, VMM_PH_RUNNING, VMM_PH_STOPPED)) || a.exited, 10);
+    CHECK(st.done && st.err == 0 && told(&a, VMM_PH_RUNNING, VMM_PH_STOPPED) && a.nph == 2);
+    CHECK(vmm_phase(a.vm) == VMM_PH_STOPPED && a.ph[1].now == VMM_PH_STOPPED);
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"defer\"}}",
+                  on_qmp, &rs) == -EPERM);
+
+    /* cont: stopped -> running, told before the operation's own callback. */
+    CHECK(vmm_cont(a.vm, on_op, &ct) == 0);
+    WAIT(ct.done || a.exited, 10);
+    CHECK(ct.done && ct.err == 0 && told(&a, VMM_PH_STOPPED, VMM_PH_RUNNING) && a.nph == 3);
+    CHECK(a.ph[2].seq < ct.seq);
+    /* A raw cont of a running guest is harmless (QEMU does nothing). */
+    memset(&rs, 0, sizeof(rs));
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"cont\"}", on_qmp, &rs) == 0);
+    WAIT(rs.done || a.exited, 10);
+    CHECK(rs.done && rs.err == 0 && a.nph == 3);
+    /* And once more through the driver: stop, then a raw cont. */
+    CHECK(vmm_stop(a.vm, on_op, &sp) == 0);
+    WAIT(sp.done || a.exited, 10);
+    CHECK(sp.done && sp.err == 0 && told(&a, VMM_PH_RUNNING, VMM_PH_STOPPED) && a.nph == 4);
+    memset(&rs, 0, sizeof(rs));
+    CHECK(vmm_qmp(a.vm, "{\"execute\":\"cont\"}", on_qmp, &rs) == 0);
+    WAIT((rs.done && told(&a, VMM_PH_STOPPED, VMM_PH_RUNNING)) || a.exited, 10);
+    CHECK(told(&a, VMM_PH_STOPPED, VMM_PH_RUNNING) && a.nph == 5);
+    for (int i = 0; i < a.nph; i++)
+        printf("phase told: %s -> %s\n", vmm_phase_name(a.ph[i].from), vmm_phase_name(a.ph[i].to));
+
+    /* A burst of raw stop/cont (more changes than the driver queues between
+     * two loop iterations, if QEMU's events arrive together): whatever is
+     * told is one unbroken chain ending where the VM is. */
+    {
+        struct qreq burst[40];
+        memset(burst, 0, sizeof(burst));
+        for (int i = 0; i < 40; i++)
+            CHECK(vmm_qmp(a.vm, i % 2 ? "{\"execute\":\"cont\"}" : "{\"execute\":\"stop\"}", on_qmp,
+                          &burst[i]) == 0);
+        WAIT(burst[39].done || a.exited, 20);
+        CHECK(burst[39].done && burst[39].err == 0);
+        WAIT(told(&a, VMM_PH_STOPPED, VMM_PH_RUNNING) || a.exited, 10);
+        for (int i = 0; i < 20; i++)
+            ev_run(loop, EVRUN_NOWAIT);
+        CHECK(vmm_phase(a.vm) == VMM_PH_RUNNING && a.ph[a.nph - 1].to == VMM_PH_RUNNING);
+        CHECK(a.nph > 5 && a.nph < (int)(sizeof(a.ph) / sizeof(a.ph[0])));
+        for (int i = 1; i < a.nph; i++)
+            CHECK(a.ph[i].from == a.ph[i - 1].to && a.ph[i].from != a.ph[i].to);
+        printf("burst of 40 raw stop/cont: %d changes told\n", a.nph - 5);
+    }
+
+    /* The end: running -> exited is told, then cbs->exited. */
+    n = a.nph;
+    vmm_kill(a.vm);
+    WAIT(a.exited, 10);
+    CHECK(a.exited == 1 && a.nph == n + 1 && told(&a, VMM_PH_RUNNING, VMM_PH_EXITED));
+    CHECK(a.ph[n].seq < a.exit_seq);
+
+    /* The other VM was freed from its first phase callback: one call, then silence. */
+    WAIT(f.nph > 0, 30);
+    CHECK(f.nph == 1 && f.vm == NULL && f.ph[0].from == VMM_PH_BOOTING);
+    for (int i = 0; i < 20; i++)
+        ev_run(loop, EVRUN_NOWAIT);
+    CHECK(f.nph == 1 && f.exited == 0);
+out:
+    if (a.vm)
+        vmm_free(a.vm);
+    if (f.vm)
+        vmm_free(f.vm);
+}
+
 static void test_snapshot_clones(void)
 {
     struct vmctx t, k[2];
@@ -1078,6 +1212,13 @@ static void test_snapshot_clones(void)
     CHECK(vmm_save(t.vm, snap, on_op, &sv) == 0);
     CHECK(vmm_phase(t.vm) == VMM_PH_SAVING && !sv.done);
     CHECK(vmm_stop(t.vm, on_op, &rb) == -EBUSY);
+    /* Mid-save nothing raw may run the guest or write its RAM either. */
+    CHECK(vmm_qmp(t.vm, "{\"execute\":\"cont\"}", NULL, NULL) == -EPERM);
+    CHECK(vmm_qmp(t.vm, "{\"execute\":\"system_reset\"}", NULL, NULL) == -EPERM);
+    CHECK(vmm_qmp(t.vm,
+                  "{\"execute\":\"human-monitor-command\","
+                  "\"arguments\":{\"command-line\":\"c\"}}",
+                  NULL, NULL) == -EPERM);
     WAIT(sv.done || t.exited, 30);
     CHECK(sv.done && sv.err == 0);
     if (sv.err)
@@ -1085,12 +1226,42 @@ static void test_snapshot_clones(void)
     CHECK(vmm_phase(t.vm) == VMM_PH_SEALED); /* a saved template never runs again */
     CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM && vmm_save(t.vm, bad, on_op, &rb) == -EPERM);
     {
+        /* Nor through raw QMP: nothing that could run it or write its RAM. */
+        struct qreq q = {0};
+        CHECK(vmm_qmp(t.vm, "{\"execute\":\"cont\"}", on_qmp, &q) == -EPERM);
+        CHECK(vmm_qmp(t.vm, "{\"execute\":\"system_reset\"}", on_qmp, &q) == -EPERM);
+        CHECK(vmm_qmp(t.vm,
+                      "{\"execute\":\"human-monitor-command\","
+                      "\"arguments\":{\"command-line\":\"cont\"}}",
+                      on_qmp, &q) == -EPERM);
+        CHECK(vmm_qmp(t.vm, "{\"execute\":\"query-status\"}", on_qmp, &q) == 0);
+        WAIT(q.done || t.exited, 10);
+        CHECK(q.done && q.err == 0 && !strstr(q.json, "\"running\":true"));
+        CHECK(vmm_phase(t.vm) == VMM_PH_SEALED);
+    }
+    {
         char tmpname[320];
         snprintf(tmpname, sizeof(tmpname), "%s.tmp", snap);
         CHECK(access(snap, R_OK) == 0 && access(tmpname, F_OK) != 0);
     }
     printf("template snapshot: %lld bytes (device state; RAM stays in %s)\n",
            (long long)fsize(snap), mem);
+    {
+        /* A warrend restart: the adopted template is still SEALED (QEMU says
+         * "postmigrate"), not merely stopped, so nothing can cont it. */
+        pid_t tpid = vmm_pid(t.vm);
+        struct qreq q = {0};
+        vmm_detach(t.vm);
+        vmm_free(t.vm);
+        t.vm = NULL;
+        CHECK(vmm_adopt(loop, &vc, tpid, &cbs, &t, &t.vm) == 0);
+        if (!t.vm)
+            goto out;
+        WAIT(vmm_phase(t.vm) != VMM_PH_BOOTING || t.exited, 10);
+        CHECK(vmm_phase(t.vm) == VMM_PH_SEALED);
+        CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM);
+        CHECK(vmm_qmp(t.vm, "{\"execute\":\"cont\"}", on_qmp, &q) == -EPERM);
+    }
     /* The template must never run again: its RAM is what clones map. */
     vmm_kill(t.vm);
     WAIT(t.exited, 10);
@@ -1122,6 +1293,18 @@ static void test_snapshot_clones(void)
         if (!k[i].vm)
             goto out;
         CHECK(vmm_phase(k[i].vm) == VMM_PH_WAITING);
+        /* Waiting for a stream: no raw cont (it would make the restored guest
+         * run at once) and no stream loaded behind vmm_restore's back. */
+        CHECK(vmm_qmp(k[i].vm, "{\"execute\":\"cont\"}", NULL, NULL) == -EPERM);
+        CHECK(vmm_qmp(k[i].vm,
+                      "{\"execute\":\"human-monitor-command\","
+                      "\"arguments\":{\"command-line\":\"cont\"}}",
+                      NULL, NULL) == -EPERM);
+        CHECK(vmm_qmp(k[i].vm, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:x\"}}", NULL,
+                      NULL) == -EPERM);
+        CHECK(vmm_qmp(k[i].vm,
+                      "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:x\"}}", NULL,
+                      NULL) == -EPERM);
         if (i == 0) {
             CHECK(vmm_restore(k[i].vm, bad, on_op, &rb) == 0);
             CHECK(vmm_phase(k[i].vm) == VMM_PH_RESTORING);
@@ -1295,6 +1478,10 @@ int main(int argc, char **argv)
         test_snapshot_clones();
         goto done;
     }
+    if (getenv("WARREN_VMM_ONLY_PHASE")) {
+        test_phase_events();
+        goto done;
+    }
     test_lifecycle();
     test_shutdown();
     test_free_in_callback();
@@ -1304,6 +1491,7 @@ int main(int argc, char **argv)
     test_console_cap();
     test_qemu_log_cap();
     test_jail();
+    test_phase_events();
     test_snapshot_clones();
 
 done:

@@ -1,0 +1,167 @@
+/*
+ * Fuzz the snapshot file decoder (vmm-driver/vmm_snap.c): vmm_snap_decode on
+ * the header and vmm_snap_verify on the whole file, as a later warrend reads
+ * back a file that may have been truncated or damaged since it was written.
+ *
+ * Input: one flags byte, then the file. With F_SHAPE the next two bytes say
+ * how many of the following bytes form the header's start (zero-padded to
+ * the 4 KiB header) and the rest is the stream, so short inputs reach every
+ * field. A CRC-32 or an exact length is out of a fuzzer's reach, so the flags
+ * can also fix the stream length, the stream's CRC and the header's CRC.
+ *
+ * Checked: a refusal is -EINVAL with a sentence; an accepted header has every
+ * field within its documented bounds and re-encodes to exactly the bytes read
+ * (one encoding per header); vmm_snap_verify agrees with the decoder and with
+ * a CRC of the stream computed here; vmm_snap_match accepts the VM the header
+ * describes and refuses another QEMU version.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "vmm_int.h"
+
+#define F_FIX_HCRC 1u
+#define F_FIX_SCRC 2u
+#define F_FIX_LEN  4u
+#define F_SHAPE    8u
+
+static void le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void le64(uint8_t *p, uint64_t v)
+{
+    le32(p, (uint32_t)v);
+    le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static void check_why(const char *why, size_t cap)
+{
+    if (!memchr(why, 0, cap) || why[0] == 0)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int mfd = -1;
+    struct vmm_snap_info a, b;
+    uint8_t again[VMM_SNAP_HDR];
+    char why[240];
+    uint8_t *file;
+    size_t flen, hlen;
+    unsigned flags;
+    int r1, r2;
+
+    if (size < 1)
+        return 0;
+    flags = data[0];
+    data++;
+    size--;
+    if (flags & F_SHAPE) {
+        size_t hn;
+        if (size < 2)
+            return 0;
+        hn = ((size_t)data[0] | (size_t)data[1] << 8) % (VMM_SNAP_HDR + 1);
+        data += 2;
+        size -= 2;
+        if (hn > size)
+            hn = size;
+        flen = VMM_SNAP_HDR + (size - hn);
+        if (!(file = calloc(1, flen)))
+            return 0;
+        memcpy(file, data, hn);
+        memcpy(file + VMM_SNAP_HDR, data + hn, size - hn);
+    } else {
+        flen = size;
+        if (!(file = malloc(flen ? flen : 1)))
+            return 0;
+        memcpy(file, data, flen);
+    }
+    if (flen >= VMM_SNAP_HDR) {
+        if (flags & F_FIX_LEN)
+            le64(file + 24, flen - VMM_SNAP_HDR);
+        if (flags & F_FIX_SCRC)
+            le32(file + 32, vmm_crc32(0, file + VMM_SNAP_HDR, flen - VMM_SNAP_HDR));
+        if (flags & F_FIX_HCRC)
+            le32(file + VMM_SNAP_HDR - 4, vmm_crc32(0, file, VMM_SNAP_HDR - 4));
+    }
+
+    /* What vmm_snap_verify hands the decoder: one pread of the header. */
+    hlen = flen < VMM_SNAP_HDR ? flen : VMM_SNAP_HDR;
+    memset(why, 0x55, sizeof(why));
+    memset(&a, 0x55, sizeof(a));
+    r1 = vmm_snap_decode(file, hlen, flen, &a, why, sizeof(why));
+    if (r1 != 0) {
+        if (r1 != -EINVAL)
+            abort();
+        check_why(why, sizeof(why));
+    } else {
+        size_t vlen = strnlen(a.qemu_version, sizeof(a.qemu_version));
+        char other[sizeof(a.qemu_version)];
+        if (flen != VMM_SNAP_HDR + a.stream_len || a.stream_len == 0 ||
+            a.stream_len > (64ull << 30))
+            abort();
+        if (a.mem_mb == 0 || a.mem_mb > (1u << 20) || a.vcpus == 0 || a.vcpus > 1024 ||
+            (a.flags & ~VMM_SNAP_F_SHARED_RAM))
+            abort();
+        if (vlen == 0 || vlen >= sizeof(a.qemu_version))
+            abort();
+        for (size_t i = 0; i < vlen; i++)
+            if (a.qemu_version[i] < 0x20 || a.qemu_version[i] > 0x7e)
+                abort();
+        /* One encoding per header: what was accepted is what we would write. */
+        vmm_snap_encode(again, &a);
+        if (memcmp(again, file, VMM_SNAP_HDR) != 0)
+            abort();
+        if (vmm_snap_match(&a, a.qemu_version, a.mem_mb, a.vcpus, a.flags & VMM_SNAP_F_SHARED_RAM,
+                           why, sizeof(why)) != 0)
+            abort();
+        /* Another QEMU: the version one character longer or shorter. */
+        memcpy(other, a.qemu_version, sizeof(other));
+        if (vlen < sizeof(other) - 1) {
+            other[vlen] = 'x';
+            other[vlen + 1] = 0;
+        } else {
+            other[vlen - 1] = 0;
+        }
+        memset(why, 0x55, sizeof(why));
+        if (vmm_snap_match(&a, other, a.mem_mb, a.vcpus, a.flags & VMM_SNAP_F_SHARED_RAM, why,
+                           sizeof(why)) != -EINVAL)
+            abort();
+        check_why(why, sizeof(why));
+    }
+
+    /* The file API over the same bytes (a memfd: a regular file, no disk). */
+    if (mfd < 0 && (mfd = memfd_create("fuzz_snap", MFD_CLOEXEC)) < 0)
+        abort();
+    if (ftruncate(mfd, 0) != 0 || (flen && pwrite(mfd, file, flen, 0) != (ssize_t)flen))
+        abort();
+    memset(why, 0x55, sizeof(why));
+    r2 = vmm_snap_verify(mfd, &b, why, sizeof(why));
+    if (r1 != 0) {
+        if (r2 != r1)
+            abort();
+        check_why(why, sizeof(why));
+    } else {
+        bool crc_ok = vmm_crc32(0, file + VMM_SNAP_HDR, flen - VMM_SNAP_HDR) == a.stream_crc;
+        if ((r2 == 0) != crc_ok)
+            abort();
+        if (r2 != 0) {
+            if (r2 != -EINVAL)
+                abort();
+            check_why(why, sizeof(why));
+        } else if (b.stream_len != a.stream_len || b.stream_crc != a.stream_crc ||
+                   b.mem_mb != a.mem_mb || b.vcpus != a.vcpus || b.flags != a.flags ||
+                   strcmp(b.qemu_version, a.qemu_version) != 0) {
+            abort();
+        }
+    }
+    free(file);
+    return 0;
+}
