@@ -77,6 +77,9 @@ struct srv_config {
     unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
     /* the browser terminal (issue 7) */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
+    /* template snapshots and the warm pool (issue 8) */
+    unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
+    unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

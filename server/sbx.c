@@ -9,6 +9,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "pool.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -149,6 +150,9 @@ static json_t *sandbox_json(const struct sandbox *sb)
     json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
     if (sb->vm_id[0])
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
+    /* Where its VM came from: handed out by the warm pool, or booted for it. */
+    json_object_set_new(
+        o, "source", json_string(sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool" : "boot"));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -343,7 +347,7 @@ static void sandbox_ready(struct sandbox *sb)
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return;
     }
-    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)",
+    LOGS(LOG_INFO, sb->id, "running (%.1f ms after create)",
          (double)(sbx_now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
@@ -601,6 +605,11 @@ static void sandbox_unlink(struct sbx_table *t, struct sandbox *sb)
     }
 }
 
+json_t *sbx_pool_stats(const struct sbx_table *t)
+{
+    return pool_stats(t->pool);
+}
+
 unsigned sbx_count_live(const struct sbx_table *t)
 {
     unsigned n = 0;
@@ -766,6 +775,65 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
 
 /* ---- create ---- */
 
+static void on_handout_cont(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    char reason[256];
+
+    if (err == 0 || sbx_state_final(sb->state))
+        return;
+    snprintf(reason, sizeof(reason), "vm_start_failed: cont of a pool VM: %s", why);
+    sandbox_end(sb, ST_DEAD, reason);
+}
+
+/*
+ * Create from the warm pool: vm is restored and stopped, unbound. Bind it,
+ * record both, let its vCPUs run and open a fresh channel session: the INIT
+ * sent on connect (sbx_on_channel) gives the guest the host's clock, fresh
+ * entropy and a new session, as for a booted VM; its HELLO answers the create
+ * (sandbox_ready). The boot timer still bounds it.
+ */
+static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink *sink, void *user,
+                   sbx_op_t *opid, struct sbx_err *err)
+{
+    struct sbx_table *t = sb->t;
+    struct op *op;
+    int r;
+
+    sbx_vm_bind(vm, sb);
+    r = sbx_vm_save(vm);
+    if (r == 0)
+        r = sbx_save(sb);
+    if (r != 0) {
+        sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
+                    idx_strerror(r));
+        sandbox_end(sb, ST_DEAD, "index_write_failed");
+        return SBX_E_INDEX_WRITE_FAILED;
+    }
+    if (!(op = ops_new(sb, OP_CREATE, sink, user))) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
+        (r = vmm_channel_reconnect(sb->vm)) != 0)
+        goto fail;
+    /* TODO(RESYNC, issue 8): a handed-out clone shares the template's RNG state, boot
+     * id and hostname, and its clock stopped at the template's save. The INIT on the
+     * new channel already sets clock, entropy and hostname; the lead wires the RESYNC
+     * frame (clock, entropy + reseed, new boot id, hostname) here, before any op. */
+    ev_timer_start(t->loop, &sb->boot_timer);
+    LOGS(LOG_INFO, sb->id, "starting: VM %s from the pool, template %s, %u MiB, %u vCPU, pid %d",
+         vm->id, sb->tmpl, sb->mem_mb, sb->vcpus, (int)vm->pid);
+    *opid = op->id;
+    return 0;
+fail:
+    /* The op (if any) is failed by sandbox_end. */
+    LOGS(LOG_ERR, sb->id, "cannot start from the pool: %s", strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
+    sandbox_end(sb, ST_DEAD, "vm_start_failed");
+    return SBX_E_VM_START_FAILED;
+}
+
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
@@ -842,6 +910,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->vcpus = vcpus;
     sb->env = env;
     sb->metadata = meta;
+    if ((vm = pool_take(t->pool, tmpl, mem, vcpus)))
+        return handout(sb, vm, sink, user, opid, err);
     r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
     if (r != 0)
         goto fail;
@@ -1076,6 +1146,12 @@ static void bind_all(struct sbx_table *t, bool rewrite)
     for (struct sbx_vm *vm = t->vms, *next; vm; vm = next) {
         struct sandbox *sb = vm->sb_id[0] ? sbx_find(t, vm->sb_id) : NULL;
         next = vm->next;
+        if (!sb && !vm->sb_id[0] && strcmp(vm->boot, "pool") == 0) {
+            /* Stopped clones of a template: cheaper to make again than to re-adopt. */
+            LOGS(LOG_INFO, vm->id, "pool VM of an earlier warrend: removing it (the pool refills)");
+            sbx_vm_destroy(vm);
+            continue;
+        }
         if (!sb || sb->vmr || strcmp(sb->vm_id, vm->id) != 0) {
             LOGS(LOG_WARN, vm->id, "VM of %s, which has no record: removing it",
                  vm->sb_id[0] ? vm->sb_id : "no sandbox");
@@ -1225,6 +1301,9 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     /* After adoption: the groups of VMs that were not re-adopted go. */
     if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
+    /* After the sweep: the pool's VMs get records of their own from here on. */
+    if ((r = pool_new(t, &t->pool)) != 0)
+        LOG(LOG_WARN, "pool: cannot start: %s; every create boots", strerror(-r));
     ev_timer_init(&t->reaper, on_reap, 1.0, 1.0);
     t->reaper.data = t;
     ev_timer_start(loop, &t->reaper);
@@ -1240,6 +1319,8 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     if (!t)
         return;
     ev_timer_stop(t->loop, &t->reaper);
+    pool_free(t->pool); /* its VMs are in t->vms: before they are freed */
+    t->pool = NULL;
     while (t->sandboxes) {
         struct sandbox *sb = t->sandboxes;
         t->sandboxes = sb->next;

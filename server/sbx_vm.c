@@ -9,6 +9,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "pool.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -43,6 +44,7 @@ static void on_exited(void *ud, int status, const char *reason)
         return;
     }
     LOGS(LOG_WARN, vm->id, "unbound VM exited: %s", reason);
+    pool_vm_exited(vm->t->pool, vm);
 }
 
 static const struct vmm_cbs vm_cbs = {on_channel, on_exited};
@@ -179,6 +181,24 @@ int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
 
     vm_config(vm, &vc);
     vc.backing = backing;
+    r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
+    if (r != 0)
+        return r;
+    vmm_set(vm, vmm);
+    vm->pid = vmm_pid(vmm);
+    return 0;
+}
+
+int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
+{
+    struct vmm_config vc;
+    struct vmm *vmm;
+    int r;
+
+    vm_config(vm, &vc);
+    vc.kernel = vc.initrd = vc.append = NULL; /* no boot: the snapshot has the guest */
+    vc.boot = VMM_BOOT_RESTORE;
+    vc.mem_path = mem_path;
     r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
     if (r != 0)
         return r;

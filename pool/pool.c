@@ -1,0 +1,654 @@
+/*
+ * pool.c - template snapshots and the warm pool (see pool.h).
+ *
+ * States of the template: NONE (nothing usable yet) -> BOOTING (template VM
+ * launched, pinging its agent) -> SAVING (vmm_save) -> READY (snapshot
+ * recorded; the pool fills). A failure goes back to NONE with a retry timer
+ * (10 s, doubling, at most 5 tries in a row); a refused restore rebuilds.
+ * Everything runs on the loop; nothing waits: the filling VM is one restore
+ * in flight, continued from its callback.
+ */
+#include "pool.h"
+#include "sbx_int.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define POOL_MAX        64 /* pool_size is capped here */
+#define POOL_VM_MB      32 /* budget per waiting VM (a stopped clone's PSS: ~22 MiB) */
+#define TPL_TRIES_MAX   5
+#define TPL_PING_PERIOD 0.25
+
+enum tpl_state { TPL_NONE, TPL_BOOTING, TPL_SAVING, TPL_READY };
+
+static const char *const tpl_state_names[] = {"none", "booting", "saving", "ready"};
+
+/* What a snapshot depends on: a file's path and identity. */
+struct ident {
+    char path[PATH_MAX];
+    long long size, mtime_ns, ino;
+};
+
+struct pool {
+    struct sbx_table *t;
+    char tmpl[64];
+    unsigned size, mem_mb, vcpus;
+    enum tpl_state state;
+    /* the template: its VM's id names its dir and RAM file */
+    char id[24];
+    char dir[4096], snap[4096 + 16], disk[4096 + 16], mem[128];
+    struct ident base, kernel, initrd;
+    struct vmm *vmm;   /* the template VM while booting or saving */
+    bool vmm_gone;     /* it exited: freed from the loop */
+    struct chan *ch;   /* its guest channel, for PING/PONG */
+    ev_timer ping;     /* PING until the agent answers */
+    ev_timer deadline; /* boot_timeout_s for the template to answer */
+    ev_timer retry;    /* after a failure: build again */
+    ev_timer kick;     /* refill and reap, from the loop */
+    unsigned tries;
+    int64_t t_start;
+    /* the pool */
+    struct sbx_vm *ready[POOL_MAX];
+    unsigned nready;
+    struct sbx_vm *filling; /* the one restore in flight */
+    int64_t fill_start;
+    struct sbx_vm *dead[POOL_MAX]; /* exited while unbound: destroyed from kick */
+    unsigned ndead;
+    unsigned handed_out, rebuilds;
+};
+
+static void tpl_build(struct pool *p);
+static void pool_fill(struct pool *p);
+
+static void kick_soon(struct pool *p, double after)
+{
+    if (!ev_is_active(&p->kick)) {
+        ev_timer_set(&p->kick, after, 0);
+        ev_timer_start(p->t->loop, &p->kick);
+    }
+}
+
+/* ---- identity of the files a snapshot depends on ---- */
+
+static int ident_get(struct ident *id, const char *path)
+{
+    struct stat st;
+
+    if (!realpath(path, id->path) || stat(id->path, &st) != 0)
+        return -errno;
+    id->size = (long long)st.st_size;
+    id->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+    id->ino = (long long)st.st_ino;
+    return 0;
+}
+
+static json_t *ident_json(const struct ident *id)
+{
+    return json_pack("{s:s,s:I,s:I,s:I}", "path", id->path, "size", (json_int_t)id->size,
+                     "mtime_ns", (json_int_t)id->mtime_ns, "ino", (json_int_t)id->ino);
+}
+
+/* Whether the recorded identity o is the file's now: NULL, or what differs. */
+static const char *ident_differs(json_t *o, const struct ident *now)
+{
+    const char *path;
+    json_int_t size, mtime, ino;
+
+    if (!o || json_unpack(o, "{s:s,s:I,s:I,s:I}", "path", &path, "size", &size, "mtime_ns", &mtime,
+                          "ino", &ino) != 0)
+        return "unreadable";
+    if (strcmp(path, now->path) != 0)
+        return "another file";
+    if (size != now->size || mtime != now->mtime_ns || ino != now->ino)
+        return "changed on disk";
+    return NULL;
+}
+
+/* ---- the template's files and record ---- */
+
+static void tpl_paths(struct pool *p)
+{
+    snprintf(p->dir, sizeof(p->dir), "%s/templates/%s", p->t->cfg->state_dir, p->id);
+    snprintf(p->snap, sizeof(p->snap), "%s/state.snap", p->dir);
+    snprintf(p->disk, sizeof(p->disk), "%s/disk.qcow2", p->dir);
+    snprintf(p->mem, sizeof(p->mem), "/dev/shm/warren-%s.mem", p->id);
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(dir);
+}
+
+/* Remove the current template's files and record (clones running keep their open
+ * files: unlinking changes nothing under them). */
+static void tpl_remove(struct pool *p)
+{
+    if (!p->id[0])
+        return;
+    unlink(p->mem);
+    rm_tree(p->dir);
+    idx_del(p->t->idx, IDX_TEMPLATES, p->tmpl);
+    p->t->idx_dirty = true;
+    p->id[0] = 0;
+}
+
+/* Template dirs and RAM files that the record does not name (a crash mid-build). */
+static void tpl_sweep(struct pool *p)
+{
+    char dir[4096], path[4096 + 300];
+    DIR *d;
+    struct dirent *e;
+
+    snprintf(dir, sizeof(dir), "%s/templates", p->t->cfg->state_dir);
+    if (!(d = opendir(dir)))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, p->id) == 0)
+            continue;
+        LOG(LOG_INFO, "pool: removing template files no record names: %s", e->d_name);
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        rm_tree(path);
+        /* Named after the same VM id: only ours (ids are random per warrend). */
+        snprintf(path, sizeof(path), "/dev/shm/warren-%s.mem", e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+static int tpl_record(struct pool *p)
+{
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:I}", "template", p->tmpl, "vm_id",
+                  p->id, "dir", p->dir, "snapshot", p->snap, "disk", p->disk, "mem_path", p->mem,
+                  "mem_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "base",
+                  ident_json(&p->base), "kernel", ident_json(&p->kernel), "initrd",
+                  ident_json(&p->initrd), "created_ms", (json_int_t)sbx_wall_ms());
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
+
+    if (r == 0)
+        p->t->idx_dirty = true;
+    free(s);
+    json_decref(o);
+    return r;
+}
+
+struct find_rec {
+    const char *key;
+    json_t *rec;
+};
+
+static int find_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct find_rec *f = ud;
+    json_error_t jerr;
+
+    if (klen == strlen(f->key) && memcmp(key, f->key, klen) == 0 && !f->rec)
+        f->rec = json_loadb(val, vlen, 0, &jerr);
+    return 0;
+}
+
+/* The recorded snapshot, if its files are there and its images unchanged: 0, else
+ * why it cannot be used (and nothing of it kept). The restore checks the rest. */
+static const char *tpl_check_record(struct pool *p)
+{
+    struct find_rec f = {p->tmpl, NULL};
+    const char *id, *why = NULL;
+    json_int_t mem, vcpus;
+    struct stat st;
+
+    idx_foreach(p->t->idx, IDX_TEMPLATES, find_one, &f);
+    if (!f.rec)
+        return "none recorded";
+    if (json_unpack(f.rec, "{s:s,s:I,s:I}", "vm_id", &id, "mem_mb", &mem, "vcpus", &vcpus) != 0 ||
+        strlen(id) >= sizeof(p->id)) {
+        json_decref(f.rec);
+        return "record unreadable";
+    }
+    snprintf(p->id, sizeof(p->id), "%s", id);
+    tpl_paths(p);
+    if ((unsigned)mem != p->mem_mb || (unsigned)vcpus != p->vcpus)
+        why = "saved with another memory size or vCPU count";
+    else if ((why = ident_differs(json_object_get(f.rec, "base"), &p->base)))
+        why = "its base image changed";
+    else if ((why = ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
+        why = "its kernel changed";
+    else if ((why = ident_differs(json_object_get(f.rec, "initrd"), &p->initrd)))
+        why = "its initramfs changed";
+    else if (stat(p->snap, &st) != 0 || stat(p->disk, &st) != 0)
+        why = "its snapshot or overlay is missing";
+    else if (stat(p->mem, &st) != 0 || (uint64_t)st.st_size != (uint64_t)p->mem_mb << 20)
+        why = "its memory file is missing or of another size";
+    json_decref(f.rec);
+    return why;
+}
+
+/* ---- building the template ---- */
+
+static void tpl_end_vm(struct pool *p)
+{
+    ev_timer_stop(p->t->loop, &p->ping);
+    ev_timer_stop(p->t->loop, &p->deadline);
+    if (p->ch) {
+        chan_free(p->ch);
+        p->ch = NULL;
+    }
+    if (p->vmm) {
+        vmm_free(p->vmm);
+        p->vmm = NULL;
+    }
+    p->vmm_gone = false;
+}
+
+/* The build failed: drop it, try again later (never from inside a vmm callback:
+ * the VM is freed from the retry timer). */
+static void tpl_failed(struct pool *p, const char *why)
+{
+    double delay = 10.0 * (double)(1u << (p->tries < 5 ? p->tries : 5));
+
+    ev_timer_stop(p->t->loop, &p->ping);
+    ev_timer_stop(p->t->loop, &p->deadline);
+    ev_timer_stop(p->t->loop, &p->retry);
+    p->state = TPL_NONE;
+    if (p->tries >= TPL_TRIES_MAX) {
+        LOG(LOG_ERR, "pool: template %s: %s; gave up after %u tries (creates boot)", p->tmpl, why,
+            p->tries);
+        kick_soon(p, 0); /* frees the VM */
+        return;
+    }
+    LOG(LOG_WARN, "pool: template %s: %s; trying again in %.0f s (creates boot meanwhile)", p->tmpl,
+        why, delay);
+    ev_timer_set(&p->retry, delay, 0);
+    ev_timer_start(p->t->loop, &p->retry);
+}
+
+static void tpl_ping(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+    struct proto_enc e;
+
+    if (!p->ch)
+        return;
+    proto_enc_begin(&e, chan_tx(p->ch), PROTO_PING, 1, 2);
+    proto_enc_end(&e);
+    chan_flush(p->ch);
+}
+
+static void tpl_saved(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+    int r;
+
+    if (err != 0) {
+        tpl_failed(p, why);
+        return;
+    }
+    /* SEALED: it may never run again; its RAM file and overlay are the clones' now. */
+    if ((r = tpl_record(p)) != 0) {
+        tpl_failed(p, "cannot record the template snapshot in the index");
+        return;
+    }
+    LOG(LOG_INFO, "pool: template %s saved (VM %s, %.0f ms from launch): %s", p->tmpl, p->id,
+        (double)(sbx_now_ms() - p->t_start), p->snap);
+    p->state = TPL_READY;
+    p->tries = 0;
+    kick_soon(p, 0); /* ends the sealed VM, fills */
+}
+
+static void tpl_frame(void *ud, const struct proto_frame *f)
+{
+    struct pool *p = ud;
+    int r;
+
+    if (f->type != PROTO_PONG || p->state != TPL_BOOTING)
+        return;
+    ev_timer_stop(p->t->loop, &p->ping);
+    ev_timer_stop(p->t->loop, &p->deadline);
+    /* TODO(issue 8): make the guest sync() here (an exec on a session of its own)
+     * so no dirty page cache is in the snapshot; the overlay and RAM are consistent
+     * without it (saved at the same stop), clones just write those pages back. */
+    p->state = TPL_SAVING;
+    r = vmm_save(p->vmm, p->snap, tpl_saved, p);
+    if (r != 0)
+        tpl_failed(p, "cannot start the save");
+}
+
+static void tpl_closed(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+
+    /* The template is not a sandbox: its channel only carries PINGs. */
+    LOG(LOG_WARN, "pool: template %s channel closed: %s", p->tmpl, why);
+    chan_free(p->ch);
+    p->ch = NULL;
+}
+
+static void tpl_on_channel(void *ud, int fd)
+{
+    static const struct chan_cbs cbs = {tpl_frame, tpl_closed};
+    struct pool *p = ud;
+
+    if (p->ch)
+        chan_free(p->ch);
+    p->ch = NULL;
+    if (chan_new(p->t->loop, fd, &cbs, p, &p->ch) != 0) {
+        close(fd);
+        return;
+    }
+    ev_timer_set(&p->ping, 0, TPL_PING_PERIOD);
+    ev_timer_start(p->t->loop, &p->ping);
+}
+
+static void tpl_on_exited(void *ud, int status, const char *reason)
+{
+    struct pool *p = ud;
+    char why[300];
+
+    p->vmm_gone = true;
+    if (p->state != TPL_BOOTING && p->state != TPL_SAVING)
+        return; /* the sealed VM ended on purpose, or a build that failed already */
+    snprintf(why, sizeof(why), "template VM exited: %s", reason);
+    tpl_failed(p, why);
+}
+
+static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+    char why[128];
+
+    snprintf(why, sizeof(why), "the template's agent did not answer within %u s",
+             p->t->cfg->boot_timeout_s);
+    tpl_failed(p, why);
+}
+
+static void tpl_build(struct pool *p)
+{
+    static const struct vmm_cbs cbs = {tpl_on_channel, tpl_on_exited};
+    struct sbx_table *t = p->t;
+    struct vmm_config vc;
+    char path[4096 + 16];
+    uint8_t rnd[8];
+    int r;
+
+    tpl_end_vm(p);
+    tpl_remove(p);
+    p->tries++;
+    p->t_start = sbx_now_ms();
+    if (ident_get(&p->base, p->base.path) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
+        ident_get(&p->initrd, t->initrd) != 0) {
+        tpl_failed(p, "its base image, kernel or initramfs is missing");
+        return;
+    }
+    sbx_random(t, rnd, sizeof(rnd));
+    snprintf(p->id, sizeof(p->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    tpl_paths(p);
+    snprintf(path, sizeof(path), "%s/templates", t->cfg->state_dir);
+    if ((mkdir(path, 0700) != 0 && errno != EEXIST) || mkdir(p->dir, 0700) != 0) {
+        tpl_failed(p, "cannot make its directory");
+        return;
+    }
+    if ((r = vmm_qcow2_create(p->disk, p->base.path, (uint64_t)p->base.size)) != 0) {
+        tpl_failed(p, "cannot make its overlay");
+        return;
+    }
+    memset(&vc, 0, sizeof(vc));
+    vc.id = p->id;
+    vc.qemu = t->cfg->qemu;
+    vc.kernel = t->kernel;
+    vc.initrd = t->initrd;
+    vc.append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
+    vc.disk = p->disk;
+    vc.run_dir = p->dir;
+    vc.mem_mb = p->mem_mb;
+    vc.vcpus = p->vcpus;
+    vc.accel = t->accel;
+    vc.console_max = t->cfg->console_max_bytes;
+    vc.qemu_log_max = t->cfg->qemu_log_bytes;
+    vc.boot = VMM_BOOT_TEMPLATE;
+    vc.mem_path = p->mem;
+    r = vmm_launch(t->loop, &vc, &cbs, p, &p->vmm);
+    if (r != 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot launch the template VM: %s", strerror(-r));
+        tpl_failed(p, why);
+        return;
+    }
+    p->state = TPL_BOOTING;
+    ev_timer_set(&p->deadline, t->cfg->boot_timeout_s, 0);
+    ev_timer_start(t->loop, &p->deadline);
+    LOG(LOG_INFO, "pool: building template %s snapshot: VM %s pid %d, RAM in %s", p->tmpl, p->id,
+        (int)vmm_pid(p->vmm), p->mem);
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+
+    tpl_build(p);
+}
+
+/* ---- the pool ---- */
+
+static unsigned budget_vms(const struct pool *p)
+{
+    unsigned max = p->t->cfg->pool_max_mb;
+
+    if (max <= p->mem_mb)
+        return 0;
+    return (max - p->mem_mb) / POOL_VM_MB;
+}
+
+static void fill_restored(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+    struct sbx_vm *vm = p->filling;
+
+    p->filling = NULL;
+    if (!vm)
+        return;
+    if (err == -EINVAL) {
+        /* The snapshot itself is refused (corrupt, truncated, mismatched): never used. */
+        LOG(LOG_WARN, "pool: template %s snapshot %s refused: %s; rebuilding it", p->tmpl, p->snap,
+            why);
+        sbx_vm_destroy(vm);
+        p->rebuilds++;
+        p->tries = 0;
+        tpl_build(p);
+        return;
+    }
+    if (err != 0) {
+        LOGS(LOG_WARN, vm->id, "pool: restore failed: %s", why);
+        sbx_vm_destroy(vm);
+        kick_soon(p, 1.0);
+        return;
+    }
+    p->ready[p->nready++] = vm;
+    LOGS(LOG_INFO, vm->id, "pool: ready (%u of %u; %.0f ms from launch)", p->nready, p->size,
+         (double)(sbx_now_ms() - p->fill_start));
+    pool_fill(p);
+}
+
+/* Start one more VM if the pool is short and nothing else is filling it. */
+static void pool_fill(struct pool *p)
+{
+    struct sbx_vm *vm;
+    unsigned want = p->size < budget_vms(p) ? p->size : budget_vms(p);
+    int r;
+
+    if (p->state != TPL_READY || p->filling || p->nready >= want)
+        return;
+    r = sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm);
+    if (r != 0) {
+        LOG(LOG_WARN, "pool: cannot make a VM record: %s", strerror(-r));
+        kick_soon(p, 5.0);
+        return;
+    }
+    snprintf(vm->boot, sizeof(vm->boot), "pool");
+    p->fill_start = sbx_now_ms();
+    if ((r = vmm_qcow2_create(vm->disk, p->disk, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, p->mem)) != 0 || (r = sbx_vm_save(vm)) != 0 ||
+        (r = vmm_restore(vm->vmm, p->snap, fill_restored, p)) != 0) {
+        LOGS(LOG_WARN, vm->id, "pool: cannot start a VM: %s", strerror(r < 0 ? -r : r));
+        sbx_vm_destroy(vm);
+        kick_soon(p, 5.0);
+        return;
+    }
+    p->filling = vm;
+}
+
+static void on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+
+    while (p->ndead)
+        sbx_vm_destroy(p->dead[--p->ndead]);
+    /* The template VM, sealed or failed: nothing more to do with it. */
+    if (p->vmm && (p->state == TPL_READY || p->state == TPL_NONE))
+        tpl_end_vm(p);
+    pool_fill(p);
+}
+
+static bool drop_from(struct sbx_vm **arr, unsigned *n, struct sbx_vm *vm)
+{
+    for (unsigned i = 0; i < *n; i++) {
+        if (arr[i] == vm) {
+            memmove(&arr[i], &arr[i + 1], (*n - i - 1) * sizeof(*arr));
+            (*n)--;
+            return true;
+        }
+    }
+    return false;
+}
+
+void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
+{
+    if (!p)
+        return;
+    if (p->filling == vm)
+        p->filling = NULL;
+    else if (!drop_from(p->ready, &p->nready, vm))
+        return;
+    LOGS(LOG_WARN, vm->id, "pool: a waiting VM exited; replacing it");
+    if (p->ndead < POOL_MAX)
+        p->dead[p->ndead++] = vm;
+    kick_soon(p, 0);
+}
+
+struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus)
+{
+    struct sbx_vm *vm;
+
+    if (!p || p->state != TPL_READY || p->nready == 0 || strcmp(tmpl, p->tmpl) != 0 ||
+        mem_mb != p->mem_mb || vcpus != p->vcpus)
+        return NULL;
+    vm = p->ready[0];
+    memmove(&p->ready[0], &p->ready[1], (p->nready - 1) * sizeof(p->ready[0]));
+    p->nready--;
+    p->handed_out++;
+    /* Refill after this create has answered: the launch is spent on the loop. */
+    kick_soon(p, 0.05);
+    return vm;
+}
+
+json_t *pool_stats(const struct pool *p)
+{
+    if (!p)
+        return json_null();
+    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I}", "template", p->tmpl, "state",
+                     tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
+                     (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
+                     (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds);
+}
+
+int pool_new(struct sbx_table *t, struct pool **out)
+{
+    const struct srv_config *c = t->cfg;
+    struct pool *p;
+    char base[4096 + 200];
+    const char *why;
+
+    *out = NULL;
+    if (c->pool_size == 0)
+        return 0;
+    if (t->jail) {
+        LOG(LOG_WARN, "pool: off: QEMU is jailed here and snapshot clones cannot be jailed yet "
+                      "(vmm.h, SECURITY.md); every create boots. jail = off enables the pool.");
+        return 0;
+    }
+    if (!(p = calloc(1, sizeof(*p))))
+        return -ENOMEM;
+    p->t = t;
+    snprintf(p->tmpl, sizeof(p->tmpl), "%s", c->default_template);
+    p->size = c->pool_size < POOL_MAX ? c->pool_size : POOL_MAX;
+    p->mem_mb = c->default_memory_mb;
+    p->vcpus = c->default_vcpus;
+    ev_timer_init(&p->ping, tpl_ping, 0, TPL_PING_PERIOD);
+    ev_timer_init(&p->deadline, tpl_deadline, 1, 0);
+    ev_timer_init(&p->retry, on_retry, 1, 0);
+    ev_timer_init(&p->kick, on_kick, 0, 0);
+    p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p;
+    snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
+    if (ident_get(&p->base, base) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
+        ident_get(&p->initrd, t->initrd) != 0) {
+        LOG(LOG_WARN, "pool: off: template %s has no image (%s)", p->tmpl, base);
+        free(p);
+        return 0;
+    }
+    if (budget_vms(p) < p->size)
+        LOG(LOG_WARN,
+            "pool: pool_max_mb = %u holds %u VM(s) of %u (template %u MiB + %u MiB "
+            "each)",
+            c->pool_max_mb, budget_vms(p), p->size, p->mem_mb, POOL_VM_MB);
+    why = tpl_check_record(p);
+    tpl_sweep(p);
+    if (why && strcmp(why, "none recorded") == 0) {
+        tpl_build(p);
+    } else if (why) {
+        LOG(LOG_WARN, "pool: template %s snapshot not used: %s; rebuilding it", p->tmpl, why);
+        p->rebuilds++;
+        tpl_build(p);
+    } else {
+        /* Used only if the first restore accepts it (fill_restored). */
+        LOG(LOG_INFO, "pool: reusing template %s snapshot %s", p->tmpl, p->snap);
+        p->state = TPL_READY;
+        pool_fill(p);
+    }
+    *out = p;
+    return 0;
+}
+
+void pool_free(struct pool *p)
+{
+    if (!p)
+        return;
+    ev_timer_stop(p->t->loop, &p->retry);
+    ev_timer_stop(p->t->loop, &p->kick);
+    tpl_end_vm(p);
+    while (p->nready)
+        sbx_vm_destroy(p->ready[--p->nready]);
+    while (p->ndead)
+        sbx_vm_destroy(p->dead[--p->ndead]);
+    if (p->filling)
+        sbx_vm_destroy(p->filling);
+    /* Clean shutdown: the template goes too (its RAM file lives in /dev/shm, i.e. in
+     * RAM); the next start builds it again. Clones still running hold it open. */
+    tpl_remove(p);
+    free(p);
+}
