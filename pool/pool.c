@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define POOL_MAX        64 /* pool_size is capped here */
@@ -29,6 +30,26 @@
 enum tpl_state { TPL_NONE, TPL_BOOTING, TPL_SAVING, TPL_READY };
 
 static const char *const tpl_state_names[] = {"none", "booting", "saving", "ready"};
+
+/*
+ * A short session of the pool's own on a VM's guest channel: (PING until PONG,
+ * for a VM still booting,) INIT, one EXEC, its EXIT. The template runs `sync`
+ * (no dirty page cache in the snapshot: every clone would write it back); a
+ * pool VM runs `true` after its restore, so the guest code a create and a
+ * first exec need is translated (TCG) and its pages faulted in before the
+ * hand-out, not during it. The sandbox that gets the VM starts a session of
+ * its own (a new INIT ends this one's streams).
+ */
+struct wsess {
+    struct pool *p;
+    struct chan *ch;
+    int stage; /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done */
+    const char *cmd;
+    void (*done)(struct pool *p, int err, const char *why);
+};
+
+/* Ids of the pool's sessions, apart from the 1, 2, ... of a sandbox's. */
+#define WSESS_ID 0x70000000u
 
 /* What a snapshot depends on: a file's path and identity. */
 struct ident {
@@ -47,7 +68,7 @@ struct pool {
     struct ident base, kernel, initrd;
     struct vmm *vmm;   /* the template VM while booting or saving */
     bool vmm_gone;     /* it exited: freed from the loop */
-    struct chan *ch;   /* its guest channel, for PING/PONG */
+    struct wsess tw;   /* its session: PING until the agent answers, then sync */
     ev_timer ping;     /* PING until the agent answers */
     ev_timer deadline; /* boot_timeout_s for the template to answer */
     ev_timer retry;    /* after a failure: build again */
@@ -57,8 +78,11 @@ struct pool {
     /* the pool */
     struct sbx_vm *ready[POOL_MAX];
     unsigned nready;
-    struct sbx_vm *filling; /* the one restore in flight */
+    struct sbx_vm *filling; /* the one restore (and warm-up) in flight */
     int64_t fill_start;
+    struct wsess fw;               /* the filling VM's warm-up session */
+    bool fill_warming;             /* restored, running its warm-up: its channel is ours */
+    ev_timer fill_timer;           /* boot_timeout_s for the restore and warm-up */
     struct sbx_vm *dead[POOL_MAX]; /* exited while unbound: destroyed from kick */
     unsigned ndead;
     unsigned handed_out, rebuilds;
@@ -245,9 +269,9 @@ static void tpl_end_vm(struct pool *p)
 {
     ev_timer_stop(p->t->loop, &p->ping);
     ev_timer_stop(p->t->loop, &p->deadline);
-    if (p->ch) {
-        chan_free(p->ch);
-        p->ch = NULL;
+    if (p->tw.ch) {
+        chan_free(p->tw.ch);
+        p->tw.ch = NULL;
     }
     if (p->vmm) {
         vmm_free(p->vmm);
@@ -278,16 +302,107 @@ static void tpl_failed(struct pool *p, const char *why)
     ev_timer_start(p->t->loop, &p->retry);
 }
 
+/* ---- the pool's own sessions ---- */
+
+static void ws_send_init(struct wsess *w)
+{
+    struct proto_enc e;
+    uint8_t entropy[PROTO_ENTROPY];
+    struct timespec ts;
+
+    sbx_random(w->p->t, entropy, sizeof(entropy));
+    clock_gettime(CLOCK_REALTIME, &ts);
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_INIT, WSESS_ID, 9);
+    proto_put_u(&e, PK_V, PROTO_VERSION);
+    proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+    proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
+    proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
+    proto_put_u(&e, PK_MEM_MB, w->p->mem_mb);
+    proto_put_u(&e, PK_RING, w->p->t->cfg->process_ring_bytes);
+    proto_put_u(&e, PK_MAX_PROCS, w->p->t->cfg->max_procs_per_sbx);
+    proto_enc_end(&e);
+    chan_flush(w->ch);
+    w->stage = 1;
+}
+
+static void ws_send_exec(struct wsess *w)
+{
+    struct proto_enc e;
+
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + 1, 6);
+    proto_put_cstr(&e, PK_CMD, w->cmd);
+    proto_enc_key(&e, PK_ENV);
+    msgpack_pack_map(&e.pk, 0);
+    proto_put_cstr(&e, PK_USER, "root");
+    proto_put_b(&e, PK_STDIN, false);
+    proto_enc_end(&e);
+    chan_flush(w->ch);
+    w->stage = 2;
+}
+
+static void ws_done(struct wsess *w, int err, const char *why)
+{
+    if (w->stage == 3)
+        return;
+    w->stage = 3;
+    w->done(w->p, err, why);
+}
+
+static void ws_frame(void *ud, const struct proto_frame *f)
+{
+    struct wsess *w = ud;
+
+    if (f->type == PROTO_PONG && w->stage == 0)
+        ws_send_init(w);
+    else if (f->type == PROTO_HELLO && f->id == WSESS_ID && w->stage == 1)
+        ws_send_exec(w);
+    else if (f->type == PROTO_EXIT && f->id == WSESS_ID + 1 && w->stage == 2)
+        ws_done(w, 0, "");
+    else if (f->type == PROTO_ERROR && f->id == WSESS_ID + 1 && w->stage == 2)
+        ws_done(w, -EIO, "the guest could not run the warm-up command");
+}
+
+static void ws_closed(void *ud, int err, const char *why)
+{
+    struct wsess *w = ud;
+
+    chan_free(w->ch);
+    w->ch = NULL;
+    ws_done(w, -EPIPE, why);
+}
+
+/* Take a VM's channel fd for a session; pinging: a VM still booting. */
+static int ws_start(struct wsess *w, int fd, bool pinging)
+{
+    static const struct chan_cbs cbs = {ws_frame, ws_closed};
+
+    if (w->ch)
+        chan_free(w->ch);
+    w->ch = NULL;
+    if (chan_new(w->p->t->loop, fd, &cbs, w, &w->ch) != 0) {
+        close(fd);
+        return -ENOMEM;
+    }
+    w->stage = 0;
+    if (!pinging)
+        ws_send_init(w);
+    return 0;
+}
+
+/* ---- building the template (continued) ---- */
+
 static void tpl_ping(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct pool *p = w->data;
     struct proto_enc e;
 
-    if (!p->ch)
+    if (!p->tw.ch || p->tw.stage != 0) {
+        ev_timer_stop(loop, w);
         return;
-    proto_enc_begin(&e, chan_tx(p->ch), PROTO_PING, 1, 2);
+    }
+    proto_enc_begin(&e, chan_tx(p->tw.ch), PROTO_PING, 1, 2);
     proto_enc_end(&e);
-    chan_flush(p->ch);
+    chan_flush(p->tw.ch);
 }
 
 static void tpl_saved(void *ud, int err, const char *why)
@@ -311,44 +426,34 @@ static void tpl_saved(void *ud, int err, const char *why)
     kick_soon(p, 0); /* ends the sealed VM, fills */
 }
 
-static void tpl_frame(void *ud, const struct proto_frame *f)
+/* The template's agent answered and ran `sync`: save it. */
+static void tpl_synced(struct pool *p, int err, const char *why)
 {
-    struct pool *p = ud;
+    char msg[300];
     int r;
 
-    if (f->type != PROTO_PONG || p->state != TPL_BOOTING)
-        return;
     ev_timer_stop(p->t->loop, &p->ping);
     ev_timer_stop(p->t->loop, &p->deadline);
-    /* TODO(issue 8): make the guest sync() here (an exec on a session of its own)
-     * so no dirty page cache is in the snapshot; the overlay and RAM are consistent
-     * without it (saved at the same stop), clones just write those pages back. */
+    if (p->state != TPL_BOOTING)
+        return;
+    if (err != 0) {
+        snprintf(msg, sizeof(msg), "its sync session failed: %s", why);
+        tpl_failed(p, msg);
+        return;
+    }
     p->state = TPL_SAVING;
     r = vmm_save(p->vmm, p->snap, tpl_saved, p);
     if (r != 0)
         tpl_failed(p, "cannot start the save");
 }
 
-static void tpl_closed(void *ud, int err, const char *why)
-{
-    struct pool *p = ud;
-
-    /* The template is not a sandbox: its channel only carries PINGs. */
-    LOG(LOG_WARN, "pool: template %s channel closed: %s", p->tmpl, why);
-    chan_free(p->ch);
-    p->ch = NULL;
-}
-
 static void tpl_on_channel(void *ud, int fd)
 {
-    static const struct chan_cbs cbs = {tpl_frame, tpl_closed};
     struct pool *p = ud;
 
-    if (p->ch)
-        chan_free(p->ch);
-    p->ch = NULL;
-    if (chan_new(p->t->loop, fd, &cbs, p, &p->ch) != 0) {
-        close(fd);
+    if (p->state != TPL_BOOTING || ws_start(&p->tw, fd, true) != 0) {
+        if (p->state != TPL_BOOTING)
+            close(fd);
         return;
     }
     ev_timer_set(&p->ping, 0, TPL_PING_PERIOD);
@@ -455,34 +560,112 @@ static unsigned budget_vms(const struct pool *p)
     return (max - p->mem_mb) / POOL_VM_MB;
 }
 
+/* Drop the VM being filled (not from inside its own vmm callbacks' exited). */
+static void fill_abort(struct pool *p, const char *why, double retry_after)
+{
+    struct sbx_vm *vm = p->filling;
+
+    p->filling = NULL;
+    p->fill_warming = false;
+    ev_timer_stop(p->t->loop, &p->fill_timer);
+    if (p->fw.ch) {
+        chan_free(p->fw.ch);
+        p->fw.ch = NULL;
+    }
+    if (vm) {
+        LOGS(LOG_WARN, vm->id, "pool: dropped: %s", why);
+        sbx_vm_destroy(vm);
+    }
+    kick_soon(p, retry_after);
+}
+
+static void fill_stopped(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+    struct sbx_vm *vm = p->filling;
+
+    if (!vm)
+        return;
+    if (err != 0) {
+        fill_abort(p, why, 1.0);
+        return;
+    }
+    p->filling = NULL;
+    p->fill_warming = false;
+    ev_timer_stop(p->t->loop, &p->fill_timer);
+    p->ready[p->nready++] = vm;
+    LOGS(LOG_INFO, vm->id, "pool: ready (%u of %u; %.0f ms from launch)", p->nready, p->size,
+         (double)(sbx_now_ms() - p->fill_start));
+    pool_fill(p);
+}
+
+/* The warm-up ran: close our session, stop the vCPUs until the hand-out. */
+static void fill_warmed(struct pool *p, int err, const char *why)
+{
+    struct sbx_vm *vm = p->filling;
+    char msg[300];
+
+    if (p->fw.ch) {
+        chan_free(p->fw.ch); /* deferred when inside its callback */
+        p->fw.ch = NULL;
+    }
+    if (!vm)
+        return;
+    if (err != 0 || vmm_stop(vm->vmm, fill_stopped, p) != 0) {
+        snprintf(msg, sizeof(msg), "warm-up failed: %s", err ? why : "cannot stop it");
+        fill_abort(p, msg, 1.0);
+    }
+}
+
+static void fill_cont(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+
+    if (err != 0 && p->filling)
+        fill_abort(p, why, 1.0);
+}
+
 static void fill_restored(void *ud, int err, const char *why)
 {
     struct pool *p = ud;
     struct sbx_vm *vm = p->filling;
 
-    p->filling = NULL;
     if (!vm)
         return;
     if (err == -EINVAL) {
         /* The snapshot itself is refused (corrupt, truncated, mismatched): never used. */
         LOG(LOG_WARN, "pool: template %s snapshot %s refused: %s; rebuilding it", p->tmpl, p->snap,
             why);
-        sbx_vm_destroy(vm);
+        fill_abort(p, "its snapshot was refused", 0);
         p->rebuilds++;
         p->tries = 0;
         tpl_build(p);
         return;
     }
     if (err != 0) {
-        LOGS(LOG_WARN, vm->id, "pool: restore failed: %s", why);
-        sbx_vm_destroy(vm);
-        kick_soon(p, 1.0);
+        fill_abort(p, why, 1.0);
         return;
     }
-    p->ready[p->nready++] = vm;
-    LOGS(LOG_INFO, vm->id, "pool: ready (%u of %u; %.0f ms from launch)", p->nready, p->size,
-         (double)(sbx_now_ms() - p->fill_start));
-    pool_fill(p);
+    /* Run it once, through a session of ours, then stop it again (fill_warmed). */
+    p->fill_warming = true;
+    if (vmm_cont(vm->vmm, fill_cont, p) != 0 || vmm_channel_reconnect(vm->vmm) != 0)
+        fill_abort(p, "cannot run it for its warm-up", 1.0);
+}
+
+static void on_fill_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+
+    fill_abort(p, "restore or warm-up did not finish in time", 1.0);
+}
+
+bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd)
+{
+    if (!p || p->filling != vm || !p->fill_warming)
+        return false;
+    if (ws_start(&p->fw, fd, false) != 0)
+        fill_abort(p, "cannot set up its channel", 1.0);
+    return true;
 }
 
 /* Start one more VM if the pool is short and nothing else is filling it. */
@@ -511,6 +694,8 @@ static void pool_fill(struct pool *p)
         return;
     }
     p->filling = vm;
+    ev_timer_set(&p->fill_timer, p->t->cfg->boot_timeout_s, 0);
+    ev_timer_start(p->t->loop, &p->fill_timer);
 }
 
 static void on_kick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -541,10 +726,17 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
 {
     if (!p)
         return;
-    if (p->filling == vm)
+    if (p->filling == vm) {
         p->filling = NULL;
-    else if (!drop_from(p->ready, &p->nready, vm))
+        p->fill_warming = false;
+        ev_timer_stop(p->t->loop, &p->fill_timer);
+        if (p->fw.ch) {
+            chan_free(p->fw.ch);
+            p->fw.ch = NULL;
+        }
+    } else if (!drop_from(p->ready, &p->nready, vm)) {
         return;
+    }
     LOGS(LOG_WARN, vm->id, "pool: a waiting VM exited; replacing it");
     if (p->ndead < POOL_MAX)
         p->dead[p->ndead++] = vm;
@@ -603,7 +795,10 @@ int pool_new(struct sbx_table *t, struct pool **out)
     ev_timer_init(&p->deadline, tpl_deadline, 1, 0);
     ev_timer_init(&p->retry, on_retry, 1, 0);
     ev_timer_init(&p->kick, on_kick, 0, 0);
-    p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p;
+    ev_timer_init(&p->fill_timer, on_fill_timer, 1, 0);
+    p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p->fill_timer.data = p;
+    p->tw = (struct wsess){.p = p, .cmd = "sync", .done = tpl_synced};
+    p->fw = (struct wsess){.p = p, .cmd = "true", .done = fill_warmed};
     snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
     if (ident_get(&p->base, base) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
         ident_get(&p->initrd, t->initrd) != 0) {
@@ -640,6 +835,9 @@ void pool_free(struct pool *p)
         return;
     ev_timer_stop(p->t->loop, &p->retry);
     ev_timer_stop(p->t->loop, &p->kick);
+    ev_timer_stop(p->t->loop, &p->fill_timer);
+    if (p->fw.ch)
+        chan_free(p->fw.ch);
     tpl_end_vm(p);
     while (p->nready)
         sbx_vm_destroy(p->ready[--p->nready]);

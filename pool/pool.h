@@ -10,7 +10,10 @@
  * table with the identity (path, size, mtime, inode) of the base image,
  * kernel and initramfs. It then keeps pool_size VMs restored from that
  * snapshot and stopped (each with its own overlay backed by the frozen one),
- * refilled one at a time in the background. A hand-out is vmm_cont plus a
+ * refilled one at a time in the background. Each is run once after its
+ * restore (a session of the pool's own: INIT, exec `true`) and stopped again,
+ * so the hand-out does not pay the TCG translation of the guest's session and
+ * exec paths (measured in load/RESULTS.md). A hand-out is vmm_cont plus a
  * fresh channel session (sbx.c); no boot.
  *
  * A recorded snapshot whose files are missing, whose images changed, or that
@@ -47,6 +50,9 @@ void pool_free(struct pool *p);
 /* A ready VM (restored, stopped, unbound) for this template, memory and vCPUs,
  * or NULL (none ready, or another shape: boot instead). Refill follows. */
 struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus);
+/* An unbound VM's guest channel connected: true if the pool takes fd (the VM is
+ * warming up), else the caller closes it. */
+bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);
 /* An unbound VM exited: if it is the pool's, drop it (from the loop, later). */
 void pool_vm_exited(struct pool *p, struct sbx_vm *vm);
 /* {"template", "state", "size", "ready", "handed_out", "rebuilds"}, or null when off. */

@@ -29,6 +29,9 @@ static void on_channel(void *ud, int fd)
         sbx_on_channel(vm->sb, fd);
         return;
     }
+    /* A pool VM warming up talks to the pool. */
+    if (pool_vm_channel(vm->t->pool, vm, fd))
+        return;
     /* Nobody to talk to yet: QEMU keeps the guest's side until a sandbox asks again. */
     close(fd);
 }
