@@ -172,18 +172,19 @@ static void tpl_remove(struct pool *p)
     p->id[0] = 0;
 }
 
-/* Template dirs and RAM files that the record does not name (a crash mid-build). */
-static void tpl_sweep(struct pool *p)
+/* Template dirs and RAM files other than keep's (a crash mid-build, or a pool
+ * turned off since). */
+static void tpl_sweep(struct sbx_table *t, const char *keep)
 {
     char dir[4096], path[4096 + 300];
     DIR *d;
     struct dirent *e;
 
-    snprintf(dir, sizeof(dir), "%s/templates", p->t->cfg->state_dir);
+    snprintf(dir, sizeof(dir), "%s/templates", t->cfg->state_dir);
     if (!(d = opendir(dir)))
         return;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || strcmp(e->d_name, p->id) == 0)
+        if (e->d_name[0] == '.' || strcmp(e->d_name, keep) == 0)
             continue;
         LOG(LOG_INFO, "pool: removing template files no record names: %s", e->d_name);
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
@@ -777,6 +778,12 @@ int pool_new(struct sbx_table *t, struct pool **out)
     const char *why;
 
     *out = NULL;
+    if (c->pool_size == 0 || t->jail) {
+        /* What a pool of an earlier start left after a crash. */
+        tpl_sweep(t, "");
+        if (idx_del(t->idx, IDX_TEMPLATES, c->default_template) == 0)
+            t->idx_dirty = true;
+    }
     if (c->pool_size == 0)
         return 0;
     if (t->jail) {
@@ -812,7 +819,7 @@ int pool_new(struct sbx_table *t, struct pool **out)
             "each)",
             c->pool_max_mb, budget_vms(p), p->size, p->mem_mb, POOL_VM_MB);
     why = tpl_check_record(p);
-    tpl_sweep(p);
+    tpl_sweep(t, p->id);
     if (why && strcmp(why, "none recorded") == 0) {
         tpl_build(p);
     } else if (why) {

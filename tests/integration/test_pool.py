@@ -1,6 +1,7 @@
 """The warm pool (issue 8): creates are handed VMs restored from a template
 snapshot instead of booting; two hand-outs are distinct VMs; the pool refills;
-a corrupted snapshot is refused and rebuilt; nothing is left once everything is
+a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
+refused and rebuilt (while that sandbox, a clone of the old one, runs on); nothing is left once everything is
 deleted and warrend stops; with QEMU jailed the pool stays off and says so.
 
 One warrend for the class (its template is built twice: at start and after the
@@ -97,6 +98,10 @@ class TestPool(unittest.TestCase):
         old = template_ids(w)
         self.assertEqual(len(old), 1, old)
         snap = os.path.join(w.state_dir, "templates", old[0], "state.snap")
+        # A sandbox from the pool outlives a warrend kill -9 like a booted one.
+        keep, jk = self.create()
+        self.assertEqual(jk["source"], "pool", jk)
+        w.run(keep, "echo kept > /root/k")
         w.kill9()
         # Flip bytes in the middle of the device state: the checksum no longer holds.
         with open(snap, "r+b") as f:
@@ -115,6 +120,11 @@ class TestPool(unittest.TestCase):
         self.assertEqual(len(new), 1, new)
         self.assertNotEqual(new, old)
         self.assertFalse(os.path.exists(f"/dev/shm/warren-{old[0]}.mem"))
+        jk2 = w.wait_state(keep, ["running"])
+        self.assertEqual(jk2["source"], "pool", jk2)
+        self.assertEqual(jk2["vm_id"], jk["vm_id"])
+        self.assertEqual(w.run(keep, "cat /root/k")["stdout"], "kept\n")
+        w.delete(keep)
         sid, j = self.create()
         self.assertEqual(j["source"], "pool", j)
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
