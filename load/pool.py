@@ -22,7 +22,15 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren  # noqa: E402
+from warren import Warren, qemu_pids  # noqa: E402
+
+
+def pss_kib(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
 
 
 def pct(xs, p):
@@ -146,6 +154,13 @@ def main():
                      f"{pct(bsrv, 50) / pct(srv, 50):.1f}x", "", ""))
         rows.append(("ratio cold boot / pool, p50 client side",
                      f"{pct(bcli, 50) / pct(cli, 50):.1f}x", "", ""))
+
+        # What a waiting VM costs: no sandbox is alive, every QEMU is the pool's.
+        wait_ready(w, n)
+        time.sleep(2)
+        pss = [pss_kib(pid) / 1024 for pid in qemu_pids(w.state_dir)]
+        if pss:
+            row(rows, f"PSS per waiting pool VM (n={len(pss)})", pss, "MiB")
 
         # Steady state exec on a pool sandbox and a booted one.
         wait_ready(w, n)
