@@ -87,7 +87,7 @@ def main():
     n = a.pool_size
 
     w = Warren({"pool_size": n, "jail": "off", "default_template": "minimal",
-                "pool_max_mb": 256 + 32 * n, "max_sandboxes": 2 * n + 8}).start()
+                "pool_max_mb": 256 + 48 * n, "max_sandboxes": 2 * n + 8}).start()
     rows = []
     try:
         t0 = time.perf_counter()
