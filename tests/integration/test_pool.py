@@ -70,6 +70,14 @@ class TestPool(unittest.TestCase):
         r = w.run(b, "cat /root/mine 2>&1; echo rc=$?")
         self.assertIn("rc=1", r["stdout"], r)
         self.assertEqual(w.run(a, "cat /root/mine")["stdout"], "from-a\n")
+        # The session each got at hand-out reseeded its RNG and set its clock (the
+        # template's stopped minutes ago). Boot id and hostname: the RESYNC frame (TODO).
+        ra = w.run(a, "head -c 16 /dev/urandom | od -An -tx1")["stdout"]
+        rb = w.run(b, "head -c 16 /dev/urandom | od -An -tx1")["stdout"]
+        self.assertNotEqual(ra, rb)
+        for sid in (a, b):
+            guest = int(w.run(sid, "date +%s")["stdout"])
+            self.assertLess(abs(guest - time.time()), 60)
         # A booted sandbox says so: another memory size is not in the pool.
         c = w.create(memory_mb=192)
         self.assertEqual(w.get(c).json()["source"], "boot")
