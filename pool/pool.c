@@ -457,6 +457,7 @@ static void tpl_on_channel(void *ud, int fd)
             close(fd);
         return;
     }
+    ev_timer_stop(p->t->loop, &p->ping); /* a reconnect: set only a stopped watcher */
     ev_timer_set(&p->ping, 0, TPL_PING_PERIOD);
     ev_timer_start(p->t->loop, &p->ping);
 }

@@ -810,13 +810,14 @@ static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink 
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return SBX_E_INDEX_WRITE_FAILED;
     }
+    /* Before the op exists: a failure here is answered by our return value alone. */
+    if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
+        (r = vmm_channel_reconnect(sb->vm)) != 0)
+        goto fail;
     if (!(op = ops_new(sb, OP_CREATE, sink, user))) {
         r = -ENOMEM;
         goto fail;
     }
-    if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
-        (r = vmm_channel_reconnect(sb->vm)) != 0)
-        goto fail;
     /* TODO(RESYNC, issue 8): a handed-out clone shares the template's RNG state, boot
      * id and hostname, and its clock stopped at the template's save. The INIT on the
      * new channel already sets clock, entropy and hostname; the lead wires the RESYNC
@@ -827,7 +828,6 @@ static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink 
     *opid = op->id;
     return 0;
 fail:
-    /* The op (if any) is failed by sandbox_end. */
     LOGS(LOG_ERR, sb->id, "cannot start from the pool: %s", strerror(-r));
     sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
     sandbox_end(sb, ST_DEAD, "vm_start_failed");
