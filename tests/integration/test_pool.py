@@ -138,6 +138,22 @@ class TestPool(unittest.TestCase):
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         w.delete(sid)
 
+    def test_2b_snapshot_reused_after_kill9(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        tid = template_ids(w)
+        w.kill9()
+        w.start()
+        p = wait_pool_ready(w, 2)
+        self.assertEqual(p["rebuilds"], 0, p)
+        self.assertEqual(template_ids(w), tid)
+        self.assertIn("pool: reusing template minimal snapshot", w.log_text())
+        self.assertIn("pool VM of an earlier warrend: removing it", w.log_text())
+        sid, j = self.create()
+        self.assertEqual(j["source"], "pool", j)
+        self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+        w.delete(sid)
+
     def test_3_nothing_left(self):
         w = self.w
         wait_pool_ready(w, 2)
