@@ -2,11 +2,12 @@
  * pool.c - template snapshots and the warm pool (see pool.h).
  *
  * States of the template: NONE (nothing usable yet) -> BOOTING (template VM
- * launched, pinging its agent) -> SAVING (vmm_save) -> READY (snapshot
+ * launched, pinging its agent, then `sync` in it) -> SAVING (vmm_save) -> READY (snapshot
  * recorded; the pool fills). A failure goes back to NONE with a retry timer
  * (10 s, doubling, at most 5 tries in a row); a refused restore rebuilds.
  * Everything runs on the loop; nothing waits: the filling VM is one restore
- * in flight, continued from its callback.
+ * (then cont, warm-up session, stop) in flight, continued from callbacks,
+ * bounded by fill_timer.
  */
 #include "pool.h"
 #include "sbx_int.h"

@@ -3,7 +3,8 @@
  *
  * For the default template, warrend boots one VM in template mode (guest RAM
  * in /dev/shm/warren-<vm id>.mem, share=on; a qcow2 overlay over the
- * template's base image), waits until its agent answers a PING, saves its
+ * template's base image), waits until its agent answers a PING, has it run
+ * `sync` (a session of the pool's own: INIT, EXEC, EXIT), saves its
  * device state (vmm_save: the VM is then SEALED and ended; the RAM file and
  * the overlay, now frozen, are the clones' base) into
  * state_dir/templates/<vm id>/, and records it in the index's templates
