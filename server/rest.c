@@ -694,8 +694,9 @@ void rest_request(struct pss *p, const char *uri)
     switch (r.id) {
     case API_R_HEALTHZ:
         resp_json(p, 200,
-                  json_pack("{s:s, s:I}", "status", "ok", "sandboxes",
-                            (json_int_t)sbx_count_live(p->srv->t)));
+                  json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
+                            (json_int_t)sbx_count_live(p->srv->t), "pool",
+                            sbx_pool_stats(p->srv->t)));
         break;
     case API_R_SANDBOXES:
         if (p->method == API_GET) {

@@ -10,6 +10,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "pool.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -161,6 +162,9 @@ static json_t *sandbox_json(const struct sandbox *sb)
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
     json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
+    /* Where its VM came from: handed out by the warm pool, or booted for it. */
+    json_object_set_new(
+        o, "source", json_string(sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool" : "boot"));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -324,7 +328,7 @@ static void send_init(struct sandbox *sb)
     proto_put_u(&e, PK_V, PROTO_VERSION);
     proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
     proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
-    proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
+    proto_put_cstr(&e, PK_HOSTNAME, sb->id); /* distinct in every sandbox, clones too */
     proto_put_u(&e, PK_MEM_MB, sb->mem_mb);
     /* The resume handshake: the guest keeps its background processes and PTYs across
      * INITs, with these limits for the ones started from now on. */
@@ -348,6 +352,13 @@ static void sandbox_ready(struct sandbox *sb)
     }
     if (sandbox_state_set(sb, ST_RUNNING) != 0)
         return;
+    /* A clone from the pool: its INIT has just set clock, entropy (reseeded) and
+     * hostname; the boot id is still the template's, shared by every clone. A new one
+     * goes now, before the create is answered, so it precedes any user command. */
+    if (sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 &&
+        sbx_resync(sb, SBX_RESYNC_BOOT_ID | SBX_RESYNC_HOSTNAME, NULL, NULL) != 0)
+        LOGS(LOG_WARN, sb->id, "cannot send the hand-out's RESYNC: its boot id stays the "
+                               "template's");
     sbx_touch(sb);
     if (sbx_save(sb) != 0) {
         /* A sandbox the index does not know as running would not be re-adopted by the
@@ -361,7 +372,7 @@ static void sandbox_ready(struct sandbox *sb)
         sandbox_end(sb, ST_DEAD, "index_write_failed");
         return;
     }
-    LOGS(LOG_INFO, sb->id, "running (%.0f ms after create)",
+    LOGS(LOG_INFO, sb->id, "running (%.1f ms after create)",
          (double)(sbx_now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
@@ -631,6 +642,11 @@ static void sandbox_unlink(struct sbx_table *t, struct sandbox *sb)
     }
 }
 
+json_t *sbx_pool_stats(const struct sbx_table *t)
+{
+    return pool_stats(t->pool);
+}
+
 unsigned sbx_count_live(const struct sbx_table *t)
 {
     unsigned n = 0;
@@ -796,6 +812,64 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
 
 /* ---- create ---- */
 
+static void on_handout_cont(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    char reason[256];
+
+    if (err == 0 || sbx_state_final(sb->state))
+        return;
+    snprintf(reason, sizeof(reason), "vm_start_failed: cont of a pool VM: %s", why);
+    sandbox_end(sb, ST_DEAD, reason);
+}
+
+/*
+ * Create from the warm pool: vm is restored and stopped, unbound. Bind it,
+ * record both, let its vCPUs run and open a fresh channel session: the INIT
+ * sent on connect (sbx_on_channel) gives the guest the host's clock, fresh
+ * entropy and a new session, as for a booted VM; its HELLO answers the create
+ * (sandbox_ready). The boot timer still bounds it.
+ */
+static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink *sink, void *user,
+                   sbx_op_t *opid, struct sbx_err *err)
+{
+    struct sbx_table *t = sb->t;
+    struct op *op;
+    int r;
+
+    sbx_vm_bind(vm, sb);
+    r = sbx_vm_save(vm);
+    if (r == 0)
+        r = sbx_save(sb);
+    if (r != 0) {
+        sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
+                    idx_strerror(r));
+        sandbox_end(sb, ST_DEAD, "index_write_failed");
+        return SBX_E_INDEX_WRITE_FAILED;
+    }
+    /* Before the op exists: a failure here is answered by our return value alone. */
+    if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
+        (r = vmm_channel_reconnect(sb->vm)) != 0)
+        goto fail;
+    if (!(op = ops_new(sb, OP_CREATE, sink, user))) {
+        r = -ENOMEM;
+        goto fail;
+    }
+    /* A clone shares the template's RNG state, boot id and hostname, and its clock
+     * stopped at the template's save: the INIT on the new channel sets clock, entropy
+     * (reseeded) and hostname, and sandbox_ready sends a RESYNC with a new boot id. */
+    ev_timer_start(t->loop, &sb->boot_timer);
+    LOGS(LOG_INFO, sb->id, "starting: VM %s from the pool, template %s, %u MiB, %u vCPU, pid %d",
+         vm->id, sb->tmpl, sb->mem_mb, sb->vcpus, (int)vm->pid);
+    *opid = op->id;
+    return 0;
+fail:
+    LOGS(LOG_ERR, sb->id, "cannot start from the pool: %s", strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
+    sandbox_end(sb, ST_DEAD, "vm_start_failed");
+    return SBX_E_VM_START_FAILED;
+}
+
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
@@ -876,6 +950,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->env = env;
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
+    if ((vm = pool_take(t->pool, tmpl, mem, vcpus)))
+        return handout(sb, vm, sink, user, opid, err);
     r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
     if (r != 0)
         goto fail;
@@ -1115,6 +1191,12 @@ static void bind_all(struct sbx_table *t, bool rewrite)
     for (struct sbx_vm *vm = t->vms, *next; vm; vm = next) {
         struct sandbox *sb = vm->sb_id[0] ? sbx_find(t, vm->sb_id) : NULL;
         next = vm->next;
+        if (!sb && !vm->sb_id[0] && strcmp(vm->boot, "pool") == 0) {
+            /* Stopped clones of a template: cheaper to make again than to re-adopt. */
+            LOGS(LOG_INFO, vm->id, "pool VM of an earlier warrend: removing it (the pool refills)");
+            sbx_vm_destroy(vm);
+            continue;
+        }
         if (!sb || sb->vmr || strcmp(sb->vm_id, vm->id) != 0) {
             LOGS(LOG_WARN, vm->id, "VM of %s, which has no record: removing it",
                  vm->sb_id[0] ? vm->sb_id : "no sandbox");
@@ -1264,6 +1346,9 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     /* After adoption: the groups of VMs that were not re-adopted go. */
     if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
+    /* After the sweep: the pool's VMs get records of their own from here on. */
+    if ((r = pool_new(t, &t->pool)) != 0)
+        LOG(LOG_WARN, "pool: cannot start: %s; every create boots", strerror(-r));
     ev_timer_init(&t->reaper, on_reap, 1.0, 1.0);
     t->reaper.data = t;
     ev_timer_start(loop, &t->reaper);
@@ -1279,6 +1364,8 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     if (!t)
         return;
     ev_timer_stop(t->loop, &t->reaper);
+    pool_free(t->pool); /* its VMs are in t->vms: before they are freed */
+    t->pool = NULL;
     while (t->sandboxes) {
         struct sandbox *sb = t->sandboxes;
         t->sandboxes = sb->next;

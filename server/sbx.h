@@ -152,5 +152,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t op);
 
 /* Count of sandboxes not ended (for /healthz). */
 unsigned sbx_count_live(const struct sbx_table *t);
+/* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */
+json_t *sbx_pool_stats(const struct sbx_table *t);
 
 #endif

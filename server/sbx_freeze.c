@@ -74,7 +74,7 @@ int sbx_resync(struct sandbox *sb, unsigned flags, sbx_resync_cb cb, void *ud)
     if (bid)
         proto_put_str(&e, PK_BOOT_ID, boot_id, PROTO_BOOT_ID);
     if (host)
-        proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
+        proto_put_cstr(&e, PK_HOSTNAME, sb->id);
     if (proto_enc_end(&e) != 0)
         return -ENOMEM;
     /* The newer RESYNC wins in the guest (frames are handled in order): the older one's

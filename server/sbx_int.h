@@ -147,6 +147,7 @@ struct sbx_table {
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
     struct vmm_jail *jail; /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
+    struct pool *pool;     /* the warm pool (pool/pool.h), NULL when off */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -190,6 +191,9 @@ int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned 
 void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb);
 /* Start QEMU for vm (disk backed by the read-only file backing): 0 or -errno. */
 int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
+/* Start QEMU for a pool VM: restore mode over the template's RAM file mem_path (its
+ * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno. */
+int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path);
 /* Re-attach to vm's QEMU after a restart: 0 or -errno (-ESRCH: it is gone). */
 int sbx_vm_adopt(struct sbx_vm *vm);
 /* Write vm's record to the vms table: 0, or the idx_* error (logged). */
@@ -227,7 +231,7 @@ void sbx_die(struct sandbox *sb, const char *reason);
 /*
  * Set the guest's clock (host CLOCK_REALTIME) and mix fresh entropy into its
  * RNG (RNDADDENTROPY + RNDRESEEDCRNG), with a new random boot id and/or the
- * hostname "sandbox" again if flags say so, without ending any stream or
+ * hostname (the sandbox id) again if flags say so, without ending any stream or
  * process (unlike INIT). Frames go in order: what is sent after this call
  * runs in the guest after the resync. For every thaw now; for hand-out,
  * resume and fork later. 0 (cb follows, once), or -ENOTCONN (no ready

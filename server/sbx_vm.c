@@ -9,6 +9,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "pool.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +29,9 @@ static void on_channel(void *ud, int fd)
         sbx_on_channel(vm->sb, fd);
         return;
     }
+    /* A pool VM warming up talks to the pool. */
+    if (pool_vm_channel(vm->t->pool, vm, fd))
+        return;
     /* Nobody to talk to yet: QEMU keeps the guest's side until a sandbox asks again. */
     close(fd);
 }
@@ -43,6 +47,7 @@ static void on_exited(void *ud, int status, const char *reason)
         return;
     }
     LOGS(LOG_WARN, vm->id, "unbound VM exited: %s", reason);
+    pool_vm_exited(vm->t->pool, vm);
 }
 
 static const struct vmm_cbs vm_cbs = {on_channel, on_exited};
@@ -179,6 +184,24 @@ int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
 
     vm_config(vm, &vc);
     vc.backing = backing;
+    r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
+    if (r != 0)
+        return r;
+    vmm_set(vm, vmm);
+    vm->pid = vmm_pid(vmm);
+    return 0;
+}
+
+int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
+{
+    struct vmm_config vc;
+    struct vmm *vmm;
+    int r;
+
+    vm_config(vm, &vc);
+    vc.kernel = vc.initrd = vc.append = NULL; /* no boot: the snapshot has the guest */
+    vc.boot = VMM_BOOT_RESTORE;
+    vc.mem_path = mem_path;
     r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
     if (r != 0)
         return r;

@@ -695,3 +695,8 @@ int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct
     (void)c;
     return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
 }
+
+json_t *sbx_pool_stats(const struct sbx_table *t)
+{
+    return json_null(); /* no pool in the fake */
+}

@@ -1,0 +1,188 @@
+"""The warm pool against a cold boot, side by side in one run (issue 8).
+
+    load/run --pool [--creates N] [--boots N] [--execs N] [--pool-size N]
+
+One warrend with pool_size N (jail off: clones cannot be jailed yet), the
+minimal template as default. Measures:
+  - create from the pool, the pool refilled before each (N creates, each deleted):
+    server side (warrend's "running (X ms after create)" log line: request in to
+    guest ready, the 201 follows at once) and client side (POST to 201);
+  - back-to-back creates until the pool runs dry (then they boot), creates/s while
+    it lasts, and the refill time back to N ready;
+  - cold boots in the same warrend (memory_mb 255, a shape the pool does not hold);
+  - exec `true`: the first one right after create, and steady state, on a pool
+    sandbox and on a booted one (a clone's QEMU starts with an empty TCG cache).
+"""
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from warren import Warren, qemu_pids  # noqa: E402
+
+
+def pss_kib(pid):
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def pool(w):
+    return w.request("GET", "/healthz", auth=False).json()["pool"]
+
+
+def wait_ready(w, n, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        p = pool(w)
+        if p and p["state"] == "ready" and p["ready"] >= n and not p["filling"]:
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"pool never had {n} ready: {pool(w)}")
+
+
+def server_ms(w, sid):
+    """warrend's own request-in to guest-ready time for sid, from its log."""
+    with open(w.log_path, errors="replace") as f:
+        m = re.search(re.escape(sid) + r": running \(([0-9.]+) ms after create\)", f.read())
+    return float(m.group(1)) if m else float("nan")
+
+
+def create(w, **kw):
+    t0 = time.perf_counter()
+    sid = w.create(**kw)
+    return sid, (time.perf_counter() - t0) * 1e3
+
+
+def exec_ms(w, sid):
+    t0 = time.perf_counter()
+    r = w.exec(sid, ["true"])
+    assert r.status == 200 and r.json()["exit_code"] == 0, r
+    return (time.perf_counter() - t0) * 1e3
+
+
+def row(rows, what, xs, unit="ms"):
+    rows.append((what, f"{pct(xs, 50):.1f} {unit}", f"{pct(xs, 99):.1f} {unit}",
+                 f"{max(xs):.1f} {unit}"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--creates", type=int, default=50)
+    ap.add_argument("--boots", type=int, default=5)
+    ap.add_argument("--execs", type=int, default=30)
+    ap.add_argument("--pool-size", type=int, default=4)
+    a = ap.parse_args()
+    n = a.pool_size
+
+    w = Warren({"pool_size": n, "jail": "off", "default_template": "minimal",
+                "pool_max_mb": 256 + 48 * n, "max_sandboxes": 2 * n + 8}).start()
+    rows = []
+    try:
+        t0 = time.perf_counter()
+        wait_ready(w, n)
+        first_fill = time.perf_counter() - t0
+
+        # From the pool, refilled before each create.
+        srv, cli, first = [], [], []
+        for _ in range(a.creates):
+            wait_ready(w, n)
+            sid, ms = create(w)
+            first.append(exec_ms(w, sid))
+            assert w.get(sid).json()["source"] == "pool"
+            cli.append(ms)
+            srv.append(server_ms(w, sid))
+            w.delete(sid)
+        row(rows, f"create from the pool, server side (n={a.creates})", srv)
+        row(rows, f"create from the pool, client side (n={a.creates})", cli)
+        row(rows, "first exec `true` after a pool create", first)
+
+        # Back to back until dry.
+        wait_ready(w, n)
+        bb, sids, srcs = [], [], []
+        t0 = time.perf_counter()
+        while True:
+            sid, ms = create(w)
+            sids.append(sid)
+            src = w.get(sid).json()["source"]
+            srcs.append(src)
+            if src != "pool":
+                break
+            bb.append(ms)
+        dry = time.perf_counter() - t0
+        per_s = len(bb) / (sum(bb) / 1e3) if bb else 0
+        for sid in sids:
+            w.delete(sid)
+        t0 = time.perf_counter()
+        wait_ready(w, n)
+        refill = time.perf_counter() - t0
+        row(rows, f"back-to-back pool creates until dry ({len(bb)} from the pool)", bb)
+        rows.append(("creates/s while the pool lasts", f"{per_s:.1f}", "", ""))
+        rows.append((f"refill to {n} ready after the dry run's deletes", f"{refill:.2f} s",
+                     "", ""))
+        with open(w.log_path, errors="replace") as f:
+            fills = [float(x) for x in re.findall(r"pool: ready \(\d+ of \d+; ([0-9.]+) ms from launch",
+                                                  f.read())]
+        row(rows, f"one pool VM: launch, restore, warm-up, stop (n={len(fills)})", fills)
+        rows.append(("first fill at start (template boot + save + pool)",
+                     f"{first_fill:.2f} s", "", ""))
+
+        # Cold boots beside it, same warrend.
+        bsrv, bcli, bfirst = [], [], []
+        for _ in range(a.boots):
+            sid, ms = create(w, memory_mb=255)
+            bfirst.append(exec_ms(w, sid))
+            assert w.get(sid).json()["source"] == "boot"
+            bcli.append(ms)
+            bsrv.append(server_ms(w, sid))
+            w.delete(sid)
+        row(rows, f"create by cold boot, server side (n={a.boots})", bsrv)
+        row(rows, f"create by cold boot, client side (n={a.boots})", bcli)
+        row(rows, "first exec `true` after a cold boot", bfirst)
+        rows.append(("ratio cold boot / pool, p50 server side",
+                     f"{pct(bsrv, 50) / pct(srv, 50):.1f}x", "", ""))
+        rows.append(("ratio cold boot / pool, p50 client side",
+                     f"{pct(bcli, 50) / pct(cli, 50):.1f}x", "", ""))
+
+        # What a waiting VM costs: no sandbox is alive, every QEMU is the pool's.
+        wait_ready(w, n)
+        time.sleep(2)
+        pss = [pss_kib(pid) / 1024 for pid in qemu_pids(w.state_dir)]
+        if pss:
+            row(rows, f"PSS per waiting pool VM (n={len(pss)})", pss, "MiB")
+
+        # Steady state exec on a pool sandbox and a booted one.
+        wait_ready(w, n)
+        ps, _ = create(w)
+        bs, _ = create(w, memory_mb=255)
+        pe = [exec_ms(w, ps) for _ in range(a.execs)]
+        be = [exec_ms(w, bs) for _ in range(a.execs)]
+        row(rows, f"exec `true` steady, pool sandbox (n={a.execs})", pe)
+        row(rows, f"exec `true` steady, booted sandbox (n={a.execs})", be)
+        w.delete(ps)
+        w.delete(bs)
+    finally:
+        w.cleanup()
+
+    la = os.getloadavg()
+    print(f"warren pool benchmark: {platform.node()}, {os.cpu_count()} CPUs, "
+          f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, pool_size {n}")
+    print("| measure | p50 / value | p99 | max |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()

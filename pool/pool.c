@@ -1,0 +1,861 @@
+/*
+ * pool.c - template snapshots and the warm pool (see pool.h).
+ *
+ * States of the template: NONE (nothing usable yet) -> BOOTING (template VM
+ * launched, pinging its agent, then `sync` in it) -> SAVING (vmm_save) -> READY (snapshot
+ * recorded; the pool fills). A failure goes back to NONE with a retry timer
+ * (10 s, doubling, at most 5 tries in a row); a refused restore rebuilds.
+ * Everything runs on the loop; nothing waits: the filling VM is one restore
+ * (then cont, warm-up session, stop) in flight, continued from callbacks,
+ * bounded by fill_timer.
+ */
+#include "pool.h"
+#include "sbx_int.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_MAX        64 /* pool_size is capped here */
+#define POOL_VM_MB      48 /* budget per waiting VM (a warmed-up stopped clone: ~40 MiB PSS) */
+#define TPL_TRIES_MAX   5
+#define TPL_PING_PERIOD 0.25
+
+enum tpl_state { TPL_NONE, TPL_BOOTING, TPL_SAVING, TPL_READY };
+
+static const char *const tpl_state_names[] = {"none", "booting", "saving", "ready"};
+
+/*
+ * A short session of the pool's own on a VM's guest channel: (PING until PONG,
+ * for a VM still booting,) INIT, one EXEC, its EXIT. The template runs `sync`
+ * (no dirty page cache in the snapshot: every clone would write it back); a
+ * pool VM runs `true` after its restore, so the guest code a create and a
+ * first exec need is translated (TCG) and its pages faulted in before the
+ * hand-out, not during it. The sandbox that gets the VM starts a session of
+ * its own (a new INIT ends this one's streams).
+ */
+struct wsess {
+    struct pool *p;
+    struct chan *ch;
+    int stage; /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done */
+    const char *cmd;
+    void (*done)(struct pool *p, int err, const char *why);
+};
+
+/* Ids of the pool's sessions, apart from the 1, 2, ... of a sandbox's. */
+#define WSESS_ID 0x70000000u
+
+/* What a snapshot depends on: a file's path and identity. */
+struct ident {
+    char path[PATH_MAX];
+    long long size, mtime_ns, ino;
+};
+
+struct pool {
+    struct sbx_table *t;
+    char tmpl[64];
+    unsigned size, mem_mb, vcpus;
+    enum tpl_state state;
+    /* the template: its VM's id names its dir and RAM file */
+    char id[24];
+    char dir[4096], snap[4096 + 16], disk[4096 + 16], mem[128];
+    struct ident base, kernel, initrd;
+    struct vmm *vmm;   /* the template VM while booting or saving */
+    bool vmm_gone;     /* it exited: freed from the loop */
+    struct wsess tw;   /* its session: PING until the agent answers, then sync */
+    ev_timer ping;     /* PING until the agent answers */
+    ev_timer deadline; /* boot_timeout_s for the template to answer */
+    ev_timer retry;    /* after a failure: build again */
+    ev_timer kick;     /* refill and reap, from the loop */
+    unsigned tries;
+    int64_t t_start;
+    /* the pool */
+    struct sbx_vm *ready[POOL_MAX];
+    unsigned nready;
+    struct sbx_vm *filling; /* the one restore (and warm-up) in flight */
+    int64_t fill_start;
+    struct wsess fw;               /* the filling VM's warm-up session */
+    bool fill_warming;             /* restored, running its warm-up: its channel is ours */
+    ev_timer fill_timer;           /* boot_timeout_s for the restore and warm-up */
+    struct sbx_vm *dead[POOL_MAX]; /* exited while unbound: destroyed from kick */
+    unsigned ndead;
+    unsigned handed_out, rebuilds;
+};
+
+static void tpl_build(struct pool *p);
+static void pool_fill(struct pool *p);
+
+static void kick_soon(struct pool *p, double after)
+{
+    if (!ev_is_active(&p->kick)) {
+        ev_timer_set(&p->kick, after, 0);
+        ev_timer_start(p->t->loop, &p->kick);
+    }
+}
+
+/* ---- identity of the files a snapshot depends on ---- */
+
+static int ident_get(struct ident *id, const char *path)
+{
+    struct stat st;
+
+    if (!realpath(path, id->path) || stat(id->path, &st) != 0)
+        return -errno;
+    id->size = (long long)st.st_size;
+    id->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+    id->ino = (long long)st.st_ino;
+    return 0;
+}
+
+static json_t *ident_json(const struct ident *id)
+{
+    return json_pack("{s:s,s:I,s:I,s:I}", "path", id->path, "size", (json_int_t)id->size,
+                     "mtime_ns", (json_int_t)id->mtime_ns, "ino", (json_int_t)id->ino);
+}
+
+/* Whether the recorded identity o is the file's now: NULL, or what differs. */
+static const char *ident_differs(json_t *o, const struct ident *now)
+{
+    const char *path;
+    json_int_t size, mtime, ino;
+
+    if (!o || json_unpack(o, "{s:s,s:I,s:I,s:I}", "path", &path, "size", &size, "mtime_ns", &mtime,
+                          "ino", &ino) != 0)
+        return "unreadable";
+    if (strcmp(path, now->path) != 0)
+        return "another file";
+    if (size != now->size || mtime != now->mtime_ns || ino != now->ino)
+        return "changed on disk";
+    return NULL;
+}
+
+/* ---- the template's files and record ---- */
+
+static void tpl_paths(struct pool *p)
+{
+    snprintf(p->dir, sizeof(p->dir), "%s/templates/%s", p->t->cfg->state_dir, p->id);
+    snprintf(p->snap, sizeof(p->snap), "%s/state.snap", p->dir);
+    snprintf(p->disk, sizeof(p->disk), "%s/disk.qcow2", p->dir);
+    snprintf(p->mem, sizeof(p->mem), "/dev/shm/warren-%s.mem", p->id);
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(dir);
+}
+
+/* Remove the current template's files and record (clones running keep their open
+ * files: unlinking changes nothing under them). */
+static void tpl_remove(struct pool *p)
+{
+    if (!p->id[0])
+        return;
+    unlink(p->mem);
+    rm_tree(p->dir);
+    idx_del(p->t->idx, IDX_TEMPLATES, p->tmpl);
+    p->t->idx_dirty = true;
+    p->id[0] = 0;
+}
+
+/* Template dirs and RAM files other than keep's (a crash mid-build, or a pool
+ * turned off since). */
+static void tpl_sweep(struct sbx_table *t, const char *keep)
+{
+    char dir[4096], path[4096 + 300];
+    DIR *d;
+    struct dirent *e;
+
+    snprintf(dir, sizeof(dir), "%s/templates", t->cfg->state_dir);
+    if (!(d = opendir(dir)))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, keep) == 0)
+            continue;
+        LOG(LOG_INFO, "pool: removing template files no record names: %s", e->d_name);
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        rm_tree(path);
+        /* Named after the same VM id: only ours (ids are random per warrend). */
+        snprintf(path, sizeof(path), "/dev/shm/warren-%s.mem", e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+static int tpl_record(struct pool *p)
+{
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:I}", "template", p->tmpl, "vm_id",
+                  p->id, "dir", p->dir, "snapshot", p->snap, "disk", p->disk, "mem_path", p->mem,
+                  "mem_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "base",
+                  ident_json(&p->base), "kernel", ident_json(&p->kernel), "initrd",
+                  ident_json(&p->initrd), "created_ms", (json_int_t)sbx_wall_ms());
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
+
+    if (r == 0)
+        p->t->idx_dirty = true;
+    free(s);
+    json_decref(o);
+    return r;
+}
+
+struct find_rec {
+    const char *key;
+    json_t *rec;
+};
+
+static int find_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct find_rec *f = ud;
+    json_error_t jerr;
+
+    if (klen == strlen(f->key) && memcmp(key, f->key, klen) == 0 && !f->rec)
+        f->rec = json_loadb(val, vlen, 0, &jerr);
+    return 0;
+}
+
+/* The recorded snapshot, if its files are there and its images unchanged: 0, else
+ * why it cannot be used (and nothing of it kept). The restore checks the rest. */
+static const char *tpl_check_record(struct pool *p)
+{
+    struct find_rec f = {p->tmpl, NULL};
+    const char *id, *why = NULL;
+    json_int_t mem, vcpus;
+    struct stat st;
+
+    idx_foreach(p->t->idx, IDX_TEMPLATES, find_one, &f);
+    if (!f.rec)
+        return "none recorded";
+    if (json_unpack(f.rec, "{s:s,s:I,s:I}", "vm_id", &id, "mem_mb", &mem, "vcpus", &vcpus) != 0 ||
+        strlen(id) >= sizeof(p->id)) {
+        json_decref(f.rec);
+        return "record unreadable";
+    }
+    snprintf(p->id, sizeof(p->id), "%s", id);
+    tpl_paths(p);
+    if ((unsigned)mem != p->mem_mb || (unsigned)vcpus != p->vcpus)
+        why = "saved with another memory size or vCPU count";
+    else if ((why = ident_differs(json_object_get(f.rec, "base"), &p->base)))
+        why = "its base image changed";
+    else if ((why = ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
+        why = "its kernel changed";
+    else if ((why = ident_differs(json_object_get(f.rec, "initrd"), &p->initrd)))
+        why = "its initramfs changed";
+    else if (stat(p->snap, &st) != 0 || stat(p->disk, &st) != 0)
+        why = "its snapshot or overlay is missing";
+    else if (stat(p->mem, &st) != 0 || (uint64_t)st.st_size != (uint64_t)p->mem_mb << 20)
+        why = "its memory file is missing or of another size";
+    json_decref(f.rec);
+    return why;
+}
+
+/* ---- building the template ---- */
+
+static void tpl_end_vm(struct pool *p)
+{
+    ev_timer_stop(p->t->loop, &p->ping);
+    ev_timer_stop(p->t->loop, &p->deadline);
+    if (p->tw.ch) {
+        chan_free(p->tw.ch);
+        p->tw.ch = NULL;
+    }
+    if (p->vmm) {
+        vmm_free(p->vmm);
+        p->vmm = NULL;
+    }
+    p->vmm_gone = false;
+}
+
+/* The build failed: drop it, try again later (never from inside a vmm callback:
+ * the VM is freed from the retry timer). */
+static void tpl_failed(struct pool *p, const char *why)
+{
+    double delay = 10.0 * (double)(1u << (p->tries < 5 ? p->tries : 5));
+
+    ev_timer_stop(p->t->loop, &p->ping);
+    ev_timer_stop(p->t->loop, &p->deadline);
+    ev_timer_stop(p->t->loop, &p->retry);
+    p->state = TPL_NONE;
+    if (p->tries >= TPL_TRIES_MAX) {
+        LOG(LOG_ERR, "pool: template %s: %s; gave up after %u tries (creates boot)", p->tmpl, why,
+            p->tries);
+        kick_soon(p, 0); /* frees the VM */
+        return;
+    }
+    LOG(LOG_WARN, "pool: template %s: %s; trying again in %.0f s (creates boot meanwhile)", p->tmpl,
+        why, delay);
+    ev_timer_set(&p->retry, delay, 0);
+    ev_timer_start(p->t->loop, &p->retry);
+}
+
+/* ---- the pool's own sessions ---- */
+
+static void ws_send_init(struct wsess *w)
+{
+    struct proto_enc e;
+    uint8_t entropy[PROTO_ENTROPY];
+    struct timespec ts;
+
+    sbx_random(w->p->t, entropy, sizeof(entropy));
+    clock_gettime(CLOCK_REALTIME, &ts);
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_INIT, WSESS_ID, 9);
+    proto_put_u(&e, PK_V, PROTO_VERSION);
+    proto_put_u(&e, PK_TIME_NS, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+    proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
+    proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
+    proto_put_u(&e, PK_MEM_MB, w->p->mem_mb);
+    proto_put_u(&e, PK_RING, w->p->t->cfg->process_ring_bytes);
+    proto_put_u(&e, PK_MAX_PROCS, w->p->t->cfg->max_procs_per_sbx);
+    proto_enc_end(&e);
+    chan_flush(w->ch);
+    w->stage = 1;
+}
+
+static void ws_send_exec(struct wsess *w)
+{
+    struct proto_enc e;
+
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + 1, 6);
+    proto_put_cstr(&e, PK_CMD, w->cmd);
+    proto_enc_key(&e, PK_ENV);
+    msgpack_pack_map(&e.pk, 0);
+    proto_put_cstr(&e, PK_USER, "root");
+    proto_put_b(&e, PK_STDIN, false);
+    proto_enc_end(&e);
+    chan_flush(w->ch);
+    w->stage = 2;
+}
+
+static void ws_done(struct wsess *w, int err, const char *why)
+{
+    if (w->stage == 3)
+        return;
+    w->stage = 3;
+    w->done(w->p, err, why);
+}
+
+static void ws_frame(void *ud, const struct proto_frame *f)
+{
+    struct wsess *w = ud;
+
+    if (f->type == PROTO_PONG && w->stage == 0)
+        ws_send_init(w);
+    else if (f->type == PROTO_HELLO && f->id == WSESS_ID && w->stage == 1)
+        ws_send_exec(w);
+    else if (f->type == PROTO_EXIT && f->id == WSESS_ID + 1 && w->stage == 2)
+        ws_done(w, 0, "");
+    else if (f->type == PROTO_ERROR && f->id == WSESS_ID + 1 && w->stage == 2)
+        ws_done(w, -EIO, "the guest could not run the warm-up command");
+}
+
+static void ws_closed(void *ud, int err, const char *why)
+{
+    struct wsess *w = ud;
+
+    chan_free(w->ch);
+    w->ch = NULL;
+    ws_done(w, -EPIPE, why);
+}
+
+/* Take a VM's channel fd for a session; pinging: a VM still booting. */
+static int ws_start(struct wsess *w, int fd, bool pinging)
+{
+    static const struct chan_cbs cbs = {ws_frame, ws_closed};
+
+    if (w->ch)
+        chan_free(w->ch);
+    w->ch = NULL;
+    if (chan_new(w->p->t->loop, fd, &cbs, w, &w->ch) != 0) {
+        close(fd);
+        return -ENOMEM;
+    }
+    w->stage = 0;
+    if (!pinging)
+        ws_send_init(w);
+    return 0;
+}
+
+/* ---- building the template (continued) ---- */
+
+static void tpl_ping(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+    struct proto_enc e;
+
+    if (!p->tw.ch || p->tw.stage != 0) {
+        ev_timer_stop(loop, w);
+        return;
+    }
+    proto_enc_begin(&e, chan_tx(p->tw.ch), PROTO_PING, 1, 2);
+    proto_enc_end(&e);
+    chan_flush(p->tw.ch);
+}
+
+static void tpl_saved(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+    int r;
+
+    if (err != 0) {
+        tpl_failed(p, why);
+        return;
+    }
+    /* SEALED: it may never run again; its RAM file and overlay are the clones' now. */
+    if ((r = tpl_record(p)) != 0) {
+        tpl_failed(p, "cannot record the template snapshot in the index");
+        return;
+    }
+    LOG(LOG_INFO, "pool: template %s saved (VM %s, %.0f ms from launch): %s", p->tmpl, p->id,
+        (double)(sbx_now_ms() - p->t_start), p->snap);
+    p->state = TPL_READY;
+    p->tries = 0;
+    kick_soon(p, 0); /* ends the sealed VM, fills */
+}
+
+/* The template's agent answered and ran `sync`: save it. */
+static void tpl_synced(struct pool *p, int err, const char *why)
+{
+    char msg[300];
+    int r;
+
+    ev_timer_stop(p->t->loop, &p->ping);
+    ev_timer_stop(p->t->loop, &p->deadline);
+    if (p->state != TPL_BOOTING)
+        return;
+    if (err != 0) {
+        snprintf(msg, sizeof(msg), "its sync session failed: %s", why);
+        tpl_failed(p, msg);
+        return;
+    }
+    p->state = TPL_SAVING;
+    r = vmm_save(p->vmm, p->snap, tpl_saved, p);
+    if (r != 0)
+        tpl_failed(p, "cannot start the save");
+}
+
+static void tpl_on_channel(void *ud, int fd)
+{
+    struct pool *p = ud;
+
+    if (p->state != TPL_BOOTING || ws_start(&p->tw, fd, true) != 0) {
+        if (p->state != TPL_BOOTING)
+            close(fd);
+        return;
+    }
+    ev_timer_stop(p->t->loop, &p->ping); /* a reconnect: set only a stopped watcher */
+    ev_timer_set(&p->ping, 0, TPL_PING_PERIOD);
+    ev_timer_start(p->t->loop, &p->ping);
+}
+
+static void tpl_on_exited(void *ud, int status, const char *reason)
+{
+    struct pool *p = ud;
+    char why[300];
+
+    p->vmm_gone = true;
+    if (p->state != TPL_BOOTING && p->state != TPL_SAVING)
+        return; /* the sealed VM ended on purpose, or a build that failed already */
+    snprintf(why, sizeof(why), "template VM exited: %s", reason);
+    tpl_failed(p, why);
+}
+
+static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+    char why[128];
+
+    snprintf(why, sizeof(why), "the template's agent did not answer within %u s",
+             p->t->cfg->boot_timeout_s);
+    tpl_failed(p, why);
+}
+
+static void tpl_build(struct pool *p)
+{
+    static const struct vmm_cbs cbs = {tpl_on_channel, tpl_on_exited};
+    struct sbx_table *t = p->t;
+    struct vmm_config vc;
+    char path[4096 + 16];
+    uint8_t rnd[8];
+    int r;
+
+    tpl_end_vm(p);
+    tpl_remove(p);
+    p->tries++;
+    p->t_start = sbx_now_ms();
+    if (ident_get(&p->base, p->base.path) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
+        ident_get(&p->initrd, t->initrd) != 0) {
+        tpl_failed(p, "its base image, kernel or initramfs is missing");
+        return;
+    }
+    sbx_random(t, rnd, sizeof(rnd));
+    snprintf(p->id, sizeof(p->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    tpl_paths(p);
+    snprintf(path, sizeof(path), "%s/templates", t->cfg->state_dir);
+    if ((mkdir(path, 0700) != 0 && errno != EEXIST) || mkdir(p->dir, 0700) != 0) {
+        tpl_failed(p, "cannot make its directory");
+        return;
+    }
+    if ((r = vmm_qcow2_create(p->disk, p->base.path, (uint64_t)p->base.size)) != 0) {
+        tpl_failed(p, "cannot make its overlay");
+        return;
+    }
+    memset(&vc, 0, sizeof(vc));
+    vc.id = p->id;
+    vc.qemu = t->cfg->qemu;
+    vc.kernel = t->kernel;
+    vc.initrd = t->initrd;
+    vc.append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
+    vc.disk = p->disk;
+    vc.run_dir = p->dir;
+    vc.mem_mb = p->mem_mb;
+    vc.vcpus = p->vcpus;
+    vc.accel = t->accel;
+    vc.console_max = t->cfg->console_max_bytes;
+    vc.qemu_log_max = t->cfg->qemu_log_bytes;
+    vc.boot = VMM_BOOT_TEMPLATE;
+    vc.mem_path = p->mem;
+    r = vmm_launch(t->loop, &vc, &cbs, p, &p->vmm);
+    if (r != 0) {
+        char why[128];
+        snprintf(why, sizeof(why), "cannot launch the template VM: %s", strerror(-r));
+        tpl_failed(p, why);
+        return;
+    }
+    p->state = TPL_BOOTING;
+    ev_timer_set(&p->deadline, t->cfg->boot_timeout_s, 0);
+    ev_timer_start(t->loop, &p->deadline);
+    LOG(LOG_INFO, "pool: building template %s snapshot: VM %s pid %d, RAM in %s", p->tmpl, p->id,
+        (int)vmm_pid(p->vmm), p->mem);
+}
+
+static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+
+    tpl_build(p);
+}
+
+/* ---- the pool ---- */
+
+static unsigned budget_vms(const struct pool *p)
+{
+    unsigned max = p->t->cfg->pool_max_mb;
+
+    if (max <= p->mem_mb)
+        return 0;
+    return (max - p->mem_mb) / POOL_VM_MB;
+}
+
+/* Drop the VM being filled (not from inside its own vmm callbacks' exited). */
+static void fill_abort(struct pool *p, const char *why, double retry_after)
+{
+    struct sbx_vm *vm = p->filling;
+
+    p->filling = NULL;
+    p->fill_warming = false;
+    ev_timer_stop(p->t->loop, &p->fill_timer);
+    if (p->fw.ch) {
+        chan_free(p->fw.ch);
+        p->fw.ch = NULL;
+    }
+    if (vm) {
+        LOGS(LOG_WARN, vm->id, "pool: dropped: %s", why);
+        sbx_vm_destroy(vm);
+    }
+    kick_soon(p, retry_after);
+}
+
+static void fill_stopped(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+    struct sbx_vm *vm = p->filling;
+
+    if (!vm)
+        return;
+    if (err != 0) {
+        fill_abort(p, why, 1.0);
+        return;
+    }
+    p->filling = NULL;
+    p->fill_warming = false;
+    ev_timer_stop(p->t->loop, &p->fill_timer);
+    p->ready[p->nready++] = vm;
+    LOGS(LOG_INFO, vm->id, "pool: ready (%u of %u; %.0f ms from launch)", p->nready, p->size,
+         (double)(sbx_now_ms() - p->fill_start));
+    pool_fill(p);
+}
+
+/* The warm-up ran: close our session, stop the vCPUs until the hand-out. */
+static void fill_warmed(struct pool *p, int err, const char *why)
+{
+    struct sbx_vm *vm = p->filling;
+    char msg[300];
+
+    if (p->fw.ch) {
+        chan_free(p->fw.ch); /* deferred when inside its callback */
+        p->fw.ch = NULL;
+    }
+    if (!vm)
+        return;
+    if (err != 0 || vmm_stop(vm->vmm, fill_stopped, p) != 0) {
+        snprintf(msg, sizeof(msg), "warm-up failed: %s", err ? why : "cannot stop it");
+        fill_abort(p, msg, 1.0);
+    }
+}
+
+static void fill_cont(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+
+    if (err != 0 && p->filling)
+        fill_abort(p, why, 1.0);
+}
+
+static void fill_restored(void *ud, int err, const char *why)
+{
+    struct pool *p = ud;
+    struct sbx_vm *vm = p->filling;
+
+    if (!vm)
+        return;
+    if (err == -EINVAL) {
+        /* The snapshot itself is refused (corrupt, truncated, mismatched): never used. */
+        LOG(LOG_WARN, "pool: template %s snapshot %s refused: %s; rebuilding it", p->tmpl, p->snap,
+            why);
+        fill_abort(p, "its snapshot was refused", 0);
+        p->rebuilds++;
+        p->tries = 0;
+        tpl_build(p);
+        return;
+    }
+    if (err != 0) {
+        fill_abort(p, why, 1.0);
+        return;
+    }
+    /* Run it once, through a session of ours, then stop it again (fill_warmed). */
+    p->fill_warming = true;
+    if (vmm_cont(vm->vmm, fill_cont, p) != 0 || vmm_channel_reconnect(vm->vmm) != 0)
+        fill_abort(p, "cannot run it for its warm-up", 1.0);
+}
+
+static void on_fill_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+
+    fill_abort(p, "restore or warm-up did not finish in time", 1.0);
+}
+
+bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd)
+{
+    if (!p || p->filling != vm || !p->fill_warming)
+        return false;
+    if (ws_start(&p->fw, fd, false) != 0)
+        fill_abort(p, "cannot set up its channel", 1.0);
+    return true;
+}
+
+/* Start one more VM if the pool is short and nothing else is filling it. */
+static void pool_fill(struct pool *p)
+{
+    struct sbx_vm *vm;
+    unsigned want = p->size < budget_vms(p) ? p->size : budget_vms(p);
+    int r;
+
+    if (p->state != TPL_READY || p->filling || p->nready >= want)
+        return;
+    r = sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm);
+    if (r != 0) {
+        LOG(LOG_WARN, "pool: cannot make a VM record: %s", strerror(-r));
+        kick_soon(p, 5.0);
+        return;
+    }
+    snprintf(vm->boot, sizeof(vm->boot), "pool");
+    p->fill_start = sbx_now_ms();
+    if ((r = vmm_qcow2_create(vm->disk, p->disk, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, p->mem)) != 0 || (r = sbx_vm_save(vm)) != 0 ||
+        (r = vmm_restore(vm->vmm, p->snap, fill_restored, p)) != 0) {
+        LOGS(LOG_WARN, vm->id, "pool: cannot start a VM: %s", strerror(r < 0 ? -r : r));
+        sbx_vm_destroy(vm);
+        kick_soon(p, 5.0);
+        return;
+    }
+    p->filling = vm;
+    ev_timer_set(&p->fill_timer, p->t->cfg->boot_timeout_s, 0);
+    ev_timer_start(p->t->loop, &p->fill_timer);
+}
+
+static void on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct pool *p = w->data;
+
+    while (p->ndead)
+        sbx_vm_destroy(p->dead[--p->ndead]);
+    /* The template VM, sealed or failed: nothing more to do with it. */
+    if (p->vmm && (p->state == TPL_READY || p->state == TPL_NONE))
+        tpl_end_vm(p);
+    pool_fill(p);
+}
+
+static bool drop_from(struct sbx_vm **arr, unsigned *n, struct sbx_vm *vm)
+{
+    for (unsigned i = 0; i < *n; i++) {
+        if (arr[i] == vm) {
+            memmove(&arr[i], &arr[i + 1], (*n - i - 1) * sizeof(*arr));
+            (*n)--;
+            return true;
+        }
+    }
+    return false;
+}
+
+void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
+{
+    if (!p)
+        return;
+    if (p->filling == vm) {
+        p->filling = NULL;
+        p->fill_warming = false;
+        ev_timer_stop(p->t->loop, &p->fill_timer);
+        if (p->fw.ch) {
+            chan_free(p->fw.ch);
+            p->fw.ch = NULL;
+        }
+    } else if (!drop_from(p->ready, &p->nready, vm)) {
+        return;
+    }
+    LOGS(LOG_WARN, vm->id, "pool: a waiting VM exited; replacing it");
+    if (p->ndead < POOL_MAX)
+        p->dead[p->ndead++] = vm;
+    kick_soon(p, 0);
+}
+
+struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus)
+{
+    struct sbx_vm *vm;
+
+    if (!p || p->state != TPL_READY || p->nready == 0 || strcmp(tmpl, p->tmpl) != 0 ||
+        mem_mb != p->mem_mb || vcpus != p->vcpus)
+        return NULL;
+    vm = p->ready[0];
+    memmove(&p->ready[0], &p->ready[1], (p->nready - 1) * sizeof(p->ready[0]));
+    p->nready--;
+    p->handed_out++;
+    /* Refill after this create has answered: the launch is spent on the loop. */
+    kick_soon(p, 0.05);
+    return vm;
+}
+
+json_t *pool_stats(const struct pool *p)
+{
+    if (!p)
+        return json_null();
+    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I}", "template", p->tmpl, "state",
+                     tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
+                     (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
+                     (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds);
+}
+
+int pool_new(struct sbx_table *t, struct pool **out)
+{
+    const struct srv_config *c = t->cfg;
+    struct pool *p;
+    char base[4096 + 200];
+    const char *why;
+
+    *out = NULL;
+    if (c->pool_size == 0 || t->jail) {
+        /* What a pool of an earlier start left after a crash. */
+        tpl_sweep(t, "");
+        if (idx_del(t->idx, IDX_TEMPLATES, c->default_template) == 0)
+            t->idx_dirty = true;
+    }
+    if (c->pool_size == 0)
+        return 0;
+    if (t->jail) {
+        LOG(LOG_WARN, "pool: off: QEMU is jailed here and snapshot clones cannot be jailed yet "
+                      "(vmm.h, SECURITY.md); every create boots. jail = off enables the pool.");
+        return 0;
+    }
+    if (!(p = calloc(1, sizeof(*p))))
+        return -ENOMEM;
+    p->t = t;
+    snprintf(p->tmpl, sizeof(p->tmpl), "%s", c->default_template);
+    p->size = c->pool_size < POOL_MAX ? c->pool_size : POOL_MAX;
+    p->mem_mb = c->default_memory_mb;
+    p->vcpus = c->default_vcpus;
+    ev_timer_init(&p->ping, tpl_ping, 0, TPL_PING_PERIOD);
+    ev_timer_init(&p->deadline, tpl_deadline, 1, 0);
+    ev_timer_init(&p->retry, on_retry, 1, 0);
+    ev_timer_init(&p->kick, on_kick, 0, 0);
+    ev_timer_init(&p->fill_timer, on_fill_timer, 1, 0);
+    p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p->fill_timer.data = p;
+    p->tw = (struct wsess){.p = p, .cmd = "sync", .done = tpl_synced};
+    p->fw = (struct wsess){.p = p, .cmd = "true", .done = fill_warmed};
+    snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
+    if (ident_get(&p->base, base) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
+        ident_get(&p->initrd, t->initrd) != 0) {
+        LOG(LOG_WARN, "pool: off: template %s has no image (%s)", p->tmpl, base);
+        free(p);
+        return 0;
+    }
+    if (budget_vms(p) < p->size)
+        LOG(LOG_WARN,
+            "pool: pool_max_mb = %u holds %u VM(s) of %u (template %u MiB + %u MiB "
+            "each)",
+            c->pool_max_mb, budget_vms(p), p->size, p->mem_mb, POOL_VM_MB);
+    why = tpl_check_record(p);
+    tpl_sweep(t, p->id);
+    if (why && strcmp(why, "none recorded") == 0) {
+        tpl_build(p);
+    } else if (why) {
+        LOG(LOG_WARN, "pool: template %s snapshot not used: %s; rebuilding it", p->tmpl, why);
+        p->rebuilds++;
+        tpl_build(p);
+    } else {
+        /* Used only if the first restore accepts it (fill_restored). */
+        LOG(LOG_INFO, "pool: reusing template %s snapshot %s", p->tmpl, p->snap);
+        p->state = TPL_READY;
+        pool_fill(p);
+    }
+    *out = p;
+    return 0;
+}
+
+void pool_free(struct pool *p)
+{
+    if (!p)
+        return;
+    ev_timer_stop(p->t->loop, &p->retry);
+    ev_timer_stop(p->t->loop, &p->kick);
+    ev_timer_stop(p->t->loop, &p->fill_timer);
+    if (p->fw.ch)
+        chan_free(p->fw.ch);
+    tpl_end_vm(p);
+    while (p->nready)
+        sbx_vm_destroy(p->ready[--p->nready]);
+    while (p->ndead)
+        sbx_vm_destroy(p->dead[--p->ndead]);
+    if (p->filling)
+        sbx_vm_destroy(p->filling);
+    /* Clean shutdown: the template goes too (its RAM file lives in /dev/shm, i.e. in
+     * RAM); the next start builds it again. Clones still running hold it open. */
+    tpl_remove(p);
+    free(p);
+}

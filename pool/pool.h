@@ -1,0 +1,62 @@
+/*
+ * pool.h - template snapshots and the warm pool (issue 8).
+ *
+ * For the default template, warrend boots one VM in template mode (guest RAM
+ * in /dev/shm/warren-<vm id>.mem, share=on; a qcow2 overlay over the
+ * template's base image), waits until its agent answers a PING, has it run
+ * `sync` (a session of the pool's own: INIT, EXEC, EXIT), saves its
+ * device state (vmm_save: the VM is then SEALED and ended; the RAM file and
+ * the overlay, now frozen, are the clones' base) into
+ * state_dir/templates/<vm id>/, and records it in the index's templates
+ * table with the identity (path, size, mtime, inode) of the base image,
+ * kernel and initramfs. It then keeps pool_size VMs restored from that
+ * snapshot and stopped (each with its own overlay backed by the frozen one),
+ * refilled one at a time in the background. Each is run once after its
+ * restore (a session of the pool's own: INIT, exec `true`) and stopped again,
+ * so the hand-out does not pay the TCG translation of the guest's session and
+ * exec paths (measured in load/RESULTS.md). A hand-out is vmm_cont plus a
+ * fresh channel session (sbx.c); no boot.
+ *
+ * A recorded snapshot whose files are missing, whose images changed, or that
+ * vmm_restore refuses (corrupt, truncated, another QEMU) is rebuilt, never
+ * used. Pool VMs have VM records (boot "pool", bound to no sandbox); a
+ * restart destroys them (sbx.c bind_all) and the pool refills. On a clean
+ * shutdown the pool's VMs are killed and the template's files (snapshot,
+ * overlay, RAM file) and record removed; after a crash (kill -9) they stay
+ * and the next start checks and reuses them. Sandboxes handed out keep
+ * running across a restart: their QEMUs hold the RAM file and overlay open.
+ *
+ * Off when pool_size is 0 or QEMU is jailed (snapshot clones cannot be
+ * jailed yet: vmm.h); creates then boot as before.
+ *
+ * Ownership: the pool belongs to the sbx_table (t->pool) and is freed by
+ * pool_free before the table's VMs. A VM returned by pool_take is the
+ * caller's to bind (sbx_vm_bind) from then on.
+ */
+#ifndef WARREN_POOL_H
+#define WARREN_POOL_H
+
+#include <stdbool.h>
+#include <jansson.h>
+
+struct pool;
+struct sbx_table;
+struct sbx_vm;
+
+/* Start the pool for t's default template (after the table's VMs were restored
+ * and bound): 0 and *out (NULL when the pool is off), or -errno. */
+int pool_new(struct sbx_table *t, struct pool **out);
+/* Kill the pool's VMs and the template VM, remove the template's files. */
+void pool_free(struct pool *p);
+/* A ready VM (restored, stopped, unbound) for this template, memory and vCPUs,
+ * or NULL (none ready, or another shape: boot instead). Refill follows. */
+struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus);
+/* An unbound VM's guest channel connected: true if the pool takes fd (the VM is
+ * warming up), else the caller closes it. */
+bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);
+/* An unbound VM exited: if it is the pool's, drop it (from the loop, later). */
+void pool_vm_exited(struct pool *p, struct sbx_vm *vm);
+/* {"template", "state", "size", "ready", "handed_out", "rebuilds"}, or null when off. */
+json_t *pool_stats(const struct pool *p);
+
+#endif

@@ -1,0 +1,199 @@
+"""The warm pool (issue 8): creates are handed VMs restored from a template
+snapshot instead of booting; two hand-outs are distinct VMs; the pool refills;
+a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
+refused and rebuilt (while that sandbox, a clone of the old one, runs on); nothing is left once everything is
+deleted and warrend stops; with QEMU jailed the pool stays off and says so.
+
+One warrend for the class (its template is built twice: at start and after the
+corruption); the methods run in name order and build on each other."""
+import os
+import time
+import unittest
+
+from warren import Warren, qemu_pids, wait_no_qemu
+
+POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal"}
+
+
+def pool(w):
+    r = w.request("GET", "/healthz")
+    assert r.status == 200, r
+    return r.json()["pool"]
+
+
+def wait_pool_ready(w, n, timeout=90):
+    """Until the pool holds n ready VMs (a template build under TCG takes ~9 s)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        p = pool(w)
+        if p and p["state"] == "ready" and p["ready"] >= n:
+            return p
+        time.sleep(0.1)
+    raise AssertionError(f"pool never had {n} ready: {pool(w)}\n{w.log_text()}")
+
+
+def template_ids(w):
+    d = os.path.join(w.state_dir, "templates")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+class TestPool(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(POOL_CONF).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+
+    def create(self):
+        sid = self.w.create()
+        return sid, self.w.get(sid).json()
+
+    def test_1_handout_distinct_vms(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        a, ja = self.create()
+        b, jb = self.create()
+        self.assertEqual(ja["source"], "pool", ja)
+        self.assertEqual(jb["source"], "pool", jb)
+        self.assertNotEqual(ja["vm_id"], jb["vm_id"])
+        pa, pb = qemu_pids(ja["vm_id"]), qemu_pids(jb["vm_id"])
+        self.assertEqual(len(pa), 1, pa)
+        self.assertEqual(len(pb), 1, pb)
+        self.assertNotEqual(pa, pb)
+        # The template's files are there (the minimal image's /bin/sh), and each
+        # clone's writes are its own.
+        r = w.run(a, "test -x /bin/sh && echo yes")
+        self.assertEqual(r["stdout"], "yes\n", r)
+        w.run(a, "echo from-a > /root/mine && sync")
+        r = w.run(b, "cat /root/mine 2>&1; echo rc=$?")
+        self.assertIn("rc=1", r["stdout"], r)
+        self.assertEqual(w.run(a, "cat /root/mine")["stdout"], "from-a\n")
+        # The session each got at hand-out reseeded its RNG and set its clock (the
+        # template's stopped minutes ago), its hostname (its sandbox id) and, by a
+        # RESYNC, a boot id of its own.
+        ra = w.run(a, "head -c 16 /dev/urandom | od -An -tx1")["stdout"]
+        rb = w.run(b, "head -c 16 /dev/urandom | od -An -tx1")["stdout"]
+        self.assertNotEqual(ra, rb)
+        ids = "cat /proc/sys/kernel/random/boot_id; hostname"
+        ia, ib = w.run(a, ids)["stdout"].split(), w.run(b, ids)["stdout"].split()
+        self.assertEqual(ia[1], a)
+        self.assertEqual(ib[1], b)
+        self.assertRegex(ia[0], r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+        self.assertNotEqual(ia[0], ib[0])
+        for sid in (a, b):
+            guest = int(w.run(sid, "date +%s")["stdout"])
+            self.assertLess(abs(guest - time.time()), 60)
+        # A booted sandbox says so: another memory size is not in the pool.
+        c = w.create(memory_mb=192)
+        self.assertEqual(w.get(c).json()["source"], "boot")
+        for sid in (a, b, c):
+            self.assertEqual(w.delete(sid).status, 200)
+        # Deleting a pool sandbox ends its QEMU and removes its run dir and overlay;
+        # the template's files stay.
+        for j in (ja, jb):
+            self.assertEqual(wait_no_qemu(j["vm_id"]), [])
+        deadline = time.time() + 30
+        while time.time() < deadline and any(
+                os.path.exists(os.path.join(w.state_dir, "vms", j["vm_id"])) for j in (ja, jb)):
+            time.sleep(0.1)
+        for j in (ja, jb):
+            self.assertFalse(os.path.exists(os.path.join(w.state_dir, "vms", j["vm_id"])))
+        tid = template_ids(w)
+        self.assertEqual(len(tid), 1, tid)
+        self.assertTrue(os.path.exists(f"/dev/shm/warren-{tid[0]}.mem"))
+        # Refilled in the background.
+        p = wait_pool_ready(w, 2)
+        self.assertGreaterEqual(p["handed_out"], 2, p)
+
+    def test_2_corrupt_snapshot_rebuilt(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        old = template_ids(w)
+        self.assertEqual(len(old), 1, old)
+        snap = os.path.join(w.state_dir, "templates", old[0], "state.snap")
+        # A sandbox from the pool outlives a warrend kill -9 like a booted one.
+        keep, jk = self.create()
+        self.assertEqual(jk["source"], "pool", jk)
+        w.run(keep, "echo kept > /root/k")
+        w.kill9()
+        # Flip bytes in the middle of the device state: the checksum no longer holds.
+        with open(snap, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(size // 2)
+            chunk = f.read(64)
+            f.seek(size // 2)
+            f.write(bytes(x ^ 0xFF for x in chunk))
+        w.start()
+        p = wait_pool_ready(w, 2)
+        log = w.log_text()
+        self.assertIn("refused", log)
+        self.assertIn("rebuilding it", log)
+        self.assertGreaterEqual(p["rebuilds"], 1, p)
+        new = template_ids(w)
+        self.assertEqual(len(new), 1, new)
+        self.assertNotEqual(new, old)
+        self.assertFalse(os.path.exists(f"/dev/shm/warren-{old[0]}.mem"))
+        jk2 = w.wait_state(keep, ["running"])
+        self.assertEqual(jk2["source"], "pool", jk2)
+        self.assertEqual(jk2["vm_id"], jk["vm_id"])
+        self.assertEqual(w.run(keep, "cat /root/k")["stdout"], "kept\n")
+        w.delete(keep)
+        sid, j = self.create()
+        self.assertEqual(j["source"], "pool", j)
+        self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+        w.delete(sid)
+
+    def test_2b_snapshot_reused_after_kill9(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        tid = template_ids(w)
+        w.kill9()
+        w.start()
+        p = wait_pool_ready(w, 2)
+        self.assertEqual(p["rebuilds"], 0, p)
+        self.assertEqual(template_ids(w), tid)
+        self.assertIn("pool: reusing template minimal snapshot", w.log_text())
+        self.assertIn("pool VM of an earlier warrend: removing it", w.log_text())
+        sid, j = self.create()
+        self.assertEqual(j["source"], "pool", j)
+        self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+        w.delete(sid)
+
+    def test_3_nothing_left(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        tid = template_ids(w)
+        sid, _ = self.create()
+        w.delete(sid)
+        w.stop()
+        # Pool VMs and deleted sandboxes' VMs are gone; on a clean shutdown the
+        # template's snapshot, overlay and RAM file go too.
+        self.assertEqual(wait_no_qemu(w.state_dir), [])
+        deadline = time.time() + 10
+        vms = os.path.join(w.state_dir, "vms")
+        while time.time() < deadline and os.listdir(vms):
+            time.sleep(0.1)
+        self.assertEqual(os.listdir(vms), [])
+        self.assertEqual(template_ids(w), [])
+        for t in tid:
+            self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
+
+
+class TestPoolJailed(unittest.TestCase):
+    def test_pool_off_when_jailed(self):
+        conf = dict(POOL_CONF, jail="required", jail_uid_base="230000", jail_uid_count="10",
+                    jail_cgroup="warren-it")
+        w = Warren(conf)
+        try:
+            w.start()
+            self.assertIsNone(pool(w))
+            self.assertIn("pool: off: QEMU is jailed", w.log_text())
+            self.assertEqual(template_ids(w), [])
+        finally:
+            w.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()
