@@ -799,8 +799,11 @@ static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, 
                 if (!pty[i]->pending)
                     echo_key(pty[i]);
             }
+            /* Timed (beside a producer): one round trip per 10 ms per pinger, a probe
+             * rather than a load of its own (back to back they made ~3,700 a second). */
             if (ping[i]->st == S_OPEN && !ping[i]->pending &&
-                (secs > 0 || (long)(s_ping.n + s_err.n) < 2L * rounds * (nsids - (yes ? 1 : 0)))) {
+                (secs > 0 ? now() - ping[i]->t_sent >= 0.01
+                          : (long)(s_ping.n + s_err.n) < 2L * rounds * (nsids - (yes ? 1 : 0)))) {
                 busy = true;
                 ping[i]->pending = true;
                 ping[i]->t_sent = now();
