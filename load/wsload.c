@@ -613,7 +613,9 @@ static void idle_worker(int first, int count, int wfd)
 
     ep = epoll_create1(EPOLL_CLOEXEC);
     while (!stop_flag && opened + failed < count) {
-        while (next < count && inflight < 128) {
+        /* 32 handshakes in flight per worker: with 128 (512 over 4 workers), 517 of
+         * 19,000 were closed unanswered before their upgrade on a loaded machine. */
+        while (next < count && inflight < 32) {
             cs[next] = ws_open(K_SESS, (first + next) % nsids, NULL, R_IDLE);
             next++;
             inflight++;
