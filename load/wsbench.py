@@ -5,7 +5,8 @@ with limits raised for the run, drives it with build/load/wsload (one thread, ep
 and prints one table with bench.py's print_table.
 
     python3 load/wsbench.py [--sessions N] [--sandboxes S] [--echo-sockets N] ...
-    python3 load/wsbench.py --quick      # a scaled-down run: seconds, not minutes
+    python3 load/wsbench.py --quick      # a scaled-down run: a few minutes
+    python3 load/wsbench.py --smoke      # ctest load_ws_smoke: behaviour only
 """
 import argparse
 import os
@@ -187,13 +188,13 @@ def main():
             rss3 = rss_kib(pid)
             opened = int(first.get("opened", 0))
             if a.check:
-                assert opened == a.sessions and int(held.get("held", 0)) == a.sessions, (first, held)
+                assert opened == a.sessions == int(held.get("held", 0)), (first, held)
             rows.append((f"idle agent sockets opened / held {a.hold:g} s later (of {a.sessions}, "
                          f"{a.sandboxes} sbx)", f"{opened} / {int(held.get('held', 0))}",
                          f"{first.get('secs', 0):.1f} s"))
             per = (rss1 - rss0) * 1024 / max(opened, 1)
-            rows.append(("warrend RSS per idle socket ((at N - before) / N)", f"{per / 1024:.2f} KiB",
-                         ""))
+            rows.append(("warrend RSS per idle socket ((at N - before) / N)",
+                         f"{per / 1024:.2f} KiB", ""))
             rows.append((f"warrend RSS before / at N / +{a.hold:g} s / after close",
                          f"{rss0 / 1024:.1f} MiB",
                          f"{rss1 / 1024:.1f} / {rss2 / 1024:.1f} / {rss3 / 1024:.1f}"))
@@ -239,7 +240,8 @@ def main():
                 rows.append(("  CPU meanwhile, % of a core: warrend / that sandbox's QEMU",
                              f"{100 * (w1 - w0) / secs:.0f}%", f"{100 * (q1 - q0) / secs:.0f}%"))
                 allr, _ = r.run("tput", "-b", nb, *extra)
-                ones = allr["tput_one"] if isinstance(allr["tput_one"], list) else [allr["tput_one"]]
+                ones = allr["tput_one"]
+                ones = ones if isinstance(ones, list) else [ones]
                 rows.append((f"{label}: the same in {a.sandboxes} sandboxes at once, aggregate",
                              f"{allr['tput_all']['mbps']:.2f} MB/s",
                              f"min {min(o['mbps'] for o in ones):.2f}"))
