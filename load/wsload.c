@@ -4,6 +4,7 @@
  *
  *   wsload idle   -p PORT -k KEY -s SID,SID.. -n N [-j WORKERS]
  *   wsload echo   -p PORT -k KEY -s SID,SID.. -n IDLE -r ROUNDS [-y SID -Y CMD -t SECS -R BPS]
+ *                 [-w SECS: from the PTYs' hello to the first key, default 2]
  *   wsload tput   -p PORT -k KEY -s SID,SID.. -b BYTES [-x]
  *   wsload exec   -p PORT -k KEY -s SID -r N
  *
@@ -727,6 +728,8 @@ static void echo_key(struct conn *c)
     ws_send(c, 2, in, 2);
 }
 
+static double first_wait = 2; /* -w: seconds from the PTYs' hello to the first key */
+
 static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, const char *ycmd)
 {
     struct conn **idle = calloc((size_t)nidle + 1, sizeof(*idle)), *pty[MAX_SIDS], *ping[MAX_SIDS];
@@ -775,7 +778,7 @@ static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, 
     fflush(stdout);
     /* Let cat start before the first key (on a loaded machine a key typed at once
      * was seen to get no echo at all). */
-    for (double t1 = now(); now() - t1 < 2;)
+    for (double t1 = now(); now() - t1 < first_wait;)
         poll_once(50);
 
     /* Each PTY and each pinger keeps one request in flight; the pingers alternate a
@@ -994,7 +997,7 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     optind = 2;
-    while ((opt = getopt(argc, argv, "p:k:s:n:j:r:y:Y:t:R:b:x")) != -1) {
+    while ((opt = getopt(argc, argv, "p:k:s:n:j:r:y:Y:t:R:b:xw:")) != -1) {
         switch (opt) {
         case 'p':
             port = atoi(optarg);
@@ -1019,6 +1022,9 @@ int main(int argc, char **argv)
             break;
         case 'y':
             yes_sbx = atoi(optarg);
+            break;
+        case 'w':
+            first_wait = atof(optarg);
             break;
         case 'Y':
             ycmd = optarg;
