@@ -176,9 +176,10 @@ static int conn_filter(struct http_server *srv, const struct lws_filter_network_
     s = client_slot(a);
     for (c = srv->clients[s]; c && memcmp(c->addr, a, 16); c = c->next)
         ;
-    if (srv->conns >= srv->cfg->max_connections &&
-        ((c && c->n >= CONN_FAIR) ||
-         srv->conns >= srv->cfg->max_connections + srv->cfg->max_connections / 16 + 16)) {
+    if (srv->conns >= srv->fd_conns ||
+        (srv->conns >= srv->cfg->max_connections &&
+         ((c && c->n >= CONN_FAIR) ||
+          srv->conns >= srv->cfg->max_connections + srv->cfg->max_connections / 16 + 16))) {
         refuse(f->accept_fd, 503, "too_many_connections",
                "the server has too many open connections; retry later");
         return 1;
@@ -346,8 +347,12 @@ static void lws_log_line(int level, const char *line)
     LOG(level & LLL_ERR ? LOG_ERR : LOG_WARN, "lws: %.*s", (int)n, line);
 }
 
-/* lws sizes its fd tables from this: every fd warrend may hold, minus what the
- * sandboxes themselves use, goes to connections. */
+/* Every fd warrend may hold, minus what the sandboxes themselves use, goes to
+ * connections: conn_filter refuses past it. Not lws's fd_limit_per_thread: given
+ * that, lws 4.1 finds the wsi of every fd event by a linear scan of its whole table
+ * (wsi_from_fd, 20% of the loop with 8,000 idle sockets, load/wsbench.py) instead of
+ * indexing it by fd; left alone, it sizes the table from ulimit -n (20,000 pointers)
+ * and indexes it. */
 static unsigned fd_limit(const struct srv_config *cfg)
 {
     struct rlimit rl;
@@ -385,7 +390,6 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
                    (v6 ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6);
     info.foreign_loops = foreign;
     info.count_threads = 1;
-    info.fd_limit_per_thread = fd_limit(cfg);
     info.pt_serv_buf_size = RX_BUF;
     info.timeout_secs = HTTP_TIMEOUT_S;
     info.server_string = "warrend";
@@ -418,7 +422,8 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
         return -EADDRNOTAVAIL;
     }
     h->port = (unsigned)lws_get_vhost_listen_port(h->vh);
-    LOG(LOG_DEBUG, "lws: %u fds for connections", info.fd_limit_per_thread);
+    h->fd_conns = fd_limit(cfg);
+    LOG(LOG_DEBUG, "%u fds for connections", h->fd_conns);
     *out = h;
     return 0;
 }

@@ -150,6 +150,7 @@ struct http_server {
     size_t scratch_cap;
     /* open connections, in total and per client address */
     unsigned conns;
+    unsigned fd_conns; /* fds left for connections once the sandboxes have theirs */
     struct client *clients[CLIENT_BUCKETS];
     struct conn *accepted; /* counted by the filter, not yet bound to its wsi */
     /* access tokens (issue 7): the HMAC key, once http_set_token_secret gave it */
