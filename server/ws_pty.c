@@ -467,6 +467,8 @@ static void start_output(struct wpty *w)
     w->out_live = true;
 }
 
+static void ctl_pump(struct wpty *w);
+
 /* The new PTY started ({"pid":N}), or the attached process's record. */
 static void on_start_done(void *user, const struct sbx_err *err, json_t *body)
 {
@@ -493,6 +495,10 @@ static void on_start_done(void *user, const struct sbx_err *err, json_t *body)
         return;
     }
     start_output(w);
+    /* Input typed before the process existed waited in the queue: send it now, or it
+     * would wait for the next frame from the client (a first key sat unechoed). */
+    if (!w->closing)
+        ctl_pump(w);
 }
 
 static const struct sbx_sink start_sink = {.done = on_start_done};
@@ -524,8 +530,6 @@ static void start(struct wpty *w)
 }
 
 /* -------------------------------------------------------------- input */
-
-static void ctl_pump(struct wpty *w);
 
 static void on_ctl_done(void *user, const struct sbx_err *err, json_t *body)
 {

@@ -340,6 +340,28 @@ class PtySocketTest(WarrenCase):
             run(t())
         self.assertIn("process_not_found", str(cm.exception))
 
+    def test_keys_before_the_hello(self):
+        """Keys typed right after the upgrade, before the PTY's process exists (before
+        the hello), are queued and reach it once it starts: they once waited for the
+        next key, so a lone first key never echoed."""
+        async def t():
+            ws = await websockets.connect(
+                f"ws://127.0.0.1:{self.w.port}{self.path()}?cmd=cat", subprotocols=[PROTO],
+                extra_headers={"Authorization": f"Bearer {self.w.key}"}, max_size=None,
+                ping_interval=None, open_timeout=T, close_timeout=10)
+            await ws.send(b"\x00early")
+            got, hello = b"", None
+            while b"early" not in got:
+                m = await asyncio.wait_for(ws.recv(), T)
+                if m[0] == 0x11 and hello is None:
+                    hello = json.loads(m[1:])
+                elif m[0] == 0x10:
+                    got += m[9:]
+            self.assertEqual(hello["type"], "hello")
+            self.assertEqual(got, b"early")
+            await ws.close()
+        run(t())
+
     def test_plain_get_says_why(self):
         """A browser never learns why a handshake was refused, so the terminal page asks
         with a plain GET of the same address: the same checks answer with the same
