@@ -70,10 +70,12 @@ step "ASan+UBSan build and tests"
 cmake -S . -B "$top/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWARREN_SANITIZE=ON >/dev/null
 cmake --build "$top/build-asan" -j2 >/dev/null
 # The browser terminal's test drives the same C paths as integration_ws_pty (which
-# runs here) through Chromium: under ASan it would only add its minutes twice.
+# runs here) through Chromium, and load_ws_smoke the same socket paths as
+# integration_ws_pty and integration_ws_session: under ASan they would only add
+# their minutes twice.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
-  run_ctest ctest --test-dir "$top/build-asan" --output-on-failure -E '^integration_terminal$'
+  run_ctest ctest --test-dir "$top/build-asan" --output-on-failure -E '^(integration_terminal|load_ws_smoke)$'
 
 step "fuzzers (30 s each)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
