@@ -77,6 +77,102 @@ struct exec_req {
     const char *cgroup; /* borrowed from the stream */
 };
 
+/*
+ * GI_EXEC_TIMING (a measuring build only: -DCMAKE_C_FLAGS=-DGI_EXEC_TIMING): stamp
+ * each step of a foreground exec with CLOCK_MONOTONIC in a page shared with the
+ * child, and append one line per exec to XT_LOG once its cgroup is gone, for
+ * load/exec_rt.py. Off, XT() is nothing.
+ */
+#ifdef GI_EXEC_TIMING
+#include <sys/mman.h>
+#define XT_LOG "/tmp/warren-exec-timing.log"
+enum {
+    XT_IN,
+    XT_PARSED,
+    XT_CGROUP,
+    XT_PIPES,
+    XT_FORKED,
+    XC_FORK,
+    XC_SIGNALS,
+    XC_SETSID,
+    XC_CGJOIN,
+    XC_OOM,
+    XC_STDIO,
+    XC_CLOSE,
+    XC_CHDIR,
+    XC_EXEC,
+    XT_STARTED,
+    XT_REAPED,
+    XT_EOF,
+    XT_EXIT,
+    XT_RMDIR,
+    XT__N
+};
+static const char *const xt_names[XT__N] = {
+    "in",       "parsed",   "cgroup", "pipes",   "forked",  "c_fork",  "c_signals",
+    "c_setsid", "c_cgjoin", "c_oom",  "c_stdio", "c_close", "c_chdir", "c_exec",
+    "started",  "reaped",   "eof",    "exit",    "rmdir"};
+struct xt_rec {
+    long long t[XT__N];
+    uint32_t id;
+    bool open;
+    char argv0[32];
+};
+static struct xt_rec *xt;
+
+static long long xt_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void xt_flush(void)
+{
+    FILE *f;
+
+    if (!xt || !xt->open)
+        return;
+    xt->open = false;
+    f = fopen(XT_LOG, "ae");
+    if (!f)
+        return;
+    fprintf(f, "exec %u argv0=%s", xt->id, xt->argv0);
+    for (int i = 0; i < XT__N; i++)
+        fprintf(f, " %s=%lld", xt_names[i], xt->t[i] ? (xt->t[i] - xt->t[XT_IN]) / 1000 : -1);
+    fputc('\n', f);
+    fclose(f);
+}
+
+static void xt_begin(uint32_t id)
+{
+    if (!xt) {
+        xt = mmap(NULL, sizeof(*xt), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (xt == MAP_FAILED) {
+            xt = NULL;
+            return;
+        }
+    }
+    xt_flush();
+    memset(xt, 0, sizeof(*xt));
+    xt->id = id;
+    xt->open = true;
+    xt->t[XT_IN] = xt_now();
+}
+#define XT(i)                                                                                      \
+    do {                                                                                           \
+        if (xt && xt->open && !xt->t[i])                                                           \
+            xt->t[i] = xt_now();                                                                   \
+    } while (0)
+#define XT_ID(n) (xt && xt->open && xt->id == (n))
+#else
+#define XT(i)        ((void)0)
+#define xt_begin(id) ((void)0)
+#define xt_flush()   ((void)0)
+#define XT_ID(id)    false
+#endif
+
 /* ---- request parsing ---- */
 
 static void strv_free(char **v)
@@ -373,26 +469,35 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
 {
     struct child_report rep = {.step = STEP_SETSID};
 
+    XT(XC_FORK);
     child_reset_signals();
+    XT(XC_SIGNALS);
     if (setsid() < 0)
         goto fail;
+    XT(XC_SETSID);
     rep.step = STEP_CGROUP;
     if (req->cgroup && (errno = -gi_cg_write(req->cgroup, "cgroup.procs", "0")) != 0)
         goto fail;
+    XT(XC_CGJOIN);
     child_oom_default();
+    XT(XC_OOM);
     rep.step = STEP_STDIO;
     if (child_stdio(req, p) < 0)
         goto fail;
+    XT(XC_STDIO);
     /* Everything should be close-on-exec already; this also covers fds main.c opened. */
     syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    XT(XC_CLOSE);
     rep.step = STEP_CHDIR;
     if (chdir(req->cwd) != 0 && (req->cwd_given || chdir("/") != 0))
         goto fail;
+    XT(XC_CHDIR);
     rep.step = STEP_USER;
     if (child_user(req) < 0)
         goto fail;
     rep.step = STEP_EXEC;
     environ = req->envp;
+    XT(XC_EXEC);
     execvp(req->argv[0], req->argv);
 fail:
     rep.err = errno;
@@ -447,7 +552,13 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         gi_proc_start(a, f);
         return;
     }
+    xt_begin(f->id);
     r = parse_request(f, &req);
+    XT(XT_PARSED);
+#ifdef GI_EXEC_TIMING
+    if (xt && r == 0)
+        snprintf(xt->argv0, sizeof(xt->argv0), "%s", req.argv[0]);
+#endif
     if (r < 0) {
         gi_reply_error(a, f->id, -r, "bad exec request: %s", strerror(-r));
         goto out;
@@ -457,10 +568,14 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         goto out;
     x = &s->u.x;
     r = cgroup_create(a, f->id, &x->cgroup);
+    XT(XT_CGROUP);
     if (r == 0)
         r = open_pipes(p, req.want_stdin);
+    XT(XT_PIPES);
     if (r == 0 && (pid = fork()) < 0)
         r = -errno;
+    if (pid > 0)
+        XT(XT_FORKED);
     if (r < 0) {
         gi_reply_error(a, f->id, -r, "cannot start: %s", strerror(-r));
         if (x->cgroup)
@@ -609,6 +724,10 @@ static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
 
     if (s->done || x->rep >= 0 || x->out[0] >= 0 || x->out[1] >= 0 || !x->reaped)
         return;
+    if (XT_ID(s->id)) {
+        XT(XT_EOF);
+        XT(XT_EXIT);
+    }
     send_exit(a, s);
     /* The cgroup goes now, or once background processes that outlived the exec are gone. */
     gi_orphan_add(a, 0, x->cgroup);
@@ -648,6 +767,8 @@ static void exec_read(struct gi_agent *a, struct gi_stream *s, int i)
         return;
     if (n <= 0) {
         close_fds(&x->out[i], 1);
+        if (XT_ID(s->id) && x->out[0] < 0 && x->out[1] < 0)
+            XT(XT_EOF);
         exec_maybe_exit(a, s);
         return;
     }
@@ -696,6 +817,8 @@ static void exec_started(struct gi_agent *a, struct gi_stream *s)
         return;
     close_fds(&x->rep, 1);
     if (r == 0) {
+        if (XT_ID(s->id))
+            XT(XT_STARTED);
         exec_maybe_exit(a, s);
         return;
     }
@@ -823,6 +946,8 @@ static void on_reaped(struct gi_agent *a, pid_t pid, int status)
     for (size_t i = 0; i < a->nstreams; i++) {
         struct gi_stream *s = a->streams[i];
         if (!s->done && s->kind == GI_EXEC && s->u.x.pid == pid && !s->u.x.reaped) {
+            if (XT_ID(s->id))
+                XT(XT_REAPED);
             s->u.x.reaped = true;
             s->u.x.status = status;
             exec_maybe_exit(a, s);
@@ -846,9 +971,15 @@ static void orphans_tidy(struct gi_agent *a)
 
     for (size_t i = 0; i < a->norphans; i++) {
         struct gi_orphan *o = &a->orphans[i];
-        if (o->pid == 0 && (!o->cgroup || rmdir(o->cgroup) == 0 || errno == ENOENT))
+        if (o->pid == 0 && (!o->cgroup || rmdir(o->cgroup) == 0 || errno == ENOENT)) {
+#ifdef GI_EXEC_TIMING
+            if (xt && xt->open && xt->t[XT_EXIT]) {
+                XT(XT_RMDIR);
+                xt_flush();
+            }
+#endif
             free(o->cgroup);
-        else
+        } else
             a->orphans[j++] = *o;
     }
     a->norphans = j;
