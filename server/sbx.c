@@ -357,8 +357,9 @@ static void sandbox_ready(struct sandbox *sb)
      * goes now, before the create is answered, so it precedes any user command. */
     if (sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 &&
         sbx_resync(sb, SBX_RESYNC_BOOT_ID | SBX_RESYNC_HOSTNAME, NULL, NULL) != 0)
-        LOGS(LOG_WARN, sb->id, "cannot send the hand-out's RESYNC: its boot id stays the "
-                               "template's");
+        LOGS(LOG_WARN, sb->id,
+             "cannot send the hand-out's RESYNC: its boot id stays the "
+             "template's");
     sbx_touch(sb);
     if (sbx_save(sb) != 0) {
         /* A sandbox the index does not know as running would not be re-adopted by the
