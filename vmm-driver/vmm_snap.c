@@ -153,6 +153,7 @@ static int crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc)
     static __thread uint8_t buf[1 << 16];
     uint32_t c = 0;
 
+    *crc = 0; /* set on every path (an errno of 0 would look like success) */
     while (len > 0) {
         ssize_t n = pread(fd, buf, len < sizeof(buf) ? (size_t)len : sizeof(buf), (off_t)off);
         if (n < 0 && errno == EINTR)
