@@ -563,11 +563,10 @@ static unsigned budget_vms(const struct pool *p)
     return (max - p->mem_mb) / POOL_VM_MB;
 }
 
-/* Drop the VM being filled (not from inside its own vmm callbacks' exited). */
-static void fill_abort(struct pool *p, const char *why, double retry_after)
+/* Forget the VM being filled: its timer and warm-up channel go, the VM is the
+ * caller's. */
+static void fill_forget(struct pool *p)
 {
-    struct sbx_vm *vm = p->filling;
-
     p->filling = NULL;
     p->fill_warming = false;
     ev_timer_stop(p->t->loop, &p->fill_timer);
@@ -575,6 +574,14 @@ static void fill_abort(struct pool *p, const char *why, double retry_after)
         chan_free(p->fw.ch);
         p->fw.ch = NULL;
     }
+}
+
+/* Drop the VM being filled (not from inside its own vmm callbacks' exited). */
+static void fill_abort(struct pool *p, const char *why, double retry_after)
+{
+    struct sbx_vm *vm = p->filling;
+
+    fill_forget(p);
     if (vm) {
         LOGS(LOG_WARN, vm->id, "pool: dropped: %s", why);
         sbx_vm_destroy(vm);
@@ -730,13 +737,7 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
     if (!p)
         return;
     if (p->filling == vm) {
-        p->filling = NULL;
-        p->fill_warming = false;
-        ev_timer_stop(p->t->loop, &p->fill_timer);
-        if (p->fw.ch) {
-            chan_free(p->fw.ch);
-            p->fw.ch = NULL;
-        }
+        fill_forget(p);
     } else if (!drop_from(p->ready, &p->nready, vm)) {
         return;
     }

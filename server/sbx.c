@@ -824,6 +824,24 @@ static void on_handout_cont(void *ud, int err, const char *why)
     sandbox_end(sb, ST_DEAD, reason);
 }
 
+/* Record a new sandbox and its VM before anything is answered: a VM the index does
+ * not know is killed as a stray by the next warrend, so a sandbox that cannot be saved
+ * is not created (it ends dead). The VM first: a sandbox record naming a VM with no
+ * record would be lost at restart. 0, or -1 with err set. */
+static int record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err)
+{
+    int r = sbx_vm_save(vm);
+
+    if (r == 0)
+        r = sbx_save(sb);
+    if (r == 0)
+        return 0;
+    sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
+                idx_strerror(r));
+    sandbox_end(sb, ST_DEAD, "index_write_failed");
+    return -1;
+}
+
 /*
  * Create from the warm pool: vm is restored and stopped, unbound. Bind it,
  * record both, let its vCPUs run and open a fresh channel session: the INIT
@@ -839,15 +857,8 @@ static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink 
     int r;
 
     sbx_vm_bind(vm, sb);
-    r = sbx_vm_save(vm);
-    if (r == 0)
-        r = sbx_save(sb);
-    if (r != 0) {
-        sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
-                    idx_strerror(r));
-        sandbox_end(sb, ST_DEAD, "index_write_failed");
+    if (record_new(sb, vm, err) != 0)
         return SBX_E_INDEX_WRITE_FAILED;
-    }
     /* Before the op exists: a failure here is answered by our return value alone. */
     if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
         (r = vmm_channel_reconnect(sb->vm)) != 0)
@@ -965,18 +976,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r != 0)
         goto fail;
-    /* Recorded before anything is answered: a VM the index does not know is killed as a
-     * stray by the next warrend, so a sandbox that cannot be saved is not created. The
-     * VM first: a sandbox record naming a VM with no record would be lost at restart. */
-    r = sbx_vm_save(vm);
-    if (r == 0)
-        r = sbx_save(sb);
-    if (r != 0) {
-        sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot record the sandbox in the index: %s",
-                    idx_strerror(r));
-        sandbox_end(sb, ST_DEAD, "index_write_failed");
+    if (record_new(sb, vm, err) != 0)
         return SBX_E_INDEX_WRITE_FAILED;
-    }
     op = ops_new(sb, OP_CREATE, sink, user);
     if (!op) {
         r = -ENOMEM;

@@ -176,15 +176,12 @@ static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
         vm->sb->vm = vmm;
 }
 
-int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
+/* Start QEMU for vm with vc: 0 or -errno. */
+static int launch(struct sbx_vm *vm, const struct vmm_config *vc)
 {
-    struct vmm_config vc;
     struct vmm *vmm;
-    int r;
+    int r = vmm_launch(vm->t->loop, vc, &vm_cbs, vm, &vmm);
 
-    vm_config(vm, &vc);
-    vc.backing = backing;
-    r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
     if (r != 0)
         return r;
     vmm_set(vm, vmm);
@@ -192,22 +189,24 @@ int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
     return 0;
 }
 
+int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
+{
+    struct vmm_config vc;
+
+    vm_config(vm, &vc);
+    vc.backing = backing;
+    return launch(vm, &vc);
+}
+
 int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
 {
     struct vmm_config vc;
-    struct vmm *vmm;
-    int r;
 
     vm_config(vm, &vc);
     vc.kernel = vc.initrd = vc.append = NULL; /* no boot: the snapshot has the guest */
     vc.boot = VMM_BOOT_RESTORE;
     vc.mem_path = mem_path;
-    r = vmm_launch(vm->t->loop, &vc, &vm_cbs, vm, &vmm);
-    if (r != 0)
-        return r;
-    vmm_set(vm, vmm);
-    vm->pid = vmm_pid(vmm);
-    return 0;
+    return launch(vm, &vc);
 }
 
 int sbx_vm_adopt(struct sbx_vm *vm)
