@@ -536,10 +536,28 @@ void sbx_on_channel(struct sandbox *sb, int fd)
     chan_set_tx_max(sb->ch, sb->t->cfg->chan_send_max);
     sb->inits_unanswered = 0;
     /* A stopped guest would never answer: continue it first (a warrend restarted while it
-     * was frozen comes here too). The INIT sets its clock and entropy. */
+     * was frozen comes here too). The INIT sets its clock and entropy. An adopted VM's
+     * phase is not known until QEMU has answered its first query-status, and the driver
+     * refuses a "cont" until then (-EPERM): sbx_on_vm_phase continues it then. */
+    if (sbx_state_stopped(sb->state) && (r = sbx_thaw(sb, false)) != 0) {
+        if (r == -EPERM)
+            sb->thaw_on_phase = true;
+        else
+            LOGS(LOG_ERR, sb->id, "frozen, and cannot be continued: %s", strerror(-r));
+    }
+    send_init(sb);
+}
+
+void sbx_on_vm_phase(struct sandbox *sb, enum vmm_phase from, enum vmm_phase to)
+{
+    int r;
+
+    (void)from;
+    if (!sb->thaw_on_phase || !(vmm_phase_can_cont(to) || vmm_phase_guest_runs(to)))
+        return;
+    sb->thaw_on_phase = false;
     if (sbx_state_stopped(sb->state) && (r = sbx_thaw(sb, false)) != 0)
         LOGS(LOG_ERR, sb->id, "frozen, and cannot be continued: %s", strerror(-r));
-    send_init(sb);
 }
 
 void sbx_on_vm_exited(struct sandbox *sb, int status, const char *reason)

@@ -105,6 +105,7 @@ struct sandbox {
     struct sbx_vm *vmr; /* its VM (bound by sbx_vm_bind), or NULL */
     struct vmm *vm;     /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
     bool vm_gone;       /* the VM exited; vm is freed outside its callback */
+    bool thaw_on_phase; /* frozen at a restart: continue once QEMU's phase is known */
     struct chan *ch;
     bool ready;       /* the guest answered INIT on the current channel */
     uint32_t session; /* id of the INIT sent on the current channel */
@@ -177,6 +178,7 @@ void sbx_run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs);
 /* The bound VM's events, for its sandbox (sbx.c). */
 void sbx_on_channel(struct sandbox *sb, int fd);
 void sbx_on_vm_exited(struct sandbox *sb, int status, const char *reason);
+void sbx_on_vm_phase(struct sandbox *sb, enum vmm_phase from, enum vmm_phase to);
 
 /* ---- VMs (sbx_vm.c) ---- */
 

@@ -50,6 +50,14 @@ static void on_exited(void *ud, int status, const char *reason)
     pool_vm_exited(vm->t->pool, vm);
 }
 
+static void on_phase(void *ud, enum vmm_phase from, enum vmm_phase to)
+{
+    struct sbx_vm *vm = ud;
+
+    if (vm->sb)
+        sbx_on_vm_phase(vm->sb, from, to);
+}
+
 static const struct vmm_cbs vm_cbs = {on_channel, on_exited};
 
 /* ---- records ---- */
@@ -172,6 +180,7 @@ static void vm_config(struct sbx_vm *vm, struct vmm_config *vc)
 static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
 {
     vm->vmm = vmm;
+    vmm_set_phase_cb(vmm, on_phase);
     if (vm->sb)
         vm->sb->vm = vmm;
 }
