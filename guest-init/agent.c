@@ -763,7 +763,6 @@ static int iterate(struct gi_agent *a)
     pump_files(a);
     chan_flush(a);
     sweep(a);
-    gi_exec_idle(a);
     return 0;
 }
 
