@@ -132,8 +132,8 @@ class FilesTest(WarrenCase):
         self.assertEqual(r.status, 200, resp)
         st = self.files("GET", "/root/big.bin", sub="/stat").json()
         self.assertEqual(st["size"], size)
-        res = self.w.run(self.sid, "sha256sum /root/big.bin")
-        self.assertEqual(res["stdout"].split()[0], h.hexdigest())
+        # The bytes themselves are checked by the download below, against the same
+        # hash: a sha256sum of 1 GiB inside the guest would cost ~45 s of TCG.
         up_peak = peak[0]
         print(f"\n{size // MiB} MiB upload: warrend RSS {before} KiB -> peak {up_peak} KiB")
         if not SANITIZED:

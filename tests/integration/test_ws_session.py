@@ -252,7 +252,7 @@ class TestWsSession(WarrenCase):
         self.arun(go())
 
     def test_big_output_byte_exact(self):
-        """seq's output (every line different, so a gap, duplicate or reordering shows)
+        """seq's output (numlines': every line different, so a gap, duplicate or reordering shows)
         of 10 MiB, or 100 MiB with WARREN_BIG=1, arrives byte-exact at its offsets."""
         # Under ASan (WARREN_SANITIZED) a fifth: the same C paths, less TCG time.
         n = (13_000_000 if os.environ.get("WARREN_BIG") == "1"
@@ -265,9 +265,11 @@ class TestWsSession(WarrenCase):
             size += len(chunk)
         self.assertGreaterEqual(size, (100 if n > 2_000_000 else 10 if n > 1_000_000 else 1) << 20)
 
+        nl = self.w.put_numlines(self.sid)
+
         async def go():
             s = await self.connect()
-            rid = await s.send("exec", cmd=f"seq 1 {n}", timeout_seconds=3000)
+            rid = await s.send("exec", cmd=f"{nl} 1 {n}", timeout_seconds=3000)
             got = hashlib.sha256()
             off = 0
             while True:
