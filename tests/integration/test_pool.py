@@ -1,16 +1,21 @@
 """The warm pool (issue 8): creates are handed VMs restored from a template
 snapshot instead of booting; two hand-outs are distinct VMs; the pool refills;
 a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
-refused and rebuilt (while that sandbox, a clone of the old one, runs on); nothing is left once everything is
-deleted and warrend stops; with QEMU jailed the pool stays off and says so.
+refused and rebuilt (while that sandbox, a clone of the old one, runs on); a
+template image replaced on disk invalidates the snapshot; nothing is left once
+everything is deleted and warrend stops; with QEMU jailed the pool stays off
+and says so.
 
 One warrend for the class (its template is built twice: at start and after the
 corruption); the methods run in name order and build on each other."""
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 import unittest
 
-from warren import Warren, qemu_pids, wait_no_qemu
+from warren import Warren, image_dir, qemu_pids, wait_no_qemu
 
 POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal"}
 
@@ -37,14 +42,32 @@ def template_ids(w):
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
+def copy_image(src, dst):
+    """A new file (new inode and mtime) with src's bytes, holes kept."""
+    subprocess.run(["cp", "--sparse=always", src, dst + ".new"], check=True)
+    os.replace(dst + ".new", dst)
+
+
 class TestPool(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.w = Warren(POOL_CONF).start()
+        # An image directory of the class's own, so test_2c can replace the minimal
+        # image without touching the shared cache: links to the other files, a
+        # sparse copy of minimal.ext4.
+        cls.images = tempfile.mkdtemp(prefix="warren-it-img-")
+        src = image_dir()
+        for name in os.listdir(src):
+            if name != "minimal.ext4":
+                os.symlink(os.path.join(src, name), os.path.join(cls.images, name))
+        copy_image(os.path.join(src, "minimal.ext4"), os.path.join(cls.images, "minimal.ext4"))
+        cls.w = Warren(POOL_CONF)
+        cls.w.images = cls.images
+        cls.w.start()
 
     @classmethod
     def tearDownClass(cls):
         cls.w.cleanup()
+        shutil.rmtree(cls.images, ignore_errors=True)
 
     def create(self):
         sid = self.w.create()
@@ -160,6 +183,34 @@ class TestPool(unittest.TestCase):
         self.assertEqual(j["source"], "pool", j)
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         w.delete(sid)
+
+    def test_2c_image_replaced_invalidates_snapshot(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        old = template_ids(w)
+        keep, jk = self.create()
+        self.assertEqual(jk["source"], "pool", jk)
+        w.kill9()
+        # The operator replaces the template's image (same bytes, a new file): the
+        # snapshot was taken over the old one and must not be used.
+        copy_image(os.path.join(image_dir(), "minimal.ext4"),
+                   os.path.join(self.images, "minimal.ext4"))
+        w.start()
+        p = wait_pool_ready(w, 2)
+        self.assertIn("snapshot not used: its base image changed; rebuilding it", w.log_text())
+        self.assertGreaterEqual(p["rebuilds"], 1, p)
+        new = template_ids(w)
+        self.assertEqual(len(new), 1, new)
+        self.assertNotEqual(new, old)
+        sid, j = self.create()
+        self.assertEqual(j["source"], "pool", j)
+        self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+        # The sandbox cloned from the old snapshot runs on (its QEMU holds the old
+        # image open).
+        self.assertEqual(w.wait_state(keep, ["running"])["vm_id"], jk["vm_id"])
+        self.assertEqual(w.run(keep, "echo still")["stdout"], "still\n")
+        for x in (sid, keep):
+            w.delete(x)
 
     def test_3_nothing_left(self):
         w = self.w

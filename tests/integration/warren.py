@@ -146,6 +146,7 @@ class Warren:
         self.log = None
         self.key = None
         self.binary = None  # None: the warrend under test (warrend_path())
+        self.images = None  # None: the guest images of image_dir()
 
     # -- process --
     def start(self, timeout=60):
@@ -160,7 +161,7 @@ class Warren:
         self.proc = subprocess.Popen(
             [self.binary or warrend_path(), "--config", conf_path,
              "--listen", f"127.0.0.1:{self.port}",
-             "--state-dir", self.state_dir, "--image-dir", image_dir()],
+             "--state-dir", self.state_dir, "--image-dir", self.images or image_dir()],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.time() + timeout
         while time.time() < deadline:
