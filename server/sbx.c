@@ -820,11 +820,13 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
         if (sbx_state_live(sb->state))
             used += sb->mem_mb;
-    if (total && used + mem + c->mem_reserve_mb > total) {
+    if (total && (used + mem) * 100 >
+                     (total > c->mem_reserve_mb ? total - c->mem_reserve_mb : 0) *
+                         c->mem_overcommit_pct) {
         return sbx_err_set(err, SBX_E_MEMORY_EXHAUSTED,
-                           "%u MiB more for guests would pass the host's %" PRIu64
+                           "%u MiB more for guests would pass %u%% of the host's %" PRIu64
                            " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
-                           mem, total, c->mem_reserve_mb, used);
+                           mem, c->mem_overcommit_pct, total, c->mem_reserve_mb, used);
     }
     return 0;
 }

@@ -2,7 +2,8 @@
 snapshot instead of booting; two hand-outs are distinct VMs; the pool refills;
 a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
 refused and rebuilt (while that sandbox, a clone of the old one, runs on); a
-template image replaced on disk invalidates the snapshot; nothing is left once
+template image replaced on disk invalidates the snapshot; create/delete cycles
+and a kill -9 leave nothing behind (load/churn.py runs 500); nothing is left once
 everything is deleted and warrend stops; with QEMU jailed the pool stays off
 and says so.
 
@@ -15,7 +16,7 @@ import tempfile
 import time
 import unittest
 
-from warren import Warren, image_dir, qemu_pids, wait_no_qemu
+from warren import Warren, held, image_dir, qemu_pids, wait_no_qemu
 
 POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal"}
 
@@ -211,6 +212,49 @@ class TestPool(unittest.TestCase):
         self.assertEqual(w.run(keep, "echo still")["stdout"], "still\n")
         for x in (sid, keep):
             w.delete(x)
+
+    def test_2d_churn_leaks_nothing(self):
+        w = self.w
+        cycles = int(os.environ.get("WARREN_CHURN", "20"))
+        wait_pool_ready(w, 2)
+        before = held(w)
+        gone = []
+        for i in range(cycles):
+            wait_pool_ready(w, 1)  # each from the pool: its VMs are what churns here
+            sid = w.create()
+            self.assertEqual(w.get(sid).json()["source"], "pool")
+            gone.append(w.vm_id(sid))
+            self.assertEqual(w.run(sid, f"echo {i}")["stdout"], f"{i}\n")
+            self.assertEqual(w.delete(sid).status, 200)
+
+        def settled(expect_fds):
+            deadline = time.time() + 120
+            while True:
+                p = wait_pool_ready(w, 2)
+                h = held(w, gone)
+                ok = (h["qemu"] == h["run_dirs"] == p["ready"] and not p["filling"]
+                      and not h["leaked"] and h["fds"] <= expect_fds)
+                if ok or time.time() > deadline:
+                    return p, h
+                time.sleep(0.2)
+
+        p, h = settled(before["fds"] + 4)
+        # Only the pool's VMs run, each with its run dir; one template, one RAM file;
+        # of the deleted sandboxes' VMs nothing is left; warrend holds no more fds.
+        self.assertEqual((h["qemu"], h["run_dirs"]), (p["ready"], p["ready"]), (h, p))
+        self.assertEqual((h["templates"], h["template_mem"]), (1, 1), h)
+        self.assertEqual(h["leaked"], [], h)
+        self.assertLessEqual(h["fds"], before["fds"] + 4, (before, h))
+        # Killed in the middle of a create/delete: the restart leaves the same.
+        sid = w.create()
+        gone.append(w.vm_id(sid))
+        w.kill9()
+        w.start()
+        self.assertEqual(w.delete(sid).status, 200)
+        p, h = settled(10**6)
+        self.assertEqual((h["qemu"], h["run_dirs"]), (p["ready"], p["ready"]), (h, p))
+        self.assertEqual((h["templates"], h["template_mem"]), (1, 1), h)
+        self.assertEqual(h["leaked"], [], h)
 
     def test_3_nothing_left(self):
         w = self.w

@@ -196,6 +196,24 @@ class RobustnessTest(WarrenCase):
         self.w.delete(other)
 
 
+class OvercommitTest(WarrenCase):
+    """memory_overcommit_percent (issue 8: clones share their template's pages, so
+    200 idle sandboxes fit where their memory_mb adds up to twice the host): 150%
+    of the 200 MiB left holds two 128 MiB guests and refuses a third."""
+    conf = {"memory_reserve_mb": mem_total_mb() - 200, "memory_overcommit_percent": 150}
+
+    def test_overcommit(self):
+        a = self.w.create(memory_mb=128, ttl_seconds=600)
+        b = self.w.create(memory_mb=128, ttl_seconds=600)
+        r = self.w.request("POST", "/v1/sandboxes", {"template": "minimal", "memory_mb": 128})
+        self.assertError(r, 429, "memory_exhausted")
+        self.assertIn("150% of the host's", r.json()["error"]["message"])
+        self.assertEqual(self.w.delete(b).status, 200)
+        r = self.w.request("POST", "/v1/sandboxes", {"template": "minimal", "memory_mb": 256})
+        self.assertError(r, 429, "memory_exhausted")
+        self.assertEqual(self.w.run(a, "echo ok")["stdout"], "ok\n")
+
+
 class QuotaTest(WarrenCase):
     """Create and operation quotas on a real warrend (issue 5). Each check was
     accepted before: a bad env key gave 201 (and broke every later exec), and

@@ -95,6 +95,28 @@ def rss_kib(pid):
     return 0
 
 
+def open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def held(w, gone_vms=()):
+    """What w's warrend holds on this machine: its QEMU processes (found by state dir),
+    its VM run dirs, the templates' guest RAM files in /dev/shm; and, of the VMs in
+    gone_vms (deleted ones), any QEMU, run dir or /dev/shm file still there."""
+    vms = os.path.join(w.state_dir, "vms")
+    dirs = sorted(os.listdir(vms)) if os.path.isdir(vms) else []
+    tpl = os.path.join(w.state_dir, "templates")
+    tids = sorted(os.listdir(tpl)) if os.path.isdir(tpl) else []
+    shm = set(os.listdir("/dev/shm"))
+    leaked = []
+    for v in gone_vms:
+        if v in dirs or f"warren-{v}.mem" in shm or qemu_pids(v):
+            leaked.append(v)
+    return {"qemu": len(qemu_pids(w.state_dir)), "run_dirs": len(dirs),
+            "template_mem": sum(f"warren-{t}.mem" in shm for t in tids), "templates": len(tids),
+            "leaked": leaked, "fds": open_fds(w.proc.pid) if w.proc else 0}
+
+
 class RssPeak:
     """Samples a process's RSS every 20 ms in a thread, as a context manager;
     .kib is the highest seen (it starts at the RSS on creation)."""
