@@ -344,6 +344,8 @@ static void req_free(struct exec_req *req)
 
 /* ---- cgroups ---- */
 
+static void orphans_tidy(struct gi_agent *a);
+
 int gi_cg_write(const char *dir, const char *file, const char *val)
 {
     char path[PATH_MAX];
@@ -360,37 +362,102 @@ int gi_cg_write(const char *dir, const char *file, const char *val)
     return r;
 }
 
-/*
- * Make the exec's cgroup: exec-<id>, unless an earlier exec with the same
- * id (a previous session) left one that still holds processes; then a
- * unique suffix is added.
- */
-static int cgroup_create(struct gi_agent *a, uint32_t id, char **out)
+/* Make one exec cgroup, <root>/cg-<n>, with its pids limit, and open it for clone3. */
+static int cg_make(struct gi_agent *a, struct gi_cg *out)
 {
     const char *root = a->opts->cgroup_root;
     char *path = NULL;
+    int r = -EEXIST, fd;
 
-    *out = NULL;
-    if (!root)
-        return 0;
-    if (asprintf(&path, "%s/exec-%u", root, id) < 0)
-        return -ENOMEM;
-    if (mkdir(path, 0755) == 0 || (errno == EEXIST && rmdir(path) == 0 && mkdir(path, 0755) == 0))
-        goto done;
-    free(path);
-    if (asprintf(&path, "%s/exec-%u-%u", root, id, ++a->cg_seq) < 0)
-        return -ENOMEM;
-    if (mkdir(path, 0755) != 0) {
-        int r = -errno;
+    /* A name left by an earlier agent (a unit test reusing its root) is skipped. */
+    for (int tries = 0; tries < 64 && r == -EEXIST; tries++) {
         free(path);
-        return r;
+        if (asprintf(&path, "%s/cg-%u", root, ++a->cg_seq) < 0)
+            return -ENOMEM;
+        r = mkdir(path, 0755) == 0 ? 0 : -errno;
     }
-done:
+    if (r < 0)
+        goto fail;
     /* One exec may hold at most a quarter of the sandbox's pids, so a fork bomb leaves
      * room for the next command (fails quietly where the pids controller is absent). */
     gi_cg_write(path, "pids.max", "1024");
-    *out = path;
+    fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        r = -errno;
+        rmdir(path);
+        goto fail;
+    }
+    *out = (struct gi_cg){.path = path, .fd = fd};
     return 0;
+fail:
+    free(path);
+    return r;
+}
+
+/*
+ * The cgroup of a new exec: one made ahead by gi_exec_idle, or a new one when
+ * the pool is empty (execs faster than the loop turns). No cgroup2: path NULL.
+ */
+static int cgroup_take(struct gi_agent *a, struct gi_cg *out)
+{
+    *out = (struct gi_cg){.path = NULL, .fd = -1};
+    if (!a->opts->cgroup_root)
+        return 0;
+    if (a->cg_npool > 0) {
+        *out = a->cg_pool[--a->cg_npool];
+        return 0;
+    }
+    return cg_make(a, out);
+}
+
+void gi_exec_idle(struct gi_agent *a)
+{
+    if (a->cg_tidy) {
+        a->cg_tidy = false;
+        orphans_tidy(a);
+    }
+    while (a->opts->cgroup_root && a->cg_npool < GI_CG_POOL &&
+           cg_make(a, &a->cg_pool[a->cg_npool]) == 0)
+        a->cg_npool++;
+}
+
+/* The kernel's struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2): glibc has no
+ * wrapper, and <linux/sched.h> clashes with <sched.h>. */
+struct gi_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
+#define GI_CLONE_INTO_CGROUP 0x200000000ULL
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
+/*
+ * fork(), born inside the cgroup cgfd when there is one: clone3 with
+ * CLONE_INTO_CGROUP (Linux 5.7) spares the child its write to cgroup.procs,
+ * which takes the cgroup threadgroup lock for writing (an RCU grace period:
+ * the dearest step of an exec, measured in load/RESULTS.md). *joined says
+ * whether that happened; otherwise the child must join itself. A kernel without
+ * it is remembered and plain fork() is used from then on.
+ */
+static pid_t spawn_child(int cgfd, bool *joined)
+{
+    static bool no_clone3;
+    pid_t pid;
+
+    *joined = false;
+    if (cgfd >= 0 && !no_clone3) {
+        struct gi_clone_args ca = {
+            .flags = GI_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)cgfd};
+        pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+        if (pid >= 0) {
+            *joined = true;
+            return pid;
+        }
+        if (errno == ENOSYS || errno == E2BIG || errno == EINVAL)
+            no_clone3 = true;
+    }
+    return fork();
 }
 
 static void exec_kill(struct gi_exec *x, int sig)
@@ -544,8 +611,10 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     struct exec_req req = {.pty_slave = -1};
     struct gi_stream *s;
     struct gi_exec *x;
+    struct gi_cg cg = {.fd = -1};
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     pid_t pid = -1;
+    bool joined = false;
     int r;
 
     if ((proto_has(f, PK_BG) && f->v[PK_BG].b) || proto_has(f, PK_COLS) || proto_has(f, PK_ROWS)) {
@@ -567,12 +636,13 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     if (!s)
         goto out;
     x = &s->u.x;
-    r = cgroup_create(a, f->id, &x->cgroup);
+    r = cgroup_take(a, &cg);
+    x->cgroup = cg.path;
     XT(XT_CGROUP);
     if (r == 0)
         r = open_pipes(p, req.want_stdin);
     XT(XT_PIPES);
-    if (r == 0 && (pid = fork()) < 0)
+    if (r == 0 && (pid = spawn_child(cg.fd, &joined)) < 0)
         r = -errno;
     if (pid > 0)
         XT(XT_FORKED);
@@ -583,7 +653,7 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         s->done = true;
         goto out;
     }
-    req.cgroup = x->cgroup;
+    req.cgroup = joined ? NULL : x->cgroup;
     if (pid == 0)
         child_run(&req, p);
     x->pid = pid;
@@ -596,6 +666,7 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     if (proto_has(f, PK_TIMEOUT) && f->v[PK_TIMEOUT].u > 0)
         x->deadline_ms = gi_now_ms() + (int64_t)f->v[PK_TIMEOUT].u;
 out:
+    close_fds(&cg.fd, 1);
     close_fds(p, P__N); /* the child's ends, or everything after a failure */
     req_free(&req);
 }
@@ -644,9 +715,11 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
              uint16_t rows, struct gi_spawn *sp)
 {
     struct exec_req req = {.pty = pty, .pty_slave = -1};
+    struct gi_cg cg = {.fd = -1};
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int master = -1;
     pid_t pid = -1;
+    bool joined = false;
     int r;
 
     *sp = (struct gi_spawn){.pid = -1, .rep = -1, .out = {-1, -1}, .in = -1};
@@ -657,13 +730,15 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         r = open_pty(&master, &req.pty_slave, cols, rows);
     if (r == 0 && !(sp->cmd = proto_has(f, PK_CMD) ? join_argv(req.argv + 2) : join_argv(req.argv)))
         r = -ENOMEM;
-    if (r == 0)
-        r = cgroup_create(a, f->id, &sp->cgroup);
+    if (r == 0) {
+        r = cgroup_take(a, &cg);
+        sp->cgroup = cg.path;
+    }
     if (r == 0)
         r = open_pipes(p, req.want_stdin);
     if (r == 0 && pty)
         close_fds(&p[P_OUT_R], 4); /* the PTY carries all output */
-    if (r == 0 && (pid = fork()) < 0)
+    if (r == 0 && (pid = spawn_child(cg.fd, &joined)) < 0)
         r = -errno;
     if (r < 0) {
         if (sp->cgroup)
@@ -674,7 +749,7 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         close_fds(&master, 1);
         goto out;
     }
-    req.cgroup = sp->cgroup;
+    req.cgroup = joined ? NULL : sp->cgroup;
     if (pid == 0)
         child_run(&req, p);
     sp->pid = pid;
@@ -690,6 +765,7 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         p[P_OUT_R] = p[P_ERR_R] = p[P_IN_W] = -1;
     }
 out:
+    close_fds(&cg.fd, 1);
     close_fds(&req.pty_slave, 1); /* the child has it: the master sees EIO once it is gone */
     close_fds(p, P__N);
     req_free(&req);
@@ -729,8 +805,10 @@ static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
         XT(XT_EXIT);
     }
     send_exit(a, s);
-    /* The cgroup goes now, or once background processes that outlived the exec are gone. */
+    /* The cgroup goes after the flush (gi_exec_idle), or once background processes that
+     * outlived the exec are gone. */
     gi_orphan_add(a, 0, x->cgroup);
+    a->cg_tidy = true;
     x->cgroup = NULL;
     s->done = true;
 }
@@ -788,6 +866,7 @@ static void exec_forget(struct gi_agent *a, struct gi_stream *s)
     gi_orphan_add(a, x->reaped ? 0 : x->pid, x->cgroup);
     x->cgroup = NULL;
     s->done = true;
+    a->cg_tidy = true;
 }
 
 int gi_start_report(int fd, char *msg, size_t cap)
@@ -1013,7 +1092,8 @@ void gi_exec_reap(struct gi_agent *a)
                 a->orphans[i].pid = 0;
         }
     }
-    orphans_tidy(a);
+    /* rmdir waits for the flush: gi_exec_idle. */
+    a->cg_tidy = true;
 }
 
 /* Session end: kill everything the exec started and forget the stream (no EXIT). */
@@ -1058,4 +1138,10 @@ void gi_orphans_wait(struct gi_agent *a)
     for (size_t i = 0; i < a->norphans; i++)
         free(a->orphans[i].cgroup);
     a->norphans = 0;
+    while (a->cg_npool > 0) {
+        struct gi_cg *c = &a->cg_pool[--a->cg_npool];
+        close(c->fd);
+        rmdir(c->path);
+        free(c->path);
+    }
 }

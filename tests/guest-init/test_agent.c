@@ -822,7 +822,8 @@ static bool make_test_cgroup(char *root, size_t cap)
 }
 
 /*
- * Per-exec cgroups: the child runs in <root>/exec-<id>, a timeout kills a
+ * Per-exec cgroups: the child runs in its own <root>/cg-<n> (made ahead, entered
+ * through clone3(CLONE_INTO_CGROUP) where the kernel has it), a timeout kills a
  * grandchild that left the process group (setsid) through cgroup.kill, and
  * the exec's cgroup is removed once empty.
  */
@@ -839,8 +840,12 @@ static void test_cgroups(void)
     peer_start_cgroup(&p, root);
     wait_hello(&p, 1);
     run(&p, 1, &(struct exec_opts){.cmd = "cat /proc/self/cgroup"});
-    snprintf(want, sizeof(want), "/%s/exec-1\n", strrchr(root, '/') + 1);
+    snprintf(want, sizeof(want), "/%s/cg-", strrchr(root, '/') + 1);
     CHECK(strstr(out_str(&p, 1, 1), want) != NULL);
+    /* the next exec gets a cgroup of its own, not the previous one */
+    run(&p, 4, &(struct exec_opts){.cmd = "cat /proc/self/cgroup"});
+    CHECK(strstr(out_str(&p, 4, 1), want) != NULL &&
+          strcmp(out_str(&p, 4, 1), out_str(&p, 1, 1)) != 0);
 
     send_exec(
         &p, 2,
@@ -856,7 +861,7 @@ static void test_cgroups(void)
     CHECK(peer_wait(&p, 3, 3000) && p.res[3].sig == SIGKILL);
     CHECK(bg > 0 && pid_gone((pid_t)bg, 2000));
     CHECK(peer_stop(&p) == 0);
-    /* every exec-<id> was removed (at EXIT, or on the way out at the latest) */
+    /* every cg-<n>, used or made ahead, was removed (after EXIT, or on the way out) */
     CHECK(rmdir(root) == 0);
 }
 
