@@ -30,12 +30,14 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -74,7 +76,8 @@ struct exec_req {
     bool want_stdin;
     bool pty;
     int pty_slave;      /* the PTY's slave end: the child's fds 0, 1, 2; -1 without a PTY */
-    const char *cgroup; /* borrowed from the stream */
+    const char *cgroup; /* borrowed from the stream; NULL once the child is born in it */
+    bool drop_rr;       /* the child holds the agent's SCHED_RR until its exec */
 };
 
 /*
@@ -84,7 +87,6 @@ struct exec_req {
  * load/exec_rt.py. Off, XT() is nothing.
  */
 #ifdef GI_EXEC_TIMING
-#include <sys/mman.h>
 #define XT_LOG "/tmp/warren-exec-timing.log"
 enum {
     XT_IN,
@@ -432,32 +434,144 @@ struct gi_clone_args {
 #define SYS_clone3 435
 #endif
 
-/*
- * fork(), born inside the cgroup cgfd when there is one: clone3 with
- * CLONE_INTO_CGROUP (Linux 5.7) spares the child its write to cgroup.procs,
- * which takes the cgroup threadgroup lock for writing (an RCU grace period:
- * the dearest step of an exec, measured in load/RESULTS.md). *joined says
- * whether that happened; otherwise the child must join itself. A kernel without
- * it is remembered and plain fork() is used from then on.
- */
-static pid_t spawn_child(int cgfd, bool *joined)
+static _Noreturn void child_run(const struct exec_req *req, const int p[P__N]);
+
+#if defined(__x86_64__)
+#define GI_SPAWN_VM    1
+#define GI_SPAWN_STACK (256 * 1024) /* execvp keeps PATH candidates on it */
+
+struct spawn_arg {
+    const struct exec_req *req;
+    const int *p;
+};
+
+static void spawn_entry(void *arg)
 {
-    static bool no_clone3;
+    const struct spawn_arg *sa = arg;
+
+    child_run(sa->req, sa->p);
+}
+
+/*
+ * clone3 whose child starts on ca->stack in fn(arg) and never returns: with
+ * CLONE_VM the child may not come back through a C wrapper, whose return
+ * address lives on the stack it would share with the parent. Returns the
+ * child's pid or -errno.
+ */
+static long clone3_fn(struct gi_clone_args *ca, void (*fn)(void *), void *arg)
+{
+    register void (*r12)(void *) __asm__("r12") = fn;
+    register void *r13 __asm__("r13") = arg;
+    long ret;
+
+    __asm__ volatile("syscall\n\t"
+                     "test %%rax, %%rax\n\t"
+                     "jnz 1f\n\t"
+                     "xor %%ebp, %%ebp\n\t" /* the child: a fresh stack, no frames above */
+                     "mov %%r13, %%rdi\n\t"
+                     "call *%%r12\n\t"
+                     "mov $60, %%eax\n\t" /* SYS_exit(127), should fn ever return */
+                     "mov $127, %%edi\n\t"
+                     "syscall\n\t"
+                     "hlt\n\t"
+                     "1:\n\t"
+                     : "=a"(ret)
+                     : "a"((long)SYS_clone3), "D"(ca), "S"(sizeof(*ca)), "r"(r12), "r"(r13)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+/*
+ * posix_spawn's way: CLONE_VM | CLONE_VFORK, so no page table is copied and
+ * no page faulted copy-on-write by either side (dear under TCG: the agent's
+ * fork cost more than a whole fork+exec+wait of /bin/true). We are suspended
+ * until the child execs or exits; so that a fork bomb in another exec cannot
+ * stretch that, the child keeps our real-time priority (SCHED_RESET_ON_FORK is
+ * lifted around the clone) and drops it just before the exec. The child
+ * writes environ in our memory: restored here.
+ */
+static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
+{
+    static void *stack;
+    static int rr = -1;
+    struct sched_param sp = {.sched_priority = 1};
+    struct spawn_arg sa = {.req = req, .p = p};
+    struct gi_clone_args ca = {.flags = CLONE_VM | CLONE_VFORK, .exit_signal = SIGCHLD};
+    const char *cg = req->cgroup;
+    char **env = environ;
+    long r;
+
+    if (!stack) {
+        stack = mmap(NULL, GI_SPAWN_STACK, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED) {
+            stack = NULL;
+            return -ENOMEM;
+        }
+    }
+    if (rr < 0)
+        rr = sched_getscheduler(0) == (SCHED_RR | SCHED_RESET_ON_FORK);
+    if (cgfd >= 0) {
+        ca.flags |= GI_CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)cgfd;
+        req->cgroup = NULL; /* born there: the child does not join */
+    }
+    ca.stack = (uint64_t)(uintptr_t)stack;
+    ca.stack_size = GI_SPAWN_STACK;
+    req->drop_rr = rr == 1 && sched_setscheduler(0, SCHED_RR, &sp) == 0;
+    r = clone3_fn(&ca, spawn_entry, &sa);
+    if (req->drop_rr)
+        sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp);
+    req->drop_rr = false;
+    environ = env;
+    req->cgroup = cg;
+    return r;
+}
+#endif
+
+/*
+ * Start the child (it runs child_run and never returns here); returns its pid
+ * or -errno. The child is born inside the cgroup cgfd when there is one:
+ * clone3 with CLONE_INTO_CGROUP (Linux 5.7) spares it the write to
+ * cgroup.procs, which takes the cgroup threadgroup lock for writing (an RCU
+ * grace period: the dearest step of an exec, measured in load/RESULTS.md).
+ * Each way a kernel refuses is remembered and the next one used from then on:
+ * vfork-style clone3, fork-style clone3, fork() + a write to cgroup.procs.
+ */
+static pid_t spawn_child(struct exec_req *req, const int p[P__N], int cgfd)
+{
+    static bool no_clone3, no_vm;
+    const char *cg = req->cgroup;
     pid_t pid;
 
-    *joined = false;
+#ifdef GI_SPAWN_VM
+    if (!no_vm && !no_clone3) {
+        long r = spawn_vm(req, p, cgfd);
+        if (r >= 0)
+            return (pid_t)r;
+        if (r == -ENOSYS || r == -E2BIG || r == -EINVAL || r == -ENOMEM)
+            no_vm = true; /* else (EAGAIN: a pids limit) the next ways try as before */
+    }
+#else
+    (void)no_vm;
+#endif
     if (cgfd >= 0 && !no_clone3) {
         struct gi_clone_args ca = {
             .flags = GI_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)cgfd};
+        req->cgroup = NULL;
         pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-        if (pid >= 0) {
-            *joined = true;
+        if (pid == 0)
+            child_run(req, p);
+        req->cgroup = cg;
+        if (pid > 0)
             return pid;
-        }
         if (errno == ENOSYS || errno == E2BIG || errno == EINVAL)
             no_clone3 = true;
     }
-    return fork();
+    pid = fork();
+    if (pid == 0)
+        child_run(req, p);
+    return pid < 0 ? -errno : pid;
 }
 
 static void exec_kill(struct gi_exec *x, int sig)
@@ -560,6 +674,8 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
         goto fail;
     XT(XC_CHDIR);
     rep.step = STEP_USER;
+    if (req->drop_rr && sched_setscheduler(0, SCHED_OTHER, &(struct sched_param){0}) != 0)
+        goto fail;
     if (child_user(req) < 0)
         goto fail;
     rep.step = STEP_EXEC;
@@ -614,7 +730,6 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     struct gi_cg cg = {.fd = -1};
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     pid_t pid = -1;
-    bool joined = false;
     int r;
 
     if ((proto_has(f, PK_BG) && f->v[PK_BG].b) || proto_has(f, PK_COLS) || proto_has(f, PK_ROWS)) {
@@ -642,8 +757,9 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     if (r == 0)
         r = open_pipes(p, req.want_stdin);
     XT(XT_PIPES);
-    if (r == 0 && (pid = spawn_child(cg.fd, &joined)) < 0)
-        r = -errno;
+    req.cgroup = x->cgroup;
+    if (r == 0 && (pid = spawn_child(&req, p, cg.fd)) < 0)
+        r = pid;
     if (pid > 0)
         XT(XT_FORKED);
     if (r < 0) {
@@ -653,9 +769,6 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         s->done = true;
         goto out;
     }
-    req.cgroup = joined ? NULL : x->cgroup;
-    if (pid == 0)
-        child_run(&req, p);
     x->pid = pid;
     x->rep = p[P_REP_R];
     x->out[0] = p[P_OUT_R];
@@ -719,7 +832,6 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int master = -1;
     pid_t pid = -1;
-    bool joined = false;
     int r;
 
     *sp = (struct gi_spawn){.pid = -1, .rep = -1, .out = {-1, -1}, .in = -1};
@@ -738,8 +850,9 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         r = open_pipes(p, req.want_stdin);
     if (r == 0 && pty)
         close_fds(&p[P_OUT_R], 4); /* the PTY carries all output */
-    if (r == 0 && (pid = spawn_child(cg.fd, &joined)) < 0)
-        r = -errno;
+    req.cgroup = sp->cgroup;
+    if (r == 0 && (pid = spawn_child(&req, p, cg.fd)) < 0)
+        r = pid;
     if (r < 0) {
         if (sp->cgroup)
             rmdir(sp->cgroup);
@@ -749,9 +862,6 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         close_fds(&master, 1);
         goto out;
     }
-    req.cgroup = joined ? NULL : sp->cgroup;
-    if (pid == 0)
-        child_run(&req, p);
     sp->pid = pid;
     sp->rep = p[P_REP_R];
     p[P_REP_R] = -1;

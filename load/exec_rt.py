@@ -100,7 +100,7 @@ def main():
             env[label]["agent"] = timing_lines(w, sid)
     finally:
         for _, w, _ in ws:
-            w.stop()
+            w.cleanup()  # stop alone leaves the VMs running (warrend re-adopts them)
 
     rows = []
     for label, _, _ in ws:
