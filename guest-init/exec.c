@@ -436,6 +436,17 @@ struct gi_clone_args {
 
 static _Noreturn void child_run(const struct exec_req *req, const int p[P__N]);
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GI_ASAN 1
+#endif
+#endif
+#ifdef GI_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #if defined(__x86_64__)
 #define GI_SPAWN_VM    1
 #define GI_SPAWN_STACK (256 * 1024) /* execvp keeps PATH candidates on it */
@@ -518,6 +529,10 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
     }
     ca.stack = (uint64_t)(uintptr_t)stack;
     ca.stack_size = GI_SPAWN_STACK;
+#ifdef GI_ASAN
+    /* The last child's frames never returned: their redzones are still poisoned. */
+    ASAN_UNPOISON_MEMORY_REGION(stack, GI_SPAWN_STACK);
+#endif
     req->drop_rr = rr == 1 && sched_setscheduler(0, SCHED_RR, &sp) == 0;
     r = clone3_fn(&ca, spawn_entry, &sa);
     if (req->drop_rr)
