@@ -19,6 +19,9 @@
  * Its code is the exit status, or 128 + the signal when the process was
  * killed (sig then names the signal; it is 0 otherwise).
  *
+ * Starting: the child is born in a cgroup made ahead (gi_exec_idle) through
+ * clone3(CLONE_INTO_CGROUP), vfork-style on x86-64 (spawn_child says why).
+ *
  * Killing: SIGNAL and timeouts signal the process group; SIGKILL also
  * writes cgroup.kill, which reaches processes that left the group (setsid,
  * daemons). A finished exec whose cgroup still holds background processes
