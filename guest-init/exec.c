@@ -54,8 +54,6 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define USER_UID     1000
 
-extern char **environ;
-
 /* Pipe ends, as filled by pipe2(): [R] for reading, [W] for writing. */
 enum { P_IN_R, P_IN_W, P_OUT_R, P_OUT_W, P_ERR_R, P_ERR_W, P_REP_R, P_REP_W, P__N };
 
@@ -452,7 +450,7 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N]);
 
 #if defined(__x86_64__)
 #define GI_SPAWN_VM    1
-#define GI_SPAWN_STACK (256 * 1024) /* execvp keeps PATH candidates on it */
+#define GI_SPAWN_STACK (256 * 1024) /* child_execvp keeps a path and an argv on it */
 
 struct spawn_arg {
     const struct exec_req *req;
@@ -501,8 +499,8 @@ static long clone3_fn(struct gi_clone_args *ca, void (*fn)(void *), void *arg)
  * fork cost more than a whole fork+exec+wait of /bin/true). We are suspended
  * until the child execs or exits; so that a fork bomb in another exec cannot
  * stretch that, the child keeps our real-time priority (SCHED_RESET_ON_FORK is
- * lifted around the clone) and drops it just before the exec. The child
- * writes environ in our memory: restored here.
+ * lifted around the clone) and drops it just before the exec. The child writes
+ * nothing of ours but errno (we are stopped meanwhile).
  */
 static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
 {
@@ -512,7 +510,6 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
     struct spawn_arg sa = {.req = req, .p = p};
     struct gi_clone_args ca = {.flags = CLONE_VM | CLONE_VFORK, .exit_signal = SIGCHLD};
     const char *cg = req->cgroup;
-    char **env = environ;
     long r;
 
     if (!stack) {
@@ -541,7 +538,6 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
     if (req->drop_rr)
         sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp);
     req->drop_rr = false;
-    environ = env;
     req->cgroup = cg;
     return r;
 }
@@ -662,6 +658,73 @@ static int child_user(const struct exec_req *req)
     return 0;
 }
 
+/* A value of envp's PATH, or NULL. */
+static const char *env_path(char *const *envp)
+{
+    for (; *envp; envp++)
+        if (strncmp(*envp, "PATH=", 5) == 0)
+            return *envp + 5;
+    return NULL;
+}
+
+/* execve, and a file the kernel cannot execute (no #!) run by the shell, as execvp does. */
+static void child_execve(const char *file, char *const *argv, char *const *envp)
+{
+    size_t n = 0;
+
+    execve(file, argv, envp);
+    if (errno != ENOEXEC)
+        return;
+    while (argv[n])
+        n++;
+    {
+        char *sh[n + 2];
+        sh[0] = "/bin/sh";
+        sh[1] = (char *)file;
+        memcpy(&sh[2], &argv[1], n * sizeof(char *)); /* argv[1..n-1] and the NULL */
+        execve(sh[0], sh, envp);
+    }
+    errno = ENOEXEC;
+}
+
+/*
+ * execvp with the request's PATH, which looks before it leaps: on Linux 6.1
+ * every execve that misses (ENOENT) first builds a whole new mm and copies
+ * argv and env into it, ~1.5 ms each under TCG, and `true` misses five times
+ * in the default PATH. access() skips the misses; the errors left over are
+ * execvp's: EACCES if some candidate was not executable, else ENOENT.
+ */
+static void child_execvp(const struct exec_req *req)
+{
+    const char *file = req->argv[0], *path = env_path(req->envp), *p, *end;
+    bool eacces = false;
+    char buf[PATH_MAX];
+
+    if (strchr(file, '/')) {
+        child_execve(file, req->argv, req->envp);
+        return;
+    }
+    for (p = path ? path : DEFAULT_PATH;; p = end + 1) {
+        int len;
+
+        end = strchrnul(p, ':');
+        len = snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(end - p), p, end > p ? "/" : "",
+                       file); /* an empty entry is the current directory */
+        if (len > 0 && (size_t)len < sizeof(buf)) {
+            if (access(buf, X_OK) == 0)
+                child_execve(buf, req->argv, req->envp);
+            if (errno == EACCES)
+                eacces = true;
+            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+                     errno != ETIMEDOUT)
+                return;
+        }
+        if (*end == '\0')
+            break;
+    }
+    errno = eacces ? EACCES : ENOENT;
+}
+
 /* The order matters: join the session and cgroup before anything can fork, drop
  * privileges last (chdir into root-only dirs still works), report failures by step. */
 static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
@@ -697,9 +760,8 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
     if (child_user(req) < 0)
         goto fail;
     rep.step = STEP_EXEC;
-    environ = req->envp;
     XT(XC_EXEC);
-    execvp(req->argv[0], req->argv);
+    child_execvp(req);
 fail:
     rep.err = errno;
     if (rep.step == STEP_CHDIR || rep.step == STEP_EXEC) {

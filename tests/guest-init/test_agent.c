@@ -185,6 +185,37 @@ static void test_exec_basic(void)
     CHECK(peer_wait(&p, 14, 3000) && p.res[14].code == 0);
     CHECK(strcmp(out_str(&p, 14, 1), "first\n") == 0);
 
+    /* argv[0] without a slash is looked up in the request's PATH as execvp does: a file
+     * that is not executable is passed over (EACCES if nothing else is found), and one
+     * without #! is run by /bin/sh */
+    {
+        char dir[] = "/tmp/gi-path-XXXXXX", f[PATH_MAX], path[PATH_MAX + 32];
+        const char *const files[][2] = {{"true", "0644"}, {"noexec", "0644"}, {"script", "0755"}};
+        CHECK(mkdtemp(dir) != NULL);
+        for (int i = 0; i < 3; i++) {
+            FILE *fp;
+            snprintf(f, sizeof(f), "%s/%s", dir, files[i][0]);
+            fp = fopen(f, "w");
+            CHECK(fp && fputs("echo script-ran \"$1\"\n", fp) >= 0 && fclose(fp) == 0);
+            CHECK(chmod(f, (mode_t)strtol(files[i][1], NULL, 8)) == 0);
+        }
+        snprintf(path, sizeof(path), "%s:/usr/bin:/bin", dir);
+        const char *const penv[] = {"PATH", path, NULL};
+        const char *const a15[] = {"true", NULL}, *const a16[] = {"script", "x", NULL},
+                          *const a17[] = {"noexec", NULL};
+        run(&p, 15, &(struct exec_opts){.argv = a15, .env = penv});
+        CHECK(!p.res[15].error && p.res[15].code == 0 && strcmp(out_str(&p, 15, 1), "") == 0);
+        run(&p, 16, &(struct exec_opts){.argv = a16, .env = penv});
+        CHECK(!p.res[16].error && strcmp(out_str(&p, 16, 1), "script-ran x\n") == 0);
+        run(&p, 17, &(struct exec_opts){.argv = a17, .env = penv});
+        CHECK(p.res[17].error && p.res[17].err == EACCES);
+        for (int i = 0; i < 3; i++) {
+            snprintf(f, sizeof(f), "%s/%s", dir, files[i][0]);
+            unlink(f);
+        }
+        rmdir(dir);
+    }
+
     CHECK(peer_stop(&p) == 0);
 }
 
