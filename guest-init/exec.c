@@ -700,6 +700,10 @@ static void child_execvp(const struct exec_req *req)
     bool eacces = false;
     char buf[PATH_MAX];
 
+    if (*file == '\0') {
+        errno = ENOENT; /* as execvp: not a lookup of the PATH's directories themselves */
+        return;
+    }
     if (strchr(file, '/')) {
         child_execve(file, req->argv, req->envp);
         return;

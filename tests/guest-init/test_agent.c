@@ -209,6 +209,9 @@ static void test_exec_basic(void)
         CHECK(!p.res[16].error && strcmp(out_str(&p, 16, 1), "script-ran x\n") == 0);
         run(&p, 17, &(struct exec_opts){.argv = a17, .env = penv});
         CHECK(p.res[17].error && p.res[17].err == EACCES);
+        const char *const a18[] = {"", NULL};
+        run(&p, 18, &(struct exec_opts){.argv = a18, .env = penv});
+        CHECK(p.res[18].error && p.res[18].err == ENOENT);
         for (int i = 0; i < 3; i++) {
             snprintf(f, sizeof(f), "%s/%s", dir, files[i][0]);
             unlink(f);
