@@ -276,7 +276,11 @@ static int env_set(char **envp, size_t *n, const char *key, size_t klen, const c
     return 0;
 }
 
-/* Defaults first, then the request's env overrides them. */
+/*
+ * Defaults first, then the request's env overrides them, then WARREN_EXEC_ID:
+ * the stream id, which no request can override (a program that speaks the
+ * channel itself, like tests/hostile, needs it; cgroup names carry no id).
+ */
 static int build_env(const struct proto_frame *f, struct exec_req *req)
 {
     const msgpack_object_map *m = proto_has(f, PK_ENV) ? f->v[PK_ENV].map : NULL;
@@ -286,7 +290,8 @@ static int build_env(const struct proto_frame *f, struct exec_req *req)
                              {"USER", user},
                              {"LANG", "C.UTF-8"},
                              {"TERM", req->pty ? "xterm-256color" : "xterm"}};
-    size_t n = 0, cap = 5 + (m ? m->size : 0) + 1;
+    size_t n = 0, cap = 5 + (m ? m->size : 0) + 1 + 1;
+    char id[16];
     int r = 0;
 
     req->envp = calloc(cap, sizeof(char *));
@@ -298,6 +303,9 @@ static int build_env(const struct proto_frame *f, struct exec_req *req)
         const msgpack_object_str *k = &m->ptr[i].key.via.str, *v = &m->ptr[i].val.via.str;
         r = env_set(req->envp, &n, k->ptr, k->size, v->ptr, v->size);
     }
+    snprintf(id, sizeof(id), "%u", f->id);
+    if (r == 0)
+        r = env_set(req->envp, &n, "WARREN_EXEC_ID", 14, id, strlen(id));
     return r;
 }
 

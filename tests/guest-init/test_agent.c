@@ -219,6 +219,11 @@ static void test_exec_basic(void)
         rmdir(dir);
     }
 
+    /* WARREN_EXEC_ID is the stream id, whatever the request's env says */
+    const char *const env19[] = {"WARREN_EXEC_ID", "7", NULL};
+    run(&p, 19, &(struct exec_opts){.cmd = "printf %s \"$WARREN_EXEC_ID\"", .env = env19});
+    CHECK(strcmp(out_str(&p, 19, 1), "19") == 0);
+
     CHECK(peer_stop(&p) == 0);
 }
 
