@@ -58,7 +58,18 @@
 enum { P_IN_R, P_IN_W, P_OUT_R, P_OUT_W, P_ERR_R, P_ERR_W, P_REP_R, P_REP_W, P__N };
 
 /* Steps of the child's set-up, for the error message of a failed start. */
-enum child_step { STEP_SETSID, STEP_CGROUP, STEP_STDIO, STEP_CHDIR, STEP_USER, STEP_EXEC };
+enum child_step {
+    STEP_SETSID,
+    STEP_CGROUP,
+    STEP_STDIO,
+    STEP_CHDIR,
+    STEP_USER,
+    STEP_EXEC,
+    STEP_GUARD
+};
+
+/* How long a vfork-style child may take to reach its exec (the agent waits meanwhile). */
+#define GI_SPAWN_GUARD_MS 5000
 
 /* One write of at most PIPE_BUF bytes: atomic. */
 struct child_report {
@@ -79,6 +90,7 @@ struct exec_req {
     int pty_slave;      /* the PTY's slave end: the child's fds 0, 1, 2; -1 without a PTY */
     const char *cgroup; /* borrowed from the stream; NULL once the child is born in it */
     bool drop_rr;       /* the child holds the agent's SCHED_RR until its exec */
+    int guard_ms;       /* > 0: a vfork-style child, killed if not exec'd by then */
 };
 
 /*
@@ -507,8 +519,12 @@ static long clone3_fn(struct gi_clone_args *ca, void (*fn)(void *), void *arg)
  * fork cost more than a whole fork+exec+wait of /bin/true). We are suspended
  * until the child execs or exits; so that a fork bomb in another exec cannot
  * stretch that, the child keeps our real-time priority (SCHED_RESET_ON_FORK is
- * lifted around the clone) and drops it just before the exec. The child writes
- * nothing of ours but errno (we are stopped meanwhile).
+ * lifted around the clone) and drops it just before the exec. A child can
+ * still block before its exec (an open that waits: a FUSE file, a leased file;
+ * a SIGSTOP from a sandbox process): it arms a SIGKILL timer first
+ * (child_guard), so the agent is suspended for at most req->guard_ms, and the
+ * exec ends as killed (EXIT sig 9). The child writes nothing of ours but errno
+ * (we are stopped meanwhile).
  */
 static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
 {
@@ -518,6 +534,7 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
     struct spawn_arg sa = {.req = req, .p = p};
     struct gi_clone_args ca = {.flags = CLONE_VM | CLONE_VFORK, .exit_signal = SIGCHLD};
     const char *cg = req->cgroup;
+    int64_t t0;
     long r;
 
     if (!stack) {
@@ -542,7 +559,11 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
     ASAN_UNPOISON_MEMORY_REGION(stack, GI_SPAWN_STACK);
 #endif
     req->drop_rr = rr == 1 && sched_setscheduler(0, SCHED_RR, &sp) == 0;
+    t0 = gi_now_ms();
     r = clone3_fn(&ca, spawn_entry, &sa);
+    if (r > 0 && req->guard_ms > 0 && gi_now_ms() - t0 >= req->guard_ms)
+        gi_log("pid %ld did not reach its exec within %d ms: killed (or it was slow)", r,
+               req->guard_ms);
     if (req->drop_rr)
         sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp);
     req->drop_rr = false;
@@ -577,6 +598,7 @@ static pid_t spawn_child(struct exec_req *req, const int p[P__N], int cgfd)
 #else
     (void)no_vm;
 #endif
+    req->guard_ms = 0; /* the agent does not wait for a forked child: nothing to bound */
     if (cgfd >= 0 && !no_clone3) {
         struct gi_clone_args ca = {
             .flags = GI_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)cgfd};
@@ -737,13 +759,33 @@ static void child_execvp(const struct exec_req *req)
     errno = eacces ? EACCES : ENOENT;
 }
 
+/*
+ * A POSIX timer that SIGKILLs this child after ms unless it execs first: execve
+ * deletes a process's timers, so the program never sees it. SIGKILL ends even a
+ * stopped child or one in a killable wait (a lease break, FUSE), which releases
+ * the agent suspended in spawn_vm. Raw syscalls: glibc's timer_create may allocate.
+ */
+static int child_guard(int ms)
+{
+    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+    struct itimerspec its = {.it_value = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}};
+    int id;
+
+    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0)
+        return -1;
+    return syscall(SYS_timer_settime, id, 0, &its, NULL) == 0 ? 0 : -1;
+}
+
 /* The order matters: join the session and cgroup before anything can fork, drop
  * privileges last (chdir into root-only dirs still works), report failures by step. */
 static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
 {
-    struct child_report rep = {.step = STEP_SETSID};
+    struct child_report rep = {.step = STEP_GUARD};
 
     XT(XC_FORK);
+    if (req->guard_ms > 0 && child_guard(req->guard_ms) != 0)
+        goto fail;
+    rep.step = STEP_SETSID;
     child_reset_signals();
     XT(XC_SIGNALS);
     if (setsid() < 0)
@@ -850,6 +892,7 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         r = open_pipes(p, req.want_stdin);
     XT(XT_PIPES);
     req.cgroup = x->cgroup;
+    req.guard_ms = a->opts->spawn_guard_ms > 0 ? a->opts->spawn_guard_ms : GI_SPAWN_GUARD_MS;
     if (r == 0 && (pid = spawn_child(&req, p, cg.fd)) < 0)
         r = pid;
     if (pid > 0)
@@ -943,6 +986,7 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
     if (r == 0 && pty)
         close_fds(&p[P_OUT_R], 4); /* the PTY carries all output */
     req.cgroup = sp->cgroup;
+    req.guard_ms = a->opts->spawn_guard_ms > 0 ? a->opts->spawn_guard_ms : GI_SPAWN_GUARD_MS;
     if (r == 0 && (pid = spawn_child(&req, p, cg.fd)) < 0)
         r = pid;
     if (r < 0) {
@@ -1073,14 +1117,14 @@ static void exec_forget(struct gi_agent *a, struct gi_stream *s)
 
 int gi_start_report(int fd, char *msg, size_t cap)
 {
-    static const char *const what[] = {"setsid", "join cgroup", "set up stdio",
-                                       "chdir",  "switch user", "exec"};
+    static const char *const what[] = {"setsid",      "join cgroup", "set up stdio",   "chdir",
+                                       "switch user", "exec",        "arm start guard"};
     struct child_report rep;
     ssize_t n = read(fd, &rep, sizeof(rep));
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 1;
-    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_EXEC)
+    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_GUARD)
         return 0; /* EOF: it exec'd (or died before reporting: its exit status tells) */
     rep.arg[sizeof(rep.arg) - 1] = '\0';
     snprintf(msg, cap, "%s %s: %s", what[rep.step], rep.arg, strerror(rep.err));

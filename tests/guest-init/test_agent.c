@@ -227,6 +227,68 @@ static void test_exec_basic(void)
     CHECK(peer_stop(&p) == 0);
 }
 
+/*
+ * The agent waits for a vfork-style child until it execs (exec.c, spawn_vm). A
+ * child whose exec blocks - here the open of a file under a write lease, which
+ * waits for the lease holder (45 s by default) - is killed by its start guard
+ * and the agent answers again; without the guard it hung until the lease broke.
+ * A missing program and an environment too big for execve report the same
+ * errors as a forked child did.
+ */
+static void test_spawn_guard(void)
+{
+    char file[PATH_MAX], *big = malloc(200001);
+    struct peer p;
+    FILE *fp;
+    int fd;
+
+    peer_spawn_guard_ms = 300;
+    peer_start(&p);
+    peer_spawn_guard_ms = 0;
+    wait_hello(&p, 1);
+    snprintf(file, sizeof(file), "%s/leased", tmpdir);
+    fp = fopen(file, "w");
+    CHECK(fp && fputs("#!/bin/sh\necho ran\n", fp) >= 0 && fclose(fp) == 0);
+    CHECK(chmod(file, 0755) == 0);
+    signal(SIGIO, SIG_IGN); /* a lease holder hears of a break by SIGIO */
+    fd = open(file, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0 && fcntl(fd, F_SETLEASE, F_WRLCK) == 0);
+    const char *const a1[] = {file, NULL};
+    send_exec(&p, 1, &(struct exec_opts){.argv = a1}, true);
+    /* the lease is held throughout: only the guard can end that start */
+    CHECK(peer_wait(&p, 1, 10000) && !p.res[1].error && p.res[1].sig == SIGKILL);
+    run(&p, 2, &(struct exec_opts){.cmd = "echo alive"});
+    CHECK(strcmp(out_str(&p, 2, 1), "alive\n") == 0);
+    CHECK(fcntl(fd, F_SETLEASE, F_UNLCK) == 0);
+    close(fd);
+    signal(SIGIO, SIG_DFL);
+    run(&p, 3, &(struct exec_opts){.argv = a1});
+    CHECK(!p.res[3].error && p.res[3].code == 0 && strcmp(out_str(&p, 3, 1), "ran\n") == 0);
+
+    const char *const a4[] = {"/nonexistent/prog", NULL}, *const a5[] = {"no-such-prog", NULL};
+    run(&p, 4, &(struct exec_opts){.argv = a4});
+    CHECK(p.res[4].error && p.res[4].err == ENOENT &&
+          strcmp(p.res[4].msg, "exec /nonexistent/prog: No such file or directory") == 0);
+    run(&p, 5, &(struct exec_opts){.argv = a5});
+    CHECK(p.res[5].error && p.res[5].err == ENOENT &&
+          strcmp(p.res[5].msg, "exec no-such-prog: No such file or directory") == 0);
+
+    /* one string over MAX_ARG_STRLEN (128 KiB): execve's E2BIG; 100 kB runs */
+    CHECK(big != NULL);
+    memset(big, 'x', 200000);
+    big[200000] = '\0';
+    const char *const env6[] = {"BIG", big, NULL};
+    run(&p, 6, &(struct exec_opts){.cmd = "true", .env = env6});
+    CHECK(p.res[6].error && p.res[6].err == E2BIG);
+    big[100000] = '\0';
+    run(&p, 7, &(struct exec_opts){.cmd = "printf %s \"$BIG\" | wc -c", .env = env6});
+    CHECK(!p.res[7].error && strcmp(out_str(&p, 7, 1), "100000\n") == 0);
+
+    CHECK(peer_stop(&p) == 0);
+    unlink(file);
+    free(big);
+}
+
 static long first_line_pid(struct peer *p, uint32_t id, int timeout_ms)
 {
     int64_t end = now_ms() + timeout_ms;
@@ -1526,6 +1588,7 @@ int main(int argc, char **argv)
         {"hello_init_ping", test_hello_init_ping},
         {"bad_frames", test_bad_frames},
         {"exec_basic", test_exec_basic},
+        {"spawn_guard", test_spawn_guard},
         {"timeout_and_signal", test_timeout_and_signal},
         {"flow_control", test_flow_control},
         {"stdin_cat", test_stdin_cat},
