@@ -470,7 +470,8 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N]);
 
 #if defined(__x86_64__)
 #define GI_SPAWN_VM    1
-#define GI_SPAWN_STACK (256 * 1024) /* child_execvp keeps a path and an argv on it */
+#define GI_SPAWN_STACK (256 * 1024) /* child_execvp keeps a path on it; argv: spawn_vm */
+#define GI_SPAWN_GUARD 4096
 
 struct spawn_arg {
     const struct exec_req *req;
@@ -528,22 +529,39 @@ static long clone3_fn(struct gi_clone_args *ca, void (*fn)(void *), void *arg)
  */
 static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
 {
-    static void *stack;
+    static char *stack;
+    static size_t size;
     static int rr = -1;
     struct sched_param sp = {.sched_priority = 1};
     struct spawn_arg sa = {.req = req, .p = p};
     struct gi_clone_args ca = {.flags = CLONE_VM | CLONE_VFORK, .exit_signal = SIGCHLD};
     const char *cg = req->cgroup;
+    size_t argc = 0, need;
     int64_t t0;
     long r;
 
-    if (!stack) {
-        stack = mmap(NULL, GI_SPAWN_STACK, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-        if (stack == MAP_FAILED) {
-            stack = NULL;
+    /* child_execve copies argv into a /bin/sh argv on this stack (a file without #!): room for
+     * any argc a frame can carry; a guard page below turns an overflow into the child's
+     * SIGSEGV rather than a write into our memory. */
+    while (req->argv[argc])
+        argc++;
+    need = (GI_SPAWN_STACK + (argc + 2) * sizeof(char *) + 0xffff) & ~(size_t)0xffff;
+    if (need > size) {
+        char *base;
+        if (stack)
+            munmap(stack - GI_SPAWN_GUARD, size + GI_SPAWN_GUARD);
+        stack = NULL;
+        size = 0;
+        base = mmap(NULL, need + GI_SPAWN_GUARD, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+        if (base == MAP_FAILED)
+            return -ENOMEM;
+        if (mprotect(base, GI_SPAWN_GUARD, PROT_NONE) != 0) {
+            munmap(base, need + GI_SPAWN_GUARD);
             return -ENOMEM;
         }
+        stack = base + GI_SPAWN_GUARD;
+        size = need;
     }
     if (rr < 0)
         rr = sched_getscheduler(0) == (SCHED_RR | SCHED_RESET_ON_FORK);
@@ -553,10 +571,10 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
         req->cgroup = NULL; /* born there: the child does not join */
     }
     ca.stack = (uint64_t)(uintptr_t)stack;
-    ca.stack_size = GI_SPAWN_STACK;
+    ca.stack_size = size;
 #ifdef GI_ASAN
     /* The last child's frames never returned: their redzones are still poisoned. */
-    ASAN_UNPOISON_MEMORY_REGION(stack, GI_SPAWN_STACK);
+    ASAN_UNPOISON_MEMORY_REGION(stack, size);
 #endif
     req->drop_rr = rr == 1 && sched_setscheduler(0, SCHED_RR, &sp) == 0;
     t0 = gi_now_ms();

@@ -284,6 +284,24 @@ static void test_spawn_guard(void)
     run(&p, 7, &(struct exec_opts){.cmd = "printf %s \"$BIG\" | wc -c", .env = env6});
     CHECK(!p.res[7].error && strcmp(out_str(&p, 7, 1), "100000\n") == 0);
 
+    /* a file without #! is run by /bin/sh with the argv copied behind it on the child's stack:
+     * 200000 arguments need 1.6 MB; a fixed 256 KiB stack wrote below itself into the agent's
+     * memory (with a guard page the child died of SIGSEGV) */
+    {
+        static const char *a9[200002];
+        snprintf(file, sizeof(file), "%s/noshebang", tmpdir);
+        fp = fopen(file, "w");
+        CHECK(fp && fputs("echo $#\n", fp) >= 0 && fclose(fp) == 0);
+        CHECK(chmod(file, 0755) == 0);
+        a9[0] = file;
+        for (int i = 1; i <= 200000; i++)
+            a9[i] = "";
+        run(&p, 9, &(struct exec_opts){.argv = a9});
+        CHECK(!p.res[9].error && p.res[9].code == 0 && strcmp(out_str(&p, 9, 1), "200000\n") == 0);
+        unlink(file);
+        snprintf(file, sizeof(file), "%s/leased", tmpdir);
+    }
+
     CHECK(peer_stop(&p) == 0);
     unlink(file);
     free(big);
