@@ -21,6 +21,10 @@
  *
  * Starting: the child is born in a cgroup made ahead (gi_exec_idle) through
  * clone3(CLONE_INTO_CGROUP), vfork-style on x86-64 (spawn_child says why).
+ * The agent is suspended until a vfork-style child execs: the child is killed
+ * if it has not within GI_SPAWN_GUARD_MS (spawn_vm). Cgroups are named cg-<n>
+ * (cgroup2 cannot rename one made ahead); a process finds its own stream id
+ * in WARREN_EXEC_ID.
  *
  * Killing: SIGNAL and timeouts signal the process group; SIGKILL also
  * writes cgroup.kill, which reaches processes that left the group (setsid,
