@@ -62,15 +62,7 @@
 enum { P_IN_R, P_IN_W, P_OUT_R, P_OUT_W, P_ERR_R, P_ERR_W, P_REP_R, P_REP_W, P__N };
 
 /* Steps of the child's set-up, for the error message of a failed start. */
-enum child_step {
-    STEP_SETSID,
-    STEP_CGROUP,
-    STEP_STDIO,
-    STEP_CHDIR,
-    STEP_USER,
-    STEP_EXEC,
-    STEP_GUARD
-};
+enum child_step { STEP_SETSID, STEP_CGROUP, STEP_STDIO, STEP_CHDIR, STEP_USER, STEP_EXEC };
 
 /* How long a vfork-style child may take to reach its exec (the agent waits meanwhile). */
 #define GI_SPAWN_GUARD_MS 5000
@@ -477,15 +469,39 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N]);
 #define GI_SPAWN_STACK (256 * 1024) /* child_execvp keeps a path on it; argv: spawn_vm */
 #define GI_SPAWN_GUARD 4096
 
+/*
+ * A POSIX timer that SIGKILLs this child after ms unless it execs first: execve
+ * deletes a process's timers, so the program never sees it. SIGKILL ends even a
+ * stopped child or one in a killable wait (a lease break, FUSE), which releases
+ * the agent suspended in spawn_vm. Raw syscalls: glibc's timer_create may allocate.
+ */
+static int child_guard(int ms)
+{
+    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+    struct itimerspec its = {.it_value = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}};
+    int id;
+
+    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0)
+        return -1;
+    return syscall(SYS_timer_settime, id, 0, &its, NULL) == 0 ? 0 : -1;
+}
+
 struct spawn_arg {
     const struct exec_req *req;
     const int *p;
+    int guard_err; /* set by a child that could not arm its guard (it exits at once) */
 };
 
+/* The child's first code. Without a guard it does not go on (the agent would wait on it
+ * unbounded): it says why and exits, and spawn_vm forks this exec instead. */
 static void spawn_entry(void *arg)
 {
-    const struct spawn_arg *sa = arg;
+    struct spawn_arg *sa = arg;
 
+    if (sa->req->guard_ms > 0 && child_guard(sa->req->guard_ms) != 0) {
+        sa->guard_err = errno;
+        _exit(127);
+    }
     child_run(sa->req, sa->p);
 }
 
@@ -583,9 +599,15 @@ static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
     req->drop_rr = rr == 1 && sched_setscheduler(0, SCHED_RR, &sp) == 0;
     t0 = gi_now_ms();
     r = clone3_fn(&ca, spawn_entry, &sa);
-    if (r > 0 && req->guard_ms > 0 && gi_now_ms() - t0 >= req->guard_ms)
+    if (r > 0 && sa.guard_err) {
+        /* RLIMIT_SIGPENDING spent (a timer holds a queued signal): fork this one. */
+        gi_log("cannot arm a start guard (%s): forking", strerror(sa.guard_err));
+        waitpid((pid_t)r, NULL, 0);
+        r = -EAGAIN;
+    } else if (r > 0 && req->guard_ms > 0 && gi_now_ms() - t0 >= req->guard_ms) {
         gi_log("pid %ld did not reach its exec within %d ms: killed (or it was slow)", r,
                req->guard_ms);
+    }
     if (req->drop_rr)
         sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp);
     req->drop_rr = false;
@@ -781,33 +803,13 @@ static void child_execvp(const struct exec_req *req)
     errno = eacces ? EACCES : ENOENT;
 }
 
-/*
- * A POSIX timer that SIGKILLs this child after ms unless it execs first: execve
- * deletes a process's timers, so the program never sees it. SIGKILL ends even a
- * stopped child or one in a killable wait (a lease break, FUSE), which releases
- * the agent suspended in spawn_vm. Raw syscalls: glibc's timer_create may allocate.
- */
-static int child_guard(int ms)
-{
-    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
-    struct itimerspec its = {.it_value = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}};
-    int id;
-
-    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0)
-        return -1;
-    return syscall(SYS_timer_settime, id, 0, &its, NULL) == 0 ? 0 : -1;
-}
-
 /* The order matters: join the session and cgroup before anything can fork, drop
  * privileges last (chdir into root-only dirs still works), report failures by step. */
 static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
 {
-    struct child_report rep = {.step = STEP_GUARD};
+    struct child_report rep = {.step = STEP_SETSID};
 
     XT(XC_FORK);
-    if (req->guard_ms > 0 && child_guard(req->guard_ms) != 0)
-        goto fail;
-    rep.step = STEP_SETSID;
     child_reset_signals();
     XT(XC_SIGNALS);
     if (setsid() < 0)
@@ -1139,14 +1141,14 @@ static void exec_forget(struct gi_agent *a, struct gi_stream *s)
 
 int gi_start_report(int fd, char *msg, size_t cap)
 {
-    static const char *const what[] = {"setsid",      "join cgroup", "set up stdio",   "chdir",
-                                       "switch user", "exec",        "arm start guard"};
+    static const char *const what[] = {"setsid", "join cgroup", "set up stdio",
+                                       "chdir",  "switch user", "exec"};
     struct child_report rep;
     ssize_t n = read(fd, &rep, sizeof(rep));
 
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return 1;
-    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_GUARD)
+    if (n != (ssize_t)sizeof(rep) || rep.step < 0 || rep.step > STEP_EXEC)
         return 0; /* EOF: it exec'd (or died before reporting: its exit status tells) */
     rep.arg[sizeof(rep.arg) - 1] = '\0';
     snprintf(msg, cap, "%s %s: %s", what[rep.step], rep.arg, strerror(rep.err));

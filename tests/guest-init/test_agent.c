@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -305,6 +306,21 @@ static void test_spawn_guard(void)
     CHECK(peer_stop(&p) == 0);
     unlink(file);
     free(big);
+
+    /* no room for the guard's timer (RLIMIT_SIGPENDING 0 in the agent): that start is forked
+     * instead (it was an ERROR EAGAIN) */
+    {
+        struct rlimit old, none;
+        CHECK(getrlimit(RLIMIT_SIGPENDING, &old) == 0);
+        none = (struct rlimit){.rlim_cur = 0, .rlim_max = old.rlim_max};
+        CHECK(setrlimit(RLIMIT_SIGPENDING, &none) == 0);
+        peer_start(&p);
+        CHECK(setrlimit(RLIMIT_SIGPENDING, &old) == 0);
+        wait_hello(&p, 1);
+        run(&p, 2, &(struct exec_opts){.cmd = "echo forked"});
+        CHECK(!p.res[2].error && strcmp(out_str(&p, 2, 1), "forked\n") == 0);
+        CHECK(peer_stop(&p) == 0);
+    }
 }
 
 static long first_line_pid(struct peer *p, uint32_t id, int timeout_ms)
