@@ -763,6 +763,7 @@ static int iterate(struct gi_agent *a)
     pump_files(a);
     chan_flush(a);
     sweep(a);
+    gi_exec_idle(a);
     return 0;
 }
 

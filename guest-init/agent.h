@@ -28,6 +28,9 @@ struct gi_agent_opts {
     /* RESYNC's boot id is written to boot_id_file, bind-mounted over boot_id_target the
      * first time (GI_BOOT_ID_FILE and GI_BOOT_ID_PROC for PID 1; NULL: not applied). */
     const char *boot_id_file, *boot_id_target;
+    /* A vfork-style child that has not exec'd after this many ms is killed, so the agent,
+     * suspended until then, goes on (0: GI_SPAWN_GUARD_MS; exec.c, spawn_vm). */
+    int spawn_guard_ms;
 };
 
 /*

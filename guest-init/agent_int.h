@@ -40,6 +40,7 @@
 #define GI_STDIN_CAP        (2 * PROTO_WINDOW) /* host may not exceed its credit; this is slack */
 #define GI_LIST_MAX_DEPTH   10
 #define GI_LIST_MAX_ENTRIES 100000
+#define GI_CG_POOL          2 /* exec cgroups made ahead: back-to-back execs rarely need more */
 #define GI_LIST_BATCH_BYTES (128 * 1024)  /* entries per RESULT frame, well under the cap */
 #define GI_RING_DEFAULT     (1024 * 1024) /* INIT without `ring` */
 #define GI_PROCS_DEFAULT    64            /* INIT without `max_procs` */
@@ -160,6 +161,14 @@ struct gi_agent {
     struct gi_orphan *orphans;
     size_t norphans;
     unsigned cg_seq;
+    /* Exec cgroups made ahead (pids.max set), taken by the next execs: mkdir is slow
+     * (percpu allocations for every controller) and is kept off the exec's path. */
+    struct gi_cg {
+        char *path; /* owned */
+        int fd;     /* the directory, for clone3(CLONE_INTO_CGROUP) */
+    } cg_pool[GI_CG_POOL];
+    size_t cg_npool;
+    bool cg_tidy; /* something was reaped or finished: try removing orphan cgroups */
     struct pollfd *pfd; /* poll set, rebuilt every iteration */
     struct gi_watch *watch;
     size_t pcap;
@@ -191,6 +200,9 @@ void gi_exec_reap(struct gi_agent *a);
 void gi_exec_abort(struct gi_agent *a, struct gi_stream *s);
 void gi_exec_release(struct gi_stream *s);
 void gi_orphans_wait(struct gi_agent *a);
+/* Between loop turns, after output was flushed: remove empty cgroups of finished execs and
+ * refill the cgroup pool, off any exec's path. */
+void gi_exec_idle(struct gi_agent *a);
 
 /* exec.c: shared with proc.c */
 struct gi_spawn {

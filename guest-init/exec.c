@@ -19,6 +19,13 @@
  * Its code is the exit status, or 128 + the signal when the process was
  * killed (sig then names the signal; it is 0 otherwise).
  *
+ * Starting: the child is born in a cgroup made ahead (gi_exec_idle) through
+ * clone3(CLONE_INTO_CGROUP), vfork-style on x86-64 (spawn_child says why).
+ * The agent is suspended until a vfork-style child execs: the child is killed
+ * if it has not within GI_SPAWN_GUARD_MS (spawn_vm). Cgroups are named cg-<n>
+ * (cgroup2 cannot rename one made ahead); a process finds its own stream id
+ * in WARREN_EXEC_ID.
+ *
  * Killing: SIGNAL and timeouts signal the process group; SIGKILL also
  * writes cgroup.kill, which reaches processes that left the group (setsid,
  * daemons). A finished exec whose cgroup still holds background processes
@@ -30,12 +37,14 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -49,13 +58,14 @@
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define USER_UID     1000
 
-extern char **environ;
-
 /* Pipe ends, as filled by pipe2(): [R] for reading, [W] for writing. */
 enum { P_IN_R, P_IN_W, P_OUT_R, P_OUT_W, P_ERR_R, P_ERR_W, P_REP_R, P_REP_W, P__N };
 
 /* Steps of the child's set-up, for the error message of a failed start. */
 enum child_step { STEP_SETSID, STEP_CGROUP, STEP_STDIO, STEP_CHDIR, STEP_USER, STEP_EXEC };
+
+/* How long a vfork-style child may take to reach its exec (the agent waits meanwhile). */
+#define GI_SPAWN_GUARD_MS 5000
 
 /* One write of at most PIPE_BUF bytes: atomic. */
 struct child_report {
@@ -74,7 +84,9 @@ struct exec_req {
     bool want_stdin;
     bool pty;
     int pty_slave;      /* the PTY's slave end: the child's fds 0, 1, 2; -1 without a PTY */
-    const char *cgroup; /* borrowed from the stream */
+    const char *cgroup; /* borrowed from the stream; NULL once the child is born in it */
+    bool drop_rr;       /* the child holds the agent's SCHED_RR until its exec */
+    int guard_ms;       /* > 0: a vfork-style child, killed if not exec'd by then */
 };
 
 /*
@@ -84,7 +96,6 @@ struct exec_req {
  * load/exec_rt.py. Off, XT() is nothing.
  */
 #ifdef GI_EXEC_TIMING
-#include <sys/mman.h>
 #define XT_LOG "/tmp/warren-exec-timing.log"
 enum {
     XT_IN,
@@ -273,7 +284,11 @@ static int env_set(char **envp, size_t *n, const char *key, size_t klen, const c
     return 0;
 }
 
-/* Defaults first, then the request's env overrides them. */
+/*
+ * Defaults first, then the request's env overrides them, then WARREN_EXEC_ID:
+ * the stream id, which no request can override (a program that speaks the
+ * channel itself, like tests/hostile, needs it; cgroup names carry no id).
+ */
 static int build_env(const struct proto_frame *f, struct exec_req *req)
 {
     const msgpack_object_map *m = proto_has(f, PK_ENV) ? f->v[PK_ENV].map : NULL;
@@ -283,7 +298,8 @@ static int build_env(const struct proto_frame *f, struct exec_req *req)
                              {"USER", user},
                              {"LANG", "C.UTF-8"},
                              {"TERM", req->pty ? "xterm-256color" : "xterm"}};
-    size_t n = 0, cap = 5 + (m ? m->size : 0) + 1;
+    size_t n = 0, cap = 5 + (m ? m->size : 0) + 1 + 1;
+    char id[16];
     int r = 0;
 
     req->envp = calloc(cap, sizeof(char *));
@@ -295,6 +311,9 @@ static int build_env(const struct proto_frame *f, struct exec_req *req)
         const msgpack_object_str *k = &m->ptr[i].key.via.str, *v = &m->ptr[i].val.via.str;
         r = env_set(req->envp, &n, k->ptr, k->size, v->ptr, v->size);
     }
+    snprintf(id, sizeof(id), "%u", f->id);
+    if (r == 0)
+        r = env_set(req->envp, &n, "WARREN_EXEC_ID", 14, id, strlen(id));
     return r;
 }
 
@@ -344,6 +363,8 @@ static void req_free(struct exec_req *req)
 
 /* ---- cgroups ---- */
 
+static void orphans_tidy(struct gi_agent *a);
+
 int gi_cg_write(const char *dir, const char *file, const char *val)
 {
     char path[PATH_MAX];
@@ -360,37 +381,285 @@ int gi_cg_write(const char *dir, const char *file, const char *val)
     return r;
 }
 
-/*
- * Make the exec's cgroup: exec-<id>, unless an earlier exec with the same
- * id (a previous session) left one that still holds processes; then a
- * unique suffix is added.
- */
-static int cgroup_create(struct gi_agent *a, uint32_t id, char **out)
+/* Make one exec cgroup, <root>/cg-<n>, with its pids limit, and open it for clone3. */
+static int cg_make(struct gi_agent *a, struct gi_cg *out)
 {
     const char *root = a->opts->cgroup_root;
     char *path = NULL;
+    int r = -EEXIST, fd;
 
-    *out = NULL;
-    if (!root)
-        return 0;
-    if (asprintf(&path, "%s/exec-%u", root, id) < 0)
-        return -ENOMEM;
-    if (mkdir(path, 0755) == 0 || (errno == EEXIST && rmdir(path) == 0 && mkdir(path, 0755) == 0))
-        goto done;
-    free(path);
-    if (asprintf(&path, "%s/exec-%u-%u", root, id, ++a->cg_seq) < 0)
-        return -ENOMEM;
-    if (mkdir(path, 0755) != 0) {
-        int r = -errno;
+    /* A name left by an earlier agent (a unit test reusing its root) is skipped. */
+    for (int tries = 0; tries < 64 && r == -EEXIST; tries++) {
         free(path);
-        return r;
+        if (asprintf(&path, "%s/cg-%u", root, ++a->cg_seq) < 0)
+            return -ENOMEM;
+        r = mkdir(path, 0755) == 0 ? 0 : -errno;
     }
-done:
+    if (r < 0)
+        goto fail;
     /* One exec may hold at most a quarter of the sandbox's pids, so a fork bomb leaves
      * room for the next command (fails quietly where the pids controller is absent). */
     gi_cg_write(path, "pids.max", "1024");
-    *out = path;
+    fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        r = -errno;
+        rmdir(path);
+        goto fail;
+    }
+    *out = (struct gi_cg){.path = path, .fd = fd};
     return 0;
+fail:
+    free(path);
+    return r;
+}
+
+/*
+ * The cgroup of a new exec: one made ahead by gi_exec_idle, or a new one when
+ * the pool is empty (execs faster than the loop turns). No cgroup2: path NULL.
+ */
+static int cgroup_take(struct gi_agent *a, struct gi_cg *out)
+{
+    *out = (struct gi_cg){.path = NULL, .fd = -1};
+    if (!a->opts->cgroup_root)
+        return 0;
+    if (a->cg_npool > 0) {
+        *out = a->cg_pool[--a->cg_npool];
+        return 0;
+    }
+    return cg_make(a, out);
+}
+
+void gi_exec_idle(struct gi_agent *a)
+{
+    if (a->cg_tidy) {
+        a->cg_tidy = false;
+        orphans_tidy(a);
+    }
+    while (a->opts->cgroup_root && a->cg_npool < GI_CG_POOL &&
+           cg_make(a, &a->cg_pool[a->cg_npool]) == 0)
+        a->cg_npool++;
+}
+
+/* The kernel's struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2): glibc has no
+ * wrapper, and <linux/sched.h> clashes with <sched.h>. */
+struct gi_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+        set_tid_size, cgroup;
+};
+#define GI_CLONE_INTO_CGROUP 0x200000000ULL
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
+static _Noreturn void child_run(const struct exec_req *req, const int p[P__N]);
+
+#if defined(__SANITIZE_ADDRESS__)
+#define GI_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GI_ASAN 1
+#endif
+#endif
+#ifdef GI_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+#if defined(__x86_64__)
+#define GI_SPAWN_VM    1
+#define GI_SPAWN_STACK (256 * 1024) /* child_execvp keeps a path on it; argv: spawn_vm */
+#define GI_SPAWN_GUARD 4096
+
+/*
+ * A POSIX timer that SIGKILLs this child after ms unless it execs first: execve
+ * deletes a process's timers, so the program never sees it. SIGKILL ends even a
+ * stopped child or one in a killable wait (a lease break, FUSE), which releases
+ * the agent suspended in spawn_vm. Raw syscalls: glibc's timer_create may allocate.
+ */
+static int child_guard(int ms)
+{
+    struct sigevent sev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+    struct itimerspec its = {.it_value = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}};
+    int id;
+
+    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) != 0)
+        return -1;
+    return syscall(SYS_timer_settime, id, 0, &its, NULL) == 0 ? 0 : -1;
+}
+
+struct spawn_arg {
+    const struct exec_req *req;
+    const int *p;
+    int guard_err; /* set by a child that could not arm its guard (it exits at once) */
+};
+
+/* The child's first code. Without a guard it does not go on (the agent would wait on it
+ * unbounded): it says why and exits, and spawn_vm forks this exec instead. */
+static void spawn_entry(void *arg)
+{
+    struct spawn_arg *sa = arg;
+
+    if (sa->req->guard_ms > 0 && child_guard(sa->req->guard_ms) != 0) {
+        sa->guard_err = errno;
+        _exit(127);
+    }
+    child_run(sa->req, sa->p);
+}
+
+/*
+ * clone3 whose child starts on ca->stack in fn(arg) and never returns: with
+ * CLONE_VM the child may not come back through a C wrapper, whose return
+ * address lives on the stack it would share with the parent. Returns the
+ * child's pid or -errno.
+ */
+static long clone3_fn(struct gi_clone_args *ca, void (*fn)(void *), void *arg)
+{
+    register void (*r12)(void *) __asm__("r12") = fn;
+    register void *r13 __asm__("r13") = arg;
+    long ret;
+
+    __asm__ volatile("syscall\n\t"
+                     "test %%rax, %%rax\n\t"
+                     "jnz 1f\n\t"
+                     "xor %%ebp, %%ebp\n\t" /* the child: a fresh stack, no frames above */
+                     "mov %%r13, %%rdi\n\t"
+                     "call *%%r12\n\t"
+                     "mov $60, %%eax\n\t" /* SYS_exit(127), should fn ever return */
+                     "mov $127, %%edi\n\t"
+                     "syscall\n\t"
+                     "hlt\n\t"
+                     "1:\n\t"
+                     : "=a"(ret)
+                     : "a"((long)SYS_clone3), "D"(ca), "S"(sizeof(*ca)), "r"(r12), "r"(r13)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+/*
+ * posix_spawn's way: CLONE_VM | CLONE_VFORK, so no page table is copied and
+ * no page faulted copy-on-write by either side (dear under TCG: the agent's
+ * fork cost more than a whole fork+exec+wait of /bin/true). We are suspended
+ * until the child execs or exits; so that a fork bomb in another exec cannot
+ * stretch that, the child keeps our real-time priority (SCHED_RESET_ON_FORK is
+ * lifted around the clone) and drops it just before the exec. A child can
+ * still block before its exec (an open that waits: a FUSE file, a leased file;
+ * a SIGSTOP from a sandbox process): it arms a SIGKILL timer first
+ * (child_guard), so the agent is suspended for at most req->guard_ms, and the
+ * exec ends as killed (EXIT sig 9). The child writes nothing of ours but errno
+ * (we are stopped meanwhile).
+ */
+static long spawn_vm(struct exec_req *req, const int p[P__N], int cgfd)
+{
+    static char *stack;
+    static size_t size;
+    static int rr = -1;
+    struct sched_param sp = {.sched_priority = 1};
+    struct spawn_arg sa = {.req = req, .p = p};
+    struct gi_clone_args ca = {.flags = CLONE_VM | CLONE_VFORK, .exit_signal = SIGCHLD};
+    const char *cg = req->cgroup;
+    size_t argc = 0, need;
+    int64_t t0;
+    long r;
+
+    /* child_execve copies argv into a /bin/sh argv on this stack (a file without #!): room for
+     * any argc a frame can carry; a guard page below turns an overflow into the child's
+     * SIGSEGV rather than a write into our memory. */
+    while (req->argv[argc])
+        argc++;
+    need = (GI_SPAWN_STACK + (argc + 2) * sizeof(char *) + 0xffff) & ~(size_t)0xffff;
+    if (need > size) {
+        char *base;
+        if (stack)
+            munmap(stack - GI_SPAWN_GUARD, size + GI_SPAWN_GUARD);
+        stack = NULL;
+        size = 0;
+        base = mmap(NULL, need + GI_SPAWN_GUARD, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+        if (base == MAP_FAILED)
+            return -ENOMEM;
+        if (mprotect(base, GI_SPAWN_GUARD, PROT_NONE) != 0) {
+            munmap(base, need + GI_SPAWN_GUARD);
+            return -ENOMEM;
+        }
+        stack = base + GI_SPAWN_GUARD;
+        size = need;
+    }
+    if (rr < 0)
+        rr = sched_getscheduler(0) == (SCHED_RR | SCHED_RESET_ON_FORK);
+    if (cgfd >= 0) {
+        ca.flags |= GI_CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)cgfd;
+        req->cgroup = NULL; /* born there: the child does not join */
+    }
+    ca.stack = (uint64_t)(uintptr_t)stack;
+    ca.stack_size = size;
+#ifdef GI_ASAN
+    /* The last child's frames never returned: their redzones are still poisoned. */
+    ASAN_UNPOISON_MEMORY_REGION(stack, size);
+#endif
+    req->drop_rr = rr == 1 && sched_setscheduler(0, SCHED_RR, &sp) == 0;
+    t0 = gi_now_ms();
+    r = clone3_fn(&ca, spawn_entry, &sa);
+    if (r > 0 && sa.guard_err) {
+        /* RLIMIT_SIGPENDING spent (a timer holds a queued signal): fork this one. */
+        gi_log("cannot arm a start guard (%s): forking", strerror(sa.guard_err));
+        waitpid((pid_t)r, NULL, 0);
+        r = -EAGAIN;
+    } else if (r > 0 && req->guard_ms > 0 && gi_now_ms() - t0 >= req->guard_ms) {
+        gi_log("pid %ld did not reach its exec within %d ms: killed (or it was slow)", r,
+               req->guard_ms);
+    }
+    if (req->drop_rr)
+        sched_setscheduler(0, SCHED_RR | SCHED_RESET_ON_FORK, &sp);
+    req->drop_rr = false;
+    req->cgroup = cg;
+    return r;
+}
+#endif
+
+/*
+ * Start the child (it runs child_run and never returns here); returns its pid
+ * or -errno. The child is born inside the cgroup cgfd when there is one:
+ * clone3 with CLONE_INTO_CGROUP (Linux 5.7) spares it the write to
+ * cgroup.procs, which takes the cgroup threadgroup lock for writing (an RCU
+ * grace period: the dearest step of an exec, measured in load/RESULTS.md).
+ * Each way a kernel refuses is remembered and the next one used from then on:
+ * vfork-style clone3, fork-style clone3, fork() + a write to cgroup.procs.
+ */
+static pid_t spawn_child(struct exec_req *req, const int p[P__N], int cgfd)
+{
+    static bool no_clone3, no_vm;
+    const char *cg = req->cgroup;
+    pid_t pid;
+
+#ifdef GI_SPAWN_VM
+    if (!no_vm && !no_clone3) {
+        long r = spawn_vm(req, p, cgfd);
+        if (r >= 0)
+            return (pid_t)r;
+        if (r == -ENOSYS || r == -E2BIG || r == -EINVAL || r == -ENOMEM)
+            no_vm = true; /* else (EAGAIN: a pids limit) the next ways try as before */
+    }
+#else
+    (void)no_vm;
+#endif
+    req->guard_ms = 0; /* the agent does not wait for a forked child: nothing to bound */
+    if (cgfd >= 0 && !no_clone3) {
+        struct gi_clone_args ca = {
+            .flags = GI_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)cgfd};
+        req->cgroup = NULL;
+        pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+        if (pid == 0)
+            child_run(req, p);
+        req->cgroup = cg;
+        if (pid > 0)
+            return pid;
+        if (errno == ENOSYS || errno == E2BIG || errno == EINVAL)
+            no_clone3 = true;
+    }
+    pid = fork();
+    if (pid == 0)
+        child_run(req, p);
+    return pid < 0 ? -errno : pid;
 }
 
 static void exec_kill(struct gi_exec *x, int sig)
@@ -463,6 +732,77 @@ static int child_user(const struct exec_req *req)
     return 0;
 }
 
+/* A value of envp's PATH, or NULL. */
+static const char *env_path(char *const *envp)
+{
+    for (; *envp; envp++)
+        if (strncmp(*envp, "PATH=", 5) == 0)
+            return *envp + 5;
+    return NULL;
+}
+
+/* execve, and a file the kernel cannot execute (no #!) run by the shell, as execvp does. */
+static void child_execve(const char *file, char *const *argv, char *const *envp)
+{
+    size_t n = 0;
+
+    execve(file, argv, envp);
+    if (errno != ENOEXEC)
+        return;
+    while (argv[n])
+        n++;
+    {
+        char *sh[n + 2];
+        sh[0] = "/bin/sh";
+        sh[1] = (char *)file;
+        memcpy(&sh[2], &argv[1], n * sizeof(char *)); /* argv[1..n-1] and the NULL */
+        execve(sh[0], sh, envp);
+    }
+    errno = ENOEXEC;
+}
+
+/*
+ * execvp with the request's PATH, which looks before it leaps: on Linux 6.1
+ * every execve that misses (ENOENT) first builds a whole new mm and copies
+ * argv and env into it, ~1.5 ms each under TCG, and `true` misses five times
+ * in the default PATH. access() skips the misses; the errors left over are
+ * execvp's: EACCES if some candidate was not executable, else ENOENT.
+ */
+static void child_execvp(const struct exec_req *req)
+{
+    const char *file = req->argv[0], *path = env_path(req->envp), *p, *end;
+    bool eacces = false;
+    char buf[PATH_MAX];
+
+    if (*file == '\0') {
+        errno = ENOENT; /* as execvp: not a lookup of the PATH's directories themselves */
+        return;
+    }
+    if (strchr(file, '/')) {
+        child_execve(file, req->argv, req->envp);
+        return;
+    }
+    for (p = path ? path : DEFAULT_PATH;; p = end + 1) {
+        int len;
+
+        end = strchrnul(p, ':');
+        len = snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(end - p), p, end > p ? "/" : "",
+                       file); /* an empty entry is the current directory */
+        if (len > 0 && (size_t)len < sizeof(buf)) {
+            if (access(buf, X_OK) == 0)
+                child_execve(buf, req->argv, req->envp);
+            if (errno == EACCES)
+                eacces = true;
+            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+                     errno != ETIMEDOUT)
+                return;
+        }
+        if (*end == '\0')
+            break;
+    }
+    errno = eacces ? EACCES : ENOENT;
+}
+
 /* The order matters: join the session and cgroup before anything can fork, drop
  * privileges last (chdir into root-only dirs still works), report failures by step. */
 static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
@@ -493,12 +833,13 @@ static _Noreturn void child_run(const struct exec_req *req, const int p[P__N])
         goto fail;
     XT(XC_CHDIR);
     rep.step = STEP_USER;
+    if (req->drop_rr && sched_setscheduler(0, SCHED_OTHER, &(struct sched_param){0}) != 0)
+        goto fail;
     if (child_user(req) < 0)
         goto fail;
     rep.step = STEP_EXEC;
-    environ = req->envp;
     XT(XC_EXEC);
-    execvp(req->argv[0], req->argv);
+    child_execvp(req);
 fail:
     rep.err = errno;
     if (rep.step == STEP_CHDIR || rep.step == STEP_EXEC) {
@@ -544,6 +885,7 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     struct exec_req req = {.pty_slave = -1};
     struct gi_stream *s;
     struct gi_exec *x;
+    struct gi_cg cg = {.fd = -1};
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     pid_t pid = -1;
     int r;
@@ -567,13 +909,16 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     if (!s)
         goto out;
     x = &s->u.x;
-    r = cgroup_create(a, f->id, &x->cgroup);
+    r = cgroup_take(a, &cg);
+    x->cgroup = cg.path;
     XT(XT_CGROUP);
     if (r == 0)
         r = open_pipes(p, req.want_stdin);
     XT(XT_PIPES);
-    if (r == 0 && (pid = fork()) < 0)
-        r = -errno;
+    req.cgroup = x->cgroup;
+    req.guard_ms = a->opts->spawn_guard_ms > 0 ? a->opts->spawn_guard_ms : GI_SPAWN_GUARD_MS;
+    if (r == 0 && (pid = spawn_child(&req, p, cg.fd)) < 0)
+        r = pid;
     if (pid > 0)
         XT(XT_FORKED);
     if (r < 0) {
@@ -583,9 +928,6 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
         s->done = true;
         goto out;
     }
-    req.cgroup = x->cgroup;
-    if (pid == 0)
-        child_run(&req, p);
     x->pid = pid;
     x->rep = p[P_REP_R];
     x->out[0] = p[P_OUT_R];
@@ -596,6 +938,7 @@ void gi_exec_start(struct gi_agent *a, const struct proto_frame *f)
     if (proto_has(f, PK_TIMEOUT) && f->v[PK_TIMEOUT].u > 0)
         x->deadline_ms = gi_now_ms() + (int64_t)f->v[PK_TIMEOUT].u;
 out:
+    close_fds(&cg.fd, 1);
     close_fds(p, P__N); /* the child's ends, or everything after a failure */
     req_free(&req);
 }
@@ -644,6 +987,7 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
              uint16_t rows, struct gi_spawn *sp)
 {
     struct exec_req req = {.pty = pty, .pty_slave = -1};
+    struct gi_cg cg = {.fd = -1};
     int p[P__N] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int master = -1;
     pid_t pid = -1;
@@ -657,14 +1001,18 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         r = open_pty(&master, &req.pty_slave, cols, rows);
     if (r == 0 && !(sp->cmd = proto_has(f, PK_CMD) ? join_argv(req.argv + 2) : join_argv(req.argv)))
         r = -ENOMEM;
-    if (r == 0)
-        r = cgroup_create(a, f->id, &sp->cgroup);
+    if (r == 0) {
+        r = cgroup_take(a, &cg);
+        sp->cgroup = cg.path;
+    }
     if (r == 0)
         r = open_pipes(p, req.want_stdin);
     if (r == 0 && pty)
         close_fds(&p[P_OUT_R], 4); /* the PTY carries all output */
-    if (r == 0 && (pid = fork()) < 0)
-        r = -errno;
+    req.cgroup = sp->cgroup;
+    req.guard_ms = a->opts->spawn_guard_ms > 0 ? a->opts->spawn_guard_ms : GI_SPAWN_GUARD_MS;
+    if (r == 0 && (pid = spawn_child(&req, p, cg.fd)) < 0)
+        r = pid;
     if (r < 0) {
         if (sp->cgroup)
             rmdir(sp->cgroup);
@@ -674,9 +1022,6 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         close_fds(&master, 1);
         goto out;
     }
-    req.cgroup = sp->cgroup;
-    if (pid == 0)
-        child_run(&req, p);
     sp->pid = pid;
     sp->rep = p[P_REP_R];
     p[P_REP_R] = -1;
@@ -690,6 +1035,7 @@ int gi_spawn(struct gi_agent *a, const struct proto_frame *f, bool pty, uint16_t
         p[P_OUT_R] = p[P_ERR_R] = p[P_IN_W] = -1;
     }
 out:
+    close_fds(&cg.fd, 1);
     close_fds(&req.pty_slave, 1); /* the child has it: the master sees EIO once it is gone */
     close_fds(p, P__N);
     req_free(&req);
@@ -729,8 +1075,10 @@ static void exec_maybe_exit(struct gi_agent *a, struct gi_stream *s)
         XT(XT_EXIT);
     }
     send_exit(a, s);
-    /* The cgroup goes now, or once background processes that outlived the exec are gone. */
+    /* The cgroup goes after the flush (gi_exec_idle), or once background processes that
+     * outlived the exec are gone. */
     gi_orphan_add(a, 0, x->cgroup);
+    a->cg_tidy = true;
     x->cgroup = NULL;
     s->done = true;
 }
@@ -788,6 +1136,7 @@ static void exec_forget(struct gi_agent *a, struct gi_stream *s)
     gi_orphan_add(a, x->reaped ? 0 : x->pid, x->cgroup);
     x->cgroup = NULL;
     s->done = true;
+    a->cg_tidy = true;
 }
 
 int gi_start_report(int fd, char *msg, size_t cap)
@@ -1013,7 +1362,8 @@ void gi_exec_reap(struct gi_agent *a)
                 a->orphans[i].pid = 0;
         }
     }
-    orphans_tidy(a);
+    /* rmdir waits for the flush: gi_exec_idle. */
+    a->cg_tidy = true;
 }
 
 /* Session end: kill everything the exec started and forget the stream (no EXIT). */
@@ -1058,4 +1408,10 @@ void gi_orphans_wait(struct gi_agent *a)
     for (size_t i = 0; i < a->norphans; i++)
         free(a->orphans[i].cgroup);
     a->norphans = 0;
+    while (a->cg_npool > 0) {
+        struct gi_cg *c = &a->cg_pool[--a->cg_npool];
+        close(c->fd);
+        rmdir(c->path);
+        free(c->path);
+    }
 }

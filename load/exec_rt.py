@@ -13,6 +13,8 @@ set sees the same machine):
 - a bare fork + execv("/bin/true") + waitpid inside the same guest, timed by
   warren-init's --spawn-bench mode (run as /proc/1/exe: the helper is PID 1's
   own binary), in blocks between the REST blocks;
+- with --prog /bin/true the REST exec skips execvp's PATH search (the default
+  PATH has five directories before /bin);
 - the ratio REST p50 / bare p50 (the issue's target is <= 1.3x), and the
   agent's median step times (--steps).
 """
@@ -46,7 +48,7 @@ STEPS = [("parse request", "in", "parsed"), ("cgroup mkdir + pids.max", "parsed"
          ("total: EXEC in to EXIT queued", "in", "exit")]
 
 
-def timing_lines(w, sid):
+def timing_lines(w, sid, prog):
     r = w.exec(sid, ["cat", LOG])
     if r.status != 200 or r.json()["exit_code"] != 0:
         return None
@@ -54,7 +56,7 @@ def timing_lines(w, sid):
     for line in r.json()["stdout"].splitlines():
         f = line.split()
         kv = dict(x.split("=", 1) for x in f[2:])
-        if kv.get("argv0") == "true":
+        if kv.get("argv0") == prog:
             recs.append({k: int(v) for k, v in kv.items() if k != "argv0"})
     return recs
 
@@ -66,6 +68,8 @@ def main():
     ap.add_argument("--n", type=int, default=200, help="REST execs and bare spawns per set")
     ap.add_argument("--block", type=int, default=25, help="samples per interleaved block")
     ap.add_argument("--steps", action="store_true", help="also print the agent's step times")
+    ap.add_argument("--prog", default="true",
+                    help="argv[0] of the REST exec (/bin/true skips execvp's PATH search)")
     a = ap.parse_args()
 
     sets = [("new", a.images)] + ([("old", a.old_images)] if a.old_images else [])
@@ -89,7 +93,7 @@ def main():
             for label, w, sid in ws:
                 for _ in range(k):
                     t0 = time.perf_counter()
-                    r = w.exec(sid, ["true"])
+                    r = w.exec(sid, [a.prog])
                     env[label]["rest"].append(time.perf_counter() - t0)
                     assert r.status == 200 and r.json()["exit_code"] == 0, r
                 r = w.exec(sid, ["/proc/1/exe", "--spawn-bench", str(k), "/bin/true"])
@@ -97,17 +101,17 @@ def main():
                 env[label]["bare"] += [int(x) / 1e6 for x in r.json()["stdout"].split()]
             done += k
         for label, w, sid in ws:
-            env[label]["agent"] = timing_lines(w, sid)
+            env[label]["agent"] = timing_lines(w, sid, a.prog)
     finally:
         for _, w, _ in ws:
-            w.stop()
+            w.cleanup()  # stop alone leaves the VMs running (warrend re-adopts them)
 
     rows = []
     for label, _, _ in ws:
         e = env[label]
         rest, bare, ag = e["rest"], e["bare"], e["agent"]
         tag = f"[{label}: {os.path.basename(os.path.normpath(dict(sets)[label]))}]"
-        rows.append((f"{tag} REST exec `true` (n={len(rest)})", ms2(pct(rest, 50)),
+        rows.append((f"{tag} REST exec `{a.prog}` (n={len(rest)})", ms2(pct(rest, 50)),
                      ms2(pct(rest, 99))))
         if ag:
             tot = [(x["exit"] - x["in"]) / 1e6 for x in ag if x["exit"] >= 0]

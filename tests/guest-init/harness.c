@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 int failures;
+int peer_spawn_guard_ms;
 
 int64_t now_ms(void)
 {
@@ -45,7 +46,8 @@ static void start2(struct peer *p, int pid1, const char *cgroup_root, const char
         struct gi_agent_opts o = {.cgroup_root = cgroup_root,
                                   .pid1 = pid1,
                                   .boot_id_file = bid_file,
-                                  .boot_id_target = bid_target};
+                                  .boot_id_target = bid_target,
+                                  .spawn_guard_ms = peer_spawn_guard_ms};
         close(sv[0]);
         /* The agent's bind mount stays in a mount namespace of its own. */
         if (bid_file &&

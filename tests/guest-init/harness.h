@@ -141,6 +141,9 @@ void send_plist(struct peer *p, uint32_t id, uint64_t pid); /* pid 0: all */
 void send_pctl(struct peer *p, uint32_t id, uint64_t pid, const void *data, size_t n, bool eof,
                int sig, uint64_t cols, uint64_t rows);
 
+/* spawn_guard_ms of agents started from now on (0: the agent's default). */
+extern int peer_spawn_guard_ms;
+
 /* Kill-test helpers. */
 bool pid_gone(pid_t pid, int timeout_ms);
 int64_t now_ms(void);

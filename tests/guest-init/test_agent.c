@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -185,7 +186,141 @@ static void test_exec_basic(void)
     CHECK(peer_wait(&p, 14, 3000) && p.res[14].code == 0);
     CHECK(strcmp(out_str(&p, 14, 1), "first\n") == 0);
 
+    /* argv[0] without a slash is looked up in the request's PATH as execvp does: a file
+     * that is not executable is passed over (EACCES if nothing else is found), and one
+     * without #! is run by /bin/sh */
+    {
+        char dir[] = "/tmp/gi-path-XXXXXX", f[PATH_MAX], path[PATH_MAX + 32];
+        const char *const files[][2] = {{"true", "0644"}, {"noexec", "0644"}, {"script", "0755"}};
+        CHECK(mkdtemp(dir) != NULL);
+        for (int i = 0; i < 3; i++) {
+            FILE *fp;
+            snprintf(f, sizeof(f), "%s/%s", dir, files[i][0]);
+            fp = fopen(f, "w");
+            CHECK(fp && fputs("echo script-ran \"$1\"\n", fp) >= 0 && fclose(fp) == 0);
+            CHECK(chmod(f, (mode_t)strtol(files[i][1], NULL, 8)) == 0);
+        }
+        snprintf(path, sizeof(path), "%s:/usr/bin:/bin", dir);
+        const char *const penv[] = {"PATH", path, NULL};
+        const char *const a15[] = {"true", NULL}, *const a16[] = {"script", "x", NULL},
+                          *const a17[] = {"noexec", NULL};
+        run(&p, 15, &(struct exec_opts){.argv = a15, .env = penv});
+        CHECK(!p.res[15].error && p.res[15].code == 0 && strcmp(out_str(&p, 15, 1), "") == 0);
+        run(&p, 16, &(struct exec_opts){.argv = a16, .env = penv});
+        CHECK(!p.res[16].error && strcmp(out_str(&p, 16, 1), "script-ran x\n") == 0);
+        run(&p, 17, &(struct exec_opts){.argv = a17, .env = penv});
+        CHECK(p.res[17].error && p.res[17].err == EACCES);
+        const char *const a18[] = {"", NULL};
+        run(&p, 18, &(struct exec_opts){.argv = a18, .env = penv});
+        CHECK(p.res[18].error && p.res[18].err == ENOENT);
+        for (int i = 0; i < 3; i++) {
+            snprintf(f, sizeof(f), "%s/%s", dir, files[i][0]);
+            unlink(f);
+        }
+        rmdir(dir);
+    }
+
+    /* WARREN_EXEC_ID is the stream id, whatever the request's env says */
+    const char *const env19[] = {"WARREN_EXEC_ID", "7", NULL};
+    run(&p, 19, &(struct exec_opts){.cmd = "printf %s \"$WARREN_EXEC_ID\"", .env = env19});
+    CHECK(strcmp(out_str(&p, 19, 1), "19") == 0);
+
     CHECK(peer_stop(&p) == 0);
+}
+
+/*
+ * The agent waits for a vfork-style child until it execs (exec.c, spawn_vm). A
+ * child whose exec blocks - here the open of a file under a write lease, which
+ * waits for the lease holder (45 s by default) - is killed by its start guard
+ * and the agent answers again; without the guard it hung until the lease broke.
+ * A missing program and an environment too big for execve report the same
+ * errors as a forked child did.
+ */
+static void test_spawn_guard(void)
+{
+    char file[PATH_MAX], *big = malloc(200001);
+    struct peer p;
+    FILE *fp;
+    int fd;
+
+    peer_spawn_guard_ms = 300;
+    peer_start(&p);
+    peer_spawn_guard_ms = 0;
+    wait_hello(&p, 1);
+    snprintf(file, sizeof(file), "%s/leased", tmpdir);
+    fp = fopen(file, "w");
+    CHECK(fp && fputs("#!/bin/sh\necho ran\n", fp) >= 0 && fclose(fp) == 0);
+    CHECK(chmod(file, 0755) == 0);
+    signal(SIGIO, SIG_IGN); /* a lease holder hears of a break by SIGIO */
+    fd = open(file, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0 && fcntl(fd, F_SETLEASE, F_WRLCK) == 0);
+    const char *const a1[] = {file, NULL};
+    send_exec(&p, 1, &(struct exec_opts){.argv = a1}, true);
+    /* the lease is held throughout: only the guard can end that start */
+    CHECK(peer_wait(&p, 1, 10000) && !p.res[1].error && p.res[1].sig == SIGKILL);
+    run(&p, 2, &(struct exec_opts){.cmd = "echo alive"});
+    CHECK(strcmp(out_str(&p, 2, 1), "alive\n") == 0);
+    CHECK(fcntl(fd, F_SETLEASE, F_UNLCK) == 0);
+    close(fd);
+    signal(SIGIO, SIG_DFL);
+    run(&p, 3, &(struct exec_opts){.argv = a1});
+    CHECK(!p.res[3].error && p.res[3].code == 0 && strcmp(out_str(&p, 3, 1), "ran\n") == 0);
+
+    const char *const a4[] = {"/nonexistent/prog", NULL}, *const a5[] = {"no-such-prog", NULL};
+    run(&p, 4, &(struct exec_opts){.argv = a4});
+    CHECK(p.res[4].error && p.res[4].err == ENOENT &&
+          strcmp(p.res[4].msg, "exec /nonexistent/prog: No such file or directory") == 0);
+    run(&p, 5, &(struct exec_opts){.argv = a5});
+    CHECK(p.res[5].error && p.res[5].err == ENOENT &&
+          strcmp(p.res[5].msg, "exec no-such-prog: No such file or directory") == 0);
+
+    /* one string over MAX_ARG_STRLEN (128 KiB): execve's E2BIG; 100 kB runs */
+    CHECK(big != NULL);
+    memset(big, 'x', 200000);
+    big[200000] = '\0';
+    const char *const env6[] = {"BIG", big, NULL};
+    run(&p, 6, &(struct exec_opts){.cmd = "true", .env = env6});
+    CHECK(p.res[6].error && p.res[6].err == E2BIG);
+    big[100000] = '\0';
+    run(&p, 7, &(struct exec_opts){.cmd = "printf %s \"$BIG\" | wc -c", .env = env6});
+    CHECK(!p.res[7].error && strcmp(out_str(&p, 7, 1), "100000\n") == 0);
+
+    /* a file without #! is run by /bin/sh with the argv copied behind it on the child's stack:
+     * 200000 arguments need 1.6 MB; a fixed 256 KiB stack wrote below itself into the agent's
+     * memory (with a guard page the child died of SIGSEGV) */
+    {
+        static const char *a9[200002];
+        snprintf(file, sizeof(file), "%s/noshebang", tmpdir);
+        fp = fopen(file, "w");
+        CHECK(fp && fputs("echo $#\n", fp) >= 0 && fclose(fp) == 0);
+        CHECK(chmod(file, 0755) == 0);
+        a9[0] = file;
+        for (int i = 1; i <= 200000; i++)
+            a9[i] = "";
+        run(&p, 9, &(struct exec_opts){.argv = a9});
+        CHECK(!p.res[9].error && p.res[9].code == 0 && strcmp(out_str(&p, 9, 1), "200000\n") == 0);
+        unlink(file);
+        snprintf(file, sizeof(file), "%s/leased", tmpdir);
+    }
+
+    CHECK(peer_stop(&p) == 0);
+    unlink(file);
+    free(big);
+
+    /* no room for the guard's timer (RLIMIT_SIGPENDING 0 in the agent): that start is forked
+     * instead (it was an ERROR EAGAIN) */
+    {
+        struct rlimit old, none;
+        CHECK(getrlimit(RLIMIT_SIGPENDING, &old) == 0);
+        none = (struct rlimit){.rlim_cur = 0, .rlim_max = old.rlim_max};
+        CHECK(setrlimit(RLIMIT_SIGPENDING, &none) == 0);
+        peer_start(&p);
+        CHECK(setrlimit(RLIMIT_SIGPENDING, &old) == 0);
+        wait_hello(&p, 1);
+        run(&p, 2, &(struct exec_opts){.cmd = "echo forked"});
+        CHECK(!p.res[2].error && strcmp(out_str(&p, 2, 1), "forked\n") == 0);
+        CHECK(peer_stop(&p) == 0);
+    }
 }
 
 static long first_line_pid(struct peer *p, uint32_t id, int timeout_ms)
@@ -822,7 +957,8 @@ static bool make_test_cgroup(char *root, size_t cap)
 }
 
 /*
- * Per-exec cgroups: the child runs in <root>/exec-<id>, a timeout kills a
+ * Per-exec cgroups: the child runs in its own <root>/cg-<n> (made ahead, entered
+ * through clone3(CLONE_INTO_CGROUP) where the kernel has it), a timeout kills a
  * grandchild that left the process group (setsid) through cgroup.kill, and
  * the exec's cgroup is removed once empty.
  */
@@ -839,8 +975,12 @@ static void test_cgroups(void)
     peer_start_cgroup(&p, root);
     wait_hello(&p, 1);
     run(&p, 1, &(struct exec_opts){.cmd = "cat /proc/self/cgroup"});
-    snprintf(want, sizeof(want), "/%s/exec-1\n", strrchr(root, '/') + 1);
+    snprintf(want, sizeof(want), "/%s/cg-", strrchr(root, '/') + 1);
     CHECK(strstr(out_str(&p, 1, 1), want) != NULL);
+    /* the next exec gets a cgroup of its own, not the previous one */
+    run(&p, 4, &(struct exec_opts){.cmd = "cat /proc/self/cgroup"});
+    CHECK(strstr(out_str(&p, 4, 1), want) != NULL &&
+          strcmp(out_str(&p, 4, 1), out_str(&p, 1, 1)) != 0);
 
     send_exec(
         &p, 2,
@@ -856,7 +996,7 @@ static void test_cgroups(void)
     CHECK(peer_wait(&p, 3, 3000) && p.res[3].sig == SIGKILL);
     CHECK(bg > 0 && pid_gone((pid_t)bg, 2000));
     CHECK(peer_stop(&p) == 0);
-    /* every exec-<id> was removed (at EXIT, or on the way out at the latest) */
+    /* every cg-<n>, used or made ahead, was removed (after EXIT, or on the way out) */
     CHECK(rmdir(root) == 0);
 }
 
@@ -1482,6 +1622,7 @@ int main(int argc, char **argv)
         {"hello_init_ping", test_hello_init_ping},
         {"bad_frames", test_bad_frames},
         {"exec_basic", test_exec_basic},
+        {"spawn_guard", test_spawn_guard},
         {"timeout_and_signal", test_timeout_and_signal},
         {"flow_control", test_flow_control},
         {"stdin_cat", test_stdin_cat},

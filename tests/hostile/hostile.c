@@ -19,7 +19,7 @@
  *   upload    answers the next FWRITE with CREDIT 2^40, reads nothing for 5 s,
  *             then ends it with ERROR EIO
  *
- * Its own stream id comes from its cgroup (the agent names it exec-<id>).
+ * Its own stream id comes from WARREN_EXEC_ID, which the agent sets in every exec.
  * It first sends OUT "READY\n" on that stream (a valid frame), so the test
  * knows the agent is stopped. When done it detaches (PID 1 resumes) and
  * exits. Messages go to stderr, which nobody reads while the agent is stopped.
@@ -243,23 +243,15 @@ static uint32_t wait_for(unsigned want, int timeout_ms)
 
 static uint32_t own_stream(void)
 {
-    char line[512];
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    uint32_t id = 0;
+    const char *v = getenv("WARREN_EXEC_ID");
+    char *end;
+    unsigned long id = v ? strtoul(v, &end, 10) : 0;
 
-    if (!f)
-        die("/proc/self/cgroup");
-    while (fgets(line, sizeof(line), f)) {
-        char *p = strstr(line, "/exec-");
-        if (p)
-            id = (uint32_t)strtoul(p + 6, NULL, 10);
-    }
-    fclose(f);
-    if (!id) {
-        fprintf(stderr, "hostile: no exec-<id> cgroup\n");
+    if (!v || !*v || *end || id == 0 || id > UINT32_MAX) {
+        fprintf(stderr, "hostile: no WARREN_EXEC_ID\n");
         exit(2);
     }
-    return id;
+    return (uint32_t)id;
 }
 
 static int agent_fd(void)
