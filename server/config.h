@@ -82,6 +82,12 @@ struct srv_config {
     /* template snapshots and the warm pool (issue 8) */
     unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
+    /* sandbox networking (issue 9, server/net.h) */
+    unsigned net_enabled;          /* net_enabled = false (0/1): no NIC at all when off */
+    unsigned net_default_internet; /* net_default_internet = true (0/1): create's default */
+    char *net_uplink;              /* net_uplink = (empty): interface NATed out of */
+    char *net_range;               /* net_range = 10.201.0.0/16: host-side /30 per VM */
+    char *net_dns_upstream;        /* net_dns_upstream = (empty): IPv4 resolver guests use */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

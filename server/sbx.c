@@ -10,6 +10,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "net.h"
 #include "pool.h"
 
 #include <dirent.h>
@@ -900,12 +901,35 @@ fail:
     return SBX_E_VM_START_FAILED;
 }
 
+/* "network": {"internet": bool}: the egress policy, fixed for the VM's life
+ * (docs/NETWORK.md). Accepted with networking off (the VM has no NIC then). */
+static int get_network(struct sbx_table *t, json_t *body, bool *internet, struct sbx_err *err)
+{
+    static const char *const fields[] = {"internet", NULL};
+    json_t *n = json_object_get(body, "network"), *v;
+    int status;
+
+    *internet = t->cfg->net_default_internet != 0;
+    if (!n || json_is_null(n))
+        return 0;
+    if (!json_is_object(n))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network must be an object");
+    if ((status = sbx_check_fields(n, fields, err)))
+        return status;
+    v = json_object_get(n, "internet");
+    if (v && !json_is_boolean(v) && !json_is_null(v))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network.internet must be true or false");
+    if (json_is_boolean(v))
+        *internet = json_is_true(v);
+    return 0;
+}
+
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",  "ttl_seconds",  "idle_timeout_seconds",
-                                         "memory_mb", "vcpus",        "env",
-                                         "metadata",  "keep_running", NULL};
+    static const char *const fields[] = {
+        "template", "ttl_seconds", "idle_timeout_seconds", "memory_mb", "vcpus",
+        "env",      "metadata",    "keep_running",         "network",   NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl;
     unsigned ttl, idle, mem, vcpus;
@@ -917,6 +941,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     struct timespec t0, t1;
     uint8_t rnd[8];
     struct op *op;
+    bool internet;
     int status, r;
 
     if ((status = sbx_check_fields(body, fields, err)))
@@ -937,6 +962,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
+        return status;
+    if ((status = get_network(t, body, &internet, err)))
         return status;
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
@@ -980,11 +1007,13 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->env = env;
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
-    if ((vm = pool_take(t->pool, tmpl, mem, vcpus)))
+    /* The pool's VMs run under the default policy, fixed when they started. */
+    if (internet == (c->net_default_internet != 0) && (vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
     r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
     if (r != 0)
         goto fail;
+    vm->internet = internet;
     sbx_vm_bind(vm, sb);
     r = vmm_qcow2_create(vm->disk, real, (uint64_t)st.st_size);
     if (r != 0)
@@ -1350,6 +1379,17 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         t->accel = vmm_detect_accel(why, sizeof(why));
     if ((r = jail_setup(t)) != 0)
         goto fail;
+    if (cfg->net_enabled && t->jail) {
+        /* The namespace is set up by the process that becomes QEMU: a jailed one
+         * has dropped root before it could (docs/NETWORK.md). */
+        LOG(LOG_ERR, "net_enabled = true needs jail = off for now");
+        r = -ENOTSUP;
+        goto fail;
+    }
+    if ((r = net_new(cfg, &t->net, why, sizeof(why))) != 0) {
+        LOG(LOG_ERR, "net: cannot start: %s", why);
+        goto fail;
+    }
     if (idx_migrated(t->idx))
         LOG(LOG_INFO, "index: moved %u record(s) of the old layout into the sandboxes table",
             idx_migrated(t->idx));
@@ -1393,6 +1433,8 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         sandbox_free(sb);
     }
     sbx_vm_free_all(t, kill_vms);
+    net_free(t->net);
+    t->net = NULL;
     /* Queued removals and flushes finish first; shutdown may then wait on the disk. */
     bg_free(t->bg);
     if (t->idx) {

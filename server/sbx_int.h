@@ -54,6 +54,9 @@ struct sbx_vm {
     bool gone;          /* QEMU exited: vmm is freed outside its callback */
     struct sandbox *sb; /* bound to, or NULL */
     char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
+    /* networking (net.h): the /30 it holds (-1: none) and its policy */
+    int net_slot;
+    bool internet;
 };
 
 struct op {
@@ -149,6 +152,7 @@ struct sbx_table {
     mbedtls_ctr_drbg_context drbg;
     struct vmm_jail *jail; /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
     struct pool *pool;     /* the warm pool (pool/pool.h), NULL when off */
+    struct net *net;       /* sandbox networking (net.h), NULL when off */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */

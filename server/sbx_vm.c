@@ -9,6 +9,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "net.h"
 #include "pool.h"
 
 #include <dirent.h>
@@ -69,6 +70,8 @@ static struct sbx_vm *vm_alloc(struct sbx_table *t)
     if (!vm)
         return NULL;
     vm->t = t;
+    vm->net_slot = -1;
+    vm->internet = t->cfg->net_default_internet != 0;
     vm->next = t->vms;
     t->vms = vm;
     return vm;
@@ -135,8 +138,16 @@ int sbx_vm_save(struct sbx_vm *vm)
                   "boot", vm->boot, "run_dir", vm->run_dir, "disk", vm->disk, "mem_mb",
                   (json_int_t)vm->mem_mb, "vcpus", (json_int_t)vm->vcpus, "created_ms",
                   (json_int_t)vm->created_ms, "pid", (json_int_t)vm->pid, "sandbox", vm->sb_id);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
+    char *s;
+    int r;
+
+    /* Optional keys: a record without them is a VM without a network. */
+    if (o && vm->net_slot >= 0) {
+        json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
+        json_object_set_new(o, "internet", json_boolean(vm->internet));
+    }
+    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
         LOGS(LOG_ERR, vm->id, "cannot save to the index (VM record): %s", idx_strerror(r));
@@ -185,12 +196,30 @@ static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
         vm->sb->vm = vmm;
 }
 
-/* Start QEMU for vm with vc: 0 or -errno. */
-static int launch(struct sbx_vm *vm, const struct vmm_config *vc)
+/* Start QEMU for vm with vc: 0 or -errno. With networking on, QEMU starts
+ * inside the VM's own namespace, set up by the wrapper net_wrap gives. */
+static int launch(struct sbx_vm *vm, struct vmm_config *vc)
 {
+    struct sbx_table *t = vm->t;
     struct vmm *vmm;
-    int r = vmm_launch(vm->t->loop, vc, &vm_cbs, vm, &vmm);
+    char **wrap = NULL;
+    int r;
 
+    if (t->net) {
+        if (vm->net_slot < 0 && (vm->net_slot = net_slot_get(t->net)) < 0) {
+            r = vm->net_slot;
+            vm->net_slot = -1;
+            return r;
+        }
+        if ((r = net_wrap(t->net, vm->id, vm->net_slot, vm->internet, &wrap)) != 0)
+            return r;
+        vc->net_wrap = (const char *const *)wrap;
+        vc->net_mac = NET_GUEST_MAC;
+        if (vc->boot != VMM_BOOT_RESTORE)
+            vc->append = net_append(vc->append);
+    }
+    r = vmm_launch(t->loop, vc, &vm_cbs, vm, &vmm);
+    net_wrap_free(wrap);
     if (r != 0)
         return r;
     vmm_set(vm, vmm);
@@ -250,6 +279,9 @@ void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs)
         vmm_set(vm, NULL);
     }
     vm->pid = 0;
+    net_ns_remove(vm->t->net, vm->id);
+    net_slot_put(vm->t->net, vm->net_slot);
+    vm->net_slot = -1;
     sbx_run_dir_remove(vm->t, vm->run_dir, keep_logs);
     sbx_vm_save(vm);
 }
@@ -263,6 +295,9 @@ void sbx_vm_destroy(struct sbx_vm *vm)
         /* Never adopted (its sandbox is gone): kill it by what it was started as. */
         vmm_kill_stray(vm->id, vm->run_dir);
     }
+    /* After QEMU: the namespace (veth, tap, rules with it) goes once nothing is in it. */
+    net_ns_remove(vm->t->net, vm->id);
+    net_slot_put(vm->t->net, vm->net_slot);
     idx_del(vm->t->idx, IDX_VMS, vm->id);
     vm->t->idx_dirty = true;
     sbx_run_dir_remove(vm->t, vm->run_dir, false);
@@ -309,6 +344,14 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     vm->vcpus = (unsigned)vcpus;
     vm->created_ms = created;
     vm->pid = (pid_t)pid;
+    {
+        json_t *slot = json_object_get(o, "net_slot");
+        vm->internet = json_is_true(json_object_get(o, "internet"));
+        /* Held even with networking off now: the namespace is removed with the VM. */
+        if (json_is_integer(slot) && t->net &&
+            net_slot_hold(t->net, (int)json_integer_value(slot)) == 0)
+            vm->net_slot = (int)json_integer_value(slot);
+    }
     json_decref(o);
     return 0;
 }
@@ -378,8 +421,20 @@ static void sweep_dir(struct sbx_table *t, const char *sub)
  * saving the record, or the index was lost) may still have a VM: kill it and
  * remove the files, so a restart never leaks a VM or a disk.
  */
+static bool vm_known(void *ud, const char *id)
+{
+    struct sbx_vm *vm = sbx_vm_find(ud, id);
+
+    /* A VM that is not running (stopped, or not re-adopted) needs no namespace. */
+    return vm && vm->vmm && !vm->gone;
+}
+
 void sbx_vm_sweep(struct sbx_table *t)
 {
+    int n = net_sweep(t->net, vm_known, t);
+
+    if (n > 0)
+        LOG(LOG_INFO, "net: removed %d stray namespace(s)", n);
     sweep_dir(t, "vms");
     sweep_dir(t, "sandboxes"); /* run dirs of older warrends, named after their sandbox */
 }
@@ -393,6 +448,8 @@ void sbx_vm_free_all(struct sbx_table *t, bool kill_vms)
             vmm_detach(vm->vmm);
         if (vm->vmm)
             vmm_free(vm->vmm);
+        if (kill_vms) /* a detached VM keeps its namespace: the next start adopts it */
+            net_ns_remove(t->net, vm->id);
         if (vm->sb) {
             vm->sb->vmr = NULL;
             vm->sb->vm = NULL;

@@ -136,6 +136,16 @@ struct vmm_config {
     const char *mem_path; /* TEMPLATE, RESTORE: guest RAM file, e.g. /dev/shm/warren-<t>.mem
                            * (no commas). TEMPLATE creates it (mem_mb long); RESTORE needs
                            * the one its snapshot was saved over, unchanged. */
+    /* Appended for networking (issue 9); NULL keeps the VM without a NIC. */
+    const char *const *net_wrap; /* NULL-terminated argv spawned in QEMU's place, QEMU's own
+                                  * argv appended: it sets up the VM's network namespace
+                                  * (tap0 inside) and execs its trailing arguments there,
+                                  * so the pid stays QEMU's. Spawning returns at once: the
+                                  * loop never waits for the set-up (QMP's connect retries
+                                  * cover it); a failed set-up is a QEMU exit whose reason
+                                  * is the wrapper's last message. Refused with a jail
+                                  * (-ENOTSUP): the jailed child has no right to set up. */
+    const char *net_mac;         /* with net_wrap: the NIC's MAC, "52:54:00:xx:xx:xx" */
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */

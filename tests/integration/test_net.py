@@ -1,0 +1,175 @@
+"""Sandbox networking (issue 9, docs/NETWORK.md), against a fake internet.
+
+warrend runs inside a test-made network namespace whose only route out leads
+into another test namespace (fakenet.py): an HTTP server on 192.0.2.10 and a
+DNS server on 198.51.100.53 answering www.example.com. No packet leaves this
+machine. Two sandboxes (internet on and off) for the class; the methods run in
+name order and build on each other: reach the fake internet by address and by
+name; never reach the metadata address, the host (its veth end, its uplink
+address, a private address of its own), the VM's namespace or another
+sandbox; with internet off reach nothing; after DELETE, and after kill -9 and
+a restart, nothing named for a VM is left (a stray namespace is swept)."""
+import json
+import os
+import subprocess
+import time
+import unittest
+
+import fakenet
+from warren import Warren, image_dir, wait_no_qemu
+
+BASE = {"template": "base"}
+PROBE = r'''
+import json, socket, sys, concurrent.futures as cf
+def probe(t):
+    host, port = t.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), 4).close()
+        return "open"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        return "error %s" % e.errno
+with cf.ThreadPoolExecutor(16) as ex:
+    print(json.dumps(dict(zip(sys.argv[1:], ex.map(probe, sys.argv[1:])))))
+'''
+
+
+def images_have_nic():
+    """The guest images load virtio_net (images/build.sh after issue 9): its
+    name is in a newc header of the initramfs."""
+    try:
+        with open(os.path.join(image_dir(), "initramfs.cpio"), "rb") as f:
+            return b"virtio_net.ko" in f.read()
+    except OSError:
+        return False
+
+
+def ns_tag(state_dir):
+    """The tag of this warrend's namespaces: FNV-1a of its state dir (server/net.c)."""
+    h = 2166136261
+    for c in state_dir.encode():
+        h = ((h ^ c) * 16777619) & 0xffffffff
+    return f"{h:08x}"
+
+
+def links(prefix):
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return sorted(l.split(":")[1].strip().split("@")[0] for l in out.splitlines()
+                  if l.split(":")[1].strip().startswith(prefix))
+
+
+def addr_of(ifname):
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", ifname],
+                         capture_output=True, text=True).stdout
+    return out.split()[3].split("/")[0]
+
+
+class TestNet(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        why = fakenet.have_tools()
+        if why:
+            raise unittest.SkipTest(f"networking test: {why}")
+        if not images_have_nic():
+            raise unittest.SkipTest(f"networking test: the images in {image_dir()} have no "
+                                    "virtio_net module (rebuild them: scripts/setup.sh)")
+        cls.net = fakenet.FakeNet()
+        try:
+            cls.net.enter()
+            cls.listener = cls.net.listen("0.0.0.0", 8081)
+            cls.w = Warren({"jail": "off", "net_enabled": "true", "net_uplink": fakenet.UPLINK,
+                            "net_dns_upstream": fakenet.DNS_ADDR, "net_range": "10.201.0.0/16",
+                            "net_default_internet": "true"}).start()
+        except BaseException:
+            cls.net.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.w.cleanup()
+            cls.listener.close()
+            # A failed test leaves the namespaces of VMs the harness killed behind warrend.
+            for ns in fakenet.netns_named(f"warren-{ns_tag(cls.w.state_dir)}-"):
+                fakenet.sh("ip", "netns", "del", ns, check=False)
+        finally:
+            cls.net.close()
+
+    def probe(self, sid, *targets):
+        r = self.w.run(sid, ["python3", "-c", PROBE] + list(targets), timeout_seconds=60)
+        self.assertEqual(r["exit_code"], 0, r)
+        return json.loads(r["stdout"])
+
+    def test_1_internet_by_address_and_name(self):
+        cls = type(self)
+        cls.a = self.w.create(network={"internet": True}, **BASE)
+        for url in (f"http://{fakenet.HTTP_ADDR}/", "http://www.example.com/"):
+            r = self.w.run(cls.a, ["curl", "-sS", "-m", "10", url], timeout_seconds=60)
+            self.assertEqual(r["stdout"], fakenet.BODY, (url, r))
+        vm = self.w.vm_id(cls.a)
+        self.assertEqual(len(fakenet.netns_named(vm)), 1, fakenet.netns_named("warren-"))
+
+    def test_2_always_denied(self):
+        cls = type(self)
+        cls.b = self.w.create(network={"internet": False}, **BASE)
+        vm_a, vm_b = self.w.vm_id(cls.a), self.w.vm_id(cls.b)
+        hv_a, hv_b = "wn-" + vm_a[3:15], "wn-" + vm_b[3:15]
+        host_a, host_b = addr_of(hv_a), addr_of(hv_b)
+        ns_b = host_b[:host_b.rfind(".") + 1] + str(int(host_b.rsplit(".", 1)[1]) + 1)
+        # The listener answers on every address of warrend's namespace: the test reaches it.
+        for addr in (host_a, fakenet.UPLINK_ADDR, "10.99.0.1"):
+            subprocess.run(["python3", "-c", f"import socket; socket.create_connection("
+                            f"('{addr}', 8081), 3).close()"], check=True)
+        got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", "169.254.169.254:80",
+                         f"{host_a}:8081", f"{fakenet.UPLINK_ADDR}:8081", "10.99.0.1:8081",
+                         "10.0.2.1:22", f"{host_b}:8081", f"{ns_b}:22", "127.0.0.1:1")
+        self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+
+    def test_3_no_internet_reaches_nothing(self):
+        got = self.probe(self.b, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.DNS_ADDR}:53",
+                         f"{fakenet.UPLINK_ADDR}:8081")
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+        r = self.w.exec(self.b, ["python3", "-c",
+                                 "import socket; print(socket.gethostbyname('www.example.com'))"],
+                        timeout_seconds=60)
+        self.assertEqual(r.status, 200, r)
+        self.assertNotEqual(r.json()["exit_code"], 0, r.json())
+
+    def test_4_delete_leaves_nothing(self):
+        vm = self.w.vm_id(self.a)
+        self.assertEqual(self.w.delete(self.a).status, 200)
+        self.assertEqual(wait_no_qemu(vm), [])
+        deadline = time.time() + 15
+        while (fakenet.netns_named(vm) or links("wn-" + vm[3:15])) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(fakenet.netns_named(vm), [])
+        self.assertEqual(links("wn-" + vm[3:15]), [])
+
+    def test_5_kill9_restart_sweeps(self):
+        vm = self.w.vm_id(self.b)
+        (ns,) = fakenet.netns_named(vm)
+        tag = ns[:-len(vm)]  # "warren-<tag>-"
+        self.assertEqual(tag, f"warren-{ns_tag(self.w.state_dir)}-")
+        self.w.kill9()
+        stray = tag + "vm-00000000deadbeef"
+        fakenet.sh("ip", "netns", "add", stray)
+        self.w.start()
+        self.assertEqual(fakenet.netns_named(stray), [], self.w.log_text())
+        self.assertEqual(fakenet.netns_named(vm), [ns])  # re-adopted: kept
+        self.w.wait_state(self.b, ("running",), timeout=60)
+        self.assertEqual(self.w.run(self.b, "echo hi")["stdout"], "hi\n")
+        self.assertEqual(self.w.delete(self.b).status, 200)
+        self.assertEqual(wait_no_qemu(vm), [])
+        deadline = time.time() + 15
+        while (fakenet.netns_named(tag) or links("wn-")) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(fakenet.netns_named(tag), [])
+        self.assertEqual(links("wn-"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
