@@ -197,6 +197,14 @@ int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned 
 void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb);
 /* Start QEMU for vm (disk backed by the read-only file backing): 0 or -errno. */
 int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
+/* Networking (net.h) for a VM launched outside sbx_vm_launch (the pool's
+ * template): with t->net, take a slot into *slot if it holds none (-1) and
+ * point vc at the wrapper (*wrap, freed with net_wrap_free after vmm_launch),
+ * the MAC and the guest's command line. Without t->net: 0, nothing done. */
+int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, bool internet,
+                      struct vmm_config *vc, char ***wrap);
+/* Remove id's namespace and give its slot back (*slot becomes -1). */
+void sbx_vm_net_release(struct sbx_table *t, const char *id, int *slot);
 /* Start QEMU for a pool VM: restore mode over the template's RAM file mem_path (its
  * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno. */
 int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path);

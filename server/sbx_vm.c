@@ -196,6 +196,35 @@ static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
         vm->sb->vm = vmm;
 }
 
+int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, bool internet,
+                      struct vmm_config *vc, char ***wrap)
+{
+    int r;
+
+    *wrap = NULL;
+    if (!t->net)
+        return 0;
+    if (*slot < 0 && (r = net_slot_get(t->net)) < 0)
+        return r;
+    if (*slot < 0)
+        *slot = r;
+    if ((r = net_wrap(t->net, id, *slot, internet, wrap)) != 0)
+        return r;
+    vc->net_wrap = (const char *const *)*wrap;
+    vc->net_mac = NET_GUEST_MAC;
+    /* A restore boots nothing: the guest configured itself in the template. */
+    if (vc->boot != VMM_BOOT_RESTORE)
+        vc->append = net_append(vc->append);
+    return 0;
+}
+
+void sbx_vm_net_release(struct sbx_table *t, const char *id, int *slot)
+{
+    net_ns_remove(t->net, id);
+    net_slot_put(t->net, *slot);
+    *slot = -1;
+}
+
 /* Start QEMU for vm with vc: 0 or -errno. With networking on, QEMU starts
  * inside the VM's own namespace, set up by the wrapper net_wrap gives. */
 static int launch(struct sbx_vm *vm, struct vmm_config *vc)
@@ -205,19 +234,8 @@ static int launch(struct sbx_vm *vm, struct vmm_config *vc)
     char **wrap = NULL;
     int r;
 
-    if (t->net) {
-        if (vm->net_slot < 0 && (vm->net_slot = net_slot_get(t->net)) < 0) {
-            r = vm->net_slot;
-            vm->net_slot = -1;
-            return r;
-        }
-        if ((r = net_wrap(t->net, vm->id, vm->net_slot, vm->internet, &wrap)) != 0)
-            return r;
-        vc->net_wrap = (const char *const *)wrap;
-        vc->net_mac = NET_GUEST_MAC;
-        if (vc->boot != VMM_BOOT_RESTORE)
-            vc->append = net_append(vc->append);
-    }
+    if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, vm->internet, vc, &wrap)) != 0)
+        return r;
     r = vmm_launch(t->loop, vc, &vm_cbs, vm, &vmm);
     net_wrap_free(wrap);
     if (r != 0)
@@ -279,9 +297,7 @@ void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs)
         vmm_set(vm, NULL);
     }
     vm->pid = 0;
-    net_ns_remove(vm->t->net, vm->id);
-    net_slot_put(vm->t->net, vm->net_slot);
-    vm->net_slot = -1;
+    sbx_vm_net_release(vm->t, vm->id, &vm->net_slot);
     sbx_run_dir_remove(vm->t, vm->run_dir, keep_logs);
     sbx_vm_save(vm);
 }
@@ -296,8 +312,7 @@ void sbx_vm_destroy(struct sbx_vm *vm)
         vmm_kill_stray(vm->id, vm->run_dir);
     }
     /* After QEMU: the namespace (veth, tap, rules with it) goes once nothing is in it. */
-    net_ns_remove(vm->t->net, vm->id);
-    net_slot_put(vm->t->net, vm->net_slot);
+    sbx_vm_net_release(vm->t, vm->id, &vm->net_slot);
     idx_del(vm->t->idx, IDX_VMS, vm->id);
     vm->t->idx_dirty = true;
     sbx_run_dir_remove(vm->t, vm->run_dir, false);

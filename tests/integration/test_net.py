@@ -65,36 +65,55 @@ def addr_of(ifname):
     return out.split()[3].split("/")[0]
 
 
+NET = None  # the fake internet, shared by the classes (setUpModule)
+
+
+def setUpModule():
+    global NET
+    why = fakenet.have_tools()
+    if why:
+        raise unittest.SkipTest(f"networking test: {why}")
+    if not images_have_nic():
+        raise unittest.SkipTest(f"networking test: the images in {image_dir()} have no "
+                                "virtio_net module (rebuild them: scripts/setup.sh)")
+    NET = fakenet.FakeNet()
+    NET.enter()
+
+
+def tearDownModule():
+    if NET:
+        NET.close()
+
+
+def net_conf(**kw):
+    c = {"jail": "off", "net_enabled": "true", "net_uplink": fakenet.UPLINK,
+         "net_dns_upstream": fakenet.DNS_ADDR, "net_range": "10.201.0.0/16",
+         "net_default_internet": "true"}
+    c.update(kw)
+    return c
+
+
+def remove_namespaces(w):
+    """A failed test leaves the namespaces of VMs the harness killed behind warrend."""
+    for ns in fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"):
+        fakenet.sh("ip", "netns", "del", ns, check=False)
+
+
 class TestNet(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        why = fakenet.have_tools()
-        if why:
-            raise unittest.SkipTest(f"networking test: {why}")
-        if not images_have_nic():
-            raise unittest.SkipTest(f"networking test: the images in {image_dir()} have no "
-                                    "virtio_net module (rebuild them: scripts/setup.sh)")
-        cls.net = fakenet.FakeNet()
+        cls.listener = NET.listen("0.0.0.0", 8081)
         try:
-            cls.net.enter()
-            cls.listener = cls.net.listen("0.0.0.0", 8081)
-            cls.w = Warren({"jail": "off", "net_enabled": "true", "net_uplink": fakenet.UPLINK,
-                            "net_dns_upstream": fakenet.DNS_ADDR, "net_range": "10.201.0.0/16",
-                            "net_default_internet": "true"}).start()
+            cls.w = Warren(net_conf()).start()
         except BaseException:
-            cls.net.close()
+            cls.listener.close()
             raise
 
     @classmethod
     def tearDownClass(cls):
-        try:
-            cls.w.cleanup()
-            cls.listener.close()
-            # A failed test leaves the namespaces of VMs the harness killed behind warrend.
-            for ns in fakenet.netns_named(f"warren-{ns_tag(cls.w.state_dir)}-"):
-                fakenet.sh("ip", "netns", "del", ns, check=False)
-        finally:
-            cls.net.close()
+        cls.w.cleanup()
+        cls.listener.close()
+        remove_namespaces(cls.w)
 
     def probe(self, sid, *targets):
         r = self.w.run(sid, ["python3", "-c", PROBE] + list(targets), timeout_seconds=60)
@@ -169,6 +188,62 @@ class TestNet(unittest.TestCase):
             time.sleep(0.1)
         self.assertEqual(fakenet.netns_named(tag), [])
         self.assertEqual(links("wn-"), [])
+
+
+class TestNetPool(unittest.TestCase):
+    """The warm pool with networking: the template boots with the NIC, every clone
+    restored from it has the same guest address, MAC and gateway in a namespace
+    of its own, and reaches the fake internet; a create asking for another
+    policy than the default boots cold instead of taking a clone."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(net_conf(pool_size="1", default_template="base")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+        remove_namespaces(cls.w)
+
+    def wait_pool_ready(self, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            p = self.w.request("GET", "/healthz").json()["pool"]
+            if p and p["state"] == "ready" and p["ready"] >= 1:
+                return p
+            time.sleep(0.1)
+        raise AssertionError(f"the pool never got ready\n{self.w.log_text()}")
+
+    def fetch(self, sid):
+        return self.w.exec(sid, ["curl", "-sS", "-m", "10", f"http://{fakenet.HTTP_ADDR}/"],
+                           timeout_seconds=60).json()
+
+    def test_clones_reach_internet(self):
+        w = self.w
+        self.wait_pool_ready()
+        a = w.create(**BASE)
+        self.wait_pool_ready()
+        b = w.create(**BASE)
+        c = w.create(network={"internet": False}, **BASE)
+        ja, jb, jc = (w.get(x).json() for x in (a, b, c))
+        self.assertEqual((ja["source"], jb["source"]), ("pool", "pool"), (ja, jb))
+        self.assertNotEqual(jc["source"], "pool", jc)
+        for sid in (a, b):
+            r = self.fetch(sid)
+            self.assertEqual((r["exit_code"], r["stdout"]), (0, fakenet.BODY), r)
+        self.assertNotEqual(self.fetch(c)["exit_code"], 0)
+        # One namespace per live VM: the three sandboxes and the pool's ready VM;
+        # the template's went when it was sealed.
+        tag = f"warren-{ns_tag(w.state_dir)}-"
+        live = {ja["vm_id"], jb["vm_id"], jc["vm_id"]}
+        names = {n[len(tag):] for n in fakenet.netns_named(tag)}
+        self.assertTrue(live <= names, (live, names))
+        self.assertEqual(len(names - live), 1, (live, names))
+        for sid in (a, b, c):
+            self.assertEqual(w.delete(sid).status, 200)
+        for vm in live:
+            self.assertEqual(wait_no_qemu(vm), [])
+        self.assertTrue(all(not fakenet.netns_named(vm) for vm in live))
 
 
 if __name__ == "__main__":
