@@ -503,6 +503,7 @@ static void tpl_build(struct pool *p)
     struct vmm_config vc;
     char path[4096 + 16];
     char **wrap = NULL;
+    struct net_policy pol = {0};
     uint8_t rnd[8];
     int r;
 
@@ -545,7 +546,8 @@ static void tpl_build(struct pool *p)
     vc.mem_path = p->mem;
     /* With networking on, the template has the NIC and guest address every
      * clone restored from it will have (their devices must match). */
-    r = sbx_vm_net_config(t, p->id, &p->net_slot, t->cfg->net_default_internet != 0, &vc, &wrap);
+    pol.internet = t->cfg->net_default_internet != 0;
+    r = sbx_vm_net_config(t, p->id, &p->net_slot, &pol, &vc, &wrap);
     if (r == 0)
         r = vmm_launch(t->loop, &vc, &cbs, p, &p->vmm);
     net_wrap_free(wrap);

@@ -88,10 +88,40 @@ int net_parse_range(const char *s, unsigned *base, unsigned *prefix)
     return 0;
 }
 
-char *net_vm_rules(const char *range, const char *dns, bool internet)
+int net_list_add(char *list, size_t cap, const char *cidr)
 {
+    char buf[32], *slash, *end;
+    struct in_addr a;
+    long p = 32;
+    size_t used = strlen(list);
+    int n;
+
+    if (!cidr || strlen(cidr) >= sizeof(buf))
+        return -EINVAL;
+    snprintf(buf, sizeof(buf), "%s", cidr);
+    if ((slash = strchr(buf, '/'))) {
+        *slash = '\0';
+        errno = 0;
+        p = strtol(slash + 1, &end, 10);
+        if (errno || *end || end == slash + 1 || p < 0 || p > 32)
+            return -EINVAL;
+    }
+    if (inet_pton(AF_INET, buf, &a) != 1)
+        return -EINVAL;
+    a.s_addr = htonl(ntohl(a.s_addr) & (p ? ~0u << (32 - p) : 0));
+    n = snprintf(list + used, cap - used, "%s%s/%ld", used ? ", " : "", inet_ntoa(a), p);
+    if (n < 0 || (size_t)n >= cap - used) {
+        list[used] = '\0';
+        return -E2BIG;
+    }
+    return 0;
+}
+
+char *net_vm_rules(const char *range, const char *dns, const struct net_policy *pol)
+{
+    bool internet = pol->internet;
     char *s = NULL;
-    char dns_rules[512] = "", fwd_dns[256] = "";
+    char dns_rules[512] = "", fwd_dns[256] = "", sets[2 * NET_LIST_CAP + 256] = "", out[256] = "";
 
     if (internet && dns && *dns) {
         /* The guest asks its gateway; the namespace forwards to the resolver.
@@ -105,6 +135,28 @@ char *net_vm_rules(const char *range, const char *dns, bool internet)
                  "meta l4proto { tcp, udp } th dport 53 accept\n",
                  dns);
     }
+    /* The operator's lists: deny_out drops first; allow_out narrows what is
+     * accepted. Neither can open anything in the always-deny set. */
+    if (internet && pol->deny_out[0])
+        snprintf(sets + strlen(sets), sizeof(sets) - strlen(sets),
+                 "  set deny_out {\n"
+                 "    type ipv4_addr; flags interval; auto-merge\n"
+                 "    elements = { %s }\n"
+                 "  }\n",
+                 pol->deny_out);
+    if (internet && pol->allow_out[0])
+        snprintf(sets + strlen(sets), sizeof(sets) - strlen(sets),
+                 "  set allow_out {\n"
+                 "    type ipv4_addr; flags interval; auto-merge\n"
+                 "    elements = { %s }\n"
+                 "  }\n",
+                 pol->allow_out);
+    if (internet)
+        snprintf(out, sizeof(out),
+                 "%s    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr != @deny "
+                 "%saccept\n",
+                 pol->deny_out[0] ? "    iifname \"tap0\" ip daddr @deny_out drop\n" : "",
+                 pol->allow_out[0] ? "ip daddr @allow_out " : "");
     if (asprintf(&s,
                  "table inet warren\n"
                  "delete table inet warren\n"
@@ -113,6 +165,7 @@ char *net_vm_rules(const char *range, const char *dns, bool internet)
                  "    type ipv4_addr; flags interval; auto-merge\n"
                  "    elements = { %s, %s }\n"
                  "  }\n"
+                 "%s"
                  "  chain nat_pre {\n"
                  "    type nat hook prerouting priority dstnat; policy accept;\n"
                  "%s"
@@ -132,10 +185,7 @@ char *net_vm_rules(const char *range, const char *dns, bool internet)
                  "    iifname \"lo\" accept\n"
                  "  }\n"
                  "}\n",
-                 deny_list, range, dns_rules, fwd_dns,
-                 internet ? "    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr "
-                            "!= @deny accept\n"
-                          : "") < 0)
+                 deny_list, range, sets, dns_rules, fwd_dns, out) < 0)
         return NULL;
     return s;
 }
@@ -319,7 +369,8 @@ static void ns_name(const struct net *n, const char *vm_id, char *buf, size_t ca
     snprintf(buf, cap, "warren-%s-%s", n->tag, vm_id);
 }
 
-int net_wrap(const struct net *n, const char *vm_id, int slot, bool internet, char ***out)
+int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
+             char ***out)
 {
     char ns[128], hv[16], hip[16], nip[16];
     const char *dash = strchr(vm_id, '-');
@@ -345,7 +396,7 @@ int net_wrap(const struct net *n, const char *vm_id, int slot, bool internet, ch
     v[5] = strdup(hv);
     v[6] = strdup(hip);
     v[7] = strdup(nip);
-    v[8] = net_vm_rules(n->range, n->dns, internet);
+    v[8] = net_vm_rules(n->range, n->dns, pol);
     for (int i = 0; i < 9; i++) {
         if (!v[i]) {
             net_wrap_free(v);

@@ -37,6 +37,19 @@
 
 struct net;
 
+/* A VM's egress policy, fixed at create (docs/NETWORK.md). */
+#define NET_LIST_MAX 32 /* entries in allow_out, and in deny_out */
+#define NET_LIST_CAP (NET_LIST_MAX * 20)
+struct net_policy {
+    bool internet;                /* false: nothing leaves, DNS included */
+    char allow_out[NET_LIST_CAP]; /* "a.b.c.d/p, ...": only these ("": anywhere) */
+    char deny_out[NET_LIST_CAP];  /* never these (on top of the always-deny set) */
+};
+
+/* Pure: add one IPv4 address or CIDR ("a.b.c.d" or "a.b.c.d/p", 0 <= p <= 32),
+ * host bits cleared, to the ", "-separated list. 0, -EINVAL, or -E2BIG (full). */
+int net_list_add(char *list, size_t cap, const char *cidr);
+
 /* cfg->net_enabled off: 0 and *out = NULL. Else check and set up warrend's
  * side (root, ip and nft found, a valid uplink, range and resolver; the
  * host table; ip_forward), synchronously: it runs once, at start.
@@ -54,7 +67,8 @@ void net_slot_put(struct net *n, int slot);
 
 /* The argv for vmm_config.net_wrap: set up the namespace for vm_id with the
  * addresses of slot and the policy, then exec QEMU there. 0 or -errno. */
-int net_wrap(const struct net *n, const char *vm_id, int slot, bool internet, char ***out);
+int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
+             char ***out);
 void net_wrap_free(char **argv);
 
 /* The kernel command line with NET_GUEST_APPEND added (base may be NULL):
@@ -73,6 +87,6 @@ int net_sweep(const struct net *n, bool (*known)(void *ud, const char *vm_id), v
  * prefix. 0 or -EINVAL. For the tests. */
 int net_parse_range(const char *s, unsigned *base, unsigned *prefix);
 /* Pure: the ruleset loaded into a VM's namespace (malloc'd, NULL on ENOMEM). */
-char *net_vm_rules(const char *range, const char *dns, bool internet);
+char *net_vm_rules(const char *range, const char *dns, const struct net_policy *pol);
 
 #endif

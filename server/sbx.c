@@ -901,15 +901,40 @@ fail:
     return SBX_E_VM_START_FAILED;
 }
 
-/* "network": {"internet": bool}: the egress policy, fixed for the VM's life
- * (docs/NETWORK.md). Accepted with networking off (the VM has no NIC then). */
-static int get_network(struct sbx_table *t, json_t *body, bool *internet, struct sbx_err *err)
+/* One of network's CIDR lists into list (already empty). */
+static int get_cidrs(json_t *n, const char *key, char *list, size_t cap, struct sbx_err *err)
 {
-    static const char *const fields[] = {"internet", NULL};
+    json_t *a = json_object_get(n, key), *v;
+    size_t i;
+
+    if (!a || json_is_null(a))
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) > NET_LIST_MAX)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "network.%s must be an array of at most %d IPv4 CIDRs", key,
+                           NET_LIST_MAX);
+    json_array_foreach(a, i, v)
+    {
+        if (net_list_add(list, cap, json_string_value(v)) != 0)
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "network.%s[%zu] must be an IPv4 address or CIDR (a.b.c.d/p)", key,
+                               i);
+    }
+    return 0;
+}
+
+/* "network": {"internet": bool, "allow_out": [CIDR...], "deny_out": [CIDR...]}:
+ * the egress policy, fixed for the VM's life (docs/NETWORK.md). Accepted with
+ * networking off (the VM has no NIC then). */
+static int get_network(struct sbx_table *t, json_t *body, struct net_policy *pol,
+                       struct sbx_err *err)
+{
+    static const char *const fields[] = {"internet", "allow_out", "deny_out", NULL};
     json_t *n = json_object_get(body, "network"), *v;
     int status;
 
-    *internet = t->cfg->net_default_internet != 0;
+    memset(pol, 0, sizeof(*pol));
+    pol->internet = t->cfg->net_default_internet != 0;
     if (!n || json_is_null(n))
         return 0;
     if (!json_is_object(n))
@@ -920,7 +945,10 @@ static int get_network(struct sbx_table *t, json_t *body, bool *internet, struct
     if (v && !json_is_boolean(v) && !json_is_null(v))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network.internet must be true or false");
     if (json_is_boolean(v))
-        *internet = json_is_true(v);
+        pol->internet = json_is_true(v);
+    if ((status = get_cidrs(n, "allow_out", pol->allow_out, sizeof(pol->allow_out), err)) ||
+        (status = get_cidrs(n, "deny_out", pol->deny_out, sizeof(pol->deny_out), err)))
+        return status;
     return 0;
 }
 
@@ -941,7 +969,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     struct timespec t0, t1;
     uint8_t rnd[8];
     struct op *op;
-    bool internet;
+    struct net_policy pol;
     int status, r;
 
     if ((status = sbx_check_fields(body, fields, err)))
@@ -963,7 +991,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
         return status;
-    if ((status = get_network(t, body, &internet, err)))
+    if ((status = get_network(t, body, &pol, err)))
         return status;
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
@@ -1008,12 +1036,13 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
     /* The pool's VMs run under the default policy, fixed when they started. */
-    if (internet == (c->net_default_internet != 0) && (vm = pool_take(t->pool, tmpl, mem, vcpus)))
+    if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&
+        (vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
     r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
     if (r != 0)
         goto fail;
-    vm->internet = internet;
+    vm->pol = pol;
     sbx_vm_bind(vm, sb);
     r = vmm_qcow2_create(vm->disk, real, (uint64_t)st.st_size);
     if (r != 0)

@@ -27,6 +27,7 @@
 #include "config.h"
 #include "gstream.h"
 #include "idx.h"
+#include "net.h"
 #include "proto.h"
 #include "vmm.h"
 
@@ -56,7 +57,7 @@ struct sbx_vm {
     char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
     /* networking (net.h): the /30 it holds (-1: none) and its policy */
     int net_slot;
-    bool internet;
+    struct net_policy pol; /* set before launch; only .internet is in the record */
 };
 
 struct op {
@@ -201,7 +202,7 @@ int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
  * template): with t->net, take a slot into *slot if it holds none (-1) and
  * point vc at the wrapper (*wrap, freed with net_wrap_free after vmm_launch),
  * the MAC and the guest's command line. Without t->net: 0, nothing done. */
-int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, bool internet,
+int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, const struct net_policy *pol,
                       struct vmm_config *vc, char ***wrap);
 /* Remove id's namespace and give its slot back (*slot becomes -1). */
 void sbx_vm_net_release(struct sbx_table *t, const char *id, int *slot);

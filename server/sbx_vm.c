@@ -71,7 +71,7 @@ static struct sbx_vm *vm_alloc(struct sbx_table *t)
         return NULL;
     vm->t = t;
     vm->net_slot = -1;
-    vm->internet = t->cfg->net_default_internet != 0;
+    vm->pol.internet = t->cfg->net_default_internet != 0;
     vm->next = t->vms;
     t->vms = vm;
     return vm;
@@ -144,7 +144,7 @@ int sbx_vm_save(struct sbx_vm *vm)
     /* Optional keys: a record without them is a VM without a network. */
     if (o && vm->net_slot >= 0) {
         json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
-        json_object_set_new(o, "internet", json_boolean(vm->internet));
+        json_object_set_new(o, "internet", json_boolean(vm->pol.internet));
     }
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
@@ -196,7 +196,7 @@ static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
         vm->sb->vm = vmm;
 }
 
-int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, bool internet,
+int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, const struct net_policy *pol,
                       struct vmm_config *vc, char ***wrap)
 {
     int r;
@@ -208,7 +208,7 @@ int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, bool inter
         return r;
     if (*slot < 0)
         *slot = r;
-    if ((r = net_wrap(t->net, id, *slot, internet, wrap)) != 0)
+    if ((r = net_wrap(t->net, id, *slot, pol, wrap)) != 0)
         return r;
     vc->net_wrap = (const char *const *)*wrap;
     vc->net_mac = NET_GUEST_MAC;
@@ -234,7 +234,7 @@ static int launch(struct sbx_vm *vm, struct vmm_config *vc)
     char **wrap = NULL;
     int r;
 
-    if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, vm->internet, vc, &wrap)) != 0)
+    if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, &vm->pol, vc, &wrap)) != 0)
         return r;
     r = vmm_launch(t->loop, vc, &vm_cbs, vm, &vmm);
     net_wrap_free(wrap);
@@ -361,7 +361,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     vm->pid = (pid_t)pid;
     {
         json_t *slot = json_object_get(o, "net_slot");
-        vm->internet = json_is_true(json_object_get(o, "internet"));
+        vm->pol.internet = json_is_true(json_object_get(o, "internet"));
         /* Held even with networking off now: the namespace is removed with the VM. */
         if (json_is_integer(slot) && t->net &&
             net_slot_hold(t->net, (int)json_integer_value(slot)) == 0)

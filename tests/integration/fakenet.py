@@ -3,7 +3,7 @@
 Two network namespaces: "host" (warrend runs there: the test process enters
 it with setns, so warrend and its children inherit it) and "inet", joined by
 a veth pair on 203.0.113.0/24 (documentation addresses). The host namespace's
-only route out leads into inet, which holds an HTTP server on 192.0.2.10:80
+only route out leads into inet, which holds an HTTP server on 192.0.2.10:80 (and 198.51.100.80, 203.0.113.2)
 and a DNS server on 198.51.100.53:53 answering a few names. Everything is
 removed by close(), whatever happened.
 """
@@ -19,6 +19,8 @@ import time
 CLONE_NEWNET = 0x40000000
 HTTP_ADDR = "192.0.2.10"
 DNS_ADDR = "198.51.100.53"
+HTTP2_ADDR = "198.51.100.80"  # the same HTTP server on another address
+INET_ADDR = "203.0.113.2"  # and on the fake internet's side of the uplink
 UPLINK = "up0"
 UPLINK_ADDR = "203.0.113.1"
 NAMES = {"www.example.com": HTTP_ADDR, "api.example.org": HTTP_ADDR}
@@ -100,12 +102,13 @@ class FakeNet:
                     # a private address of the host, for the always-deny check
                     "addr add 10.99.0.1/32 dev lo\n", self.host), \
                    ("link set lo up\nlink set inet0 up\naddr add 203.0.113.2/24 dev inet0\n"
-                    f"addr add {HTTP_ADDR}/32 dev lo\naddr add {DNS_ADDR}/32 dev lo\n", self.inet):
+                    f"addr add {HTTP_ADDR}/32 dev lo\naddr add {DNS_ADDR}/32 dev lo\n"
+                    f"addr add {HTTP2_ADDR}/32 dev lo\n", self.inet):
             subprocess.run(["ip", "-n", cmd[1], "-b", "-"], input=cmd[0], check=True, text=True,
                            capture_output=True)
         with open(os.path.join(self.dir, "index.html"), "w") as f:
             f.write(BODY)
-        self._spawn([sys.executable, "-m", "http.server", "80", "--bind", HTTP_ADDR,
+        self._spawn([sys.executable, "-m", "http.server", "80", "--bind", "0.0.0.0",
                      "--directory", self.dir])
         self._spawn([sys.executable, "-c", DNS_SERVER, DNS_ADDR] +
                     [f"{k}={v}" for k, v in NAMES.items()])

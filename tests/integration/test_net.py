@@ -140,12 +140,36 @@ class TestNet(unittest.TestCase):
         for addr in (host_a, fakenet.UPLINK_ADDR, "10.99.0.1"):
             subprocess.run(["python3", "-c", f"import socket; socket.create_connection("
                             f"('{addr}', 8081), 3).close()"], check=True)
-        got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", "169.254.169.254:80",
+        got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
+                         "169.254.169.254:80",
                          f"{host_a}:8081", f"{fakenet.UPLINK_ADDR}:8081", "10.99.0.1:8081",
                          "10.0.2.1:22", f"{host_b}:8081", f"{ns_b}:22", "127.0.0.1:1")
         self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
+        self.assertEqual(got.pop(f"{fakenet.HTTP2_ADDR}:80"), "open", got)
         for target, res in got.items():
             self.assertNotEqual(res, "open", (target, got))
+
+    def test_2b_allow_and_deny_lists(self):
+        w = self.w
+        for bad in ({"allow_out": ["example.com"]}, {"deny_out": "10.0.0.0/8"},
+                    {"allow_out": ["10.0.0.0/33"]}, {"internet": 1}, {"proxy": True}):
+            r = w.request("POST", "/v1/sandboxes", {"template": "base", "network": bad})
+            self.assertError(r, 400, "invalid_argument")
+        c = w.create(network={"internet": True, "allow_out": ["192.0.2.0/24", "198.51.100.0/24"],
+                              "deny_out": [fakenet.HTTP2_ADDR]}, **BASE)
+        got = self.probe(c, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
+                         f"{fakenet.INET_ADDR}:80", "169.254.169.254:80")
+        self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+        # DNS still answers (the resolver is not subject to the lists).
+        r = w.run(c, ["curl", "-sS", "-m", "10", "http://www.example.com/"], timeout_seconds=60)
+        self.assertEqual(r["stdout"], fakenet.BODY, r)
+        self.assertEqual(w.delete(c).status, 200)
+
+    def assertError(self, r, status, code):
+        self.assertEqual(r.status, status, r)
+        self.assertEqual(r.json()["error"]["code"], code, r)
 
     def test_3_no_internet_reaches_nothing(self):
         got = self.probe(self.b, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.DNS_ADDR}:53",

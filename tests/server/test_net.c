@@ -5,6 +5,7 @@
  */
 #include "net.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +56,10 @@ static void test_rules(void)
     static const char *const denied[] = {"0.0.0.0/8",      "10.0.0.0/8",     "100.64.0.0/10",
                                          "127.0.0.0/8",    "169.254.0.0/16", "172.16.0.0/12",
                                          "192.168.0.0/16", "224.0.0.0/3",    "10.201.0.0/16"};
-    char *r[3] = {net_vm_rules("10.201.0.0/16", "198.51.100.53", true),
-                  net_vm_rules("10.201.0.0/16", "198.51.100.53", false),
-                  net_vm_rules("10.201.0.0/16", "", true)};
+    struct net_policy on = {.internet = true}, off = {.internet = false};
+    char *r[3] = {net_vm_rules("10.201.0.0/16", "198.51.100.53", &on),
+                  net_vm_rules("10.201.0.0/16", "198.51.100.53", &off),
+                  net_vm_rules("10.201.0.0/16", "", &on)};
     int ok;
 
     for (int i = 0; i < 3; i++) {
@@ -84,10 +86,54 @@ static void test_rules(void)
         free(r[i]);
 }
 
+/* allow_out / deny_out: canonical CIDRs, bounded, and rules nft accepts. */
+static void test_lists(void)
+{
+    struct net_policy p = {.internet = true};
+    char list[NET_LIST_CAP] = "", small[24] = "";
+    char *r;
+    int ok, i;
+
+    CHECK(net_list_add(list, sizeof(list), "192.0.2.10") == 0);
+    CHECK(net_list_add(list, sizeof(list), "198.51.100.77/24") == 0);
+    CHECK(net_list_add(list, sizeof(list), "0.0.0.0/0") == 0);
+    CHECK(strcmp(list, "192.0.2.10/32, 198.51.100.0/24, 0.0.0.0/0") == 0);
+    CHECK(net_list_add(list, sizeof(list), "192.0.2.1/33") == -EINVAL);
+    CHECK(net_list_add(list, sizeof(list), "192.0.2/24") == -EINVAL);
+    CHECK(net_list_add(list, sizeof(list), "example.com") == -EINVAL);
+    CHECK(net_list_add(list, sizeof(list), "1.2.3.4/") == -EINVAL);
+    CHECK(net_list_add(list, sizeof(list), "1.2.3.4/-1") == -EINVAL);
+    CHECK(net_list_add(list, sizeof(list), NULL) == -EINVAL);
+    CHECK(strcmp(list, "192.0.2.10/32, 198.51.100.0/24, 0.0.0.0/0") == 0); /* unchanged */
+    CHECK(net_list_add(small, sizeof(small), "192.0.2.10") == 0);
+    CHECK(net_list_add(small, sizeof(small), "192.0.2.11") == -E2BIG);
+    CHECK(strcmp(small, "192.0.2.10/32") == 0);
+    /* NET_LIST_MAX of the longest entries fit. */
+    list[0] = '\0';
+    for (i = 0; i < NET_LIST_MAX; i++)
+        CHECK(net_list_add(list, sizeof(list), "255.255.255.255/32") == 0);
+
+    snprintf(p.allow_out, sizeof(p.allow_out), "192.0.2.0/24, 198.51.100.0/24");
+    snprintf(p.deny_out, sizeof(p.deny_out), "198.51.100.80/32");
+    r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
+    CHECK(r && strstr(r, "ip daddr @deny_out drop") != NULL);
+    CHECK(r && strstr(r, "ip daddr != @deny ip daddr @allow_out accept") != NULL);
+    if (r && (ok = nft_check(r)) >= 0)
+        CHECK(ok == 1);
+    free(r);
+    /* Lists mean nothing without internet: nothing is accepted out. */
+    p.internet = false;
+    r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
+    CHECK(r && strstr(r, "allow_out") == NULL && strstr(r, "deny_out") == NULL &&
+          strstr(r, "@deny accept") == NULL);
+    free(r);
+}
+
 int main(void)
 {
     test_range();
     test_rules();
+    test_lists();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     return failures != 0;
