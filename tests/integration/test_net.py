@@ -11,12 +11,13 @@ sandbox; with internet off reach nothing; after DELETE, and after kill -9 and
 a restart, nothing named for a VM is left (a stray namespace is swept)."""
 import json
 import os
+import signal
 import subprocess
 import time
 import unittest
 
 import fakenet
-from warren import Warren, image_dir, wait_no_qemu
+from warren import Warren, image_dir, qemu_pids, wait_no_qemu
 
 BASE = {"template": "base"}
 PROBE = r'''
@@ -165,6 +166,17 @@ class TestNet(unittest.TestCase):
         # DNS still answers (the resolver is not subject to the lists).
         r = w.run(c, ["curl", "-sS", "-m", "10", "http://www.example.com/"], timeout_seconds=60)
         self.assertEqual(r["stdout"], fakenet.BODY, r)
+        # Its QEMU dies: the sandbox is dead and its namespace and veth are gone.
+        vm = w.vm_id(c)
+        self.assertEqual(len(fakenet.netns_named(vm)), 1)
+        for pid in qemu_pids(vm):
+            os.kill(pid, signal.SIGKILL)
+        w.wait_state(c, ("dead",), timeout=60)
+        self.assertEqual(fakenet.netns_named(vm), [])
+        deadline = time.time() + 15
+        while links("wn-" + vm[3:15]) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(links("wn-" + vm[3:15]), [])
         self.assertEqual(w.delete(c).status, 200)
 
     def assertError(self, r, status, code):
