@@ -110,6 +110,7 @@ static const struct opt opts[] = {
     {"net_uplink", T_STR, F(net_uplink), "", 0},
     {"net_range", T_STR, F(net_range), "10.201.0.0/16", 0},
     {"net_dns_upstream", T_STR, F(net_dns_upstream), "", 0},
+    {"net_ahead", T_UINT, F(net_ahead), "2", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

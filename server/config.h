@@ -88,6 +88,7 @@ struct srv_config {
     char *net_uplink;              /* net_uplink = (empty): interface NATed out of */
     char *net_range;               /* net_range = 10.201.0.0/16: host-side /30 per VM */
     char *net_dns_upstream;        /* net_dns_upstream = (empty): IPv4 resolver guests use */
+    unsigned net_ahead;            /* net_ahead = 2: namespaces made ahead for cold creates */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -411,9 +411,63 @@ void net_wrap_free(char **argv)
 {
     if (!argv)
         return;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; argv[i] || i < 9; i++)
         free(argv[i]);
     free(argv);
+}
+
+int net_wrap_ready(const struct net *n, const char *vm_id, char ***out)
+{
+    char ns[128];
+    char **v = calloc(10, sizeof(*v));
+
+    if (!v)
+        return -ENOMEM;
+    ns_name(n, vm_id, ns, sizeof(ns));
+    /* sh for PATH only: warrend's own may lack /usr/sbin. */
+    v[0] = strdup("/bin/sh");
+    v[1] = strdup("-c");
+    v[2] = strdup("PATH=/usr/sbin:/usr/bin:/sbin:/bin; exec ip netns exec \"$0\" \"$@\"");
+    v[3] = strdup(ns);
+    for (int i = 0; i < 4; i++) {
+        if (!v[i]) {
+            net_wrap_free(v);
+            return -ENOMEM;
+        }
+    }
+    *out = v;
+    return 0;
+}
+
+int net_prepare_argv(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
+                     const char *marker, char ***out)
+{
+    char **v, **w;
+    int r = net_wrap(n, vm_id, slot, pol, &v);
+
+    if (r != 0)
+        return r;
+    if (!(w = realloc(v, 14 * sizeof(*v)))) {
+        net_wrap_free(v);
+        return -ENOMEM;
+    }
+    v = w;
+    v[9] = strdup("/bin/sh");
+    v[10] = strdup("-c");
+    v[11] = strdup(": >\"$0\"");
+    v[12] = strdup(marker);
+    v[13] = NULL;
+    for (int i = 9; i < 13; i++) {
+        if (!v[i]) {
+            for (int j = i + 1; j < 13; j++)
+                free(v[j]);
+            v[i] = NULL;
+            net_wrap_free(v);
+            return -ENOMEM;
+        }
+    }
+    *out = v;
+    return 0;
 }
 
 const char *net_append(const char *base)

@@ -70,6 +70,15 @@ void net_slot_put(struct net *n, int slot);
 int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
              char ***out);
 void net_wrap_free(char **argv);
+/* The argv for a namespace already set up (made ahead): only enter it and exec
+ * QEMU there. 0 or -ENOMEM. */
+int net_wrap_ready(const struct net *n, const char *vm_id, char ***out);
+/* The set-up alone, for a namespace made ahead: net_wrap's argv followed by a
+ * command that creates the file marker once everything is in place (its
+ * existence after the process exited is the success: libev may reap the
+ * status first). Spawn with stdin /dev/null. 0 or -errno; net_wrap_free. */
+int net_prepare_argv(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
+                     const char *marker, char ***out);
 
 /* The kernel command line with NET_GUEST_APPEND added (base may be NULL):
  * a static buffer, valid until the next call. */

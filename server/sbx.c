@@ -1039,7 +1039,21 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&
         (vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
-    r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
+    {
+        /* A namespace made ahead, when the policy is the default one. */
+        char ahead_id[24];
+        int slot = -1;
+        bool made = t->net && pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] &&
+                    !pol.deny_out[0] && sbx_net_ahead_take(t, ahead_id, sizeof(ahead_id), &slot);
+        r = sbx_vm_new_id(t, made ? ahead_id : NULL, tmpl, mem, vcpus, &vm);
+        if (r != 0 && made)
+            sbx_vm_net_release(t, ahead_id, &slot);
+        if (r == 0) {
+            vm->net_slot = slot;
+            vm->net_made = made;
+        }
+        sbx_net_ahead_fill(t);
+    }
     if (r != 0)
         goto fail;
     vm->pol = pol;
@@ -1432,6 +1446,8 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     bind_all(t, t->idx_dirty);
     adopt_all(t);
     sbx_vm_sweep(t);
+    sbx_net_ahead_sweep(t);
+    sbx_net_ahead_fill(t);
     /* After adoption: the groups of VMs that were not re-adopted go. */
     if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
@@ -1462,6 +1478,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         sandbox_free(sb);
     }
     sbx_vm_free_all(t, kill_vms);
+    sbx_net_ahead_free(t);
     net_free(t->net);
     t->net = NULL;
     /* Queued removals and flushes finish first; shutdown may then wait on the disk. */

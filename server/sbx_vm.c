@@ -98,6 +98,12 @@ struct sbx_vm *sbx_vm_find(struct sbx_table *t, const char *id)
 int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned vcpus,
                struct sbx_vm **out)
 {
+    return sbx_vm_new_id(t, NULL, tmpl, mem_mb, vcpus, out);
+}
+
+int sbx_vm_new_id(struct sbx_table *t, const char *id, const char *tmpl, unsigned mem_mb,
+                  unsigned vcpus, struct sbx_vm **out)
+{
     struct sbx_vm *vm = vm_alloc(t);
     uint8_t rnd[8];
     int r;
@@ -107,6 +113,8 @@ int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned 
     sbx_random(t, rnd, sizeof(rnd));
     snprintf(vm->id, sizeof(vm->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    if (id)
+        snprintf(vm->id, sizeof(vm->id), "%s", id);
     snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", tmpl);
     snprintf(vm->boot, sizeof(vm->boot), "kernel");
     vm->mem_mb = mem_mb;
@@ -234,8 +242,17 @@ static int launch(struct sbx_vm *vm, struct vmm_config *vc)
     char **wrap = NULL;
     int r;
 
-    if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, &vm->pol, vc, &wrap)) != 0)
+    if (vm->net_made && t->net) {
+        /* Made ahead: only enter it. */
+        if ((r = net_wrap_ready(t->net, vm->id, &wrap)) != 0)
+            return r;
+        vc->net_wrap = (const char *const *)wrap;
+        vc->net_mac = NET_GUEST_MAC;
+        if (vc->boot != VMM_BOOT_RESTORE)
+            vc->append = net_append(vc->append);
+    } else if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, &vm->pol, vc, &wrap)) != 0) {
         return r;
+    }
     r = vmm_launch(t->loop, vc, &vm_cbs, vm, &vmm);
     net_wrap_free(wrap);
     if (r != 0)

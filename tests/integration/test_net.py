@@ -121,9 +121,43 @@ class TestNet(unittest.TestCase):
         self.assertEqual(r["exit_code"], 0, r)
         return json.loads(r["stdout"])
 
+    def wait_namespaces(self, n, timeout=30):
+        """The names (VM ids) of this warrend's namespaces once there are n."""
+        tag = f"warren-{ns_tag(self.w.state_dir)}-"
+        deadline = time.time() + timeout
+        while len(fakenet.netns_named(tag)) != n and time.time() < deadline:
+            time.sleep(0.05)
+        names = {x[len(tag):] for x in fakenet.netns_named(tag)}
+        self.assertEqual(len(names), n, names)
+        return names
+
+    def wait_ahead_ready(self, timeout=30):
+        """Until no set-up of a namespace made ahead runs (their argv name a marker
+        under state_dir/net-ahead/ until they exit)."""
+        marker = os.path.join(self.w.state_dir, "net-ahead/").encode()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            busy = False
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        busy = busy or marker in f.read()
+                except OSError:
+                    pass
+            if not busy:
+                return
+            time.sleep(0.05)
+        self.fail("namespaces made ahead still being set up")
+
     def test_1_internet_by_address_and_name(self):
         cls = type(self)
+        # net_ahead = 2 (the default): two namespaces wait for VM ids not used yet,
+        # and a create with the default policy takes one of them.
+        ahead = self.wait_namespaces(2)
+        self.wait_ahead_ready()
         cls.a = self.w.create(network={"internet": True}, **BASE)
+        self.assertIn(self.w.vm_id(cls.a), ahead)
+        self.assertIn(self.w.vm_id(cls.a), self.wait_namespaces(3))
         for url in (f"http://{fakenet.HTTP_ADDR}/", "http://www.example.com/"):
             r = self.w.run(cls.a, ["curl", "-sS", "-m", "10", url], timeout_seconds=60)
             self.assertEqual(r["stdout"], fakenet.BODY, (url, r))
@@ -209,16 +243,34 @@ class TestNet(unittest.TestCase):
         (ns,) = fakenet.netns_named(vm)
         tag = ns[:-len(vm)]  # "warren-<tag>-"
         self.assertEqual(tag, f"warren-{ns_tag(self.w.state_dir)}-")
+        made_ahead = {x for x in fakenet.netns_named(tag) if not x.endswith(vm)}
+        self.assertEqual(len(made_ahead), 2, made_ahead)
         self.w.kill9()
         stray = tag + "vm-00000000deadbeef"
         fakenet.sh("ip", "netns", "add", stray)
         self.w.start()
         self.assertEqual(fakenet.netns_named(stray), [], self.w.log_text())
         self.assertEqual(fakenet.netns_named(vm), [ns])  # re-adopted: kept
-        self.w.wait_state(self.b, ("running",), timeout=60)
-        self.assertEqual(self.w.run(self.b, "echo hi")["stdout"], "hi\n")
+        # The killed warrend's namespaces made ahead are strays too.
+        self.assertFalse(made_ahead & set(fakenet.netns_named(tag)), made_ahead)
+        # 503 while the guest channel reconnects after the restart, then 200.
+        deadline = time.time() + 60
+        while True:
+            r = self.w.exec(self.b, "echo hi")
+            if r.status != 503 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual((r.status, r.json().get("stdout")), (200, "hi\n"), r)
         self.assertEqual(self.w.delete(self.b).status, 200)
         self.assertEqual(wait_no_qemu(vm), [])
+        # Only the two namespaces made ahead remain (their veths with them); when
+        # warrend stops they go too.
+        self.wait_namespaces(2)
+        deadline = time.time() + 15
+        while len(links("wn-")) != 2 and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(links("wn-")), 2, links("wn-"))
+        self.w.stop()
         deadline = time.time() + 15
         while (fakenet.netns_named(tag) or links("wn-")) and time.time() < deadline:
             time.sleep(0.1)
@@ -268,13 +320,13 @@ class TestNetPool(unittest.TestCase):
             r = self.fetch(sid)
             self.assertEqual((r["exit_code"], r["stdout"]), (0, fakenet.BODY), r)
         self.assertNotEqual(self.fetch(c)["exit_code"], 0)
-        # One namespace per live VM: the three sandboxes and the pool's ready VM;
-        # the template's went when it was sealed.
+        # One namespace per live VM (the three sandboxes and the pool's ready VM)
+        # and the two made ahead; the template's went when it was sealed.
         tag = f"warren-{ns_tag(w.state_dir)}-"
         live = {ja["vm_id"], jb["vm_id"], jc["vm_id"]}
         names = {n[len(tag):] for n in fakenet.netns_named(tag)}
         self.assertTrue(live <= names, (live, names))
-        self.assertEqual(len(names - live), 1, (live, names))
+        self.assertEqual(len(names - live), 3, (live, names))
         for sid in (a, b, c):
             self.assertEqual(w.delete(sid).status, 200)
         for vm in live:
