@@ -35,6 +35,7 @@ struct net {
     char range[40];  /* net_range as given (canonical a.b.c.d/p) */
     char dns[16];    /* net_dns_upstream, "" for none */
     char uplink[16]; /* net_uplink */
+    char ip[32];     /* ip's absolute path: entering a namespace made ahead spawns it directly */
     unsigned base, prefix;
     unsigned nslots;
     uint8_t *used; /* one byte per slot */
@@ -261,6 +262,17 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
     }
     if (!(n = calloc(1, sizeof(*n))))
         return -ENOMEM;
+    {
+        static const char *const ips[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
+        for (size_t i = 0; i < sizeof(ips) / sizeof(*ips) && !n->ip[0]; i++)
+            if (access(ips[i], X_OK) == 0)
+                snprintf(n->ip, sizeof(n->ip), "%s", ips[i]);
+        if (!n->ip[0]) {
+            snprintf(why, cap, "net_enabled needs ip (iproute2)");
+            free(n);
+            return -ENOENT;
+        }
+    }
     if (net_parse_range(c->net_range, &n->base, &n->prefix) != 0) {
         snprintf(why, cap, "net_range must be a.b.c.d/p with 8 <= p <= 28");
         free(n);
@@ -424,10 +436,10 @@ int net_wrap_ready(const struct net *n, const char *vm_id, char ***out)
     if (!v)
         return -ENOMEM;
     ns_name(n, vm_id, ns, sizeof(ns));
-    /* sh for PATH only: warrend's own may lack /usr/sbin. */
-    v[0] = strdup("/bin/sh");
-    v[1] = strdup("-c");
-    v[2] = strdup("PATH=/usr/sbin:/usr/bin:/sbin:/bin; exec ip netns exec \"$0\" \"$@\"");
+    /* ip by its path, no shell: one exec fewer before QEMU (ip execs QEMU itself). */
+    v[0] = strdup(n->ip);
+    v[1] = strdup("netns");
+    v[2] = strdup("exec");
     v[3] = strdup(ns);
     for (int i = 0; i < 4; i++) {
         if (!v[i]) {
