@@ -163,6 +163,22 @@ static json_t *sandbox_json(const struct sandbox *sb)
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
     json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
+    /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
+    if (sb->t->net && sb->vmr) {
+        const struct net_policy *p = &sb->vmr->pol;
+        json_t *n = json_pack("{s:b,s:[],s:[]}", "internet", p->internet, "allow_out", "deny_out");
+        const char *lists[2] = {p->allow_out, p->deny_out}, *keys[2] = {"allow_out", "deny_out"};
+        for (int i = 0; n && i < 2; i++) {
+            for (const char *c = lists[i]; *c;) {
+                size_t len = strcspn(c, ",");
+                json_array_append_new(json_object_get(n, keys[i]), json_stringn(c, len));
+                c += len;
+                c += strspn(c, ", ");
+            }
+        }
+        if (n)
+            json_object_set_new(o, "network", n);
+    }
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
     json_object_set_new(
         o, "source", json_string(sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool" : "boot"));

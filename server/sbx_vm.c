@@ -150,9 +150,14 @@ int sbx_vm_save(struct sbx_vm *vm)
     int r;
 
     /* Optional keys: a record without them is a VM without a network. */
-    if (o && vm->net_slot >= 0) {
+    if (o && vm->net_slot >= 0)
         json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
+    if (o && vm->t->net) {
         json_object_set_new(o, "internet", json_boolean(vm->pol.internet));
+        if (vm->pol.allow_out[0])
+            json_object_set_new(o, "allow_out", json_string(vm->pol.allow_out));
+        if (vm->pol.deny_out[0])
+            json_object_set_new(o, "deny_out", json_string(vm->pol.deny_out));
     }
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
@@ -378,7 +383,11 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     vm->pid = (pid_t)pid;
     {
         json_t *slot = json_object_get(o, "net_slot");
+        const char *allow = json_string_value(json_object_get(o, "allow_out"));
+        const char *deny = json_string_value(json_object_get(o, "deny_out"));
         vm->pol.internet = json_is_true(json_object_get(o, "internet"));
+        snprintf(vm->pol.allow_out, sizeof(vm->pol.allow_out), "%s", allow ? allow : "");
+        snprintf(vm->pol.deny_out, sizeof(vm->pol.deny_out), "%s", deny ? deny : "");
         /* Held even with networking off now: the namespace is removed with the VM. */
         if (json_is_integer(slot) && t->net &&
             net_slot_hold(t->net, (int)json_integer_value(slot)) == 0)

@@ -192,6 +192,9 @@ class TestNet(unittest.TestCase):
             self.assertError(r, 400, "invalid_argument")
         c = w.create(network={"internet": True, "allow_out": ["192.0.2.0/24", "198.51.100.0/24"],
                               "deny_out": [fakenet.HTTP2_ADDR]}, **BASE)
+        self.assertEqual(w.get(c).json()["network"],
+                         {"internet": True, "allow_out": ["192.0.2.0/24", "198.51.100.0/24"],
+                          "deny_out": [fakenet.HTTP2_ADDR + "/32"]})
         got = self.probe(c, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
                          f"{fakenet.INET_ADDR}:80", "169.254.169.254:80")
         self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
@@ -253,6 +256,9 @@ class TestNet(unittest.TestCase):
         self.assertEqual(fakenet.netns_named(vm), [ns])  # re-adopted: kept
         # The killed warrend's namespaces made ahead are strays too.
         self.assertFalse(made_ahead & set(fakenet.netns_named(tag)), made_ahead)
+        # The policy survives in the VM's record.
+        self.assertEqual(self.w.get(self.b).json()["network"],
+                         {"internet": False, "allow_out": [], "deny_out": []})
         # 503 while the guest channel reconnects after the restart, then 200.
         deadline = time.time() + 60
         while True:
