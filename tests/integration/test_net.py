@@ -340,5 +340,41 @@ class TestNetPool(unittest.TestCase):
         self.assertTrue(all(not fakenet.netns_named(vm) for vm in live))
 
 
+@unittest.skipUnless(os.environ.get("WARREN_BIG") == "1", "create/delete cycles: WARREN_BIG=1")
+class TestNetCycles(unittest.TestCase):
+    """N create/delete cycles (WARREN_NET_CYCLES, default 500), alternating the
+    default policy (a namespace made ahead) and internet off (set up at launch):
+    afterwards only the namespaces made ahead remain, no veth of a VM, no QEMU,
+    and warrend holds no more fds than after the first cycle."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(net_conf(default_template="minimal")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+        remove_namespaces(cls.w)
+
+    def test_cycles(self):
+        w = self.w
+        n = int(os.environ.get("WARREN_NET_CYCLES", "500"))
+        tag = f"warren-{ns_tag(w.state_dir)}-"
+        fds = None
+        for i in range(n):
+            sid = w.create(network={"internet": i % 2 == 0})
+            self.assertEqual(w.delete(sid).status, 200)
+            if i == 0:
+                fds = len(os.listdir(f"/proc/{w.proc.pid}/fd"))
+        self.assertEqual(wait_no_qemu(w.state_dir), [])
+        deadline = time.time() + 30
+        while (len(fakenet.netns_named(tag)) != 2 or len(links("wn-")) != 2) and \
+                time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(fakenet.netns_named(tag)), 2, fakenet.netns_named(tag))
+        self.assertEqual(len(links("wn-")), 2, links("wn-"))
+        self.assertLessEqual(len(os.listdir(f"/proc/{w.proc.pid}/fd")), fds + 2)
+
+
 if __name__ == "__main__":
     unittest.main()
