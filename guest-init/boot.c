@@ -4,7 +4,8 @@
  * Order: devtmpfs/proc/sysfs, then the modules listed by images/build.sh
  * (virtio transport, console, block, ext4) with finit_module, then the root
  * disk replaces the initramfs (switch_root done by hand), then everything
- * that must live in the final root: devpts, tmpfs, cgroup2, hostname, lo.
+ * that must live in the final root: devpts, tmpfs, cgroup2, hostname, lo,
+ * and eth0 with its route and resolv.conf when warrend asks (warren.net=).
  * Without a root disk the guest keeps running from the initramfs.
  */
 #include "boot.h"
