@@ -36,6 +36,7 @@ struct net {
     char dns[16];    /* net_dns_upstream, "" for none */
     char uplink[16]; /* net_uplink */
     char ip[32];     /* ip's absolute path: entering a namespace made ahead spawns it directly */
+    char nft[32];    /* nft's: the host table at start */
     unsigned base, prefix;
     unsigned nslots;
     uint8_t *used; /* one byte per slot */
@@ -223,6 +224,19 @@ static int run(char *const argv[], const char *text, char *why, size_t cap)
     return r;
 }
 
+static int find_tool(const char *name, char *out, size_t cap)
+{
+    static const char *const dirs[] = {"/usr/sbin", "/sbin", "/usr/bin", "/bin"};
+
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++) {
+        snprintf(out, cap, "%s/%s", dirs[i], name);
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    out[0] = '\0';
+    return -ENOENT;
+}
+
 static bool ifname_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -262,16 +276,13 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
     }
     if (!(n = calloc(1, sizeof(*n))))
         return -ENOMEM;
-    {
-        static const char *const ips[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
-        for (size_t i = 0; i < sizeof(ips) / sizeof(*ips) && !n->ip[0]; i++)
-            if (access(ips[i], X_OK) == 0)
-                snprintf(n->ip, sizeof(n->ip), "%s", ips[i]);
-        if (!n->ip[0]) {
-            snprintf(why, cap, "net_enabled needs ip (iproute2)");
-            free(n);
-            return -ENOENT;
-        }
+    /* By path: warrend's PATH may lack the sbin directories (the set-up script
+     * sets its own). */
+    if (find_tool("ip", n->ip, sizeof(n->ip)) != 0 ||
+        find_tool("nft", n->nft, sizeof(n->nft)) != 0) {
+        snprintf(why, cap, "net_enabled needs ip (iproute2) and nft (nftables)");
+        free(n);
+        return -ENOENT;
     }
     if (net_parse_range(c->net_range, &n->base, &n->prefix) != 0) {
         snprintf(why, cap, "net_range must be a.b.c.d/p with 8 <= p <= 28");
@@ -315,7 +326,7 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
         return -ENOMEM;
     }
     {
-        char *argv[] = {"nft", "-f", "-", NULL};
+        char *argv[] = {n->nft, "-f", "-", NULL};
         r = run(argv, rules, why, cap);
     }
     free(rules);
