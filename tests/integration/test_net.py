@@ -284,6 +284,26 @@ class TestNet(unittest.TestCase):
         self.assertEqual(links("wn-"), [])
 
 
+class TestNetConf(unittest.TestCase):
+    """Configurations warrend refuses at start, saying why (no VM)."""
+
+    def refused(self, conf, why):
+        w = Warren(conf)
+        try:
+            with self.assertRaises(RuntimeError) as cm:
+                w.start(timeout=30)
+            self.assertIn(why, str(cm.exception))
+        finally:
+            w.cleanup()
+
+    def test_refused(self):
+        self.refused(net_conf(net_uplink=""), "net_uplink must name")
+        self.refused(net_conf(net_range="10.0.0.0/30"), "net_range must be")
+        self.refused(net_conf(net_dns_upstream="dns.example"), "net_dns_upstream must be")
+        # A jailed QEMU cannot set up its namespace (jail = required: jailed or nothing).
+        self.refused(net_conf(jail="required"), "net_enabled = true needs jail = off")
+
+
 class TestNetPool(unittest.TestCase):
     """The warm pool with networking: the template boots with the NIC, every clone
     restored from it has the same guest address, MAC and gateway in a namespace
