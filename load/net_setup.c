@@ -7,19 +7,25 @@
  *   ip -n s link set up0 up && ip netns exec s build/load/net_setup 15; ip netns del s
  *
  * For each of N rounds: the full set-up at launch (net_wrap's argv with
- * /bin/true in QEMU's place), then entering a namespace made ahead
- * (net_wrap_ready's argv with /bin/true), each timed from spawn to exit.
+ * /bin/true in QEMU's place), then, in a namespace made ahead, /bin/true
+ * spawned through `ip netns exec` (net_wrap_ready) and spawned by a thread
+ * that setns'd into it (what vmm_launch does with vmm_config.netns), each
+ * timed from spawn to exit; and the setns there and back alone (what that
+ * costs the loop).
  * Loads one host table (warren_<tag> for state dir /tmp/warren-net-setup) and
  * sets ip_forward in the namespace it runs in: never run it in the host's.
  */
 #include "net.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -50,6 +56,36 @@ static double run(char **wrap)
     return st == 0 ? now_ms() - t0 : -1;
 }
 
+/* /bin/true spawned from inside the namespace at path (setns there and back):
+ * the time in ms, or -1; *hop gets the setns round trip alone. */
+static double run_in(const char *path, double *hop)
+{
+    char *av[] = {"/bin/true", NULL};
+    int self = open("/proc/thread-self/ns/net", O_RDONLY), ns = open(path, O_RDONLY), st = 0;
+    double t0 = now_ms(), t1;
+    pid_t pid;
+
+    if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET) != 0)
+        return -1;
+    t1 = now_ms();
+    if (posix_spawn(&pid, av[0], NULL, NULL, av, environ) != 0)
+        pid = -1;
+    if (setns(self, CLONE_NEWNET) != 0)
+        abort();
+    *hop = (t1 - t0) + (now_ms() - t1); /* includes the spawn: subtracted below */
+    {
+        double t2 = now_ms();
+        if (setns(ns, CLONE_NEWNET) != 0 || setns(self, CLONE_NEWNET) != 0)
+            abort();
+        *hop = now_ms() - t2;
+    }
+    close(self);
+    close(ns);
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || st != 0)
+        return -1;
+    return now_ms() - t0;
+}
+
 int main(int argc, char **argv)
 {
     struct srv_config c;
@@ -57,7 +93,7 @@ int main(int argc, char **argv)
     struct net *n;
     char why[256] = "";
     int rounds = argc > 1 ? atoi(argv[1]) : 10, ok = 0;
-    double sum_full = 0, sum_enter = 0;
+    double sum_full = 0, sum_enter = 0, sum_setns = 0, sum_hop = 0;
 
     memset(&c, 0, sizeof(c));
     c.net_enabled = 1;
@@ -70,8 +106,8 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < rounds; i++) {
-        char a[32], b[32], **w;
-        double full, enter;
+        char a[32], b[32], path[256], **w;
+        double full, enter, in, hop = 0;
 
         /* Ids differing in their first 12 hex digits: veth names must not meet
          * one still being deleted. */
@@ -90,18 +126,24 @@ int main(int argc, char **argv)
             return 1;
         enter = run(w);
         net_wrap_free(w);
+        net_ns_path(n, b, path, sizeof(path));
+        in = run_in(path, &hop);
         net_ns_remove(n, b);
-        printf("round %d: set-up at launch %.1f ms, entering one made ahead %.1f ms\n", i, full,
-               enter);
-        if (full >= 0 && enter >= 0) {
+        printf("round %d: set-up at launch %.1f ms; made ahead: ip netns exec %.1f ms, "
+               "setns + spawn %.1f ms (setns there and back %.3f ms)\n",
+               i, full, enter, in, hop);
+        if (full >= 0 && enter >= 0 && in >= 0) {
             sum_full += full;
             sum_enter += enter;
+            sum_setns += in;
+            sum_hop += hop;
             ok++;
         }
     }
     if (ok)
-        printf("mean of %d: set-up at launch %.1f ms, entering one made ahead %.1f ms\n", ok,
-               sum_full / ok, sum_enter / ok);
+        printf("mean of %d: set-up at launch %.1f ms; made ahead: ip netns exec %.1f ms, "
+               "setns + spawn %.1f ms (setns there and back %.3f ms)\n",
+               ok, sum_full / ok, sum_enter / ok, sum_setns / ok, sum_hop / ok);
     net_free(n);
     return ok == rounds ? 0 : 1;
 }

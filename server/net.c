@@ -514,6 +514,14 @@ static void ns_remove_name(const char *name)
         LOG(LOG_WARN, "net: cannot remove %s: %s", path, strerror(errno));
 }
 
+void net_ns_path(const struct net *n, const char *vm_id, char *buf, size_t cap)
+{
+    char name[128];
+
+    ns_name(n, vm_id, name, sizeof(name));
+    snprintf(buf, cap, NETNS_DIR "/%s", name);
+}
+
 void net_ns_remove(const struct net *n, const char *vm_id)
 {
     char name[128];

@@ -71,8 +71,11 @@ int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_
              char ***out);
 void net_wrap_free(char **argv);
 /* The argv for a namespace already set up (made ahead): only enter it and exec
- * QEMU there. 0 or -ENOMEM. */
+ * QEMU there. 0 or -ENOMEM. (A wrapper for what cannot setns itself: the
+ * bench; sandboxes use net_ns_path with vmm_config.netns.) */
 int net_wrap_ready(const struct net *n, const char *vm_id, char ***out);
+/* /run/netns/<vm_id's namespace> into buf (for vmm_config.netns). */
+void net_ns_path(const struct net *n, const char *vm_id, char *buf, size_t cap);
 /* The set-up alone, for a namespace made ahead: net_wrap's argv followed by a
  * command that creates the file marker once everything is in place (its
  * existence after the process exited is the success: libev may reap the

@@ -244,14 +244,13 @@ static int launch(struct sbx_vm *vm, struct vmm_config *vc)
 {
     struct sbx_table *t = vm->t;
     struct vmm *vmm;
-    char **wrap = NULL;
+    char **wrap = NULL, ns[256];
     int r;
 
     if (vm->net_made && t->net) {
-        /* Made ahead: only enter it. */
-        if ((r = net_wrap_ready(t->net, vm->id, &wrap)) != 0)
-            return r;
-        vc->net_wrap = (const char *const *)wrap;
+        /* Made ahead: QEMU is spawned inside it (setns around the spawn). */
+        net_ns_path(t->net, vm->id, ns, sizeof(ns));
+        vc->netns = ns;
         vc->net_mac = NET_GUEST_MAC;
         if (vc->boot != VMM_BOOT_RESTORE)
             vc->append = net_append(vc->append);

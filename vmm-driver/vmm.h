@@ -145,7 +145,14 @@ struct vmm_config {
                                   * cover it); a failed set-up is a QEMU exit whose reason
                                   * is the wrapper's last message. Refused with a jail
                                   * (-ENOTSUP): the jailed child has no right to set up. */
-    const char *net_mac;         /* with net_wrap: the NIC's MAC, "52:54:00:xx:xx:xx" */
+    const char *net_mac;         /* with net_wrap or netns: the NIC's MAC, "52:54:00:xx:xx:xx" */
+    const char *netns;           /* instead of net_wrap: a network namespace already set up
+                                  * (a path, e.g. /run/netns/<name>, holding tap0) that QEMU
+                                  * starts in. The spawning thread enters it with setns
+                                  * around the spawn and returns to its own (setns is per
+                                  * thread; nothing else runs on the loop meanwhile; failing
+                                  * to return aborts: the loop must never stay there).
+                                  * Refused with a jail (-ENOTSUP) for now. */
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */

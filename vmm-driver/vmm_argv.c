@@ -127,11 +127,11 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         (r = vmm_argv_qmp(qmp, sizeof(qmp), cfg->run_dir)))
         return r;
 
-    if (cfg->net_wrap) {
-        if (!cfg->net_wrap[0] || !cfg->net_mac || strlen(cfg->net_mac) != 17 ||
-            strchr(cfg->net_mac, ','))
+    if (cfg->net_wrap || cfg->netns) {
+        if ((cfg->net_wrap && (!cfg->net_wrap[0] || cfg->netns)) || !cfg->net_mac ||
+            strlen(cfg->net_mac) != 17 || strchr(cfg->net_mac, ','))
             return -EINVAL;
-        for (size_t i = 0; cfg->net_wrap[i]; i++)
+        for (size_t i = 0; cfg->net_wrap && cfg->net_wrap[i]; i++)
             av_add(a, cfg->net_wrap[i]);
     }
     av_add(a, cfg->qemu ? cfg->qemu : "qemu-system-x86_64");
@@ -186,7 +186,7 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         av_add(a, "-device");
         av_add(a, "virtio-blk-device,drive=root");
     }
-    if (cfg->net_wrap) {
+    if (cfg->net_wrap || cfg->netns) {
         /* The tap the wrapper made in the VM's namespace; every VM has the same
          * name, MAC and guest address there, so clones of one snapshot match. */
         av_add(a, "-netdev");

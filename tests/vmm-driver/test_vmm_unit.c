@@ -312,6 +312,15 @@ static void test_argv_net(void)
     CHECK(argv_has(&a, "virtio-net-device,netdev=net0,mac=52:54:00:57:52:02"));
     CHECK(argv_has(&a, "-nodefaults"));
     vmm_argv_free(&a);
+    /* A namespace already set up: no wrapper, QEMU first, the same NIC. */
+    c.net_wrap = NULL;
+    c.netns = "/run/netns/warren-x-vm1";
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(a.v[0], "qemu-system-x86_64") == 0);
+    CHECK(argv_has(&a, "virtio-net-device,netdev=net0,mac=52:54:00:57:52:02"));
+    vmm_argv_free(&a);
+    c.net_wrap = wrap; /* both: refused */
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
 }
 
 /* The phase table: every allowed change and no other; names; predicates. */
