@@ -5,8 +5,8 @@
  * its namespace before QEMU starts. Here up to net_ahead namespaces for the
  * default policy are set up in the background, each for a VM id generated
  * now: a create that takes one gives its VM that id (the namespace is named
- * after it, so the sweep and removal need nothing new) and QEMU is only
- * exec'd inside it. A namespace is made by the same set-up script as at
+ * after it, so the sweep and removal need nothing new) and QEMU is spawned
+ * straight into it (vmm_config.netns). A namespace is made by the same set-up script as at
  * launch, spawned with a marker file as its last step; its process exiting
  * wakes us through a pidfd (the loop never waits), and the marker says
  * whether it succeeded (libev may reap the status first). A failure is

@@ -58,7 +58,7 @@ struct sbx_vm {
     /* networking (net.h): the /30 it holds (-1: none) and its policy */
     int net_slot;
     struct net_policy pol; /* set before launch; only .internet is in the record */
-    bool net_made;         /* its namespace was made ahead: launch only enters it */
+    bool net_made;         /* its namespace was made ahead: QEMU is spawned inside it */
 };
 
 struct op {
