@@ -4,7 +4,8 @@
  * Order: devtmpfs/proc/sysfs, then the modules listed by images/build.sh
  * (virtio transport, console, block, ext4) with finit_module, then the root
  * disk replaces the initramfs (switch_root done by hand), then everything
- * that must live in the final root: devpts, tmpfs, cgroup2, hostname, lo.
+ * that must live in the final root: devpts, tmpfs, cgroup2, hostname, lo,
+ * and eth0 with its route and resolv.conf when warrend asks (warren.net=).
  * Without a root disk the guest keeps running from the initramfs.
  */
 #include "boot.h"
@@ -13,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <arpa/inet.h>
+#include <net/route.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -409,6 +412,95 @@ static void setup_lo(void)
     close(s);
 }
 
+/* The word "key=value" of the kernel command line: value copied to out, or -1. */
+static int cmdline_word(const char *cmdline, const char *key, char *out, size_t cap)
+{
+    size_t klen = strlen(key);
+
+    for (const char *p = cmdline; *p; p += strspn(p, " ")) {
+        size_t wlen = strcspn(p, " ");
+        if (wlen > klen && strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            snprintf(out, cap, "%.*s", (int)(wlen - klen - 1), p + klen + 1);
+            return 0;
+        }
+        p += wlen;
+    }
+    return -1;
+}
+
+static int inet_ioctl(int s, unsigned long req, const char *ifname, in_addr_t addr)
+{
+    struct ifreq ifr;
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, IFNAMSIZ, "%s", ifname);
+    sin->sin_family = AF_INET;
+    sin->sin_addr.s_addr = addr;
+    return ioctl(s, req, &ifr);
+}
+
+/*
+ * warren.net=ADDR/PREFIX,GATEWAY (set by warrend when networking is on):
+ * eth0 gets the address, the default route goes through the gateway, and the
+ * gateway is the resolver (warrend's namespace forwards its port 53 to the
+ * resolver the operator chose). Every VM gets the same values: clones of one
+ * template snapshot must all be right without being told anything.
+ */
+static void setup_net(const char *cmdline)
+{
+    char val[64], *slash, *comma;
+    struct in_addr addr, gw;
+    unsigned prefix;
+    struct ifreq ifr;
+    struct rtentry rt;
+    int s;
+    FILE *f;
+
+    if (cmdline_word(cmdline, "warren.net", val, sizeof val) < 0)
+        return;
+    slash = strchr(val, '/');
+    comma = strchr(val, ',');
+    if (!slash || !comma || comma < slash)
+        goto bad;
+    *slash = *comma = '\0';
+    prefix = (unsigned)atoi(slash + 1);
+    if (inet_aton(val, &addr) == 0 || inet_aton(comma + 1, &gw) == 0 || prefix < 1 || prefix > 32)
+        goto bad;
+    if ((s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) < 0)
+        return;
+    if (inet_ioctl(s, SIOCSIFADDR, "eth0", addr.s_addr) < 0 ||
+        inet_ioctl(s, SIOCSIFNETMASK, "eth0", htonl(~0u << (32 - prefix))) < 0) {
+        gi_boot_log("eth0 address: %s", strerror(errno));
+        close(s);
+        return;
+    }
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, IFNAMSIZ, "eth0");
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+            gi_boot_log("eth0 up: %s", strerror(errno));
+    }
+    memset(&rt, 0, sizeof rt);
+    ((struct sockaddr_in *)&rt.rt_dst)->sin_family = AF_INET;
+    ((struct sockaddr_in *)&rt.rt_genmask)->sin_family = AF_INET;
+    ((struct sockaddr_in *)&rt.rt_gateway)->sin_family = AF_INET;
+    ((struct sockaddr_in *)&rt.rt_gateway)->sin_addr = gw;
+    rt.rt_flags = RTF_UP | RTF_GATEWAY;
+    if (ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+        gi_boot_log("default route: %s", strerror(errno));
+    close(s);
+    unlink("/etc/resolv.conf"); /* may be a symlink into a resolver we do not run */
+    if ((f = fopen("/etc/resolv.conf", "we"))) {
+        fprintf(f, "nameserver %s\n", inet_ntoa(gw));
+        fclose(f);
+    }
+    return;
+bad:
+    gi_boot_log("warren.net=%s: not ADDR/PREFIX,GATEWAY", val);
+}
+
 int gi_boot(struct gi_boot_info *info)
 {
     char cmdline[4096] = "", dev[64], host[65];
@@ -446,6 +538,7 @@ int gi_boot(struct gi_boot_info *info)
         snprintf(host, sizeof host, "warren");
     sethostname(host, strlen(host));
     setup_lo();
+    setup_net(cmdline);
 
     /* The kernel starts init with HOME=/ TERM=linux; children inherit ours. */
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);

@@ -18,7 +18,7 @@
 set -euo pipefail
 
 # Modules warren-init loads, in dependency order (checked below).
-MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_blk crc16 mbcache crc32c_generic jbd2 ext4"
+MODULES="virtio_ring virtio virtio_mmio virtio_console virtio_blk failover net_failover virtio_net crc16 mbcache crc32c_generic jbd2 ext4"
 SUITE=bookworm
 BASE_PACKAGES="bash,coreutils,python3,git,curl,ca-certificates,procps,iproute2"
 MINIMAL_SIZE=2G # must hold a 1 GiB upload

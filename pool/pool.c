@@ -12,6 +12,7 @@
 #include "pool.h"
 #include "sbx_int.h"
 #include "log.h"
+#include "net.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -68,6 +69,7 @@ struct pool {
     char dir[4096], snap[4096 + 16], disk[4096 + 16], mem[128];
     struct ident base, kernel, initrd;
     struct vmm *vmm;   /* the template VM while booting or saving */
+    int net_slot;      /* its network's /30 (server/net.h), -1: none */
     bool vmm_gone;     /* it exited: freed from the loop */
     struct wsess tw;   /* its session: PING until the agent answers, then sync */
     ev_timer ping;     /* PING until the agent answers */
@@ -205,9 +207,14 @@ static int tpl_record(struct pool *p)
                   "mem_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "base",
                   ident_json(&p->base), "kernel", ident_json(&p->kernel), "initrd",
                   ident_json(&p->initrd), "created_ms", (json_int_t)sbx_wall_ms());
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
+    char *s;
+    int r;
 
+    /* A NIC or none: clones must match the template's devices. */
+    if (o)
+        json_object_set_new(o, "net", json_boolean(p->t->net != NULL));
+    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
     if (r == 0)
         p->t->idx_dirty = true;
     free(s);
@@ -251,6 +258,8 @@ static const char *tpl_check_record(struct pool *p)
     tpl_paths(p);
     if ((unsigned)mem != p->mem_mb || (unsigned)vcpus != p->vcpus)
         why = "saved with another memory size or vCPU count";
+    else if (json_is_true(json_object_get(f.rec, "net")) != (p->t->net != NULL))
+        why = "saved with networking turned the other way";
     else if ((why = ident_differs(json_object_get(f.rec, "base"), &p->base)))
         why = "its base image changed";
     else if ((why = ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
@@ -280,6 +289,8 @@ static void tpl_end_vm(struct pool *p)
         p->vmm = NULL;
     }
     p->vmm_gone = false;
+    if (p->net_slot >= 0) /* its namespace goes with it */
+        sbx_vm_net_release(p->t, p->id, &p->net_slot);
 }
 
 /* The build failed: drop it, try again later (never from inside a vmm callback:
@@ -491,6 +502,8 @@ static void tpl_build(struct pool *p)
     struct sbx_table *t = p->t;
     struct vmm_config vc;
     char path[4096 + 16];
+    char **wrap = NULL;
+    struct net_policy pol = {0};
     uint8_t rnd[8];
     int r;
 
@@ -531,7 +544,13 @@ static void tpl_build(struct pool *p)
     vc.qemu_log_max = t->cfg->qemu_log_bytes;
     vc.boot = VMM_BOOT_TEMPLATE;
     vc.mem_path = p->mem;
-    r = vmm_launch(t->loop, &vc, &cbs, p, &p->vmm);
+    /* With networking on, the template has the NIC and guest address every
+     * clone restored from it will have (their devices must match). */
+    pol.internet = t->cfg->net_default_internet != 0;
+    r = sbx_vm_net_config(t, p->id, &p->net_slot, &pol, &vc, &wrap);
+    if (r == 0)
+        r = vmm_launch(t->loop, &vc, &cbs, p, &p->vmm);
+    net_wrap_free(wrap);
     if (r != 0) {
         char why[128];
         snprintf(why, sizeof(why), "cannot launch the template VM: %s", strerror(-r));
@@ -797,6 +816,7 @@ int pool_new(struct sbx_table *t, struct pool **out)
     if (!(p = calloc(1, sizeof(*p))))
         return -ENOMEM;
     p->t = t;
+    p->net_slot = -1;
     snprintf(p->tmpl, sizeof(p->tmpl), "%s", c->default_template);
     p->size = c->pool_size < POOL_MAX ? c->pool_size : POOL_MAX;
     p->mem_mb = c->default_memory_mb;

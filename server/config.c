@@ -106,6 +106,12 @@ static const struct opt opts[] = {
     {"pool_size", T_UINT, F(pool_size), "0", 0},
     {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
+    {"net_enabled", T_BOOL, F(net_enabled), "false", 0},
+    {"net_default_internet", T_BOOL, F(net_default_internet), "true", 0},
+    {"net_uplink", T_STR, F(net_uplink), "", 0},
+    {"net_range", T_STR, F(net_range), "10.201.0.0/16", 0},
+    {"net_dns_upstream", T_STR, F(net_dns_upstream), "", 0},
+    {"net_ahead", T_UINT, F(net_ahead), "2", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -415,5 +421,8 @@ void cfg_free(struct srv_config *c)
     free(c->jail_cgroup);
     free(c->allowed_origins);
     free(c->web_dir);
+    free(c->net_uplink);
+    free(c->net_range);
+    free(c->net_dns_upstream);
     memset(c, 0, sizeof(*c));
 }

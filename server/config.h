@@ -84,6 +84,13 @@ struct srv_config {
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
     unsigned mem_overcommit_pct; /* memory_overcommit_percent = 100: guests' memory_mb may add
                                   * up to this share of host memory less the reserve */
+    /* sandbox networking (issue 9, server/net.h) */
+    unsigned net_enabled;          /* net_enabled = false (0/1): no NIC at all when off */
+    unsigned net_default_internet; /* net_default_internet = true (0/1): create's default */
+    char *net_uplink;              /* net_uplink = (empty): interface NATed out of */
+    char *net_range;               /* net_range = 10.201.0.0/16: host-side /30 per VM */
+    char *net_dns_upstream;        /* net_dns_upstream = (empty): IPv4 resolver guests use */
+    unsigned net_ahead;            /* net_ahead = 2: namespaces made ahead for cold creates */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -10,6 +10,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "net.h"
 #include "pool.h"
 
 #include <dirent.h>
@@ -162,6 +163,22 @@ static json_t *sandbox_json(const struct sandbox *sb)
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
     json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
+    /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
+    if (sb->t->net && sb->vmr) {
+        const struct net_policy *p = &sb->vmr->pol;
+        json_t *n = json_pack("{s:b,s:[],s:[]}", "internet", p->internet, "allow_out", "deny_out");
+        const char *lists[2] = {p->allow_out, p->deny_out}, *keys[2] = {"allow_out", "deny_out"};
+        for (int i = 0; n && i < 2; i++) {
+            for (const char *c = lists[i]; *c;) {
+                size_t len = strcspn(c, ",");
+                json_array_append_new(json_object_get(n, keys[i]), json_stringn(c, len));
+                c += len;
+                c += strspn(c, ", ");
+            }
+        }
+        if (n)
+            json_object_set_new(o, "network", n);
+    }
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
     json_object_set_new(
         o, "source", json_string(sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool" : "boot"));
@@ -902,12 +919,63 @@ fail:
     return SBX_E_VM_START_FAILED;
 }
 
+/* One of network's CIDR lists into list (already empty). */
+static int get_cidrs(json_t *n, const char *key, char *list, size_t cap, struct sbx_err *err)
+{
+    json_t *a = json_object_get(n, key), *v;
+    size_t i;
+
+    if (!a || json_is_null(a))
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) > NET_LIST_MAX)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "network.%s must be an array of at most %d IPv4 CIDRs", key,
+                           NET_LIST_MAX);
+    json_array_foreach(a, i, v)
+    {
+        if (net_list_add(list, cap, json_string_value(v)) != 0)
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "network.%s[%zu] must be an IPv4 address or CIDR (a.b.c.d/p)", key,
+                               i);
+    }
+    return 0;
+}
+
+/* "network": {"internet": bool, "allow_out": [CIDR...], "deny_out": [CIDR...]}:
+ * the egress policy, fixed for the VM's life (docs/NETWORK.md). Accepted with
+ * networking off (the VM has no NIC then). */
+static int get_network(struct sbx_table *t, json_t *body, struct net_policy *pol,
+                       struct sbx_err *err)
+{
+    static const char *const fields[] = {"internet", "allow_out", "deny_out", NULL};
+    json_t *n = json_object_get(body, "network"), *v;
+    int status;
+
+    memset(pol, 0, sizeof(*pol));
+    pol->internet = t->cfg->net_default_internet != 0;
+    if (!n || json_is_null(n))
+        return 0;
+    if (!json_is_object(n))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network must be an object");
+    if ((status = sbx_check_fields(n, fields, err)))
+        return status;
+    v = json_object_get(n, "internet");
+    if (v && !json_is_boolean(v) && !json_is_null(v))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network.internet must be true or false");
+    if (json_is_boolean(v))
+        pol->internet = json_is_true(v);
+    if ((status = get_cidrs(n, "allow_out", pol->allow_out, sizeof(pol->allow_out), err)) ||
+        (status = get_cidrs(n, "deny_out", pol->deny_out, sizeof(pol->deny_out), err)))
+        return status;
+    return 0;
+}
+
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",  "ttl_seconds",  "idle_timeout_seconds",
-                                         "memory_mb", "vcpus",        "env",
-                                         "metadata",  "keep_running", NULL};
+    static const char *const fields[] = {
+        "template", "ttl_seconds", "idle_timeout_seconds", "memory_mb", "vcpus",
+        "env",      "metadata",    "keep_running",         "network",   NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl;
     unsigned ttl, idle, mem, vcpus;
@@ -919,6 +987,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     struct timespec t0, t1;
     uint8_t rnd[8];
     struct op *op;
+    struct net_policy pol;
     int status, r;
 
     if ((status = sbx_check_fields(body, fields, err)))
@@ -939,6 +1008,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
                            c->max_memory_mb, &mem, err)) ||
         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
+        return status;
+    if ((status = get_network(t, body, &pol, err)))
         return status;
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
@@ -982,11 +1053,28 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->env = env;
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
-    if ((vm = pool_take(t->pool, tmpl, mem, vcpus)))
+    /* The pool's VMs run under the default policy, fixed when they started. */
+    if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&
+        (vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
-    r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
+    {
+        /* A namespace made ahead, when the policy is the default one. */
+        char ahead_id[24];
+        int slot = -1;
+        bool made = t->net && pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] &&
+                    !pol.deny_out[0] && sbx_net_ahead_take(t, ahead_id, sizeof(ahead_id), &slot);
+        r = sbx_vm_new_id(t, made ? ahead_id : NULL, tmpl, mem, vcpus, &vm);
+        if (r != 0 && made)
+            sbx_vm_net_release(t, ahead_id, &slot);
+        if (r == 0) {
+            vm->net_slot = slot;
+            vm->net_made = made;
+        }
+        sbx_net_ahead_fill(t);
+    }
     if (r != 0)
         goto fail;
+    vm->pol = pol;
     sbx_vm_bind(vm, sb);
     r = vmm_qcow2_create(vm->disk, real, (uint64_t)st.st_size);
     if (r != 0)
@@ -1352,6 +1440,17 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         t->accel = vmm_detect_accel(why, sizeof(why));
     if ((r = jail_setup(t)) != 0)
         goto fail;
+    if (cfg->net_enabled && t->jail) {
+        /* The namespace is set up by the process that becomes QEMU: a jailed one
+         * has dropped root before it could (docs/NETWORK.md). */
+        LOG(LOG_ERR, "net_enabled = true needs jail = off for now");
+        r = -ENOTSUP;
+        goto fail;
+    }
+    if ((r = net_new(cfg, &t->net, why, sizeof(why))) != 0) {
+        LOG(LOG_ERR, "net: cannot start: %s", why);
+        goto fail;
+    }
     if (idx_migrated(t->idx))
         LOG(LOG_INFO, "index: moved %u record(s) of the old layout into the sandboxes table",
             idx_migrated(t->idx));
@@ -1365,6 +1464,8 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     bind_all(t, t->idx_dirty);
     adopt_all(t);
     sbx_vm_sweep(t);
+    sbx_net_ahead_sweep(t);
+    sbx_net_ahead_fill(t);
     /* After adoption: the groups of VMs that were not re-adopted go. */
     if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
@@ -1395,6 +1496,9 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         sandbox_free(sb);
     }
     sbx_vm_free_all(t, kill_vms);
+    sbx_net_ahead_free(t);
+    net_free(t->net);
+    t->net = NULL;
     /* Queued removals and flushes finish first; shutdown may then wait on the disk. */
     bg_free(t->bg);
     if (t->idx) {

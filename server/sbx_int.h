@@ -27,6 +27,7 @@
 #include "config.h"
 #include "gstream.h"
 #include "idx.h"
+#include "net.h"
 #include "proto.h"
 #include "vmm.h"
 
@@ -54,6 +55,10 @@ struct sbx_vm {
     bool gone;          /* QEMU exited: vmm is freed outside its callback */
     struct sandbox *sb; /* bound to, or NULL */
     char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
+    /* networking (net.h): the /30 it holds (-1: none) and its policy */
+    int net_slot;
+    struct net_policy pol; /* set before launch; only .internet is in the record */
+    bool net_made;         /* its namespace was made ahead: QEMU is spawned inside it */
 };
 
 struct op {
@@ -147,8 +152,11 @@ struct sbx_table {
     bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
-    struct vmm_jail *jail; /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
-    struct pool *pool;     /* the warm pool (pool/pool.h), NULL when off */
+    struct vmm_jail *jail;   /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
+    struct pool *pool;       /* the warm pool (pool/pool.h), NULL when off */
+    struct net *net;         /* sandbox networking (net.h), NULL when off */
+    struct net_ahead *ahead; /* namespaces made ahead (net_ahead.c) */
+    bool ahead_failed;       /* the last one failed: none made until the next create */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -193,6 +201,30 @@ int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned 
 void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb);
 /* Start QEMU for vm (disk backed by the read-only file backing): 0 or -errno. */
 int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
+/* Networking (net.h) for a VM launched outside sbx_vm_launch (the pool's
+ * template): with t->net, take a slot into *slot if it holds none (-1) and
+ * point vc at the wrapper (*wrap, freed with net_wrap_free after vmm_launch),
+ * the MAC and the guest's command line. Without t->net: 0, nothing done. */
+int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, const struct net_policy *pol,
+                      struct vmm_config *vc, char ***wrap);
+/* Remove id's namespace and give its slot back (*slot becomes -1). */
+void sbx_vm_net_release(struct sbx_table *t, const char *id, int *slot);
+/* sbx_vm_new with a given id (from sbx_net_ahead_take); NULL: a random one. */
+int sbx_vm_new_id(struct sbx_table *t, const char *id, const char *tmpl, unsigned mem_mb,
+                  unsigned vcpus, struct sbx_vm **out);
+
+/* ---- namespaces made ahead (net_ahead.c) ---- */
+
+/* Start making namespaces (default policy) until cfg->net_ahead exist or are
+ * being made. No-op without networking. */
+void sbx_net_ahead_fill(struct sbx_table *t);
+/* A ready one: its VM id into id and its slot into *slot (both the caller's
+ * now), true; false if none is ready. */
+bool sbx_net_ahead_take(struct sbx_table *t, char *id, size_t cap, int *slot);
+/* At start, before the first fill: remove markers a killed warrend left. */
+void sbx_net_ahead_sweep(struct sbx_table *t);
+/* Remove every namespace not taken (shutdown). */
+void sbx_net_ahead_free(struct sbx_table *t);
 /* Start QEMU for a pool VM: restore mode over the template's RAM file mem_path (its
  * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno. */
 int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path);

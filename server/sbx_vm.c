@@ -9,6 +9,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "net.h"
 #include "pool.h"
 
 #include <dirent.h>
@@ -69,6 +70,8 @@ static struct sbx_vm *vm_alloc(struct sbx_table *t)
     if (!vm)
         return NULL;
     vm->t = t;
+    vm->net_slot = -1;
+    vm->pol.internet = t->cfg->net_default_internet != 0;
     vm->next = t->vms;
     t->vms = vm;
     return vm;
@@ -95,6 +98,12 @@ struct sbx_vm *sbx_vm_find(struct sbx_table *t, const char *id)
 int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned vcpus,
                struct sbx_vm **out)
 {
+    return sbx_vm_new_id(t, NULL, tmpl, mem_mb, vcpus, out);
+}
+
+int sbx_vm_new_id(struct sbx_table *t, const char *id, const char *tmpl, unsigned mem_mb,
+                  unsigned vcpus, struct sbx_vm **out)
+{
     struct sbx_vm *vm = vm_alloc(t);
     uint8_t rnd[8];
     int r;
@@ -104,6 +113,8 @@ int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned 
     sbx_random(t, rnd, sizeof(rnd));
     snprintf(vm->id, sizeof(vm->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    if (id)
+        snprintf(vm->id, sizeof(vm->id), "%s", id);
     snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", tmpl);
     snprintf(vm->boot, sizeof(vm->boot), "kernel");
     vm->mem_mb = mem_mb;
@@ -135,8 +146,21 @@ int sbx_vm_save(struct sbx_vm *vm)
                   "boot", vm->boot, "run_dir", vm->run_dir, "disk", vm->disk, "mem_mb",
                   (json_int_t)vm->mem_mb, "vcpus", (json_int_t)vm->vcpus, "created_ms",
                   (json_int_t)vm->created_ms, "pid", (json_int_t)vm->pid, "sandbox", vm->sb_id);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
+    char *s;
+    int r;
+
+    /* Optional keys: a record without them is a VM without a network. */
+    if (o && vm->net_slot >= 0)
+        json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
+    if (o && vm->t->net) {
+        json_object_set_new(o, "internet", json_boolean(vm->pol.internet));
+        if (vm->pol.allow_out[0])
+            json_object_set_new(o, "allow_out", json_string(vm->pol.allow_out));
+        if (vm->pol.deny_out[0])
+            json_object_set_new(o, "deny_out", json_string(vm->pol.deny_out));
+    }
+    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
         LOGS(LOG_ERR, vm->id, "cannot save to the index (VM record): %s", idx_strerror(r));
@@ -185,12 +209,56 @@ static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
         vm->sb->vm = vmm;
 }
 
-/* Start QEMU for vm with vc: 0 or -errno. */
-static int launch(struct sbx_vm *vm, const struct vmm_config *vc)
+int sbx_vm_net_config(struct sbx_table *t, const char *id, int *slot, const struct net_policy *pol,
+                      struct vmm_config *vc, char ***wrap)
 {
-    struct vmm *vmm;
-    int r = vmm_launch(vm->t->loop, vc, &vm_cbs, vm, &vmm);
+    int r;
 
+    *wrap = NULL;
+    if (!t->net)
+        return 0;
+    if (*slot < 0 && (r = net_slot_get(t->net)) < 0)
+        return r;
+    if (*slot < 0)
+        *slot = r;
+    if ((r = net_wrap(t->net, id, *slot, pol, wrap)) != 0)
+        return r;
+    vc->net_wrap = (const char *const *)*wrap;
+    vc->net_mac = NET_GUEST_MAC;
+    /* A restore boots nothing: the guest configured itself in the template. */
+    if (vc->boot != VMM_BOOT_RESTORE)
+        vc->append = net_append(vc->append);
+    return 0;
+}
+
+void sbx_vm_net_release(struct sbx_table *t, const char *id, int *slot)
+{
+    net_ns_remove(t->net, id);
+    net_slot_put(t->net, *slot);
+    *slot = -1;
+}
+
+/* Start QEMU for vm with vc: 0 or -errno. With networking on, QEMU starts
+ * inside the VM's own namespace, set up by the wrapper net_wrap gives. */
+static int launch(struct sbx_vm *vm, struct vmm_config *vc)
+{
+    struct sbx_table *t = vm->t;
+    struct vmm *vmm;
+    char **wrap = NULL, ns[256];
+    int r;
+
+    if (vm->net_made && t->net) {
+        /* Made ahead: QEMU is spawned inside it (setns around the spawn). */
+        net_ns_path(t->net, vm->id, ns, sizeof(ns));
+        vc->netns = ns;
+        vc->net_mac = NET_GUEST_MAC;
+        if (vc->boot != VMM_BOOT_RESTORE)
+            vc->append = net_append(vc->append);
+    } else if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, &vm->pol, vc, &wrap)) != 0) {
+        return r;
+    }
+    r = vmm_launch(t->loop, vc, &vm_cbs, vm, &vmm);
+    net_wrap_free(wrap);
     if (r != 0)
         return r;
     vmm_set(vm, vmm);
@@ -250,6 +318,7 @@ void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs)
         vmm_set(vm, NULL);
     }
     vm->pid = 0;
+    sbx_vm_net_release(vm->t, vm->id, &vm->net_slot);
     sbx_run_dir_remove(vm->t, vm->run_dir, keep_logs);
     sbx_vm_save(vm);
 }
@@ -263,6 +332,8 @@ void sbx_vm_destroy(struct sbx_vm *vm)
         /* Never adopted (its sandbox is gone): kill it by what it was started as. */
         vmm_kill_stray(vm->id, vm->run_dir);
     }
+    /* After QEMU: the namespace (veth, tap, rules with it) goes once nothing is in it. */
+    sbx_vm_net_release(vm->t, vm->id, &vm->net_slot);
     idx_del(vm->t->idx, IDX_VMS, vm->id);
     vm->t->idx_dirty = true;
     sbx_run_dir_remove(vm->t, vm->run_dir, false);
@@ -309,6 +380,18 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     vm->vcpus = (unsigned)vcpus;
     vm->created_ms = created;
     vm->pid = (pid_t)pid;
+    {
+        json_t *slot = json_object_get(o, "net_slot");
+        const char *allow = json_string_value(json_object_get(o, "allow_out"));
+        const char *deny = json_string_value(json_object_get(o, "deny_out"));
+        vm->pol.internet = json_is_true(json_object_get(o, "internet"));
+        snprintf(vm->pol.allow_out, sizeof(vm->pol.allow_out), "%s", allow ? allow : "");
+        snprintf(vm->pol.deny_out, sizeof(vm->pol.deny_out), "%s", deny ? deny : "");
+        /* Held even with networking off now: the namespace is removed with the VM. */
+        if (json_is_integer(slot) && t->net &&
+            net_slot_hold(t->net, (int)json_integer_value(slot)) == 0)
+            vm->net_slot = (int)json_integer_value(slot);
+    }
     json_decref(o);
     return 0;
 }
@@ -378,8 +461,20 @@ static void sweep_dir(struct sbx_table *t, const char *sub)
  * saving the record, or the index was lost) may still have a VM: kill it and
  * remove the files, so a restart never leaks a VM or a disk.
  */
+static bool vm_known(void *ud, const char *id)
+{
+    struct sbx_vm *vm = sbx_vm_find(ud, id);
+
+    /* A VM that is not running (stopped, or not re-adopted) needs no namespace. */
+    return vm && vm->vmm && !vm->gone;
+}
+
 void sbx_vm_sweep(struct sbx_table *t)
 {
+    int n = net_sweep(t->net, vm_known, t);
+
+    if (n > 0)
+        LOG(LOG_INFO, "net: removed %d stray namespace(s)", n);
     sweep_dir(t, "vms");
     sweep_dir(t, "sandboxes"); /* run dirs of older warrends, named after their sandbox */
 }
@@ -393,6 +488,8 @@ void sbx_vm_free_all(struct sbx_table *t, bool kill_vms)
             vmm_detach(vm->vmm);
         if (vm->vmm)
             vmm_free(vm->vmm);
+        if (kill_vms) /* a detached VM keeps its namespace: the next start adopts it */
+            net_ns_remove(t->net, vm->id);
         if (vm->sb) {
             vm->sb->vmr = NULL;
             vm->sb->vm = NULL;

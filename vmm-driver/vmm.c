@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -924,11 +925,42 @@ static void vm_start(struct vmm *vm, bool our_child)
     }
 }
 
-static int spawn(struct vmm *vm, char **argv, int out_fd)
+/* Enter the network namespace at path on this thread: 0 and *self (this
+ * thread's own, to return to), or -errno. */
+static int netns_enter(const char *path, int *self)
+{
+    int target, r = 0;
+
+    *self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    target = open(path, O_RDONLY | O_CLOEXEC);
+    if (*self < 0 || target < 0 || setns(target, CLONE_NEWNET) != 0)
+        r = -errno;
+    if (target >= 0)
+        close(target);
+    if (r != 0 && *self >= 0) {
+        close(*self);
+        *self = -1;
+    }
+    return r;
+}
+
+static void netns_leave(int self)
+{
+    /* Staying in a VM's namespace would put every socket the loop makes from
+     * now on inside it: never continue from there. */
+    if (setns(self, CLONE_NEWNET) != 0) {
+        fprintf(stderr, "vmm: cannot return to warrend's network namespace: %s\n", strerror(errno));
+        abort();
+    }
+    close(self);
+}
+
+static int spawn(struct vmm *vm, char **argv, int out_fd, const char *netns)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     sigset_t none, all;
+    int self = -1;
     int r;
 
     sigemptyset(&none);
@@ -952,10 +984,15 @@ static int spawn(struct vmm *vm, char **argv, int out_fd)
         (r = posix_spawnattr_setsigmask(&at, &none)) ||
         (r = posix_spawnattr_setsigdefault(&at, &all)))
         goto out;
+    /* The child inherits this thread's namespaces: QEMU starts in the VM's. */
+    if (netns && (r = -netns_enter(netns, &self)) != 0)
+        goto out;
     if (strchr(argv[0], '/'))
         r = posix_spawn(&vm->pid, argv[0], &fa, &at, argv, environ);
     else
         r = posix_spawnp(&vm->pid, argv[0], &fa, &at, argv, environ);
+    if (netns)
+        netns_leave(self);
 out:
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);
@@ -988,6 +1025,9 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
      * not in its mount namespace (not done yet). */
     if (c.jail && c.boot != VMM_BOOT_KERNEL)
         return -ENOTSUP;
+    /* The wrapper needs root to make the namespace; a jailed child has dropped it. */
+    if (c.jail && (c.net_wrap || c.netns))
+        return -ENOTSUP;
     if (c.accel == VMM_ACCEL_AUTO)
         c.accel = vmm_detect_accel(NULL, 0);
     if (!tsc_khz)
@@ -1016,7 +1056,7 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
         }
         r = vmm_jail_spawn(vm->jail, &vm->jv, &c, av.v, wfd, &vm->pid, why, sizeof(why));
     } else {
-        r = spawn(vm, av.v, wfd);
+        r = spawn(vm, av.v, wfd, c.netns);
     }
     if (r != 0)
         goto fail;

@@ -136,6 +136,23 @@ struct vmm_config {
     const char *mem_path; /* TEMPLATE, RESTORE: guest RAM file, e.g. /dev/shm/warren-<t>.mem
                            * (no commas). TEMPLATE creates it (mem_mb long); RESTORE needs
                            * the one its snapshot was saved over, unchanged. */
+    /* Appended for networking (issue 9); NULL keeps the VM without a NIC. */
+    const char *const *net_wrap; /* NULL-terminated argv spawned in QEMU's place, QEMU's own
+                                  * argv appended: it sets up the VM's network namespace
+                                  * (tap0 inside) and execs its trailing arguments there,
+                                  * so the pid stays QEMU's. Spawning returns at once: the
+                                  * loop never waits for the set-up (QMP's connect retries
+                                  * cover it); a failed set-up is a QEMU exit whose reason
+                                  * is the wrapper's last message. Refused with a jail
+                                  * (-ENOTSUP): the jailed child has no right to set up. */
+    const char *net_mac;         /* with net_wrap or netns: the NIC's MAC, "52:54:00:xx:xx:xx" */
+    const char *netns;           /* instead of net_wrap: a network namespace already set up
+                                  * (a path, e.g. /run/netns/<name>, holding tap0) that QEMU
+                                  * starts in. The spawning thread enters it with setns
+                                  * around the spawn and returns to its own (setns is per
+                                  * thread; nothing else runs on the loop meanwhile; failing
+                                  * to return aborts: the loop must never stay there).
+                                  * Refused with a jail (-ENOTSUP) for now. */
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */

@@ -127,6 +127,13 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         (r = vmm_argv_qmp(qmp, sizeof(qmp), cfg->run_dir)))
         return r;
 
+    if (cfg->net_wrap || cfg->netns) {
+        if ((cfg->net_wrap && (!cfg->net_wrap[0] || cfg->netns)) || !cfg->net_mac ||
+            strlen(cfg->net_mac) != 17 || strchr(cfg->net_mac, ','))
+            return -EINVAL;
+        for (size_t i = 0; cfg->net_wrap && cfg->net_wrap[i]; i++)
+            av_add(a, cfg->net_wrap[i]);
+    }
     av_add(a, cfg->qemu ? cfg->qemu : "qemu-system-x86_64");
     av_add(a, "-name");
     av_add(a, name);
@@ -178,6 +185,14 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         av_addf(a, "id=root,file=%s,format=qcow2,if=none,discard=unmap,cache=writeback", cfg->disk);
         av_add(a, "-device");
         av_add(a, "virtio-blk-device,drive=root");
+    }
+    if (cfg->net_wrap || cfg->netns) {
+        /* The tap the wrapper made in the VM's namespace; every VM has the same
+         * name, MAC and guest address there, so clones of one snapshot match. */
+        av_add(a, "-netdev");
+        av_add(a, "tap,id=net0,ifname=tap0,script=no,downscript=no");
+        av_add(a, "-device");
+        av_addf(a, "virtio-net-device,netdev=net0,mac=%s", cfg->net_mac);
     }
     av_add(a, "-device");
     av_add(a, "virtio-serial-device,max_ports=2");

@@ -283,6 +283,46 @@ static void test_argv_modes(void)
     CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
 }
 
+/* Networking: the wrapper comes first and keeps QEMU's argv whole after it;
+ * the NIC is the tap every namespace names tap0, with the given MAC. */
+static void test_argv_net(void)
+{
+    static const char *const wrap[] = {"/bin/sh", "-c", "exec \"$@\"", "w", NULL};
+    struct vmm_config c = {
+        .id = "vm1",
+        .kernel = "/img/vmlinux",
+        .run_dir = "/run/w/vm1",
+        .accel = VMM_ACCEL_TCG,
+    };
+    struct vmm_argv a;
+
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(!argv_has(&a, "-netdev"));
+    vmm_argv_free(&a);
+    c.net_wrap = wrap;
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL); /* no MAC */
+    c.net_mac = "52:54:00:00:00:0,";
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
+    c.net_mac = "52:54:00:57:52:02";
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(a.v[0], "/bin/sh") == 0 && strcmp(a.v[3], "w") == 0);
+    CHECK(strcmp(a.v[4], "qemu-system-x86_64") == 0);
+    CHECK(strcmp(argv_after(&a, "-netdev"), "tap,id=net0,ifname=tap0,script=no,downscript=no") ==
+          0);
+    CHECK(argv_has(&a, "virtio-net-device,netdev=net0,mac=52:54:00:57:52:02"));
+    CHECK(argv_has(&a, "-nodefaults"));
+    vmm_argv_free(&a);
+    /* A namespace already set up: no wrapper, QEMU first, the same NIC. */
+    c.net_wrap = NULL;
+    c.netns = "/run/netns/warren-x-vm1";
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(a.v[0], "qemu-system-x86_64") == 0);
+    CHECK(argv_has(&a, "virtio-net-device,netdev=net0,mac=52:54:00:57:52:02"));
+    vmm_argv_free(&a);
+    c.net_wrap = wrap; /* both: refused */
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
+}
+
 /* The phase table: every allowed change and no other; names; predicates. */
 static void test_phase(void)
 {
@@ -756,6 +796,7 @@ int main(void)
     test_host();
     test_argv();
     test_argv_modes();
+    test_argv_net();
     test_phase();
     test_snap();
     test_qcow2_backing();

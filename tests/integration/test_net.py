@@ -1,0 +1,400 @@
+"""Sandbox networking (issue 9, docs/NETWORK.md), against a fake internet.
+
+warrend runs inside a test-made network namespace whose only route out leads
+into another test namespace (fakenet.py): an HTTP server on 192.0.2.10 and a
+DNS server on 198.51.100.53 answering www.example.com. No packet leaves this
+machine. Two sandboxes (internet on and off) for the class; the methods run in
+name order and build on each other: reach the fake internet by address and by
+name; never reach the metadata address, the host (its veth end, its uplink
+address, a private address of its own), the VM's namespace or another
+sandbox; with internet off reach nothing; after DELETE, and after kill -9 and
+a restart, nothing named for a VM is left (a stray namespace is swept)."""
+import json
+import os
+import signal
+import subprocess
+import time
+import unittest
+
+import fakenet
+from warren import Warren, image_dir, qemu_pids, wait_no_qemu
+
+BASE = {"template": "base"}
+PROBE = r'''
+import json, socket, sys, concurrent.futures as cf
+def probe(t):
+    host, port = t.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), 4).close()
+        return "open"
+    except socket.timeout:
+        return "timeout"
+    except OSError as e:
+        return "error %s" % e.errno
+with cf.ThreadPoolExecutor(16) as ex:
+    print(json.dumps(dict(zip(sys.argv[1:], ex.map(probe, sys.argv[1:])))))
+'''
+
+
+def images_have_nic():
+    """The guest images load virtio_net (images/build.sh after issue 9): its
+    name is in a newc header of the initramfs."""
+    try:
+        with open(os.path.join(image_dir(), "initramfs.cpio"), "rb") as f:
+            return b"virtio_net.ko" in f.read()
+    except OSError:
+        return False
+
+
+def ns_tag(state_dir):
+    """The tag of this warrend's namespaces: FNV-1a of its state dir (server/net.c)."""
+    h = 2166136261
+    for c in state_dir.encode():
+        h = ((h ^ c) * 16777619) & 0xffffffff
+    return f"{h:08x}"
+
+
+def links(prefix):
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return sorted(l.split(":")[1].strip().split("@")[0] for l in out.splitlines()
+                  if l.split(":")[1].strip().startswith(prefix))
+
+
+def addr_of(ifname):
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", ifname],
+                         capture_output=True, text=True).stdout
+    return out.split()[3].split("/")[0]
+
+
+NET = None  # the fake internet, shared by the classes (setUpModule)
+
+
+def setUpModule():
+    global NET
+    why = fakenet.have_tools()
+    if why:
+        raise unittest.SkipTest(f"networking test: {why}")
+    if not images_have_nic():
+        raise unittest.SkipTest(f"networking test: the images in {image_dir()} have no "
+                                "virtio_net module (rebuild them: scripts/setup.sh)")
+    NET = fakenet.FakeNet()
+    NET.enter()
+
+
+def tearDownModule():
+    if NET:
+        NET.close()
+
+
+def net_conf(**kw):
+    c = {"jail": "off", "net_enabled": "true", "net_uplink": fakenet.UPLINK,
+         "net_dns_upstream": fakenet.DNS_ADDR, "net_range": "10.201.0.0/16",
+         "net_default_internet": "true"}
+    c.update(kw)
+    return c
+
+
+def remove_namespaces(w):
+    """A failed test leaves the namespaces of VMs the harness killed behind warrend."""
+    for ns in fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"):
+        fakenet.sh("ip", "netns", "del", ns, check=False)
+
+
+class TestNet(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.listener = NET.listen("0.0.0.0", 8081)
+        try:
+            cls.w = Warren(net_conf()).start()
+        except BaseException:
+            cls.listener.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+        cls.listener.close()
+        remove_namespaces(cls.w)
+
+    def probe(self, sid, *targets):
+        r = self.w.run(sid, ["python3", "-c", PROBE] + list(targets), timeout_seconds=60)
+        self.assertEqual(r["exit_code"], 0, r)
+        return json.loads(r["stdout"])
+
+    def wait_namespaces(self, n, timeout=30):
+        """The names (VM ids) of this warrend's namespaces once there are n."""
+        tag = f"warren-{ns_tag(self.w.state_dir)}-"
+        deadline = time.time() + timeout
+        while len(fakenet.netns_named(tag)) != n and time.time() < deadline:
+            time.sleep(0.05)
+        names = {x[len(tag):] for x in fakenet.netns_named(tag)}
+        self.assertEqual(len(names), n, names)
+        return names
+
+    def wait_ahead_ready(self, timeout=30):
+        """Until no set-up of a namespace made ahead runs (their argv name a marker
+        under state_dir/net-ahead/ until they exit)."""
+        marker = os.path.join(self.w.state_dir, "net-ahead/").encode()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            busy = False
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        busy = busy or marker in f.read()
+                except OSError:
+                    pass
+            if not busy:
+                return
+            time.sleep(0.05)
+        self.fail("namespaces made ahead still being set up")
+
+    def test_1_internet_by_address_and_name(self):
+        cls = type(self)
+        # net_ahead = 2 (the default): two namespaces wait for VM ids not used yet,
+        # and a create with the default policy takes one of them.
+        ahead = self.wait_namespaces(2)
+        self.wait_ahead_ready()
+        cls.a = self.w.create(network={"internet": True}, **BASE)
+        self.assertIn(self.w.vm_id(cls.a), ahead)
+        self.assertIn(self.w.vm_id(cls.a), self.wait_namespaces(3))
+        for url in (f"http://{fakenet.HTTP_ADDR}/", "http://www.example.com/"):
+            r = self.w.run(cls.a, ["curl", "-sS", "-m", "10", url], timeout_seconds=60)
+            self.assertEqual(r["stdout"], fakenet.BODY, (url, r))
+        vm = self.w.vm_id(cls.a)
+        self.assertEqual(len(fakenet.netns_named(vm)), 1, fakenet.netns_named("warren-"))
+
+    def test_2_always_denied(self):
+        cls = type(self)
+        cls.b = self.w.create(network={"internet": False}, **BASE)
+        vm_a, vm_b = self.w.vm_id(cls.a), self.w.vm_id(cls.b)
+        hv_a, hv_b = "wn-" + vm_a[3:15], "wn-" + vm_b[3:15]
+        host_a, host_b = addr_of(hv_a), addr_of(hv_b)
+        ns_b = host_b[:host_b.rfind(".") + 1] + str(int(host_b.rsplit(".", 1)[1]) + 1)
+        # The listener answers on every address of warrend's namespace: the test reaches it.
+        for addr in (host_a, fakenet.UPLINK_ADDR, "10.99.0.1"):
+            subprocess.run(["python3", "-c", f"import socket; socket.create_connection("
+                            f"('{addr}', 8081), 3).close()"], check=True)
+        got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
+                         "169.254.169.254:80",
+                         f"{host_a}:8081", f"{fakenet.UPLINK_ADDR}:8081", "10.99.0.1:8081",
+                         "10.0.2.1:22", f"{host_b}:8081", f"{ns_b}:22", "127.0.0.1:1")
+        self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
+        self.assertEqual(got.pop(f"{fakenet.HTTP2_ADDR}:80"), "open", got)
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+
+    def test_2b_allow_and_deny_lists(self):
+        w = self.w
+        for bad in ({"allow_out": ["example.com"]}, {"deny_out": "10.0.0.0/8"},
+                    {"allow_out": ["10.0.0.0/33"]}, {"internet": 1}, {"proxy": True}):
+            r = w.request("POST", "/v1/sandboxes", {"template": "base", "network": bad})
+            self.assertError(r, 400, "invalid_argument")
+        c = w.create(network={"internet": True, "allow_out": ["192.0.2.0/24", "198.51.100.0/24"],
+                              "deny_out": [fakenet.HTTP2_ADDR]}, **BASE)
+        self.assertEqual(w.get(c).json()["network"],
+                         {"internet": True, "allow_out": ["192.0.2.0/24", "198.51.100.0/24"],
+                          "deny_out": [fakenet.HTTP2_ADDR + "/32"]})
+        got = self.probe(c, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
+                         f"{fakenet.INET_ADDR}:80", "169.254.169.254:80")
+        self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+        # DNS still answers (the resolver is not subject to the lists).
+        r = w.run(c, ["curl", "-sS", "-m", "10", "http://www.example.com/"], timeout_seconds=60)
+        self.assertEqual(r["stdout"], fakenet.BODY, r)
+        # Its QEMU dies: the sandbox is dead and its namespace and veth are gone.
+        vm = w.vm_id(c)
+        self.assertEqual(len(fakenet.netns_named(vm)), 1)
+        for pid in qemu_pids(vm):
+            os.kill(pid, signal.SIGKILL)
+        w.wait_state(c, ("dead",), timeout=60)
+        self.assertEqual(fakenet.netns_named(vm), [])
+        deadline = time.time() + 15
+        while links("wn-" + vm[3:15]) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(links("wn-" + vm[3:15]), [])
+        self.assertEqual(w.delete(c).status, 200)
+
+    def assertError(self, r, status, code):
+        self.assertEqual(r.status, status, r)
+        self.assertEqual(r.json()["error"]["code"], code, r)
+
+    def test_3_no_internet_reaches_nothing(self):
+        got = self.probe(self.b, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.DNS_ADDR}:53",
+                         f"{fakenet.UPLINK_ADDR}:8081")
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+        r = self.w.exec(self.b, ["python3", "-c",
+                                 "import socket; print(socket.gethostbyname('www.example.com'))"],
+                        timeout_seconds=60)
+        self.assertEqual(r.status, 200, r)
+        self.assertNotEqual(r.json()["exit_code"], 0, r.json())
+
+    def test_4_delete_leaves_nothing(self):
+        vm = self.w.vm_id(self.a)
+        self.assertEqual(self.w.delete(self.a).status, 200)
+        self.assertEqual(wait_no_qemu(vm), [])
+        deadline = time.time() + 15
+        while (fakenet.netns_named(vm) or links("wn-" + vm[3:15])) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(fakenet.netns_named(vm), [])
+        self.assertEqual(links("wn-" + vm[3:15]), [])
+
+    def test_5_kill9_restart_sweeps(self):
+        vm = self.w.vm_id(self.b)
+        (ns,) = fakenet.netns_named(vm)
+        tag = ns[:-len(vm)]  # "warren-<tag>-"
+        self.assertEqual(tag, f"warren-{ns_tag(self.w.state_dir)}-")
+        made_ahead = {x for x in fakenet.netns_named(tag) if not x.endswith(vm)}
+        self.assertEqual(len(made_ahead), 2, made_ahead)
+        self.w.kill9()
+        stray = tag + "vm-00000000deadbeef"
+        fakenet.sh("ip", "netns", "add", stray)
+        self.w.start()
+        self.assertEqual(fakenet.netns_named(stray), [], self.w.log_text())
+        self.assertEqual(fakenet.netns_named(vm), [ns])  # re-adopted: kept
+        # The killed warrend's namespaces made ahead are strays too.
+        self.assertFalse(made_ahead & set(fakenet.netns_named(tag)), made_ahead)
+        # The policy survives in the VM's record.
+        self.assertEqual(self.w.get(self.b).json()["network"],
+                         {"internet": False, "allow_out": [], "deny_out": []})
+        # 503 while the guest channel reconnects after the restart, then 200.
+        deadline = time.time() + 60
+        while True:
+            r = self.w.exec(self.b, "echo hi")
+            if r.status != 503 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual((r.status, r.json().get("stdout")), (200, "hi\n"), r)
+        self.assertEqual(self.w.delete(self.b).status, 200)
+        self.assertEqual(wait_no_qemu(vm), [])
+        # Only the two namespaces made ahead remain (their veths with them); when
+        # warrend stops they go too.
+        self.wait_namespaces(2)
+        deadline = time.time() + 15
+        while len(links("wn-")) != 2 and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(links("wn-")), 2, links("wn-"))
+        self.w.stop()
+        deadline = time.time() + 15
+        while (fakenet.netns_named(tag) or links("wn-")) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(fakenet.netns_named(tag), [])
+        self.assertEqual(links("wn-"), [])
+
+
+class TestNetConf(unittest.TestCase):
+    """Configurations warrend refuses at start, saying why (no VM)."""
+
+    def refused(self, conf, why):
+        w = Warren(conf)
+        try:
+            with self.assertRaises(RuntimeError) as cm:
+                w.start(timeout=30)
+            self.assertIn(why, str(cm.exception))
+        finally:
+            w.cleanup()
+
+    def test_refused(self):
+        self.refused(net_conf(net_uplink=""), "net_uplink must name")
+        self.refused(net_conf(net_range="10.0.0.0/30"), "net_range must be")
+        self.refused(net_conf(net_dns_upstream="dns.example"), "net_dns_upstream must be")
+        # A jailed QEMU cannot set up its namespace (jail = required: jailed or nothing).
+        self.refused(net_conf(jail="required"), "net_enabled = true needs jail = off")
+
+
+class TestNetPool(unittest.TestCase):
+    """The warm pool with networking: the template boots with the NIC, every clone
+    restored from it has the same guest address, MAC and gateway in a namespace
+    of its own, and reaches the fake internet; a create asking for another
+    policy than the default boots cold instead of taking a clone."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(net_conf(pool_size="1", default_template="base")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+        remove_namespaces(cls.w)
+
+    def wait_pool_ready(self, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            p = self.w.request("GET", "/healthz").json()["pool"]
+            if p and p["state"] == "ready" and p["ready"] >= 1:
+                return p
+            time.sleep(0.1)
+        raise AssertionError(f"the pool never got ready\n{self.w.log_text()}")
+
+    def fetch(self, sid):
+        return self.w.exec(sid, ["curl", "-sS", "-m", "10", f"http://{fakenet.HTTP_ADDR}/"],
+                           timeout_seconds=60).json()
+
+    def test_clones_reach_internet(self):
+        w = self.w
+        self.wait_pool_ready()
+        a = w.create(**BASE)
+        self.wait_pool_ready()
+        b = w.create(**BASE)
+        c = w.create(network={"internet": False}, **BASE)
+        ja, jb, jc = (w.get(x).json() for x in (a, b, c))
+        self.assertEqual((ja["source"], jb["source"]), ("pool", "pool"), (ja, jb))
+        self.assertNotEqual(jc["source"], "pool", jc)
+        for sid in (a, b):
+            r = self.fetch(sid)
+            self.assertEqual((r["exit_code"], r["stdout"]), (0, fakenet.BODY), r)
+        self.assertNotEqual(self.fetch(c)["exit_code"], 0)
+        # One namespace per live VM (the three sandboxes and the pool's ready VM)
+        # and the two made ahead; the template's went when it was sealed.
+        tag = f"warren-{ns_tag(w.state_dir)}-"
+        live = {ja["vm_id"], jb["vm_id"], jc["vm_id"]}
+        names = {n[len(tag):] for n in fakenet.netns_named(tag)}
+        self.assertTrue(live <= names, (live, names))
+        self.assertEqual(len(names - live), 3, (live, names))
+        for sid in (a, b, c):
+            self.assertEqual(w.delete(sid).status, 200)
+        for vm in live:
+            self.assertEqual(wait_no_qemu(vm), [])
+        self.assertTrue(all(not fakenet.netns_named(vm) for vm in live))
+
+
+@unittest.skipUnless(os.environ.get("WARREN_BIG") == "1", "create/delete cycles: WARREN_BIG=1")
+class TestNetCycles(unittest.TestCase):
+    """N create/delete cycles (WARREN_NET_CYCLES, default 500), alternating the
+    default policy (a namespace made ahead) and internet off (set up at launch):
+    afterwards only the namespaces made ahead remain, no veth of a VM, no QEMU,
+    and warrend holds no more fds than after the first cycle."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(net_conf(default_template="minimal")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+        remove_namespaces(cls.w)
+
+    def test_cycles(self):
+        w = self.w
+        n = int(os.environ.get("WARREN_NET_CYCLES", "500"))
+        tag = f"warren-{ns_tag(w.state_dir)}-"
+        fds = None
+        for i in range(n):
+            sid = w.create(network={"internet": i % 2 == 0})
+            self.assertEqual(w.delete(sid).status, 200)
+            if i == 0:
+                fds = len(os.listdir(f"/proc/{w.proc.pid}/fd"))
+        self.assertEqual(wait_no_qemu(w.state_dir), [])
+        deadline = time.time() + 30
+        while (len(fakenet.netns_named(tag)) != 2 or len(links("wn-")) != 2) and \
+                time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(fakenet.netns_named(tag)), 2, fakenet.netns_named(tag))
+        self.assertEqual(len(links("wn-")), 2, links("wn-"))
+        self.assertLessEqual(len(os.listdir(f"/proc/{w.proc.pid}/fd")), fds + 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
