@@ -139,20 +139,17 @@ char *net_vm_rules(const char *range, const char *dns, const struct net_policy *
     }
     /* The operator's lists: deny_out drops first; allow_out narrows what is
      * accepted. Neither can open anything in the always-deny set. */
-    if (internet && pol->deny_out[0])
-        snprintf(sets + strlen(sets), sizeof(sets) - strlen(sets),
-                 "  set deny_out {\n"
-                 "    type ipv4_addr; flags interval; auto-merge\n"
-                 "    elements = { %s }\n"
-                 "  }\n",
-                 pol->deny_out);
-    if (internet && pol->allow_out[0])
-        snprintf(sets + strlen(sets), sizeof(sets) - strlen(sets),
-                 "  set allow_out {\n"
-                 "    type ipv4_addr; flags interval; auto-merge\n"
-                 "    elements = { %s }\n"
-                 "  }\n",
-                 pol->allow_out);
+    for (int i = 0; internet && i < 2; i++) {
+        const char *name = i ? "allow_out" : "deny_out",
+                   *elems = i ? pol->allow_out : pol->deny_out;
+        if (elems[0])
+            snprintf(sets + strlen(sets), sizeof(sets) - strlen(sets),
+                     "  set %s {\n"
+                     "    type ipv4_addr; flags interval; auto-merge\n"
+                     "    elements = { %s }\n"
+                     "  }\n",
+                     name, elems);
+    }
     if (internet)
         snprintf(out, sizeof(out),
                  "%s    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr != @deny "

@@ -13,7 +13,7 @@ import subprocess
 import time
 import unittest
 
-from warren import Warren, WarrenCase, free_port, image_dir, qemu_pids, warrend_path, wait_no_qemu
+from warren import Warren, WarrenCase, fnv1a, free_port, image_dir, qemu_pids, warrend_path, wait_no_qemu
 
 CG_SYSFS = "/sys/fs/cgroup"
 CYCLES = int(os.environ.get("WARREN_JAIL_CYCLES", "20"))
@@ -33,13 +33,6 @@ def jail_possible():
         except OSError:
             pass
     return v1 or v2
-
-
-def fnv1a(s):
-    h = 2166136261
-    for b in s.encode():
-        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
-    return f"{h:08x}"
 
 
 def group_parents(w):

@@ -17,7 +17,7 @@ import time
 import unittest
 
 import fakenet
-from warren import Warren, image_dir, qemu_pids, wait_no_qemu
+from warren import Warren, fnv1a, image_dir, qemu_pids, wait_no_qemu
 
 BASE = {"template": "base"}
 PROBE = r'''
@@ -48,10 +48,7 @@ def images_have_nic():
 
 def ns_tag(state_dir):
     """The tag of this warrend's namespaces: FNV-1a of its state dir (server/net.c)."""
-    h = 2166136261
-    for c in state_dir.encode():
-        h = ((h ^ c) * 16777619) & 0xffffffff
-    return f"{h:08x}"
+    return fnv1a(state_dir)
 
 
 def links(prefix):

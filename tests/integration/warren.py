@@ -99,6 +99,15 @@ def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def fnv1a(s):
+    """FNV-1a of s, as warrend tags what it makes for one state dir (its jail's
+    cgroups, its network namespaces): 8 hex digits."""
+    h = 2166136261
+    for b in s.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
 def held(w, gone_vms=()):
     """What w's warrend holds on this machine: its QEMU processes (found by state dir),
     its VM run dirs, the templates' guest RAM files in /dev/shm; and, of the VMs in

@@ -11,15 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
+#include "check.h"
 
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c);                  \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+int failures;
 
 static void test_range(void)
 {
