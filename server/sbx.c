@@ -163,8 +163,12 @@ static json_t *sandbox_json(const struct sandbox *sb)
     json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
-    json_object_set_new(
-        o, "source", json_string(sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool" : "boot"));
+    json_object_set_new(o, "source",
+                        json_string(sb->snap_id[0]                                  ? "snapshot"
+                                    : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool"
+                                                                                    : "boot"));
+    if (sb->snap_id[0])
+        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -188,6 +192,8 @@ int sbx_save(struct sandbox *sb)
 
     if (o && sb->keep_running)
         json_object_set_new(o, "keep_running", json_true());
+    if (o && sb->snap_id[0])
+        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
 
@@ -352,10 +358,11 @@ static void sandbox_ready(struct sandbox *sb)
     }
     if (sandbox_state_set(sb, ST_RUNNING) != 0)
         return;
-    /* A clone from the pool: its INIT has just set clock, entropy (reseeded) and
-     * hostname; the boot id is still the template's, shared by every clone. A new one
-     * goes now, before the create is answered, so it precedes any user command. */
-    if (sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 &&
+    /* A clone from the pool or a snapshot: its INIT has just set clock, entropy
+     * (reseeded) and hostname; the boot id is still the template's (the snapshot's),
+     * shared by every clone. A new one goes now, before the create is answered, so it
+     * precedes any user command. */
+    if (sb->vmr && (strcmp(sb->vmr->boot, "pool") == 0 || strcmp(sb->vmr->boot, "snapshot") == 0) &&
         sbx_resync(sb, SBX_RESYNC_BOOT_ID | SBX_RESYNC_HOSTNAME, NULL, NULL) != 0)
         LOGS(LOG_WARN, sb->id,
              "cannot send the hand-out's RESYNC: its boot id stays the "
@@ -846,7 +853,7 @@ static void on_handout_cont(void *ud, int err, const char *why)
  * not know is killed as a stray by the next warrend, so a sandbox that cannot be saved
  * is not created (it ends dead). The VM first: a sandbox record naming a VM with no
  * record would be lost at restart. 0, or -1 with err set. */
-static int record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err)
+int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err)
 {
     int r = sbx_vm_save(vm);
 
@@ -875,7 +882,7 @@ static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink 
     int r;
 
     sbx_vm_bind(vm, sb);
-    if (record_new(sb, vm, err) != 0)
+    if (sbx_record_new(sb, vm, err) != 0)
         return SBX_E_INDEX_WRITE_FAILED;
     /* Before the op exists: a failure here is answered by our return value alone. */
     if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
@@ -903,11 +910,11 @@ fail:
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",  "ttl_seconds",  "idle_timeout_seconds",
-                                         "memory_mb", "vcpus",        "env",
-                                         "metadata",  "keep_running", NULL};
+    static const char *const fields[] = {
+        "template", "ttl_seconds", "idle_timeout_seconds", "memory_mb",   "vcpus",
+        "env",      "metadata",    "keep_running",         "snapshot_id", NULL};
     const struct srv_config *c = t->cfg;
-    const char *tmpl;
+    const char *tmpl, *snap_id = NULL;
     unsigned ttl, idle, mem, vcpus;
     json_t *env = NULL, *meta = NULL, *keep_running;
     char base[4096], real[PATH_MAX];
@@ -921,8 +928,15 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
 
     if ((status = sbx_check_fields(body, fields, err)))
         return status;
-    tmpl = json_string_value(json_object_get(body, "template"));
-    if (!json_object_get(body, "template"))
+    if (json_object_get(body, "snapshot_id") &&
+        !(snap_id = json_string_value(json_object_get(body, "snapshot_id"))))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "snapshot_id must be a snapshot's id");
+    /* From a snapshot: its template, memory and vCPUs (sbx_snap.c). */
+    if (snap_id && (status = sbx_snap_for_create(t, body, snap_id, &tmpl, &mem, &vcpus, err)))
+        return status;
+    if (!snap_id)
+        tmpl = json_string_value(json_object_get(body, "template"));
+    if (!snap_id && !json_object_get(body, "template"))
         tmpl = c->default_template;
     if (!tmpl || !template_name_ok(tmpl)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
@@ -934,9 +948,10 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
         (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
                            err)) ||
-        (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
-                           c->max_memory_mb, &mem, err)) ||
-        (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
+        (!snap_id && (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
+                                        c->max_memory_mb, &mem, err))) ||
+        (!snap_id &&
+         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
@@ -980,6 +995,10 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->env = env;
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
+    if (snap_id) {
+        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", snap_id);
+        return sbx_snap_start(sb, sink, user, opid, err);
+    }
     if ((vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
     r = sbx_vm_new(t, tmpl, mem, vcpus, &vm);
@@ -994,7 +1013,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r != 0)
         goto fail;
-    if (record_new(sb, vm, err) != 0)
+    if (sbx_record_new(sb, vm, err) != 0)
         return SBX_E_INDEX_WRITE_FAILED;
     op = ops_new(sb, OP_CREATE, sink, user);
     if (!op) {
@@ -1182,6 +1201,11 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
     sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
+    {
+        const char *sid = json_string_value(json_object_get(o, "snapshot_id"));
+        if (sid && strlen(sid) < sizeof(sb->snap_id))
+            snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", sid);
+    }
     /* No vm_id and no run_dir: its VM never got that far (a failed create). */
     if (!*vm_id && run_dir) {
         struct sbx_vm *vm;
@@ -1355,7 +1379,9 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
             idx_migrated(t->idx));
     /* VMs first: a sandbox record of an older warrend makes a VM record unless one is
      * there already. */
-    r = sbx_vm_restore_all(t);
+    r = sbx_snap_restore_all(t);
+    if (r == 0)
+        r = sbx_vm_restore_all(t);
     if (r == 0)
         r = idx_foreach(t->idx, IDX_SANDBOXES, restore_one, t);
     if (r != 0)
@@ -1393,6 +1419,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         sandbox_free(sb);
     }
     sbx_vm_free_all(t, kill_vms);
+    sbx_snap_free_all(t);
     /* Queued removals and flushes finish first; shutdown may then wait on the disk. */
     bg_free(t->bg);
     if (t->idx) {

@@ -34,7 +34,18 @@
 #include <mbedtls/entropy.h>
 
 /* OP_PLIST, OP_ATTACH and OP_PCTL are the process operations of ops_proc.c. */
-enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP, OP_PLIST, OP_ATTACH, OP_PCTL };
+/* OP_SNAP: a snapshot being taken (sbx_snap.c); no guest stream. */
+enum op_kind {
+    OP_CREATE,
+    OP_EXEC,
+    OP_FREAD,
+    OP_FWRITE,
+    OP_FOP,
+    OP_PLIST,
+    OP_ATTACH,
+    OP_PCTL,
+    OP_SNAP
+};
 
 struct sandbox;
 
@@ -102,6 +113,7 @@ struct sandbox {
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
     char vm_id[24];     /* its VM's id, as recorded ("" for none) */
+    char snap_id[24];   /* the snapshot it was restored from ("" for none) */
     struct sbx_vm *vmr; /* its VM (bound by sbx_vm_bind), or NULL */
     struct vmm *vm;     /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
     bool vm_gone;       /* the VM exited; vm is freed outside its callback */
@@ -147,8 +159,9 @@ struct sbx_table {
     bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
-    struct vmm_jail *jail; /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
-    struct pool *pool;     /* the warm pool (pool/pool.h), NULL when off */
+    struct vmm_jail *jail;   /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
+    struct pool *pool;       /* the warm pool (pool/pool.h), NULL when off */
+    struct sbx_snaps *snaps; /* snapshots and the ones being taken (sbx_snap.c) */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -228,6 +241,37 @@ int sbx_state_set(struct sandbox *sb, enum sbx_state to);
 /* End a sandbox dead for reason: fails its ops, stops its VM. */
 void sbx_die(struct sandbox *sb, const char *reason);
 
+/* Record a new sandbox and its VM (the VM's record first); on failure the sandbox ends
+ * dead and err is set: 0 or -1. */
+int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err);
+
+/* ---- snapshots (sbx_snap.c; the API is sbx_snap.h) ---- */
+
+/* The identity of a file something depends on (a template's base image). */
+struct sbx_ident {
+    char path[4096];
+    long long size, mtime_ns, ino;
+};
+/* path resolved and stat'ed: 0 or -errno. */
+int sbx_ident_get(struct sbx_ident *id, const char *path);
+/* {"path","size","mtime_ns","ino"} (new reference). */
+json_t *sbx_ident_json(const struct sbx_ident *id);
+/* Whether the recorded identity o is the file's now: NULL, or what differs. */
+const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
+/* Read the snapshots table into t->snaps and remove snapshot dirs no record names:
+ * 0 or -errno. */
+int sbx_snap_restore_all(struct sbx_table *t);
+void sbx_snap_free_all(struct sbx_table *t);
+/* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not
+ * ask for others), its base image unchanged. 0, or an sbx_errcode with *err. */
+int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,
+                        unsigned *mem, unsigned *vcpus, struct sbx_err *err);
+/* Start sb (STARTING, sb->snap_id set) from its snapshot: new VM, overlay over the
+ * snapshot's disk, restore; the create op answers once the guest's session is up. As
+ * sbx_create (on failure sb ends dead). */
+int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
+                   struct sbx_err *err);
+
 /* ---- idle freeze and resync (sbx_freeze.c) ---- */
 
 /*
@@ -270,6 +314,8 @@ void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ops_free(struct op *op);
 struct op *ops_by_stream(struct sandbox *sb, uint32_t stream);
+/* The op of that id, or NULL (finished, freed). */
+struct op *ops_by_id(struct sbx_table *t, sbx_op_t id);
 /* Deliver a guest frame that belongs to an op (ops.c). */
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
 /* Finish every op of sb with this error ("sandbox <id>: msg"). */

@@ -1,0 +1,186 @@
+"""Snapshots of running sandboxes against real microVMs (issue 8): a snapshot
+holds the whole VM (memory, running processes) and its disk; a sandbox created
+from it sees the files and a background loop still counting, with writes of
+its own and a boot id and hostname of its own; the snapshot tree (parent
+links) is listed, and a snapshot something depends on cannot be deleted; a
+corrupt or truncated snapshot file is refused at create with a clear error and
+no VM is left running from it; snapshots survive a kill -9 of warrend.
+
+One warrend, pool off (sandboxes are cold-booted: their RAM goes whole into
+the snapshot). The methods run in name order and build on each other.
+"""
+import os
+import time
+import unittest
+
+from warren import WarrenCase, qemu_pids, wait_no_qemu
+
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done"
+
+
+class TestSnapshots(WarrenCase):
+    conf = {"jail": "off"}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        w = cls.w
+        try:
+            cls.parent = w.create()
+            w.run(cls.parent, "echo parent-file > /root/f")
+            r = w.request("POST", f"/v1/sandboxes/{cls.parent}/exec",
+                          {"cmd": COUNTER, "background": True})
+            if r.status != 201:
+                raise AssertionError(f"background exec failed: {r}")
+        except BaseException:
+            w.cleanup()  # tearDownClass does not run when setUpClass fails
+            raise
+
+    def snapshot(self, sid, **body):
+        r = self.w.request("POST", f"/v1/sandboxes/{sid}/snapshot", body)
+        self.assertEqual(r.status, 201, f"{r}\n{self.w.log_text()}")
+        return r.json()
+
+    def create_from(self, snap_id):
+        w = self.w
+        r = w.request("POST", "/v1/sandboxes",
+                      {"snapshot_id": snap_id, "ttl_seconds": w.TEST_TTL_S,
+                       "idle_timeout_seconds": w.TEST_IDLE_S})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        return r.json()
+
+    def count(self, sid):
+        return int(self.w.run(sid, "cat /tmp/count")["stdout"])
+
+    def counting(self, sid):
+        """The background loop runs: its count grows (it ticks every 0.2 s)."""
+        c0 = self.count(sid)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if self.count(sid) > c0:
+                return True
+            time.sleep(0.3)
+        return False
+
+    def test_1_snapshot_then_create_from_it(self):
+        w, a = self.w, self.parent
+        s = self.snapshot(a, metadata={"step": "one"})
+        type(self).snap = s["snapshot_id"]
+        self.assertEqual(s["parent"], a, s)
+        self.assertIsNone(s["parent_snapshot"], s)
+        self.assertGreater(s["size_bytes"], 0, s)
+        self.assertEqual(s["metadata"], {"step": "one"}, s)
+        # The parent runs on after it, loop included.
+        self.assertTrue(self.counting(a))
+
+        b = self.create_from(s["snapshot_id"])
+        type(self).child = b["id"]
+        self.assertEqual(b["source"], "snapshot", b)
+        self.assertEqual(b["snapshot_id"], s["snapshot_id"], b)
+        self.assertNotEqual(b["vm_id"], w.get(a).json()["vm_id"])
+        self.assertEqual(w.run(b["id"], "cat /root/f")["stdout"], "parent-file\n")
+        # The loop the parent started runs in the new VM too: restored, not rebooted.
+        self.assertTrue(self.counting(b["id"]))
+        r = w.run(b["id"], "ps -o args 2>/dev/null || ps")
+        self.assertIn("while", r["stdout"], r)
+        # Writes are private to each.
+        w.run(b["id"], "echo child > /root/g && sync")
+        r = w.run(a, "cat /root/g 2>&1; echo rc=$?")
+        self.assertIn("rc=1", r["stdout"], r)
+        w.run(a, "echo parent-later > /root/h && sync")
+        r = w.run(b["id"], "cat /root/h 2>&1; echo rc=$?")
+        self.assertIn("rc=1", r["stdout"], r)
+        # A boot id and hostname of its own, and its RNG reseeded.
+        ids = "cat /proc/sys/kernel/random/boot_id; hostname; head -c 16 /dev/urandom | od -An -tx1"
+        ia, ib = w.run(a, ids)["stdout"], w.run(b["id"], ids)["stdout"]
+        la, lb = ia.split("\n"), ib.split("\n")
+        self.assertNotEqual(la[0], lb[0], (ia, ib))
+        self.assertEqual(lb[1], b["id"])
+        self.assertNotEqual(la[2], lb[2], (ia, ib))
+        # Its clock was set when it was restored.
+        guest = float(w.run(b["id"], "date +%s")["stdout"])
+        self.assertLess(abs(guest - time.time()), 5)
+
+    def test_2_tree_listing_and_delete(self):
+        w, s, b = self.w, self.snap, self.child
+        s2 = self.snapshot(b)
+        self.assertEqual(s2["parent"], b, s2)
+        self.assertEqual(s2["parent_snapshot"], s, s2)
+        r = w.request("GET", "/v1/snapshots")
+        self.assertEqual(r.status, 200, r)
+        snaps = {x["snapshot_id"]: x for x in r.json()["snapshots"]}
+        self.assertEqual(snaps[s]["parent"], self.parent)
+        self.assertEqual(snaps[s2["snapshot_id"]]["parent_snapshot"], s)
+        r = w.request("GET", f"/v1/snapshots/{s}")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["id"], s)
+        self.assertError(w.request("GET", "/v1/snapshots/snap-nope"), 404, "snapshot_not_found")
+        # Needed by a live sandbox and by the second snapshot: 409, saying which.
+        r = w.request("DELETE", f"/v1/snapshots/{s}")
+        self.assertError(r, 409, "snapshot_in_use")
+        self.assertIn(b, r.json()["error"]["message"])
+        self.assertIn(s2["snapshot_id"], r.json()["error"]["message"])
+        self.assertEqual(w.delete(b).status, 200)
+        r = w.request("DELETE", f"/v1/snapshots/{s}")
+        self.assertError(r, 409, "snapshot_in_use")
+        self.assertNotIn(b, r.json()["error"]["message"])
+        # The leaf goes, then its parent; their files go too.
+        r = w.request("DELETE", f"/v1/snapshots/{s2['snapshot_id']}")
+        self.assertEqual(r.status, 200, r)
+        r = w.request("DELETE", f"/v1/snapshots/{s}")
+        self.assertEqual(r.status, 200, r)
+        self.assertError(w.request("DELETE", f"/v1/snapshots/{s}"), 404, "snapshot_not_found")
+        d = os.path.join(w.state_dir, "snapshots")
+        deadline = time.time() + 10
+        while os.listdir(d) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(os.listdir(d), [])
+
+    def test_3_corrupt_or_truncated_snapshot_is_refused(self):
+        w = self.w
+        for damage in ("flip", "truncate"):
+            s = self.snapshot(self.parent)["snapshot_id"]
+            path = os.path.join(w.state_dir, "snapshots", s, "state.snap")
+            if damage == "flip":
+                with open(path, "r+b") as f:
+                    f.seek(8192)
+                    b = f.read(1)
+                    f.seek(8192)
+                    f.write(bytes([b[0] ^ 0xFF]))
+            else:
+                os.truncate(path, os.path.getsize(path) // 2)
+            r = w.request("POST", "/v1/sandboxes",
+                          {"snapshot_id": s, "ttl_seconds": w.TEST_TTL_S})
+            self.assertError(r, 409, "snapshot_invalid")
+            msg = r.json()["error"]["message"]
+            self.assertIn(s, msg)
+            self.assertTrue("checksum" in msg or "truncated" in msg, msg)
+            # No VM runs from it: the sandbox it was for is dead, its QEMU gone.
+            dead = [x for x in w.request("GET", "/v1/sandboxes?state=dead").json()["sandboxes"]
+                    if x.get("snapshot_id") == s]
+            self.assertEqual(len(dead), 1, dead)
+            wait_no_qemu(dead[0]["vm_id"])
+            self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
+        # The parent is unharmed by all this.
+        self.assertTrue(self.counting(self.parent))
+
+    def test_4_snapshots_survive_kill9(self):
+        w = self.w
+        s = self.snapshot(self.parent)["snapshot_id"]
+        w.run(self.parent, "echo after-snap > /root/f")
+        w.kill9()
+        w.start()
+        r = w.request("GET", f"/v1/snapshots/{s}")
+        self.assertEqual(r.status, 200, r)
+        b = self.create_from(s)["id"]
+        self.assertEqual(w.run(b, "cat /root/f")["stdout"], "parent-file\n")
+        self.assertTrue(self.counting(b))
+        # The parent survived too (re-adopted), with its later write.
+        self.assertEqual(w.run(self.parent, "cat /root/f")["stdout"], "after-snap\n")
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 409)
+        w.delete(b)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
+
+
+if __name__ == "__main__":
+    unittest.main()
