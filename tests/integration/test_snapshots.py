@@ -13,7 +13,8 @@ import os
 import time
 import unittest
 
-from warren import WarrenCase, qemu_pids, wait_no_qemu
+from warren import Warren, WarrenCase, qemu_pids, wait_no_qemu
+from test_pool import POOL_CONF, wait_pool_ready
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done"
 
@@ -180,6 +181,43 @@ class TestSnapshots(WarrenCase):
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 409)
         w.delete(b)
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
+
+
+class TestSnapshotOfPoolSandbox(unittest.TestCase):
+    """A sandbox from the warm pool: its disk is layered on the pool template's frozen
+    overlay, which the pool removes on a clean shutdown. Its snapshot keeps that file
+    (a hard link) and is still restorable after warrend stopped cleanly."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(dict(POOL_CONF, pool_size="1")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+
+    def test_snapshot_survives_the_templates_removal(self):
+        w = self.w
+        wait_pool_ready(w, 1)
+        a = w.create()
+        self.assertEqual(w.get(a).json()["source"], "pool")
+        w.run(a, "echo pooled > /root/p")
+        r = w.request("POST", f"/v1/sandboxes/{a}/snapshot", {})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        s = r.json()["snapshot_id"]
+        w.delete(a)
+        w.stop()  # clean: the pool removes its template's files
+        tdir = os.path.join(w.state_dir, "templates")
+        w.start()
+        r = w.request("POST", "/v1/sandboxes", {"snapshot_id": s, "ttl_seconds": w.TEST_TTL_S})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        b = r.json()["id"]
+        self.assertEqual(w.run(b, "cat /root/p")["stdout"], "pooled\n")
+        # Its disk chain goes through the snapshot's own link, not the template dir.
+        with open(os.path.join(w.state_dir, "snapshots", s, "disk.qcow2"), "rb") as f:
+            head = f.read(4096)
+        self.assertIn(os.path.join(w.state_dir, "snapshots", s, "backing.qcow2").encode(), head)
+        self.assertNotIn(tdir.encode(), head)
 
 
 if __name__ == "__main__":
