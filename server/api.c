@@ -115,6 +115,7 @@ int api_route_match(const char *path, struct api_route *r)
         {"/pty", API_R_PTY, API_GET},
         {"/session", API_R_SESSION, API_GET},
         {"/snapshot", API_R_SNAPSHOT_SB, API_POST},
+        {"/fork", API_R_FORK, API_POST},
     };
     static const char spfx[] = "/v1/snapshots";
     static const char pfx[] = "/v1/sandboxes";

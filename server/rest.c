@@ -28,7 +28,7 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         /* A create (of a sandbox, or a snapshot), or a background exec (the process was
          * created), or another op. */
         status = p->route == API_R_SANDBOXES || p->route == API_R_SNAPSHOT_SB ||
-                         (p->route == API_R_EXEC && p->bg_exec)
+                         p->route == API_R_FORK || (p->route == API_R_EXEC && p->bg_exec)
                      ? 201
                      : 200;
     }
@@ -393,6 +393,12 @@ static void dispatch_body(struct pss *p)
         rc = sbx_snapshot(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
         start_op(p, rc, &err);
         break;
+    case API_R_FORK:
+        if (disk_full(p))
+            break;
+        rc = sbx_fork(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
             resp_api_err(p, &e);
@@ -740,6 +746,7 @@ void rest_request(struct pss *p, const char *uri)
     }
     case API_R_TIMEOUT:
     case API_R_SNAPSHOT_SB:
+    case API_R_FORK:
     case API_R_FILES_RENAME:
     case API_R_PROC_STDIN:
     case API_R_PROC_SIGNAL:

@@ -1143,6 +1143,7 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
             sandbox_free(sb);
         }
     }
+    sbx_snap_tick(t);
     index_flush(t);
 }
 

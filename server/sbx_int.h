@@ -262,6 +262,8 @@ const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
  * 0 or -errno. */
 int sbx_snap_restore_all(struct sbx_table *t);
 void sbx_snap_free_all(struct sbx_table *t);
+/* The reaper's tick: remove fork snapshots nothing depends on any more. */
+void sbx_snap_tick(struct sbx_table *t);
 /* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not
  * ask for others), its base image unchanged. 0, or an sbx_errcode with *err. */
 int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,

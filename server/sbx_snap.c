@@ -38,6 +38,7 @@ struct sbx_snap {
     char dir[4096];
     json_t *base; /* identity of the template's base image (sbx_ident_json) */
     json_t *metadata;
+    bool internal; /* a fork's: removed once nothing depends on it (sbx_snap_tick) */
 };
 
 /* A snapshot being taken. */
@@ -52,12 +53,27 @@ struct snap_job {
     int err;             /* of the copy */
     char why[256];
     int64_t t0;
+    unsigned fork;    /* a fork of this many: their creates follow the snapshot */
+    json_t *fork_req; /* the creates' body (without snapshot_id) */
+};
+
+/* A fork's creates in flight; the fork op answers once all are. */
+struct fork_ctx {
+    struct sbx_table *t;
+    sbx_op_t op;
+    char snap[24];
+    unsigned want, answered;
+    json_t *made;       /* the sandboxes' records, in order of answer */
+    struct sbx_err err; /* the first failure (code 0: none) */
+    int64_t t0;
 };
 
 struct sbx_snaps {
     struct sbx_snap *list; /* newest first */
     struct snap_job *jobs; /* saving (waiting on QEMU) */
 };
+
+static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
 
 /* ---- identity of a file a snapshot depends on (pool.c's template uses it too) ---- */
 
@@ -136,9 +152,9 @@ static json_t *snap_json(const struct sbx_snap *s)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:O}", "id", s->id, "parent", s->parent,
-                  "template", s->tmpl, "type", "sandbox", "memory_mb", (json_int_t)s->mem_mb,
-                  "vcpus", (json_int_t)s->vcpus, "size_bytes", (json_int_t)s->size, "created_at",
-                  iso(s->created_ms), "metadata", s->metadata);
+                  "template", s->tmpl, "type", s->internal ? "fork" : "sandbox", "memory_mb",
+                  (json_int_t)s->mem_mb, "vcpus", (json_int_t)s->vcpus, "size_bytes",
+                  (json_int_t)s->size, "created_at", iso(s->created_ms), "metadata", s->metadata);
 
     json_object_set_new(o, "snapshot_id", json_string(s->id));
     json_object_set_new(o, "parent_snapshot",
@@ -153,9 +169,13 @@ static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
                           "mem_mb", (json_int_t)s->mem_mb, "vcpus", (json_int_t)s->vcpus, "size",
                           (json_int_t)s->size, "created_ms", (json_int_t)s->created_ms, "dir",
                           s->dir, "base", s->base, "metadata", s->metadata);
-    char *str = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int r = str ? idx_put(t->idx, IDX_SNAPSHOTS, s->id, str, strlen(str)) : -ENOMEM;
+    char *str;
+    int r;
 
+    if (o && s->internal)
+        json_object_set_new(o, "internal", json_true());
+    str = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = str ? idx_put(t->idx, IDX_SNAPSHOTS, s->id, str, strlen(str)) : -ENOMEM;
     if (r != 0)
         LOGS(LOG_ERR, s->id, "cannot save the snapshot record: %s", idx_strerror(r));
     else
@@ -202,6 +222,7 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     s->created_ms = created;
     s->base = json_incref(base);
     s->metadata = json_incref(meta);
+    s->internal = json_is_true(json_object_get(o, "internal"));
     /* idx_foreach goes in key order; the list is shown oldest first (sbx_snap_list). */
     s->next = t->snaps->list;
     t->snaps->list = s;
@@ -285,6 +306,7 @@ void sbx_snap_free_all(struct sbx_table *t)
         t->snaps->jobs = j->next;
         rm_dir(j->s->dir);
         snap_free(j->s);
+        json_decref(j->fork_req);
         free(j);
     }
     free(t->snaps);
@@ -306,6 +328,7 @@ static void job_unlink(struct snap_job *j)
 /* End a job: its files removed unless the snapshot was recorded (s NULL then). */
 static void job_free(struct snap_job *j)
 {
+    json_decref(j->fork_req);
     if (j->s) {
         rm_later(j->t, j->s->dir);
         snap_free(j->s);
@@ -472,7 +495,9 @@ static void copy_done(void *arg)
     LOGS(LOG_INFO, sb->id, "snapshot %s taken in %.0f ms (%.1f MiB), continuing", s->id,
          (double)(sbx_now_ms() - j->t0), (double)s->size / 1048576.0);
     sandbox_continue(sb);
-    if (op)
+    if (j->fork)
+        fork_start(j, s, op);
+    else if (op)
         ops_finish(op, NULL, snap_json(s));
     job_free(j);
 }
@@ -520,45 +545,48 @@ static bool backed_by_template(struct sbx_table *t, const char *backing)
            backing[strlen(real)] == '/';
 }
 
-int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                 void *user, sbx_op_t *opid, struct sbx_err *err)
+/* Start a snapshot of sandbox id (for a fork of fork sandboxes: their creates' body
+ * fork_req follows it). Takes meta and fork_req. As sbx_snapshot. */
+static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigned fork,
+                      json_t *fork_req, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
+                      struct sbx_err *err)
 {
-    static const char *const fields[] = {"metadata", NULL};
     struct sandbox *sb;
     struct snap_job *j;
     struct sbx_snap *s;
     struct sbx_ident base;
     char backing[1024], path[4096 + 80]; /* a qcow2 backing name: at most 1023 bytes */
-    json_t *meta = NULL;
     uint8_t rnd[8];
     struct op *op;
     int status, r;
 
-    if ((status = sbx_check_fields(body, fields, err)) ||
-        (status = sbx_json_str_map(body, "metadata", &meta, err)))
-        return status;
     if ((status = sbx_usable(t, id, &sb, err))) {
         json_decref(meta);
+        json_decref(fork_req);
         return status;
     }
     if ((status = ops_quota(sb, err))) {
         json_decref(meta);
+        json_decref(fork_req);
         return status;
     }
     if (!sb->vmr || !sb->vm || sb->vm_gone) {
         json_decref(meta);
+        json_decref(fork_req);
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no running VM", sb->id);
     }
     snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, sb->tmpl);
     if ((r = sbx_ident_get(&base, path)) != 0 ||
         (r = vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing))) != 0) {
         json_decref(meta);
+        json_decref(fork_req);
         return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot read its disk's chain: %s",
                            sb->id, strerror(-r));
     }
     if (!(s = calloc(1, sizeof(*s))) || !(j = calloc(1, sizeof(*j)))) {
         free(s);
         json_decref(meta);
+        json_decref(fork_req);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     sbx_random(t, rnd, sizeof(rnd));
@@ -574,6 +602,9 @@ int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct
     snprintf(s->dir, sizeof(s->dir), "%s/snapshots/%s", t->cfg->state_dir, s->id);
     j->t = t;
     j->s = s;
+    j->fork = fork;
+    j->fork_req = fork_req;
+    s->internal = fork > 0;
     j->t0 = sbx_now_ms();
     snprintf(j->sb_id, sizeof(j->sb_id), "%s", sb->id);
     snprintf(j->src, sizeof(j->src), "%s", sb->vmr->disk);
@@ -601,12 +632,146 @@ int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct
 fail:
     rmdir(s->dir);
     snap_free(s);
+    json_decref(j->fork_req);
     free(j);
     if (r == -EBUSY)
         return sbx_err_set(err, SBX_E_CONFLICT,
                            "sandbox %s: its VM is busy with another save or restore; retry", id);
     return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot start the snapshot: %s", id,
                        strerror(-r));
+}
+
+int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                 void *user, sbx_op_t *opid, struct sbx_err *err)
+{
+    static const char *const fields[] = {"metadata", NULL};
+    json_t *meta = NULL;
+    int status;
+
+    if ((status = sbx_check_fields(body, fields, err)) ||
+        (status = sbx_json_str_map(body, "metadata", &meta, err)))
+        return status;
+    return snap_begin(t, id, meta, 0, NULL, sink, user, opid, err);
+}
+
+/* ---- fork: one snapshot, then count creates from it ---- */
+
+static void fork_answered(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct fork_ctx *f = user;
+    struct op *op;
+    size_t i;
+    json_t *v;
+
+    if (err && !f->err.code)
+        f->err = *err;
+    if (body)
+        json_array_append_new(f->made, body);
+    if (++f->answered < f->want)
+        return;
+    op = find_op(f->t, f->op);
+    if (f->err.code) {
+        /* All or nothing: the forks that were made go again. */
+        json_array_foreach(f->made, i, v)
+        {
+            json_t *gone = NULL;
+            sbx_delete(f->t, json_string_value(json_object_get(v, "id")), &gone, NULL);
+            json_decref(gone);
+        }
+        if (op)
+            ops_finish(op, &f->err, NULL);
+    } else {
+        LOG(LOG_INFO, "fork: %u sandbox(es) from snapshot %s in %.0f ms", f->want, f->snap,
+            (double)(sbx_now_ms() - f->t0));
+        if (op)
+            ops_finish(op, NULL,
+                       json_pack("{s:O,s:s}", "sandboxes", f->made, "snapshot_id", f->snap));
+    }
+    json_decref(f->made);
+    free(f);
+}
+
+/* The fork's snapshot s is recorded: its creates (answered from the loop, never from
+ * inside sbx_create). */
+static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op)
+{
+    static const struct sbx_sink sink = {fork_answered, NULL, NULL, NULL, NULL};
+    struct fork_ctx *f = calloc(1, sizeof(*f));
+    json_t *req = j->fork_req;
+    unsigned n = j->fork;
+
+    if (!f || !(f->made = json_array())) {
+        free(f);
+        if (op)
+            ops_fail(op, SBX_E_INTERNAL, "out of memory");
+        return;
+    }
+    f->t = j->t;
+    f->op = op ? op->id : 0;
+    f->want = n;
+    f->t0 = j->t0;
+    snprintf(f->snap, sizeof(f->snap), "%s", s->id);
+    json_object_set_new(req, "snapshot_id", json_string(s->id));
+    for (unsigned i = 0; i < n; i++) {
+        struct sbx_err e = {0};
+        sbx_op_t cop;
+        if (sbx_create(j->t, req, &sink, f, &cop, &e) != 0)
+            fork_answered(f, &e, NULL); /* f may be gone after the last one */
+    }
+}
+
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *opid, struct sbx_err *err)
+{
+    static const char *const fields[] = {"count", "ttl_seconds", "idle_timeout_seconds", "metadata",
+                                         NULL};
+    struct sandbox *sb;
+    json_t *v = json_object_get(body, "count"), *req, *meta = NULL;
+    unsigned count = 1, live = 0;
+    int status;
+
+    if ((status = sbx_check_fields(body, fields, err)))
+        return status;
+    if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+              json_integer_value(v) > t->cfg->fork_max))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "count must be an integer from 1 to %u",
+                           t->cfg->fork_max);
+    if (v)
+        count = (unsigned)json_integer_value(v);
+    if ((status = sbx_json_str_map(body, "metadata", &meta, err)))
+        return status;
+    if ((status = sbx_usable(t, id, &sb, err))) {
+        json_decref(meta);
+        return status;
+    }
+    live = sbx_count_live(t);
+    if (live + count > t->cfg->max_sandboxes) {
+        json_decref(meta);
+        return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
+                           "%u forks would pass the limit of %u live sandboxes (%u live)", count,
+                           t->cfg->max_sandboxes, live);
+    }
+    /* The forks are the parent's kind of sandbox: its env, metadata (unless given),
+     * idle timeout and keep_running; a TTL of the parent's time left unless given. */
+    req = json_pack(
+        "{s:O,s:o,s:I,s:b}", "env", sb->env, "metadata",
+        json_object_size(meta) || json_object_get(body, "metadata") ? json_incref(meta)
+                                                                    : json_deep_copy(sb->metadata),
+        "idle_timeout_seconds",
+        (json_int_t)(json_object_get(body, "idle_timeout_seconds")
+                         ? json_integer_value(json_object_get(body, "idle_timeout_seconds"))
+                         : sb->idle_s),
+        "keep_running", sb->keep_running);
+    json_decref(meta);
+    if (!req)
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    if (json_object_get(body, "ttl_seconds")) {
+        json_object_set(req, "ttl_seconds", json_object_get(body, "ttl_seconds"));
+    } else {
+        int64_t left = (sb->expires_mono - sbx_now_ms()) / 1000;
+        json_object_set_new(req, "ttl_seconds", json_integer(left > 1 ? left : 1));
+    }
+    return snap_begin(t, id, json_object(), count, req, sink, user, opid, err);
 }
 
 /* ---- create from a snapshot ---- */
@@ -755,33 +920,31 @@ int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_e
     return 0;
 }
 
-int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+/* What needs snapshot id's files: live sandboxes made from it, snapshots whose disk is
+ * layered on its disk. How many, named in deps. */
+static unsigned dependents(struct sbx_table *t, const char *id, char *deps, size_t cap)
 {
-    struct sbx_snap *s = snap_find(t, id);
-    char deps[400] = "";
     size_t n = 0;
     unsigned count = 0;
-    int r;
 
-    if (!s)
-        return snap_not_found(id, err);
+    deps[0] = 0;
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
-        if (sbx_state_live(sb->state) && strcmp(sb->snap_id, id) == 0 && n < sizeof(deps) - 40)
-            n += (size_t)snprintf(deps + n, sizeof(deps) - n, "%ssandbox %s", count++ ? ", " : "",
-                                  sb->id);
+        if (sbx_state_live(sb->state) && strcmp(sb->snap_id, id) == 0 && n + 40 < cap)
+            n += (size_t)snprintf(deps + n, cap - n, "%ssandbox %s", count++ ? ", " : "", sb->id);
     }
     for (struct sbx_snap *c = t->snaps->list; c; c = c->next) {
-        if (strcmp(c->parent_snap, id) == 0 && n < sizeof(deps) - 40)
-            n += (size_t)snprintf(deps + n, sizeof(deps) - n, "%ssnapshot %s", count++ ? ", " : "",
-                                  c->id);
+        if (strcmp(c->parent_snap, id) == 0 && n + 40 < cap)
+            n += (size_t)snprintf(deps + n, cap - n, "%ssnapshot %s", count++ ? ", " : "", c->id);
     }
-    if (count)
-        return sbx_err_set(err, SBX_E_SNAPSHOT_IN_USE,
-                           "snapshot %s is still needed by %s: end or delete %s first", id, deps,
-                           count > 1 ? "them" : "it");
-    if ((r = idx_del(t->idx, IDX_SNAPSHOTS, id)) != 0)
-        return sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot delete the record: %s",
-                           idx_strerror(r));
+    return count;
+}
+
+static int snap_remove(struct sbx_table *t, struct sbx_snap *s)
+{
+    int r = idx_del(t->idx, IDX_SNAPSHOTS, s->id);
+
+    if (r != 0)
+        return r;
     t->idx_dirty = true;
     for (struct sbx_snap **p = &t->snaps->list; *p; p = &(*p)->next) {
         if (*p == s) {
@@ -789,9 +952,44 @@ int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sb
             break;
         }
     }
-    *out = snap_json(s);
     rm_later(t, s->dir);
     LOGS(LOG_INFO, s->id, "snapshot deleted");
     snap_free(s);
     return 0;
+}
+
+int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    struct sbx_snap *s = snap_find(t, id);
+    char deps[400];
+    unsigned count;
+    json_t *rec;
+    int r;
+
+    if (!s)
+        return snap_not_found(id, err);
+    if ((count = dependents(t, id, deps, sizeof(deps))))
+        return sbx_err_set(err, SBX_E_SNAPSHOT_IN_USE,
+                           "snapshot %s is still needed by %s: end or delete %s first", id, deps,
+                           count > 1 ? "them" : "it");
+    rec = snap_json(s);
+    if ((r = snap_remove(t, s)) != 0) {
+        json_decref(rec);
+        return sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot delete the record: %s",
+                           idx_strerror(r));
+    }
+    *out = rec;
+    return 0;
+}
+
+void sbx_snap_tick(struct sbx_table *t)
+{
+    char deps[64];
+
+    /* A fork's snapshot is the forks' disk base: it goes with the last of them. */
+    for (struct sbx_snap *s = t->snaps->list, *next; s; s = next) {
+        next = s->next;
+        if (s->internal && dependents(t, s->id, deps, sizeof(deps)) == 0)
+            snap_remove(t, s);
+    }
 }

@@ -55,5 +55,14 @@ int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_e
  * naming what depends on it, when a live sandbox runs over its files or another
  * snapshot's disk is backed by its disk. */
 int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
+/* Fork: body {"count": N (1..fork_max, default 1), "ttl_seconds", "idle_timeout_seconds",
+ * "metadata"}: one snapshot of the sandbox (type "fork", removed by itself once its
+ * last fork has ended), then N sandboxes created from it; the parent runs on.
+ * done(NULL, {"sandboxes": [their records], "snapshot_id"}) once all are up; if one
+ * fails, the others are deleted and done has its error. The forks get the parent's
+ * env, metadata (unless given), idle timeout, keep_running and remaining TTL (unless
+ * given). */
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *op, struct sbx_err *err);
 
 #endif

@@ -182,6 +182,45 @@ class TestSnapshots(WarrenCase):
         w.delete(b)
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
 
+    def test_5_fork(self):
+        w, a = self.w, self.parent
+        w.run(a, "echo fork-base > /root/k")
+        r = w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 2})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        body = r.json()
+        forks = [x["id"] for x in body["sandboxes"]]
+        self.assertEqual(len(forks), 2, body)
+        snap = w.request("GET", f"/v1/snapshots/{body['snapshot_id']}").json()
+        self.assertEqual(snap["type"], "fork", snap)
+        self.assertEqual(snap["parent"], a, snap)
+        for f in forks:
+            self.assertEqual(w.run(f, "cat /root/k")["stdout"], "fork-base\n")
+            self.assertTrue(self.counting(f))
+        # A write in one fork is seen by neither the parent nor the other fork.
+        w.run(forks[0], "echo only-0 > /root/only && sync")
+        for other in (a, forks[1]):
+            r = w.run(other, "cat /root/only 2>&1; echo rc=$?")
+            self.assertIn("rc=1", r["stdout"], r)
+        ids = "cat /proc/sys/kernel/random/boot_id; hostname; head -c 16 /dev/urandom | od -An -tx1"
+        seen = [w.run(x, ids)["stdout"].split("\n") for x in [a] + forks]
+        for col in range(3):
+            vals = [x[col] for x in seen]
+            self.assertEqual(len(set(vals)), 3, seen)
+        self.assertTrue(self.counting(a))
+        self.assertError(w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 0}), 400,
+                         "invalid_argument")
+        self.assertError(w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 17}), 400,
+                         "invalid_argument")
+        # The fork's snapshot goes by itself with its last fork.
+        for f in forks:
+            w.delete(f)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if w.request("GET", f"/v1/snapshots/{body['snapshot_id']}").status == 404:
+                break
+            time.sleep(0.2)
+        self.assertEqual(w.request("GET", f"/v1/snapshots/{body['snapshot_id']}").status, 404)
+
 
 class TestSnapshotOfPoolSandbox(unittest.TestCase):
     """A sandbox from the warm pool: its disk is layered on the pool template's frozen

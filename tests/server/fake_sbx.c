@@ -734,3 +734,9 @@ int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sb
 {
     return sbx_snap_get(t, id, out, err);
 }
+
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    return sbx_snapshot(t, id, body, sink, user, op, err);
+}
