@@ -116,6 +116,8 @@ int api_route_match(const char *path, struct api_route *r)
         {"/session", API_R_SESSION, API_GET},
         {"/snapshot", API_R_SNAPSHOT_SB, API_POST},
         {"/fork", API_R_FORK, API_POST},
+        {"/pause", API_R_PAUSE, API_POST},
+        {"/resume", API_R_RESUME, API_POST},
     };
     static const char spfx[] = "/v1/snapshots";
     static const char pfx[] = "/v1/sandboxes";

@@ -106,6 +106,7 @@ static const struct opt opts[] = {
     {"pool_size", T_UINT, F(pool_size), "0", 0},
     {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
     {"fork_max", T_UINT, F(fork_max), "16", 1},
+    {"paused_retention_s", T_UINT, F(paused_retention_s), "604800", 1},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -83,7 +83,8 @@ struct srv_config {
     unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
     /* snapshots, fork (issue 8) */
-    unsigned fork_max; /* fork_max = 16: sandboxes one fork request may make */
+    unsigned fork_max;           /* fork_max = 16: sandboxes one fork request may make */
+    unsigned paused_retention_s; /* paused_retention_s = 604800: then a paused one is deleted */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

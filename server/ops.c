@@ -521,6 +521,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
     case OP_ATTACH:
     case OP_PCTL:
     case OP_SNAP: /* no guest stream: a frame for its id is dropped */
+    case OP_RESUME:
         break;
     }
 }
@@ -970,6 +971,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     case OP_PLIST:
     case OP_PCTL:
     case OP_SNAP: /* the snapshot completes; nobody hears of it */
+    case OP_RESUME:
         break;
     }
     /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */

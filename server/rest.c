@@ -399,6 +399,17 @@ static void dispatch_body(struct pss *p)
         rc = sbx_fork(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
         start_op(p, rc, &err);
         break;
+    case API_R_PAUSE:
+    case API_R_RESUME:
+        /* Already so: answered at once; else when the VM is saved (or restored). */
+        rc = p->route == API_R_PAUSE
+                 ? sbx_pause(p->srv->t, p->sbx, body, &sink, p, &p->op, &out, &err)
+                 : sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
+        if (rc == 0 && out)
+            respond_sync(p, rc, out, &err);
+        else
+            start_op(p, rc, &err);
+        break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
             resp_api_err(p, &e);
@@ -747,6 +758,8 @@ void rest_request(struct pss *p, const char *uri)
     case API_R_TIMEOUT:
     case API_R_SNAPSHOT_SB:
     case API_R_FORK:
+    case API_R_PAUSE:
+    case API_R_RESUME:
     case API_R_FILES_RENAME:
     case API_R_PROC_STDIN:
     case API_R_PROC_SIGNAL:

@@ -121,6 +121,13 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
     if (status)
         return status;
+    /* A paused sandbox comes back (sbx_snap.c); this request is asked to retry. */
+    if (sb->state == ST_PAUSED) {
+        if ((status = sbx_resume_start(sb, err)))
+            return status;
+        return sbx_err_set(err, SBX_E_NOT_READY,
+                           "sandbox %s was paused and is resuming now; try again shortly", sb->id);
+    }
     /* A frozen VM continues before the request's frame is sent (sbx_freeze.c). */
     if (sbx_state_stopped(sb->state) && sb->ready && sb->ch && (status = sbx_thaw(sb, true)))
         return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot continue its frozen VM: %s",
@@ -150,7 +157,7 @@ static json_t *iso_time(int64_t ms)
     return json_string(buf);
 }
 
-static json_t *sandbox_json(const struct sandbox *sb)
+json_t *sbx_json(const struct sandbox *sb)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
@@ -162,6 +169,9 @@ static json_t *sandbox_json(const struct sandbox *sb)
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
     json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
+    json_object_set_new(o, "persistent", json_boolean(sb->persistent));
+    if (sb->state == ST_PAUSED)
+        json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
     json_object_set_new(o, "source",
                         json_string(sb->snap_id[0]                                  ? "snapshot"
@@ -194,6 +204,10 @@ int sbx_save(struct sandbox *sb)
         json_object_set_new(o, "keep_running", json_true());
     if (o && sb->snap_id[0])
         json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
+    if (o && sb->persistent)
+        json_object_set_new(o, "persistent", json_true());
+    if (o && sb->paused_ms)
+        json_object_set_new(o, "paused_ms", json_integer(sb->paused_ms));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
 
@@ -373,7 +387,7 @@ static void sandbox_ready(struct sandbox *sb)
          * next warrend: fail the create rather than answer 201 for it. */
         for (struct op *op = sb->ops, *next; op; op = next) {
             next = op->next_sb;
-            if (op->kind == OP_CREATE)
+            if (op->kind == OP_CREATE || op->kind == OP_RESUME)
                 ops_fail(op, SBX_E_INDEX_WRITE_FAILED,
                          "the sandbox could not be recorded in the index");
         }
@@ -384,8 +398,8 @@ static void sandbox_ready(struct sandbox *sb)
          (double)(sbx_now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
-        if (op->kind == OP_CREATE)
-            ops_finish(op, NULL, sandbox_json(sb));
+        if (op->kind == OP_CREATE || op->kind == OP_RESUME)
+            ops_finish(op, NULL, sbx_json(sb));
     }
 }
 
@@ -911,8 +925,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                sbx_op_t *opid, struct sbx_err *err)
 {
     static const char *const fields[] = {
-        "template", "ttl_seconds", "idle_timeout_seconds", "memory_mb",   "vcpus",
-        "env",      "metadata",    "keep_running",         "snapshot_id", NULL};
+        "template", "ttl_seconds",  "idle_timeout_seconds", "memory_mb",  "vcpus", "env",
+        "metadata", "keep_running", "snapshot_id",          "persistent", NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl, *snap_id = NULL;
     unsigned ttl, idle, mem, vcpus;
@@ -953,6 +967,9 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         (!snap_id &&
          (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
+    if (json_object_get(body, "persistent") &&
+        !json_is_boolean(json_object_get(body, "persistent")))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "persistent must be true or false");
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
@@ -995,6 +1012,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->env = env;
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
+    sb->persistent = json_is_true(json_object_get(body, "persistent"));
     if (snap_id) {
         snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", snap_id);
         return sbx_snap_start(sb, sink, user, opid, err);
@@ -1045,7 +1063,7 @@ int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *e
     if (!sb)
         return not_found(id, err);
     /* Looking at a sandbox is not using it: GET does not hold off the idle timeout. */
-    *out = sandbox_json(sb);
+    *out = sbx_json(sb);
     return 0;
 }
 
@@ -1075,7 +1093,7 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
             }
         }
         if (match)
-            json_array_append_new(arr, sandbox_json(sb));
+            json_array_append_new(arr, sbx_json(sb));
     }
     *out = json_pack("{s:o}", "sandboxes", arr);
     return 0;
@@ -1088,7 +1106,7 @@ int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err
     if (!sb)
         return not_found(id, err);
     sandbox_end(sb, ST_ENDED, "deleted");
-    *out = sandbox_json(sb);
+    *out = sbx_json(sb);
     return 0;
 }
 
@@ -1112,7 +1130,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     sb->expires_mono = sbx_now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
-    *out = sandbox_json(sb);
+    *out = sbx_json(sb);
     return 0;
 }
 
@@ -1131,7 +1149,12 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
             sandbox_end(sb, ST_ENDED, "ttl_expired");
         } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
-            sandbox_end(sb, ST_ENDED, "idle_timeout");
+            /* persistent: paused (memory and disk kept, no VM) rather than ended. */
+            if (!sb->persistent || sbx_pause_idle(sb) != 0)
+                sandbox_end(sb, ST_ENDED, "idle_timeout");
+        } else if (sb->state == ST_PAUSED &&
+                   now - sb->paused_mono >= (int64_t)t->cfg->paused_retention_s * 1000) {
+            sandbox_end(sb, ST_ENDED, "paused_retention_expired");
         } else if (sb->state == ST_RUNNING) {
             sbx_freeze_tick(sb, now);
         } else if (sbx_state_final(sb->state) &&
@@ -1206,6 +1229,9 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
         const char *sid = json_string_value(json_object_get(o, "snapshot_id"));
         if (sid && strlen(sid) < sizeof(sb->snap_id))
             snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", sid);
+        sb->persistent = json_is_true(json_object_get(o, "persistent"));
+        sb->paused_ms = json_integer_value(json_object_get(o, "paused_ms")); /* absent: 0 */
+        sb->paused_mono = sb->paused_ms ? wall_to_mono(sb->paused_ms) : 0;
     }
     /* No vm_id and no run_dir: its VM never got that far (a failed create). */
     if (!*vm_id && run_dir) {
@@ -1260,7 +1286,7 @@ static void adopt_all(struct sbx_table *t)
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         int r;
 
-        if (sbx_state_final(sb->state))
+        if (!sbx_state_live(sb->state)) /* ended, dead, or paused: no VM to adopt */
             continue;
         r = sb->vmr ? sbx_vm_adopt(sb->vmr) : -ENOENT;
         if (r != 0) {

@@ -34,7 +34,8 @@
 #include <mbedtls/entropy.h>
 
 /* OP_PLIST, OP_ATTACH and OP_PCTL are the process operations of ops_proc.c. */
-/* OP_SNAP: a snapshot being taken (sbx_snap.c); no guest stream. */
+/* OP_SNAP: a snapshot being taken (sbx_snap.c); no guest stream. OP_RESUME: a resume
+ * waiting for the guest's session, answered like a create. */
 enum op_kind {
     OP_CREATE,
     OP_EXEC,
@@ -44,7 +45,8 @@ enum op_kind {
     OP_PLIST,
     OP_ATTACH,
     OP_PCTL,
-    OP_SNAP
+    OP_SNAP,
+    OP_RESUME
 };
 
 struct sandbox;
@@ -112,12 +114,14 @@ struct sandbox {
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
-    char vm_id[24];     /* its VM's id, as recorded ("" for none) */
-    char snap_id[24];   /* the snapshot it was restored from ("" for none) */
-    struct sbx_vm *vmr; /* its VM (bound by sbx_vm_bind), or NULL */
-    struct vmm *vm;     /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
-    bool vm_gone;       /* the VM exited; vm is freed outside its callback */
-    bool thaw_on_phase; /* frozen at a restart: continue once QEMU's phase is known */
+    char vm_id[24];   /* its VM's id, as recorded ("" for none) */
+    char snap_id[24]; /* the snapshot it was restored from ("" for none); paused: its own */
+    bool persistent;  /* create option: the idle timeout pauses it instead of ending it */
+    int64_t paused_ms, paused_mono; /* when it was paused (wall, monotonic); 0: not paused */
+    struct sbx_vm *vmr;             /* its VM (bound by sbx_vm_bind), or NULL */
+    struct vmm *vm;                 /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
+    bool vm_gone;                   /* the VM exited; vm is freed outside its callback */
+    bool thaw_on_phase;             /* frozen at a restart: continue once QEMU's phase is known */
     struct chan *ch;
     bool ready;       /* the guest answered INIT on the current channel */
     uint32_t session; /* id of the INIT sent on the current channel */
@@ -273,6 +277,15 @@ int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const
  * sbx_create (on failure sb ends dead). */
 int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
                    struct sbx_err *err);
+
+/* Pause (sbx_snap.h) at the idle timeout of a persistent sandbox, nobody to answer:
+ * 0 or -EIO. */
+int sbx_pause_idle(struct sandbox *sb);
+/* PAUSED -> STARTING: a VM restored from its snapshot; a resume op or the next request
+ * finds it running. 0, or an sbx_errcode with *err (then it ended dead). */
+int sbx_resume_start(struct sandbox *sb, struct sbx_err *err);
+/* The sandbox's record as GET shows it (new reference). */
+json_t *sbx_json(const struct sandbox *sb);
 
 /* ---- idle freeze and resync (sbx_freeze.c) ---- */
 

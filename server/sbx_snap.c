@@ -38,7 +38,8 @@ struct sbx_snap {
     char dir[4096];
     json_t *base; /* identity of the template's base image (sbx_ident_json) */
     json_t *metadata;
-    bool internal; /* a fork's: removed once nothing depends on it (sbx_snap_tick) */
+    char type[8]; /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
+                   * nothing depends on it: sbx_snap_tick) */
 };
 
 /* A snapshot being taken. */
@@ -54,6 +55,7 @@ struct snap_job {
     char why[256];
     int64_t t0;
     unsigned fork;    /* a fork of this many: their creates follow the snapshot */
+    bool pause;       /* a pause: the VM ends after the snapshot instead of continuing */
     json_t *fork_req; /* the creates' body (without snapshot_id) */
 };
 
@@ -74,6 +76,17 @@ struct sbx_snaps {
 };
 
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
+static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op);
+
+static void no_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    (void)user;
+    (void)err;
+    json_decref(body);
+}
+
+/* The sink of an op nobody asked for (a pause at the idle timeout). */
+static const struct sbx_sink no_sink = {no_done, NULL, NULL, NULL, NULL};
 
 /* ---- identity of a file a snapshot depends on (pool.c's template uses it too) ---- */
 
@@ -150,11 +163,10 @@ static json_t *iso(int64_t ms)
  * guest's shape. */
 static json_t *snap_json(const struct sbx_snap *s)
 {
-    json_t *o =
-        json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:O}", "id", s->id, "parent", s->parent,
-                  "template", s->tmpl, "type", s->internal ? "fork" : "sandbox", "memory_mb",
-                  (json_int_t)s->mem_mb, "vcpus", (json_int_t)s->vcpus, "size_bytes",
-                  (json_int_t)s->size, "created_at", iso(s->created_ms), "metadata", s->metadata);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:O}", "id", s->id, "parent", s->parent,
+                          "template", s->tmpl, "type", s->type, "memory_mb", (json_int_t)s->mem_mb,
+                          "vcpus", (json_int_t)s->vcpus, "size_bytes", (json_int_t)s->size,
+                          "created_at", iso(s->created_ms), "metadata", s->metadata);
 
     json_object_set_new(o, "snapshot_id", json_string(s->id));
     json_object_set_new(o, "parent_snapshot",
@@ -172,8 +184,8 @@ static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
     char *str;
     int r;
 
-    if (o && s->internal)
-        json_object_set_new(o, "internal", json_true());
+    if (o)
+        json_object_set_new(o, "type", json_string(s->type));
     str = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = str ? idx_put(t->idx, IDX_SNAPSHOTS, s->id, str, strlen(str)) : -ENOMEM;
     if (r != 0)
@@ -222,7 +234,11 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     s->created_ms = created;
     s->base = json_incref(base);
     s->metadata = json_incref(meta);
-    s->internal = json_is_true(json_object_get(o, "internal"));
+    {
+        const char *type = json_string_value(json_object_get(o, "type"));
+        snprintf(s->type, sizeof(s->type), "%s",
+                 type && (!strcmp(type, "fork") || !strcmp(type, "pause")) ? type : "sandbox");
+    }
     /* idx_foreach goes in key order; the list is shown oldest first (sbx_snap_list). */
     s->next = t->snaps->list;
     t->snaps->list = s;
@@ -492,8 +508,14 @@ static void copy_done(void *arg)
     s->next = t->snaps->list;
     t->snaps->list = s;
     j->s = NULL;
-    LOGS(LOG_INFO, sb->id, "snapshot %s taken in %.0f ms (%.1f MiB), continuing", s->id,
-         (double)(sbx_now_ms() - j->t0), (double)s->size / 1048576.0);
+    LOGS(LOG_INFO, sb->id, "snapshot %s taken in %.0f ms (%.1f MiB), %s", s->id,
+         (double)(sbx_now_ms() - j->t0), (double)s->size / 1048576.0,
+         j->pause ? "pausing" : "continuing");
+    if (j->pause) {
+        pause_finish(sb, s, op);
+        job_free(j);
+        return;
+    }
     sandbox_continue(sb);
     if (j->fork)
         fork_start(j, s, op);
@@ -548,8 +570,8 @@ static bool backed_by_template(struct sbx_table *t, const char *backing)
 /* Start a snapshot of sandbox id (for a fork of fork sandboxes: their creates' body
  * fork_req follows it). Takes meta and fork_req. As sbx_snapshot. */
 static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigned fork,
-                      json_t *fork_req, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
-                      struct sbx_err *err)
+                      json_t *fork_req, bool pause, const struct sbx_sink *sink, void *user,
+                      sbx_op_t *opid, struct sbx_err *err)
 {
     struct sandbox *sb;
     struct snap_job *j;
@@ -604,7 +626,8 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     j->s = s;
     j->fork = fork;
     j->fork_req = fork_req;
-    s->internal = fork > 0;
+    j->pause = pause;
+    snprintf(s->type, sizeof(s->type), "%s", pause ? "pause" : fork ? "fork" : "sandbox");
     j->t0 = sbx_now_ms();
     snprintf(j->sb_id, sizeof(j->sb_id), "%s", sb->id);
     snprintf(j->src, sizeof(j->src), "%s", sb->vmr->disk);
@@ -617,12 +640,13 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     path_in(s, "state.snap", path, sizeof(path));
     if ((r = vmm_save(sb->vm, path, on_saved, j)) != 0)
         goto fail;
-    if (!(op = ops_new(sb, OP_SNAP, sink, user))) {
+    if (!(op = ops_new(sb, OP_SNAP, sink ? sink : &no_sink, user))) {
         /* The save goes on; its end finds no op and continues the VM. */
         j->next = t->snaps->jobs;
         t->snaps->jobs = j;
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
+    op->cancelled = !sink; /* nobody to answer: silent */
     j->op = op->id;
     j->next = t->snaps->jobs;
     t->snaps->jobs = j;
@@ -651,7 +675,7 @@ int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct
     if ((status = sbx_check_fields(body, fields, err)) ||
         (status = sbx_json_str_map(body, "metadata", &meta, err)))
         return status;
-    return snap_begin(t, id, meta, 0, NULL, sink, user, opid, err);
+    return snap_begin(t, id, meta, 0, NULL, false, sink, user, opid, err);
 }
 
 /* ---- fork: one snapshot, then count creates from it ---- */
@@ -771,7 +795,7 @@ int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx
         int64_t left = (sb->expires_mono - sbx_now_ms()) / 1000;
         json_object_set_new(req, "ttl_seconds", json_integer(left > 1 ? left : 1));
     }
-    return snap_begin(t, id, json_object(), count, req, sink, user, opid, err);
+    return snap_begin(t, id, json_object(), count, req, false, sink, user, opid, err);
 }
 
 /* ---- create from a snapshot ---- */
@@ -822,7 +846,7 @@ static void fail_create(struct sandbox *sb, enum sbx_errcode code, const char *f
 {
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
-        if (op->kind == OP_CREATE)
+        if (op->kind == OP_CREATE || op->kind == OP_RESUME)
             ops_fail(op, code, fmt, a, b);
     }
 }
@@ -854,14 +878,15 @@ static void on_restored(void *ud, int err, const char *why)
     }
 }
 
-int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
-                   struct sbx_err *err)
+/* A VM for sb (STARTING) restored from snapshot sb->snap_id, continued once restored;
+ * boot names how it started ("snapshot", "resume"). 0, or an sbx_errcode with *err (sb
+ * then ended dead). */
+static int snap_launch(struct sandbox *sb, const char *boot, struct sbx_err *err)
 {
     struct sbx_table *t = sb->t;
     struct sbx_snap *s = snap_find(t, sb->snap_id);
     char disk[4096 + 16], state[4096 + 16];
     struct sbx_vm *vm;
-    struct op *op;
     int r;
 
     if (!s) {
@@ -872,7 +897,7 @@ int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, 
     path_in(s, "state.snap", state, sizeof(state));
     if ((r = sbx_vm_new(t, s->tmpl, s->mem_mb, s->vcpus, &vm)) != 0)
         goto fail;
-    snprintf(vm->boot, sizeof(vm->boot), "snapshot");
+    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
     sbx_vm_bind(vm, sb);
     if ((r = vmm_qcow2_create(vm->disk, disk, 0)) != 0 ||
         (r = sbx_vm_launch_restore(vm, NULL)) != 0)
@@ -881,20 +906,142 @@ int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, 
         return SBX_E_INDEX_WRITE_FAILED;
     if ((r = vmm_restore(sb->vm, state, on_restored, sb)) != 0)
         goto fail;
-    if (!(op = ops_new(sb, OP_CREATE, sink, user))) {
-        r = -ENOMEM;
-        goto fail;
-    }
     ev_timer_start(t->loop, &sb->boot_timer);
-    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from snapshot %s, pid %d", vm->id, s->id,
-         (int)vm->pid);
-    *opid = op->id;
+    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from snapshot %s (%s), pid %d", vm->id, s->id,
+         boot, (int)vm->pid);
     return 0;
 fail:
     LOGS(LOG_ERR, sb->id, "cannot start from snapshot %s: %s", s->id, strerror(-r));
     sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
     sbx_die(sb, "vm_start_failed");
     return SBX_E_VM_START_FAILED;
+}
+
+int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
+                   struct sbx_err *err)
+{
+    struct op *op;
+    int status = snap_launch(sb, "snapshot", err);
+
+    if (status)
+        return status;
+    if (!(op = ops_new(sb, OP_CREATE, sink, user))) {
+        sbx_die(sb, "vm_start_failed: out of memory");
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    *opid = op->id;
+    return 0;
+}
+
+/* ---- pause and resume ---- */
+
+/* The pause's snapshot s is recorded: the sandbox is PAUSED from now on (the index
+ * first), then its VM goes. */
+static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op)
+{
+    struct sbx_table *t = sb->t;
+    char old[24];
+
+    snprintf(old, sizeof(old), "%s", sb->snap_id);
+    snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", s->id);
+    if (sbx_state_set(sb, ST_PAUSED) != 0) {
+        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", old);
+        if (op)
+            ops_fail(op, SBX_E_CONFLICT, "sandbox %s cannot be paused now", sb->id);
+        sandbox_continue(sb);
+        return;
+    }
+    sb->paused_ms = sbx_wall_ms();
+    sb->paused_mono = sbx_now_ms();
+    sb->ready = false;
+    ev_timer_stop(t->loop, &sb->backoff_timer);
+    if (op)
+        ops_finish(op, NULL, sbx_json(sb));
+    ops_fail_all(sb, SBX_E_CHANNEL_LOST, "the sandbox was paused");
+    sbx_freeze_reset(sb, -ESHUTDOWN);
+    if (sb->ch) {
+        chan_free(sb->ch);
+        sb->ch = NULL;
+    }
+    /* Paused in the index before the VM (and its record) go: a kill -9 in between
+     * finds a paused sandbox and a VM with no sandbox, which it removes. */
+    sbx_save(sb);
+    if (sb->vmr)
+        sbx_vm_destroy(sb->vmr);
+    sb->vmr = NULL;
+    sb->vm = NULL;
+    sb->vm_gone = false;
+    sb->vm_id[0] = 0;
+    sbx_save(sb);
+    LOGS(LOG_INFO, sb->id, "paused (snapshot %s)", s->id);
+}
+
+int sbx_resume_start(struct sandbox *sb, struct sbx_err *err)
+{
+    int64_t paused = sbx_now_ms() - sb->paused_mono;
+
+    if (sbx_state_set(sb, ST_STARTING) != 0)
+        return sbx_err_set(err, SBX_E_CONFLICT, "sandbox %s is not paused", sb->id);
+    /* Paused time does not count toward the TTL. */
+    if (paused > 0) {
+        sb->expires_ms += paused;
+        sb->expires_mono += paused;
+    }
+    sb->paused_ms = 0;
+    sbx_touch(sb);
+    return snap_launch(sb, "resume", err);
+}
+
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *opid, json_t **out, struct sbx_err *err)
+{
+    static const char *const fields[] = {NULL};
+    struct sandbox *sb = sbx_find(t, id);
+    int status;
+
+    *out = NULL;
+    if ((status = sbx_check_fields(body, fields, err)))
+        return status;
+    if (sb && sb->state == ST_PAUSED) {
+        *out = sbx_json(sb); /* already */
+        return 0;
+    }
+    return snap_begin(t, id, json_object(), 0, NULL, true, sink, user, opid, err);
+}
+
+int sbx_pause_idle(struct sandbox *sb)
+{
+    struct sbx_err err;
+    sbx_op_t op;
+
+    return snap_begin(sb->t, sb->id, json_object(), 0, NULL, true, NULL, NULL, &op, &err) ? -EIO
+                                                                                          : 0;
+}
+
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *opid, json_t **out, struct sbx_err *err)
+{
+    struct sandbox *sb = sbx_find(t, id);
+    struct op *op;
+    int status;
+
+    *out = NULL;
+    if (!sb)
+        return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox with id '%s'", id);
+    if (sbx_state_final(sb->state))
+        return sbx_err_set(err, sb->state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE,
+                           "sandbox %s is %s: %s", sb->id, sbx_state_name(sb->state), sb->reason);
+    if (sb->state == ST_PAUSED && (status = sbx_resume_start(sb, err)))
+        return status;
+    if (sb->state != ST_STARTING) {
+        *out = sbx_json(sb); /* running (or frozen: the next request thaws it) */
+        return 0;
+    }
+    /* Answered by the guest's first HELLO (sbx.c sandbox_ready), as a create is. */
+    if (!(op = ops_new(sb, OP_RESUME, sink, user)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    *opid = op->id;
+    return 0;
 }
 
 /* ---- list, get, delete ---- */
@@ -929,7 +1076,7 @@ static unsigned dependents(struct sbx_table *t, const char *id, char *deps, size
 
     deps[0] = 0;
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
-        if (sbx_state_live(sb->state) && strcmp(sb->snap_id, id) == 0 && n + 40 < cap)
+        if (!sbx_state_final(sb->state) && strcmp(sb->snap_id, id) == 0 && n + 40 < cap)
             n += (size_t)snprintf(deps + n, cap - n, "%ssandbox %s", count++ ? ", " : "", sb->id);
     }
     for (struct sbx_snap *c = t->snaps->list; c; c = c->next) {
@@ -968,6 +1115,11 @@ int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sb
 
     if (!s)
         return snap_not_found(id, err);
+    /* Fork and pause snapshots whose sandboxes have ended go now rather than at the next
+     * tick: they would be named as dependents. */
+    sbx_snap_tick(t);
+    if (!(s = snap_find(t, id)))
+        return snap_not_found(id, err);
     if ((count = dependents(t, id, deps, sizeof(deps))))
         return sbx_err_set(err, SBX_E_SNAPSHOT_IN_USE,
                            "snapshot %s is still needed by %s: end or delete %s first", id, deps,
@@ -989,7 +1141,7 @@ void sbx_snap_tick(struct sbx_table *t)
     /* A fork's snapshot is the forks' disk base: it goes with the last of them. */
     for (struct sbx_snap *s = t->snaps->list, *next; s; s = next) {
         next = s->next;
-        if (s->internal && dependents(t, s->id, deps, sizeof(deps)) == 0)
+        if (strcmp(s->type, "sandbox") != 0 && dependents(t, s->id, deps, sizeof(deps)) == 0)
             snap_remove(t, s);
     }
 }

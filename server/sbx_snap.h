@@ -55,6 +55,17 @@ int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_e
  * naming what depends on it, when a live sandbox runs over its files or another
  * snapshot's disk is backed by its disk. */
 int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
+/* Pause: memory and disk into the sandbox's own snapshot (type "pause"), then its VM
+ * ends: state "paused" (in the index; its TTL stands still; paused_retention_s bounds it).
+ * done(NULL, its record). Already paused: 0 with *out its record, no callback. Body {}. */
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err);
+/* Resume a paused sandbox (a VM restored from its snapshot; its processes run on):
+ * done(NULL, its record) once its guest's session is up. Not paused (running, frozen): 0
+ * with *out its record, no callback. Any exec, file call or socket on a paused sandbox
+ * starts the resume too (and is answered sandbox_not_ready: retry). */
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *op, json_t **out, struct sbx_err *err);
 /* Fork: body {"count": N (1..fork_max, default 1), "ttl_seconds", "idle_timeout_seconds",
  * "metadata"}: one snapshot of the sandbox (type "fork", removed by itself once its
  * last fork has ended), then N sandboxes created from it; the parent runs on.

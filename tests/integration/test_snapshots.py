@@ -221,6 +221,90 @@ class TestSnapshots(WarrenCase):
             time.sleep(0.2)
         self.assertEqual(w.request("GET", f"/v1/snapshots/{body['snapshot_id']}").status, 404)
 
+    def exec_resuming(self, sid, cmd):
+        """Exec on a paused sandbox: the first is answered 503 sandbox_not_ready and
+        brings it back; retried until it runs."""
+        w = self.w
+        first = w.exec(sid, cmd)
+        self.assertError(first, 503, "sandbox_not_ready")
+        self.assertIn("paused", first.json()["error"]["message"])
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            r = w.exec(sid, cmd)
+            if r.status == 200:
+                return r.json()
+            self.assertEqual(r.status, 503, r)
+            time.sleep(0.1)
+        self.fail(f"{sid} did not resume\n{w.log_text()}")
+
+    def test_6_pause_resume_keeps_processes_and_memory(self):
+        w, a = self.w, self.parent
+        # A process holding a value in memory only, reading its stdin.
+        r = w.request("POST", f"/v1/sandboxes/{a}/exec",
+                      {"cmd": 'V=mem-$RANDOM-$RANDOM; echo $V > /tmp/v; '
+                              'while read l; do echo "$V:$l" >> /tmp/out; done',
+                       "background": True})
+        self.assertEqual(r.status, 201, r)
+        pid = r.json()["pid"]
+        deadline = time.time() + 10
+        while not w.run(a, "cat /tmp/v 2>/dev/null")["stdout"] and time.time() < deadline:
+            time.sleep(0.1)
+        v = w.run(a, "cat /tmp/v")["stdout"].strip()
+        w.run(a, "rm /tmp/v")
+        before = w.get(a).json()
+        r = w.request("POST", f"/v1/sandboxes/{a}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(r.json()["state"], "paused", r)
+        self.assertEqual(w.get(a).json()["state"], "paused")
+        wait_no_qemu(before["vm_id"])  # its QEMU is gone
+        # Paused survives a kill -9 of warrend.
+        w.kill9()
+        w.start()
+        self.assertEqual(w.get(a).json()["state"], "paused")
+        lst = w.request("GET", "/v1/sandboxes?state=paused").json()["sandboxes"]
+        self.assertIn(a, [x["id"] for x in lst])
+        # An exec brings it back, with its processes and their memory.
+        self.assertEqual(self.exec_resuming(a, "cat /tmp/count")["exit_code"], 0)
+        rec = w.get(a).json()
+        self.assertEqual(rec["state"], "running", rec)
+        self.assertNotEqual(rec["vm_id"], before["vm_id"])
+        r = w.request("POST", f"/v1/sandboxes/{a}/processes/{pid}/stdin", {"data": "hello\n"})
+        self.assertEqual(r.status, 200, r)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            out = w.run(a, "cat /tmp/out 2>/dev/null")["stdout"]
+            if out:
+                break
+            time.sleep(0.1)
+        self.assertEqual(out, f"{v}:hello\n")
+        self.assertTrue(self.counting(a))
+        self.assertEqual(w.run(a, "cat /root/k")["stdout"], "fork-base\n")
+        # Explicit resume; paused time did not count toward the TTL.
+        t_pause = time.time()
+        self.assertEqual(w.request("POST", f"/v1/sandboxes/{a}/pause", {}).status, 200)
+        time.sleep(2)
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(r.json()["state"], "running", r)
+        self.assertEqual(w.request("POST", f"/v1/sandboxes/{a}/resume", {}).status, 200)
+        self.assertGreater(r.json()["expires_at"], before["expires_at"])
+        self.assertTrue(self.counting(a))
+        self.assertLess(time.time() - t_pause, 60)
+
+    def test_7_persistent_idle_pauses(self):
+        w = self.w
+        s = self.snapshot(self.parent)["snapshot_id"]
+        r = w.request("POST", "/v1/sandboxes",
+                      {"snapshot_id": s, "ttl_seconds": w.TEST_TTL_S,
+                       "idle_timeout_seconds": 2, "persistent": True})
+        self.assertEqual(r.status, 201, r)
+        b = r.json()["id"]
+        self.assertTrue(r.json()["persistent"])
+        w.wait_state(b, ["paused"], timeout=60)
+        self.assertTrue(self.exec_resuming(b, "cat /tmp/count")["stdout"])
+        w.delete(b)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
+
 
 class TestSnapshotOfPoolSandbox(unittest.TestCase):
     """A sandbox from the warm pool: its disk is layered on the pool template's frozen

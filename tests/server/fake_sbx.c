@@ -740,3 +740,17 @@ int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx
 {
     return sbx_snapshot(t, id, body, sink, user, op, err);
 }
+
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err)
+{
+    *out = NULL;
+    return sbx_snapshot(t, id, body, sink, user, op, err);
+}
+
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *op, json_t **out, struct sbx_err *err)
+{
+    *out = NULL;
+    return sbx_snapshot(t, id, NULL, sink, user, op, err);
+}

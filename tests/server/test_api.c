@@ -31,6 +31,10 @@ static void test_routes(void)
     /* Snapshots: of a sandbox, the list, one by id (the id is in sbx). */
     CHECK(api_route_match("/v1/sandboxes/abc/snapshot", &r) == 0 && r.id == API_R_SNAPSHOT_SB &&
           r.methods == API_POST && !strcmp(r.sbx, "abc") && r.auth);
+    CHECK(api_route_match("/v1/sandboxes/abc/pause", &r) == 0 && r.id == API_R_PAUSE &&
+          r.methods == API_POST);
+    CHECK(api_route_match("/v1/sandboxes/abc/resume", &r) == 0 && r.id == API_R_RESUME &&
+          r.methods == API_POST);
     CHECK(api_route_match("/v1/sandboxes/abc/fork", &r) == 0 && r.id == API_R_FORK &&
           r.methods == API_POST && !strcmp(r.sbx, "abc"));
     CHECK(api_route_match("/v1/snapshots", &r) == 0 && r.id == API_R_SNAPSHOTS &&
