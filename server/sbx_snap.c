@@ -567,8 +567,9 @@ static bool backed_by_template(struct sbx_table *t, const char *backing)
            backing[strlen(real)] == '/';
 }
 
-/* Start a snapshot of sandbox id (for a fork of fork sandboxes: their creates' body
- * fork_req follows it). Takes meta and fork_req. As sbx_snapshot. */
+/* Start a snapshot of sandbox id. fork > 0: that many creates (body fork_req) follow
+ * it; pause: the VM ends after it instead of continuing. Takes meta and fork_req. As
+ * sbx_snapshot. */
 static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigned fork,
                       json_t *fork_req, bool pause, const struct sbx_sink *sink, void *user,
                       sbx_op_t *opid, struct sbx_err *err)
