@@ -7,16 +7,33 @@ corrupt or truncated snapshot file is refused at create with a clear error and
 no VM is left running from it; snapshots survive a kill -9 of warrend.
 
 One warrend, pool off (sandboxes are cold-booted: their RAM goes whole into
-the snapshot). The methods run in name order and build on each other.
+the snapshot), over an image dir of its own (links to the kernel and
+initramfs, a copy of the minimal image) so that the last test can change the
+base image under a snapshot. The methods run in name order and build on each
+other.
 """
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 import unittest
 
-from warren import Warren, WarrenCase, qemu_pids, wait_no_qemu
+from warren import Warren, WarrenCase, image_dir, wait_no_qemu
 from test_pool import POOL_CONF, wait_pool_ready
 
 COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done"
+
+
+def own_image_dir():
+    """Links to the shared kernel and initramfs, a sparse copy of the minimal image."""
+    d = tempfile.mkdtemp(prefix="warren-snap-img-")
+    src = image_dir()
+    for f in ("vmlinux", "initramfs.cpio"):
+        os.symlink(os.path.join(src, f), os.path.join(d, f))
+    subprocess.run(["cp", "--sparse=always", os.path.join(src, "minimal.ext4"),
+                    os.path.join(d, "minimal.ext4")], check=True)
+    return d
 
 
 class TestSnapshots(WarrenCase):
@@ -24,6 +41,9 @@ class TestSnapshots(WarrenCase):
 
     @classmethod
     def setUpClass(cls):
+        cls.images = own_image_dir()
+        cls.saved_env = os.environ.get("WARREN_IMAGE_DIR")
+        os.environ["WARREN_IMAGE_DIR"] = cls.images  # read at every (re)start
         super().setUpClass()
         w = cls.w
         try:
@@ -35,7 +55,21 @@ class TestSnapshots(WarrenCase):
                 raise AssertionError(f"background exec failed: {r}")
         except BaseException:
             w.cleanup()  # tearDownClass does not run when setUpClass fails
+            cls.restore_env()
             raise
+
+    @classmethod
+    def restore_env(cls):
+        if cls.saved_env is None:
+            os.environ.pop("WARREN_IMAGE_DIR", None)
+        else:
+            os.environ["WARREN_IMAGE_DIR"] = cls.saved_env
+        shutil.rmtree(cls.images, ignore_errors=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.restore_env()
 
     def snapshot(self, sid, **body):
         r = self.w.request("POST", f"/v1/sandboxes/{sid}/snapshot", body)
@@ -180,6 +214,17 @@ class TestSnapshots(WarrenCase):
         self.assertEqual(w.run(self.parent, "cat /root/f")["stdout"], "after-snap\n")
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 409)
         w.delete(b)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
+
+    def test_8_changed_base_image_is_refused(self):
+        w = self.w
+        s = self.snapshot(self.parent)["snapshot_id"]
+        img = os.path.join(self.images, "minimal.ext4")
+        st = os.stat(img)
+        os.utime(img, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        r = w.request("POST", "/v1/sandboxes", {"snapshot_id": s, "ttl_seconds": w.TEST_TTL_S})
+        self.assertError(r, 409, "snapshot_invalid")
+        self.assertIn("base image changed", r.json()["error"]["message"])
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
 
     def test_5_fork(self):
