@@ -981,6 +981,12 @@ int sbx_resume_start(struct sandbox *sb, struct sbx_err *err)
 {
     int64_t paused = sbx_now_ms() - sb->paused_mono;
 
+    /* It holds a VM again: it counts as a create does (the memory quota is not checked:
+     * TODO, sbx.c's create_quota takes a create's body). */
+    if (sb->state == ST_PAUSED && sbx_count_live(sb->t) >= sb->t->cfg->max_sandboxes)
+        return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
+                           "the limit of %u live sandboxes is reached: sandbox %s stays paused",
+                           sb->t->cfg->max_sandboxes, sb->id);
     if (sbx_state_set(sb, ST_STARTING) != 0)
         return sbx_err_set(err, SBX_E_CONFLICT, "sandbox %s is not paused", sb->id);
     /* Paused time does not count toward the TTL. */
