@@ -941,6 +941,7 @@ int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, 
 static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op)
 {
     struct sbx_table *t = sb->t;
+    struct sbx_vm *vm;
     char old[24];
 
     snprintf(old, sizeof(old), "%s", sb->snap_id);
@@ -955,6 +956,11 @@ static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op
     sb->paused_ms = sbx_wall_ms();
     sb->paused_mono = sbx_now_ms();
     sb->ready = false;
+    vm = sb->vmr;
+    sb->vm_id[0] = 0;
+    /* Paused in the index (naming no VM) before the VM and its record go: a kill -9 in
+     * between finds a paused sandbox and a VM no sandbox names, which it removes. */
+    sbx_save(sb);
     ev_timer_stop(t->loop, &sb->backoff_timer);
     if (op)
         ops_finish(op, NULL, sbx_json(sb));
@@ -964,16 +970,11 @@ static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op
         chan_free(sb->ch);
         sb->ch = NULL;
     }
-    /* Paused in the index before the VM (and its record) go: a kill -9 in between
-     * finds a paused sandbox and a VM with no sandbox, which it removes. */
-    sbx_save(sb);
-    if (sb->vmr)
-        sbx_vm_destroy(sb->vmr);
+    if (vm)
+        sbx_vm_destroy(vm);
     sb->vmr = NULL;
     sb->vm = NULL;
     sb->vm_gone = false;
-    sb->vm_id[0] = 0;
-    sbx_save(sb);
     LOGS(LOG_INFO, sb->id, "paused (snapshot %s)", s->id);
 }
 
