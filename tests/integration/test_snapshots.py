@@ -4,7 +4,10 @@ from it sees the files and a background loop still counting, with writes of
 its own and a boot id and hostname of its own; the snapshot tree (parent
 links) is listed, and a snapshot something depends on cannot be deleted; a
 corrupt or truncated snapshot file is refused at create with a clear error and
-no VM is left running from it; snapshots survive a kill -9 of warrend.
+no VM is left running from it; snapshots survive a kill -9 of warrend; fork
+(count 2; count 8 with WARREN_BIG=1); pause and resume (kill -9 while paused,
+an exec resumes, persistent idle timeout pauses); a changed base image is
+refused.
 
 One warrend, pool off (sandboxes are cold-booted: their RAM goes whole into
 the snapshot), over an image dir of its own (links to the kernel and
@@ -349,6 +352,24 @@ class TestSnapshots(WarrenCase):
         self.assertTrue(self.exec_resuming(b, "cat /tmp/count")["stdout"])
         w.delete(b)
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
+
+    @unittest.skipUnless(os.environ.get("WARREN_BIG") == "1", "WARREN_BIG=1: eight VMs at once")
+    def test_9_fork_8(self):
+        w, a = self.w, self.parent
+        w.run(a, "echo eight > /root/e")
+        r = w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 8})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        forks = [x["id"] for x in r.json()["sandboxes"]]
+        self.assertEqual(len(set(forks)), 8)
+        boot_ids = set()
+        for i, f in enumerate(forks):
+            self.assertEqual(w.run(f, "cat /root/e")["stdout"], "eight\n")
+            w.run(f, f"echo {i} > /root/mine")
+            boot_ids.add(w.run(f, "cat /proc/sys/kernel/random/boot_id")["stdout"])
+        self.assertEqual(len(boot_ids), 8)
+        for i, f in enumerate(forks):
+            self.assertEqual(w.run(f, "cat /root/mine")["stdout"], f"{i}\n")
+            w.delete(f)
 
 
 class TestSnapshotOfPoolSandbox(unittest.TestCase):
