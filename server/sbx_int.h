@@ -266,6 +266,9 @@ const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
  * 0 or -errno. */
 int sbx_snap_restore_all(struct sbx_table *t);
 void sbx_snap_free_all(struct sbx_table *t);
+/* sb's VM, adopted after a restart, was found stopped while sb is running: a snapshot
+ * or pause cut short by the restart. Continued once QEMU's save is over. */
+void sbx_snap_found_stopped(struct sandbox *sb);
 /* The reaper's tick: remove fork snapshots nothing depends on any more. */
 void sbx_snap_tick(struct sbx_table *t);
 /* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not

@@ -1052,6 +1052,83 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
     return 0;
 }
 
+/* ---- after a restart ---- */
+
+static void on_found_stopped_cont(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    char reason[256];
+
+    if (err == 0 || sbx_state_final(sb->state))
+        return;
+    snprintf(reason, sizeof(reason), "vm_lost: found stopped after a restart, and cont failed: %s",
+             why);
+    sbx_die(sb, reason);
+}
+
+/* A VM found stopped at adoption: its save may still be streaming, and its end would
+ * stop the VM again after a cont. Asked until it is over, then continued. */
+struct found_stopped {
+    struct sbx_table *t;
+    char id[24];
+    unsigned tries;
+    ev_timer again;
+};
+
+static void found_stopped_ask(struct found_stopped *f);
+
+static void on_found_stopped_again(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    found_stopped_ask(w->data);
+}
+
+static void on_migrate_status(void *ud, int err, const char *json)
+{
+    struct found_stopped *f = ud;
+    struct sandbox *sb = sbx_find(f->t, f->id);
+    json_t *o = err ? NULL : json_loads(json, 0, NULL);
+    const char *st = json_string_value(json_object_get(o, "status"));
+    bool busy = st && (!strcmp(st, "setup") || !strcmp(st, "active") || !strcmp(st, "device") ||
+                       !strcmp(st, "cancelling") || !strcmp(st, "pre-switchover"));
+    int r;
+
+    json_decref(o);
+    if (sb && sb->state == ST_RUNNING && sb->vm && busy && ++f->tries < 200) {
+        ev_timer_set(&f->again, 0.05, 0);
+        ev_timer_start(f->t->loop, &f->again);
+        return;
+    }
+    if (sb && sb->state == ST_RUNNING && sb->vm &&
+        (r = vmm_cont(sb->vm, on_found_stopped_cont, sb)) != 0)
+        LOGS(LOG_ERR, sb->id, "cannot continue its VM: %s", strerror(-r));
+    free(f);
+}
+
+static void found_stopped_ask(struct found_stopped *f)
+{
+    struct sandbox *sb = sbx_find(f->t, f->id);
+
+    if (!sb || !sb->vm ||
+        vmm_qmp(sb->vm, "{\"execute\":\"query-migrate\"}", on_migrate_status, f) != 0)
+        free(f); /* the VM is gone: nothing to continue (its exit says what happened) */
+}
+
+void sbx_snap_found_stopped(struct sandbox *sb)
+{
+    struct found_stopped *f = calloc(1, sizeof(*f));
+
+    LOGS(LOG_WARN, sb->id,
+         "its VM was found stopped (a snapshot cut short by a restart): "
+         "continuing it once its save is over");
+    if (!f)
+        return;
+    f->t = sb->t;
+    snprintf(f->id, sizeof(f->id), "%s", sb->id);
+    ev_timer_init(&f->again, on_found_stopped_again, 0.05, 0);
+    f->again.data = f;
+    found_stopped_ask(f);
+}
+
 /* ---- list, get, delete ---- */
 
 int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
