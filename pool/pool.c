@@ -53,12 +53,6 @@ struct wsess {
 /* Ids of the pool's sessions, apart from the 1, 2, ... of a sandbox's. */
 #define WSESS_ID 0x70000000u
 
-/* What a snapshot depends on: a file's path and identity. */
-struct ident {
-    char path[PATH_MAX];
-    long long size, mtime_ns, ino;
-};
-
 struct pool {
     struct sbx_table *t;
     char tmpl[64];
@@ -67,7 +61,7 @@ struct pool {
     /* the template: its VM's id names its dir and RAM file */
     char id[24];
     char dir[4096], snap[4096 + 16], disk[4096 + 16], mem[128];
-    struct ident base, kernel, initrd;
+    struct sbx_ident base, kernel, initrd;
     struct vmm *vmm;   /* the template VM while booting or saving */
     int net_slot;      /* its network's /30 (server/net.h), -1: none */
     bool vmm_gone;     /* it exited: freed from the loop */
@@ -100,42 +94,6 @@ static void kick_soon(struct pool *p, double after)
         ev_timer_set(&p->kick, after, 0);
         ev_timer_start(p->t->loop, &p->kick);
     }
-}
-
-/* ---- identity of the files a snapshot depends on ---- */
-
-static int ident_get(struct ident *id, const char *path)
-{
-    struct stat st;
-
-    if (!realpath(path, id->path) || stat(id->path, &st) != 0)
-        return -errno;
-    id->size = (long long)st.st_size;
-    id->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
-    id->ino = (long long)st.st_ino;
-    return 0;
-}
-
-static json_t *ident_json(const struct ident *id)
-{
-    return json_pack("{s:s,s:I,s:I,s:I}", "path", id->path, "size", (json_int_t)id->size,
-                     "mtime_ns", (json_int_t)id->mtime_ns, "ino", (json_int_t)id->ino);
-}
-
-/* Whether the recorded identity o is the file's now: NULL, or what differs. */
-static const char *ident_differs(json_t *o, const struct ident *now)
-{
-    const char *path;
-    json_int_t size, mtime, ino;
-
-    if (!o || json_unpack(o, "{s:s,s:I,s:I,s:I}", "path", &path, "size", &size, "mtime_ns", &mtime,
-                          "ino", &ino) != 0)
-        return "unreadable";
-    if (strcmp(path, now->path) != 0)
-        return "another file";
-    if (size != now->size || mtime != now->mtime_ns || ino != now->ino)
-        return "changed on disk";
-    return NULL;
 }
 
 /* ---- the template's files and record ---- */
@@ -205,8 +163,8 @@ static int tpl_record(struct pool *p)
         json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:I}", "template", p->tmpl, "vm_id",
                   p->id, "dir", p->dir, "snapshot", p->snap, "disk", p->disk, "mem_path", p->mem,
                   "mem_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "base",
-                  ident_json(&p->base), "kernel", ident_json(&p->kernel), "initrd",
-                  ident_json(&p->initrd), "created_ms", (json_int_t)sbx_wall_ms());
+                  sbx_ident_json(&p->base), "kernel", sbx_ident_json(&p->kernel), "initrd",
+                  sbx_ident_json(&p->initrd), "created_ms", (json_int_t)sbx_wall_ms());
     char *s;
     int r;
 
@@ -260,11 +218,11 @@ static const char *tpl_check_record(struct pool *p)
         why = "saved with another memory size or vCPU count";
     else if (json_is_true(json_object_get(f.rec, "net")) != (p->t->net != NULL))
         why = "saved with networking turned the other way";
-    else if ((why = ident_differs(json_object_get(f.rec, "base"), &p->base)))
+    else if ((why = sbx_ident_differs(json_object_get(f.rec, "base"), &p->base)))
         why = "its base image changed";
-    else if ((why = ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
+    else if ((why = sbx_ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
         why = "its kernel changed";
-    else if ((why = ident_differs(json_object_get(f.rec, "initrd"), &p->initrd)))
+    else if ((why = sbx_ident_differs(json_object_get(f.rec, "initrd"), &p->initrd)))
         why = "its initramfs changed";
     else if (stat(p->snap, &st) != 0 || stat(p->disk, &st) != 0)
         why = "its snapshot or overlay is missing";
@@ -511,8 +469,8 @@ static void tpl_build(struct pool *p)
     tpl_remove(p);
     p->tries++;
     p->t_start = sbx_now_ms();
-    if (ident_get(&p->base, p->base.path) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
-        ident_get(&p->initrd, t->initrd) != 0) {
+    if (sbx_ident_get(&p->base, p->base.path) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||
+        sbx_ident_get(&p->initrd, t->initrd) != 0) {
         tpl_failed(p, "its base image, kernel or initramfs is missing");
         return;
     }
@@ -830,8 +788,8 @@ int pool_new(struct sbx_table *t, struct pool **out)
     p->tw = (struct wsess){.p = p, .cmd = "sync", .done = tpl_synced};
     p->fw = (struct wsess){.p = p, .cmd = "true", .done = fill_warmed};
     snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
-    if (ident_get(&p->base, base) != 0 || ident_get(&p->kernel, t->kernel) != 0 ||
-        ident_get(&p->initrd, t->initrd) != 0) {
+    if (sbx_ident_get(&p->base, base) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||
+        sbx_ident_get(&p->initrd, t->initrd) != 0) {
         LOG(LOG_WARN, "pool: off: template %s has no image (%s)", p->tmpl, base);
         free(p);
         return 0;

@@ -114,7 +114,12 @@ int api_route_match(const char *path, struct api_route *r)
         {"/tokens", API_R_TOKENS, API_POST},
         {"/pty", API_R_PTY, API_GET},
         {"/session", API_R_SESSION, API_GET},
+        {"/snapshot", API_R_SNAPSHOT_SB, API_POST},
+        {"/fork", API_R_FORK, API_POST},
+        {"/pause", API_R_PAUSE, API_POST},
+        {"/resume", API_R_RESUME, API_POST},
     };
+    static const char spfx[] = "/v1/snapshots";
     static const char pfx[] = "/v1/sandboxes";
     size_t len = strlen(path), idlen;
     const char *id, *rest;
@@ -130,6 +135,27 @@ int api_route_match(const char *path, struct api_route *r)
     }
     /* Anything under /v1 needs the key, even to learn that it does not exist. */
     r->auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
+    if (len >= sizeof(spfx) - 1 && memcmp(path, spfx, sizeof(spfx) - 1) == 0) {
+        if (len == sizeof(spfx) - 1) {
+            r->id = API_R_SNAPSHOTS;
+            r->methods = API_GET;
+            return 0;
+        }
+        if (path[sizeof(spfx) - 1] != '/')
+            return -ENOENT;
+        id = path + sizeof(spfx);
+        idlen = len - sizeof(spfx);
+        if (idlen == 0 || idlen > API_ID_MAX)
+            return -ENOENT;
+        for (size_t i = 0; i < idlen; i++)
+            if (!id_char(id[i]))
+                return -ENOENT;
+        r->id = API_R_SNAPSHOT;
+        r->methods = API_GET | API_DELETE;
+        memcpy(r->sbx, id, idlen);
+        r->sbx[idlen] = '\0';
+        return 0;
+    }
     if (len < sizeof(pfx) - 1 || memcmp(path, pfx, sizeof(pfx) - 1) != 0)
         return -ENOENT;
     if (len == sizeof(pfx) - 1) {

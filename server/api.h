@@ -65,6 +65,12 @@ enum api_route_id {
     API_R_TOKENS,       /* /v1/sandboxes/{id}/tokens (issue 7) */
     API_R_PTY,          /* /v1/sandboxes/{id}/pty[/{pid}]: a WebSocket; a plain GET probes */
     API_R_SESSION,      /* /v1/sandboxes/{id}/session: a WebSocket; a plain GET probes */
+    API_R_SNAPSHOT_SB,  /* /v1/sandboxes/{id}/snapshot */
+    API_R_FORK,         /* /v1/sandboxes/{id}/fork */
+    API_R_PAUSE,        /* /v1/sandboxes/{id}/pause */
+    API_R_RESUME,       /* /v1/sandboxes/{id}/resume */
+    API_R_SNAPSHOTS,    /* /v1/snapshots */
+    API_R_SNAPSHOT,     /* /v1/snapshots/{id} (the id in sbx) */
 };
 
 #define API_PID_MAX 4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */

@@ -112,6 +112,8 @@ static const struct opt opts[] = {
     {"net_range", T_STR, F(net_range), "10.201.0.0/16", 0},
     {"net_dns_upstream", T_STR, F(net_dns_upstream), "", 0},
     {"net_ahead", T_UINT, F(net_ahead), "2", 0},
+    {"fork_max", T_UINT, F(fork_max), "16", 1},
+    {"paused_retention_s", T_UINT, F(paused_retention_s), "604800", 1},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

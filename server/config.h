@@ -91,6 +91,9 @@ struct srv_config {
     char *net_range;               /* net_range = 10.201.0.0/16: host-side /30 per VM */
     char *net_dns_upstream;        /* net_dns_upstream = (empty): IPv4 resolver guests use */
     unsigned net_ahead;            /* net_ahead = 2: namespaces made ahead for cold creates */
+    /* snapshots, fork (issue 8) */
+    unsigned fork_max;           /* fork_max = 16: sandboxes one fork request may make */
+    unsigned paused_retention_s; /* paused_retention_s = 604800: then a paused one is deleted */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

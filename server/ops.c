@@ -134,6 +134,11 @@ static struct op *op_by_id(struct sbx_table *t, sbx_op_t id)
     return NULL;
 }
 
+struct op *ops_by_id(struct sbx_table *t, sbx_op_t id)
+{
+    return op_by_id(t, id);
+}
+
 void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
 {
     struct sbx_err e = {.code = code};
@@ -515,6 +520,8 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
     case OP_PLIST: /* handled by ops_proc_frame above */
     case OP_ATTACH:
     case OP_PCTL:
+    case OP_SNAP: /* no guest stream: a frame for its id is dropped */
+    case OP_RESUME:
         break;
     }
 }
@@ -963,6 +970,8 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     case OP_FOP:
     case OP_PLIST:
     case OP_PCTL:
+    case OP_SNAP: /* the snapshot completes; nobody hears of it */
+    case OP_RESUME:
         break;
     }
     /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */

@@ -6,6 +6,7 @@
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "http_int.h"
+#include "sbx_snap.h"
 #include "web.h"
 
 /* ----------------------------------------------------------- sink (sbx) */
@@ -24,8 +25,12 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         status = sbx_err_http_status(err->code);
         body = api_error_of(err);
     } else {
-        /* A create, or a background exec (the process was created), or another op. */
-        status = p->route == API_R_SANDBOXES || (p->route == API_R_EXEC && p->bg_exec) ? 201 : 200;
+        /* A create (of a sandbox, or a snapshot), or a background exec (the process was
+         * created), or another op. */
+        status = p->route == API_R_SANDBOXES || p->route == API_R_SNAPSHOT_SB ||
+                         p->route == API_R_FORK || (p->route == API_R_EXEC && p->bg_exec)
+                     ? 201
+                     : 200;
     }
     p->op_live = false;
     switch (p->kind) {
@@ -382,6 +387,29 @@ static void dispatch_body(struct pss *p)
     case API_R_TOKENS:
         auth_tokens_mint(p, body);
         break;
+    case API_R_SNAPSHOT_SB:
+        if (disk_full(p))
+            break;
+        rc = sbx_snapshot(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_FORK:
+        if (disk_full(p))
+            break;
+        rc = sbx_fork(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_PAUSE:
+    case API_R_RESUME:
+        /* Already so: answered at once; else when the VM is saved (or restored). */
+        rc = p->route == API_R_PAUSE
+                 ? sbx_pause(p->srv->t, p->sbx, body, &sink, p, &p->op, &out, &err)
+                 : sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
+        if (rc == 0 && out)
+            respond_sync(p, rc, out, &err);
+        else
+            start_op(p, rc, &err);
+        break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
             resp_api_err(p, &e);
@@ -711,6 +739,15 @@ void rest_request(struct pss *p, const char *uri)
                                   : sbx_delete(p->srv->t, p->sbx, &out, &err);
         respond_sync(p, rc, out, &err);
         break;
+    case API_R_SNAPSHOTS:
+        rc = sbx_snap_list(p->srv->t, &out, &err);
+        respond_sync(p, rc, out, &err);
+        break;
+    case API_R_SNAPSHOT:
+        rc = p->method == API_GET ? sbx_snap_get(p->srv->t, p->sbx, &out, &err)
+                                  : sbx_snap_delete(p->srv->t, p->sbx, &out, &err);
+        respond_sync(p, rc, out, &err);
+        break;
     case API_R_EXEC: {
         char accept[256];
         p->ndjson = hdr(p->wsi, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept)) > 0 &&
@@ -719,6 +756,10 @@ void rest_request(struct pss *p, const char *uri)
         break;
     }
     case API_R_TIMEOUT:
+    case API_R_SNAPSHOT_SB:
+    case API_R_FORK:
+    case API_R_PAUSE:
+    case API_R_RESUME:
     case API_R_FILES_RENAME:
     case API_R_PROC_STDIN:
     case API_R_PROC_SIGNAL:

@@ -122,6 +122,13 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
     if (status)
         return status;
+    /* A paused sandbox comes back (sbx_snap.c); this request is asked to retry. */
+    if (sb->state == ST_PAUSED) {
+        if ((status = sbx_resume_start(sb, err)))
+            return status;
+        return sbx_err_set(err, SBX_E_NOT_READY,
+                           "sandbox %s was paused and is resuming now; try again shortly", sb->id);
+    }
     /* A frozen VM continues before the request's frame is sent (sbx_freeze.c). */
     if (sbx_state_stopped(sb->state) && sb->ready && sb->ch && (status = sbx_thaw(sb, true)))
         return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot continue its frozen VM: %s",
@@ -151,7 +158,7 @@ static json_t *iso_time(int64_t ms)
     return json_string(buf);
 }
 
-static json_t *sandbox_json(const struct sandbox *sb)
+json_t *sbx_json(const struct sandbox *sb)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
@@ -179,9 +186,16 @@ static json_t *sandbox_json(const struct sandbox *sb)
         if (n)
             json_object_set_new(o, "network", n);
     }
+    json_object_set_new(o, "persistent", json_boolean(sb->persistent));
+    if (sb->state == ST_PAUSED)
+        json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
-    json_object_set_new(
-        o, "source", json_string(sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool" : "boot"));
+    json_object_set_new(o, "source",
+                        json_string(sb->snap_id[0]                                  ? "snapshot"
+                                    : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool"
+                                                                                    : "boot"));
+    if (sb->snap_id[0])
+        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
     if (sbx_state_final(sb->state)) {
         json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
         json_object_set_new(o, "end_reason", json_string(sb->reason));
@@ -205,6 +219,12 @@ int sbx_save(struct sandbox *sb)
 
     if (o && sb->keep_running)
         json_object_set_new(o, "keep_running", json_true());
+    if (o && sb->snap_id[0])
+        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
+    if (o && sb->persistent)
+        json_object_set_new(o, "persistent", json_true());
+    if (o && sb->paused_ms)
+        json_object_set_new(o, "paused_ms", json_integer(sb->paused_ms));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
 
@@ -369,10 +389,11 @@ static void sandbox_ready(struct sandbox *sb)
     }
     if (sandbox_state_set(sb, ST_RUNNING) != 0)
         return;
-    /* A clone from the pool: its INIT has just set clock, entropy (reseeded) and
-     * hostname; the boot id is still the template's, shared by every clone. A new one
-     * goes now, before the create is answered, so it precedes any user command. */
-    if (sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 &&
+    /* A clone from the pool or a snapshot: its INIT has just set clock, entropy
+     * (reseeded) and hostname; the boot id is still the template's (the snapshot's),
+     * shared by every clone. A new one goes now, before the create is answered, so it
+     * precedes any user command. */
+    if (sb->vmr && (strcmp(sb->vmr->boot, "pool") == 0 || strcmp(sb->vmr->boot, "snapshot") == 0) &&
         sbx_resync(sb, SBX_RESYNC_BOOT_ID | SBX_RESYNC_HOSTNAME, NULL, NULL) != 0)
         LOGS(LOG_WARN, sb->id,
              "cannot send the hand-out's RESYNC: its boot id stays the "
@@ -383,7 +404,7 @@ static void sandbox_ready(struct sandbox *sb)
          * next warrend: fail the create rather than answer 201 for it. */
         for (struct op *op = sb->ops, *next; op; op = next) {
             next = op->next_sb;
-            if (op->kind == OP_CREATE)
+            if (op->kind == OP_CREATE || op->kind == OP_RESUME)
                 ops_fail(op, SBX_E_INDEX_WRITE_FAILED,
                          "the sandbox could not be recorded in the index");
         }
@@ -394,8 +415,8 @@ static void sandbox_ready(struct sandbox *sb)
          (double)(sbx_now_ms() - sb->created_mono));
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
-        if (op->kind == OP_CREATE)
-            ops_finish(op, NULL, sandbox_json(sb));
+        if (op->kind == OP_CREATE || op->kind == OP_RESUME)
+            ops_finish(op, NULL, sbx_json(sb));
     }
 }
 
@@ -569,7 +590,13 @@ void sbx_on_vm_phase(struct sandbox *sb, enum vmm_phase from, enum vmm_phase to)
 {
     int r;
 
-    (void)from;
+    /* Adopted (BOOTING until QEMU's first word) and found stopped while the index says
+     * running: a snapshot or pause (sbx_snap.c) was cut short by a warrend restart, which
+     * left the vCPUs stopped. Nobody else would continue them. */
+    if (from == VMM_PH_BOOTING && to == VMM_PH_STOPPED && sb->state == ST_RUNNING && sb->vm) {
+        sbx_snap_found_stopped(sb);
+        return;
+    }
     if (!sb->thaw_on_phase || !(vmm_phase_can_cont(to) || vmm_phase_guest_runs(to)))
         return;
     sb->thaw_on_phase = false;
@@ -837,9 +864,8 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
         if (sbx_state_live(sb->state))
             used += sb->mem_mb;
-    if (total && (used + mem) * 100 >
-                     (total > c->mem_reserve_mb ? total - c->mem_reserve_mb : 0) *
-                         c->mem_overcommit_pct) {
+    if (total && (used + mem) * 100 > (total > c->mem_reserve_mb ? total - c->mem_reserve_mb : 0) *
+                                          c->mem_overcommit_pct) {
         return sbx_err_set(err, SBX_E_MEMORY_EXHAUSTED,
                            "%u MiB more for guests would pass %u%% of the host's %" PRIu64
                            " MiB less the %u MiB reserve (%" PRIu64 " MiB in use by sandboxes)",
@@ -865,7 +891,7 @@ static void on_handout_cont(void *ud, int err, const char *why)
  * not know is killed as a stray by the next warrend, so a sandbox that cannot be saved
  * is not created (it ends dead). The VM first: a sandbox record naming a VM with no
  * record would be lost at restart. 0, or -1 with err set. */
-static int record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err)
+int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err)
 {
     int r = sbx_vm_save(vm);
 
@@ -894,7 +920,7 @@ static int handout(struct sandbox *sb, struct sbx_vm *vm, const struct sbx_sink 
     int r;
 
     sbx_vm_bind(vm, sb);
-    if (record_new(sb, vm, err) != 0)
+    if (sbx_record_new(sb, vm, err) != 0)
         return SBX_E_INDEX_WRITE_FAILED;
     /* Before the op exists: a failure here is answered by our return value alone. */
     if ((r = vmm_cont(sb->vm, on_handout_cont, sb)) != 0 ||
@@ -973,11 +999,12 @@ static int get_network(struct sbx_table *t, json_t *body, struct net_policy *pol
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {
-        "template", "ttl_seconds", "idle_timeout_seconds", "memory_mb", "vcpus",
-        "env",      "metadata",    "keep_running",         "network",   NULL};
+    static const char *const fields[] = {"template",    "ttl_seconds",  "idle_timeout_seconds",
+                                         "memory_mb",   "vcpus",        "env",
+                                         "metadata",    "keep_running", "network",
+                                         "snapshot_id", "persistent",   NULL};
     const struct srv_config *c = t->cfg;
-    const char *tmpl;
+    const char *tmpl, *snap_id = NULL;
     unsigned ttl, idle, mem, vcpus;
     json_t *env = NULL, *meta = NULL, *keep_running;
     char base[4096], real[PATH_MAX];
@@ -992,8 +1019,15 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
 
     if ((status = sbx_check_fields(body, fields, err)))
         return status;
-    tmpl = json_string_value(json_object_get(body, "template"));
-    if (!json_object_get(body, "template"))
+    if (json_object_get(body, "snapshot_id") &&
+        !(snap_id = json_string_value(json_object_get(body, "snapshot_id"))))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "snapshot_id must be a snapshot's id");
+    /* From a snapshot: its template, memory and vCPUs (sbx_snap.c). */
+    if (snap_id && (status = sbx_snap_for_create(t, body, snap_id, &tmpl, &mem, &vcpus, err)))
+        return status;
+    if (!snap_id)
+        tmpl = json_string_value(json_object_get(body, "template"));
+    if (!snap_id && !json_object_get(body, "template"))
         tmpl = c->default_template;
     if (!tmpl || !template_name_ok(tmpl)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
@@ -1005,12 +1039,16 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
         (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
                            err)) ||
-        (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
-                           c->max_memory_mb, &mem, err)) ||
-        (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err)))
+        (!snap_id && (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
+                                        c->max_memory_mb, &mem, err))) ||
+        (!snap_id &&
+         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
     if ((status = get_network(t, body, &pol, err)))
         return status;
+    if (json_object_get(body, "persistent") &&
+        !json_is_boolean(json_object_get(body, "persistent")))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "persistent must be true or false");
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
@@ -1053,6 +1091,11 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->env = env;
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
+    sb->persistent = json_is_true(json_object_get(body, "persistent"));
+    if (snap_id) {
+        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", snap_id);
+        return sbx_snap_start(sb, sink, user, opid, err);
+    }
     /* The pool's VMs run under the default policy, fixed when they started. */
     if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&
         (vm = pool_take(t->pool, tmpl, mem, vcpus)))
@@ -1084,7 +1127,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r != 0)
         goto fail;
-    if (record_new(sb, vm, err) != 0)
+    if (sbx_record_new(sb, vm, err) != 0)
         return SBX_E_INDEX_WRITE_FAILED;
     op = ops_new(sb, OP_CREATE, sink, user);
     if (!op) {
@@ -1116,7 +1159,7 @@ int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *e
     if (!sb)
         return not_found(id, err);
     /* Looking at a sandbox is not using it: GET does not hold off the idle timeout. */
-    *out = sandbox_json(sb);
+    *out = sbx_json(sb);
     return 0;
 }
 
@@ -1146,7 +1189,7 @@ int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **ou
             }
         }
         if (match)
-            json_array_append_new(arr, sandbox_json(sb));
+            json_array_append_new(arr, sbx_json(sb));
     }
     *out = json_pack("{s:o}", "sandboxes", arr);
     return 0;
@@ -1159,7 +1202,7 @@ int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err
     if (!sb)
         return not_found(id, err);
     sandbox_end(sb, ST_ENDED, "deleted");
-    *out = sandbox_json(sb);
+    *out = sbx_json(sb);
     return 0;
 }
 
@@ -1183,7 +1226,7 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **
     sb->expires_mono = sbx_now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
-    *out = sandbox_json(sb);
+    *out = sbx_json(sb);
     return 0;
 }
 
@@ -1202,7 +1245,12 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
             sandbox_end(sb, ST_ENDED, "ttl_expired");
         } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
-            sandbox_end(sb, ST_ENDED, "idle_timeout");
+            /* persistent: paused (memory and disk kept, no VM) rather than ended. */
+            if (!sb->persistent || sbx_pause_idle(sb) != 0)
+                sandbox_end(sb, ST_ENDED, "idle_timeout");
+        } else if (sb->state == ST_PAUSED &&
+                   now - sb->paused_mono >= (int64_t)t->cfg->paused_retention_s * 1000) {
+            sandbox_end(sb, ST_ENDED, "paused_retention_expired");
         } else if (sb->state == ST_RUNNING) {
             sbx_freeze_tick(sb, now);
         } else if (sbx_state_final(sb->state) &&
@@ -1214,6 +1262,7 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
             sandbox_free(sb);
         }
     }
+    sbx_snap_tick(t);
     index_flush(t);
 }
 
@@ -1272,6 +1321,14 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
     sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
+    {
+        const char *sid = json_string_value(json_object_get(o, "snapshot_id"));
+        if (sid && strlen(sid) < sizeof(sb->snap_id))
+            snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", sid);
+        sb->persistent = json_is_true(json_object_get(o, "persistent"));
+        sb->paused_ms = json_integer_value(json_object_get(o, "paused_ms")); /* absent: 0 */
+        sb->paused_mono = sb->paused_ms ? wall_to_mono(sb->paused_ms) : 0;
+    }
     /* No vm_id and no run_dir: its VM never got that far (a failed create). */
     if (!*vm_id && run_dir) {
         struct sbx_vm *vm;
@@ -1325,7 +1382,7 @@ static void adopt_all(struct sbx_table *t)
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         int r;
 
-        if (sbx_state_final(sb->state))
+        if (!sbx_state_live(sb->state)) /* ended, dead, or paused: no VM to adopt */
             continue;
         r = sb->vmr ? sbx_vm_adopt(sb->vmr) : -ENOENT;
         if (r != 0) {
@@ -1456,7 +1513,9 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
             idx_migrated(t->idx));
     /* VMs first: a sandbox record of an older warrend makes a VM record unless one is
      * there already. */
-    r = sbx_vm_restore_all(t);
+    r = sbx_snap_restore_all(t);
+    if (r == 0)
+        r = sbx_vm_restore_all(t);
     if (r == 0)
         r = idx_foreach(t->idx, IDX_SANDBOXES, restore_one, t);
     if (r != 0)
@@ -1499,6 +1558,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     sbx_net_ahead_free(t);
     net_free(t->net);
     t->net = NULL;
+    sbx_snap_free_all(t);
     /* Queued removals and flushes finish first; shutdown may then wait on the disk. */
     bg_free(t->bg);
     if (t->idx) {

@@ -46,6 +46,9 @@ static const struct {
     [SBX_E_NOT_A_PTY] = {400, "not_a_pty"},
     [SBX_E_BAD_OFFSET] = {400, "bad_offset"},
     [SBX_E_TOO_MANY_PROCESSES] = {429, "too_many_processes"},
+    [SBX_E_SNAPSHOT_NOT_FOUND] = {404, "snapshot_not_found"},
+    [SBX_E_SNAPSHOT_IN_USE] = {409, "snapshot_in_use"},
+    [SBX_E_SNAPSHOT_INVALID] = {409, "snapshot_invalid"},
 };
 
 int sbx_err_set(struct sbx_err *e, enum sbx_errcode code, const char *fmt, ...)

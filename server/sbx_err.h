@@ -56,6 +56,10 @@ enum sbx_errcode {
     SBX_E_NOT_A_PTY,          /* resize of a process without a terminal */
     SBX_E_BAD_OFFSET,         /* an output offset past its end */
     SBX_E_TOO_MANY_PROCESSES, /* max_processes_per_sandbox running */
+    /* snapshots */
+    SBX_E_SNAPSHOT_NOT_FOUND, /* no snapshot with that id */
+    SBX_E_SNAPSHOT_IN_USE,    /* a live sandbox or another snapshot needs its files */
+    SBX_E_SNAPSHOT_INVALID,   /* its file is corrupt, truncated, or its base image changed */
     SBX_E__COUNT
 };
 

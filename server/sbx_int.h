@@ -35,7 +35,20 @@
 #include <mbedtls/entropy.h>
 
 /* OP_PLIST, OP_ATTACH and OP_PCTL are the process operations of ops_proc.c. */
-enum op_kind { OP_CREATE, OP_EXEC, OP_FREAD, OP_FWRITE, OP_FOP, OP_PLIST, OP_ATTACH, OP_PCTL };
+/* OP_SNAP: a snapshot being taken (sbx_snap.c); no guest stream. OP_RESUME: a resume
+ * waiting for the guest's session, answered like a create. */
+enum op_kind {
+    OP_CREATE,
+    OP_EXEC,
+    OP_FREAD,
+    OP_FWRITE,
+    OP_FOP,
+    OP_PLIST,
+    OP_ATTACH,
+    OP_PCTL,
+    OP_SNAP,
+    OP_RESUME
+};
 
 struct sandbox;
 
@@ -106,11 +119,14 @@ struct sandbox {
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
-    char vm_id[24];     /* its VM's id, as recorded ("" for none) */
-    struct sbx_vm *vmr; /* its VM (bound by sbx_vm_bind), or NULL */
-    struct vmm *vm;     /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
-    bool vm_gone;       /* the VM exited; vm is freed outside its callback */
-    bool thaw_on_phase; /* frozen at a restart: continue once QEMU's phase is known */
+    char vm_id[24];   /* its VM's id, as recorded ("" for none) */
+    char snap_id[24]; /* the snapshot it was restored from ("" for none); paused: its own */
+    bool persistent;  /* create option: the idle timeout pauses it instead of ending it */
+    int64_t paused_ms, paused_mono; /* when it was paused (wall, monotonic); 0: not paused */
+    struct sbx_vm *vmr;             /* its VM (bound by sbx_vm_bind), or NULL */
+    struct vmm *vm;                 /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
+    bool vm_gone;                   /* the VM exited; vm is freed outside its callback */
+    bool thaw_on_phase;             /* frozen at a restart: continue once QEMU's phase is known */
     struct chan *ch;
     bool ready;       /* the guest answered INIT on the current channel */
     uint32_t session; /* id of the INIT sent on the current channel */
@@ -157,6 +173,7 @@ struct sbx_table {
     struct net *net;         /* sandbox networking (net.h), NULL when off */
     struct net_ahead *ahead; /* namespaces made ahead (net_ahead.c) */
     bool ahead_failed;       /* the last one failed: none made until the next create */
+    struct sbx_snaps *snaps; /* snapshots and the ones being taken (sbx_snap.c) */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -260,6 +277,51 @@ int sbx_state_set(struct sandbox *sb, enum sbx_state to);
 /* End a sandbox dead for reason: fails its ops, stops its VM. */
 void sbx_die(struct sandbox *sb, const char *reason);
 
+/* Record a new sandbox and its VM (the VM's record first); on failure the sandbox ends
+ * dead and err is set: 0 or -1. */
+int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err);
+
+/* ---- snapshots (sbx_snap.c; the API is sbx_snap.h) ---- */
+
+/* The identity of a file something depends on (a template's base image). */
+struct sbx_ident {
+    char path[4096];
+    long long size, mtime_ns, ino;
+};
+/* path resolved and stat'ed: 0 or -errno. */
+int sbx_ident_get(struct sbx_ident *id, const char *path);
+/* {"path","size","mtime_ns","ino"} (new reference). */
+json_t *sbx_ident_json(const struct sbx_ident *id);
+/* Whether the recorded identity o is the file's now: NULL, or what differs. */
+const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
+/* Read the snapshots table into t->snaps and remove snapshot dirs no record names:
+ * 0 or -errno. */
+int sbx_snap_restore_all(struct sbx_table *t);
+void sbx_snap_free_all(struct sbx_table *t);
+/* sb's VM, adopted after a restart, was found stopped while sb is running: a snapshot
+ * or pause cut short by the restart. Continued once QEMU's save is over. */
+void sbx_snap_found_stopped(struct sandbox *sb);
+/* The reaper's tick: remove fork snapshots nothing depends on any more. */
+void sbx_snap_tick(struct sbx_table *t);
+/* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not
+ * ask for others), its base image unchanged. 0, or an sbx_errcode with *err. */
+int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,
+                        unsigned *mem, unsigned *vcpus, struct sbx_err *err);
+/* Start sb (STARTING, sb->snap_id set) from its snapshot: new VM, overlay over the
+ * snapshot's disk, restore; the create op answers once the guest's session is up. As
+ * sbx_create (on failure sb ends dead). */
+int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
+                   struct sbx_err *err);
+
+/* Pause (sbx_snap.h) at the idle timeout of a persistent sandbox, nobody to answer:
+ * 0 or -EIO. */
+int sbx_pause_idle(struct sandbox *sb);
+/* PAUSED -> STARTING: a VM restored from its snapshot; a resume op or the next request
+ * finds it running. 0, or an sbx_errcode with *err (then it ended dead). */
+int sbx_resume_start(struct sandbox *sb, struct sbx_err *err);
+/* The sandbox's record as GET shows it (new reference). */
+json_t *sbx_json(const struct sandbox *sb);
+
 /* ---- idle freeze and resync (sbx_freeze.c) ---- */
 
 /*
@@ -302,6 +364,8 @@ void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void ops_free(struct op *op);
 struct op *ops_by_stream(struct sandbox *sb, uint32_t stream);
+/* The op of that id, or NULL (finished, freed). */
+struct op *ops_by_id(struct sbx_table *t, sbx_op_t id);
 /* Deliver a guest frame that belongs to an op (ops.c). */
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f);
 /* Finish every op of sb with this error ("sandbox <id>: msg"). */

@@ -18,12 +18,15 @@ static const struct {
 } states[ST__COUNT] = {
     [ST_STARTING] = {"starting", F_LIVE, TO(ST_RUNNING) | TO(ST_ENDED) | TO(ST_DEAD)},
     [ST_RUNNING] = {"running", F_LIVE | F_OPS | F_EXPIRES,
-                    TO(ST_FROZEN) | TO(ST_ENDED) | TO(ST_DEAD)},
+                    TO(ST_FROZEN) | TO(ST_PAUSED) | TO(ST_ENDED) | TO(ST_DEAD)},
     [ST_ENDED] = {"ended", F_FINAL, 0},
     [ST_DEAD] = {"dead", F_FINAL, 0},
     /* Not F_OPS: an operation thaws it first (sbx_usable), so none runs on a stopped VM. */
     [ST_FROZEN] = {"frozen", F_LIVE | F_EXPIRES | F_STOPPED,
-                   TO(ST_RUNNING) | TO(ST_ENDED) | TO(ST_DEAD)},
+                   TO(ST_RUNNING) | TO(ST_PAUSED) | TO(ST_ENDED) | TO(ST_DEAD)},
+    /* No VM, no quota held, its TTL stands still; a resume boots nothing but restores
+     * (STARTING again until the guest answers). */
+    [ST_PAUSED] = {"paused", 0, TO(ST_STARTING) | TO(ST_ENDED) | TO(ST_DEAD)},
 };
 
 static bool valid(enum sbx_state s)

@@ -6,6 +6,10 @@
  *   FROZEN --any operation, a guest channel (re)connect, a restart--> RUNNING
  *   STARTING, RUNNING, FROZEN --deleted, TTL, idle--> ENDED
  *   STARTING, RUNNING, FROZEN --VM exit, boot timeout, violations, start failure--> DEAD
+ *   RUNNING, FROZEN --pause, or idle with persistent--> PAUSED (memory and disk in a
+ *     snapshot, no VM: neither live nor final; its TTL stands still)
+ *   PAUSED --resume, or any operation--> STARTING (a VM restored from that snapshot)
+ *   PAUSED --deleted, paused_retention_s--> ENDED
  *   ENDED and DEAD are final.
  *
  * A sandbox is born STARTING (create) or in the state its index record holds
@@ -23,16 +27,18 @@
 
 #include <stdbool.h>
 
-enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD, ST_FROZEN, ST__COUNT };
+enum sbx_state { ST_STARTING, ST_RUNNING, ST_ENDED, ST_DEAD, ST_FROZEN, ST_PAUSED, ST__COUNT };
 
-/* "starting", "running", "ended", "dead", "frozen" (what the index keeps); "?" out of range. */
+/* "starting", "running", "ended", "dead", "frozen", "paused" (what the index keeps); "?" out
+ * of range. */
 const char *sbx_state_name(enum sbx_state s);
 /* The state of that name: 0 and *out, or -EINVAL. */
 int sbx_state_parse(const char *name, enum sbx_state *out);
 /* 0 if from -> to is an allowed transition, else -EINVAL (also for a state out of range). */
 int sbx_state_check(enum sbx_state from, enum sbx_state to);
 
-/* The sandbox holds a VM and its resources (memory quota, live count): not ended. */
+/* The sandbox holds a VM and its resources (memory quota, live count): not ended, not
+ * paused. */
 bool sbx_state_live(enum sbx_state s);
 /* Ended or dead: no way back; its record is kept until the reaper purges it. */
 bool sbx_state_final(enum sbx_state s);

@@ -110,6 +110,7 @@ struct vmm {
     struct vmm_jail_vm jv; /* jv.on: uid and cgroups to give back when the process is gone */
     struct vmm *next_orphan;
     enum vmm_boot boot;
+    bool mem_file; /* guest RAM maps cfg->mem_path (else anonymous) */
     unsigned mem_mb, vcpus;
     char qemu_version[64]; /* from query-version, once asked */
     struct vmm_op op;
@@ -865,6 +866,7 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->qout_fd = -1;
     vm->jail = vmm_jail_ref(cfg->jail);
     vm->boot = cfg->boot;
+    vm->mem_file = cfg->mem_path != NULL;
     vm->mem_mb = cfg->mem_mb ? cfg->mem_mb : 256;
     vm->vcpus = cfg->vcpus ? cfg->vcpus : 1;
     vm->phase = cfg->boot == VMM_BOOT_RESTORE ? VMM_PH_WAITING : VMM_PH_BOOTING;
@@ -1585,7 +1587,9 @@ static void op_step(struct vmm *vm)
         snprintf(op->info.qemu_version, sizeof(op->info.qemu_version), "%s", vm->qemu_version);
         op->info.mem_mb = vm->mem_mb;
         op->info.vcpus = vm->vcpus;
-        op->info.flags = vm->boot == VMM_BOOT_KERNEL ? 0 : VMM_SNAP_F_SHARED_RAM;
+        /* Only a share=on file is left out of the stream (x-ignore-shared): a clone's
+         * private mapping of the template's file is saved whole, like anonymous RAM. */
+        op->info.flags = vm->boot == VMM_BOOT_TEMPLATE ? VMM_SNAP_F_SHARED_RAM : 0;
         op->stage = STG_JOB;
         if ((r = job_start(vm, true)) != 0) {
             phase_set(vm, VMM_PH_STOPPED);
@@ -1602,8 +1606,8 @@ static void op_step(struct vmm *vm)
             return;
         }
         if (op->stage == STG_VERSION) {
-            if (vmm_snap_match(&op->info, vm->qemu_version, vm->mem_mb, vm->vcpus,
-                               vm->boot != VMM_BOOT_KERNEL, why, sizeof(why)) != 0) {
+            if (vmm_snap_match(&op->info, vm->qemu_version, vm->mem_mb, vm->vcpus, vm->mem_file,
+                               why, sizeof(why)) != 0) {
                 phase_set(vm, VMM_PH_WAITING);
                 op_finish(vm, -EINVAL, why);
                 return;

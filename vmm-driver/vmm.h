@@ -43,7 +43,10 @@
  *   share=on (memory-backend-file; QEMU creates the file, mem_mb long). Boot
  *   it to a ready guest, vmm_save it, then end it: the file is now the
  *   template's RAM image.
- * - VMM_BOOT_RESTORE: no kernel; cfg->mem_path mapped share=off (a private
+ * - VMM_BOOT_RESTORE: no kernel; cfg->mem_path NULL: anonymous RAM, restored
+ *   whole from a snapshot of a VM whose RAM was not a share=on file (a booted
+ *   VM, a clone, a VM restored so: their streams hold all RAM); else
+ *   cfg->mem_path mapped share=off (a private
  *   copy-on-write view of the template's RAM: a clone costs only the pages it
  *   writes), QEMU started with -incoming defer (phase WAITING) until
  *   vmm_restore loads a snapshot saved from that template. mem_mb, vcpus, the
@@ -133,9 +136,9 @@ struct vmm_config {
     const char *backing;   /* jail: the disk's read-only backing file (shown in the jail) */
     /* Appended for snapshots; zero keeps the kernel boot above. */
     enum vmm_boot boot;
-    const char *mem_path; /* TEMPLATE, RESTORE: guest RAM file, e.g. /dev/shm/warren-<t>.mem
-                           * (no commas). TEMPLATE creates it (mem_mb long); RESTORE needs
-                           * the one its snapshot was saved over, unchanged. */
+    const char *mem_path; /* TEMPLATE, RESTORE (optional there): guest RAM file, e.g.
+                           * /dev/shm/warren-<t>.mem (no commas). TEMPLATE creates it (mem_mb long);
+                           * RESTORE needs the one its snapshot was saved over, unchanged. */
     /* Appended for networking (issue 9); NULL keeps the VM without a NIC. */
     const char *const *net_wrap; /* NULL-terminated argv spawned in QEMU's place, QEMU's own
                                   * argv appended: it sets up the VM's network namespace
@@ -341,5 +344,16 @@ int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud);
  * Fails with -EEXIST if path exists. 0 or -errno (-EINVAL: a backing qcow2
  * that fails the checks). */
 int vmm_qcow2_create(const char *path, const char *backing, uint64_t size);
+
+/* The backing file name recorded in the qcow2 at path ("" for none): 0 or -errno
+ * (-EINVAL: not a qcow2 we accept, or a bad name). Reads one cluster. */
+int vmm_qcow2_backing(const char *path, char *out, size_t cap);
+
+/* Point the qcow2 at path (nobody has it open for writing) at another name for the
+ * same backing file (a hard link, a copy): the name is rewritten in place, the
+ * format and the data are not touched, fsynced. The caller vouches that the new
+ * file holds the same bytes; nothing here can check it. 0 or -errno (-EINVAL: not a
+ * qcow2 with a backing file; -ENAMETOOLONG: the name does not fit in cluster 0). */
+int vmm_qcow2_rebase(const char *path, const char *backing);
 
 #endif

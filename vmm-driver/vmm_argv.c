@@ -102,7 +102,9 @@ static int path_ok(const char *p)
 int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned long tsc_khz)
 {
     enum vmm_boot mode = cfg->boot;
-    bool memfile = mode == VMM_BOOT_TEMPLATE || mode == VMM_BOOT_RESTORE;
+    /* TEMPLATE needs a file; RESTORE maps one when given (a template's clone), else
+     * loads the whole RAM from the stream into anonymous memory (a snapshot). */
+    bool memfile = mode == VMM_BOOT_TEMPLATE || (mode == VMM_BOOT_RESTORE && cfg->mem_path);
     char name[160], qmp[4200];
     unsigned vcpus = cfg->vcpus ? cfg->vcpus : 1;
     unsigned mem = cfg->mem_mb ? cfg->mem_mb : 256;
@@ -140,8 +142,7 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
     /* PIT and PIC off: the kernel gets its TSC rate from tsc_early_khz and uses
      * the LAPIC timer and IOAPIC; measured to boot reliably under TCG here. */
     av_add(a, "-M");
-    av_addf(a, "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off%s",
-            memfile ? ",memory-backend=mem" : "");
+    av_add(a, "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,memory-backend=mem");
     av_add(a, "-accel");
     /* TCG: MTTCG (thread=multi) even for one vCPU: the vCPU thread then runs
      * without the big QEMU lock, so QMP answers during boot in ~40 ms where the
@@ -154,13 +155,18 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
     av_add(a, kvm ? "host" : "max");
     av_add(a, "-m");
     av_addf(a, "%u", mem);
+    av_add(a, "-object");
     if (memfile) {
         /* Guest RAM in a file: share=on makes the template's RAM the file's
          * pages (what clones map); share=off maps it privately, copy-on-write,
          * so a clone starts from the template's memory without copying it. */
-        av_add(a, "-object");
         av_addf(a, "memory-backend-file,id=mem,size=%uM,mem-path=%s,share=%s", mem, cfg->mem_path,
                 mode == VMM_BOOT_TEMPLATE ? "on" : "off");
+    } else {
+        /* Anonymous RAM, but named "mem" like a file's: the migration stream names
+         * its RAM block, so a snapshot of any VM (booted, clone or restored) loads
+         * into any other (QEMU's default backend would be "microvm.ram"). */
+        av_addf(a, "memory-backend-ram,id=mem,size=%uM", mem);
     }
     av_add(a, "-smp");
     av_addf(a, "%u", vcpus);

@@ -292,6 +292,10 @@ struct vmm_qcow2_layout {
  * vmm_qcow2_probe accepts with the same size: an overlay can back a clone. */
 int vmm_qcow2_encode(uint8_t *out, size_t cap, uint64_t size, bool qcow2_backing,
                      const char *backing, struct vmm_qcow2_layout *lay);
+/* Pure: the backing file name of the qcow2 header h (len bytes from offset 0) into
+ * out ("" when it has none): 0, or -EINVAL (not a qcow2 vmm_qcow2_probe accepts, or
+ * a name out of bounds, holding a NUL, or longer than cap - 1). */
+int vmm_qcow2_backing_name(const uint8_t *h, size_t len, char *out, size_t cap);
 
 /* ---- snapshot files (vmm_snap.c) ---- */
 

@@ -230,3 +230,109 @@ fail:
     unlink(path);
     return r;
 }
+
+int vmm_qcow2_backing_name(const uint8_t *h, size_t len, char *out, size_t cap)
+{
+    bool is_qcow2;
+    uint64_t vsize, off;
+    uint32_t n, cluster;
+    int r;
+
+    if (cap == 0)
+        return -EINVAL;
+    out[0] = 0;
+    if ((r = vmm_qcow2_probe(h, len, &is_qcow2, &vsize)) != 0 || !is_qcow2)
+        return -EINVAL;
+    off = rd64(h + 8);
+    n = rd32(h + 16);
+    cluster = 1u << rd32(h + 20);
+    if (off == 0 && n == 0)
+        return 0; /* no backing file */
+    /* The name lives in cluster 0, after the fixed header, within what we read. */
+    if (n == 0 || n > VMM_QCOW2_NAME_MAX || n >= cap || off < 72 || off > cluster ||
+        n > cluster - off || off > len || n > len - off || memchr(h + off, 0, n))
+        return -EINVAL;
+    memcpy(out, h + off, n);
+    out[n] = 0;
+    return 0;
+}
+
+/* Cluster 0 of path (at most 64 KiB, enough for every name we accept): bytes read. */
+static ssize_t read_head(int fd, uint8_t *buf, size_t cap)
+{
+    ssize_t n;
+
+    do
+        n = pread(fd, buf, cap, 0);
+    while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
+}
+
+#define HEAD_MAX CLUSTER
+
+int vmm_qcow2_backing(const char *path, char *out, size_t cap)
+{
+    uint8_t *buf = malloc(HEAD_MAX);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n;
+    int r;
+
+    if (!buf || fd < 0) {
+        r = !buf ? -ENOMEM : -errno;
+        goto out;
+    }
+    n = read_head(fd, buf, HEAD_MAX);
+    r = n < 0 ? (int)n : vmm_qcow2_backing_name(buf, (size_t)n, out, cap);
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return r;
+}
+
+int vmm_qcow2_rebase(const char *path, const char *backing)
+{
+    uint8_t *buf = malloc(HEAD_MAX);
+    char old[VMM_QCOW2_NAME_MAX + 1];
+    size_t blen = backing ? strlen(backing) : 0;
+    uint8_t num[4];
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    uint64_t off;
+    uint32_t oldn;
+    ssize_t n;
+    int r;
+
+    if (!buf || fd < 0) {
+        r = !buf ? -ENOMEM : -errno;
+        goto out;
+    }
+    if (blen == 0 || blen > VMM_QCOW2_NAME_MAX) {
+        r = -EINVAL;
+        goto out;
+    }
+    n = read_head(fd, buf, HEAD_MAX);
+    if (n < 0 || (r = vmm_qcow2_backing_name(buf, (size_t)n, old, sizeof(old))) != 0 || !old[0]) {
+        r = n < 0 ? (int)n : -EINVAL;
+        goto out;
+    }
+    off = rd64(buf + 8);
+    oldn = rd32(buf + 16);
+    /* The new name in the old one's place: it must stay inside cluster 0. */
+    if (blen > (1ull << rd32(buf + 20)) - off) { /* off is inside cluster 0 (checked) */
+        r = -ENAMETOOLONG;
+        goto out;
+    }
+    memset(buf + off, 0, oldn);
+    if ((r = pwrite_all(fd, buf + off, oldn, (off_t)off)) || /* no tail of the old name */
+        (r = pwrite_all(fd, backing, blen, (off_t)off)))
+        goto out;
+    be32(num, (uint32_t)blen);
+    if ((r = pwrite_all(fd, num, 4, 16)))
+        goto out;
+    r = fsync(fd) == 0 ? 0 : -errno;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return r;
+}

@@ -94,6 +94,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_overlay(v, true);
         check_overlay(v, false);
     }
+    /* The backing name: bounded by what was read and by cluster 0, never a NUL. */
+    {
+        char name[1024];
+        int rb = vmm_qcow2_backing_name(data, size, name, sizeof(name));
+        if (rb == 0 && (r != 0 || !q || strlen(name) >= sizeof(name) ||
+                        (name[0] && (rd64(data + 8) + strlen(name) > size ||
+                                     memcmp(data + rd64(data + 8), name, strlen(name)) != 0))))
+            abort();
+        if (rb != 0 && rb != -EINVAL)
+            abort();
+    }
     /* Any size the input suggests: the encoder refuses, or writes what the probe takes. */
     if (size >= 8) {
         struct vmm_qcow2_layout lay;

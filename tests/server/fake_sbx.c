@@ -29,6 +29,7 @@
 #include "config.h"
 #include "proto.h"
 #include "sbx.h"
+#include "sbx_snap.h"
 
 #ifndef FAKE_SLOW_MS
 #define FAKE_SLOW_MS 5000
@@ -699,4 +700,57 @@ int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct
 json_t *sbx_pool_stats(const struct sbx_table *t)
 {
     return json_null(); /* no pool in the fake */
+}
+
+/* Snapshots: none exist in the fake table (the HTTP layer only routes them). */
+int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                 void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    (void)body;
+    (void)sink;
+    (void)user;
+    (void)op;
+    if (!find(t, id))
+        return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
+    return sbx_err_set(err, SBX_E_INTERNAL, "the fake table takes no snapshots");
+}
+
+int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
+{
+    (void)t;
+    (void)err;
+    *out = json_pack("{s:[]}", "snapshots");
+    return 0;
+}
+
+int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    (void)t;
+    (void)out;
+    return sbx_err_set(err, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot with id '%s'", id);
+}
+
+int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_get(t, id, out, err);
+}
+
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    return sbx_snapshot(t, id, body, sink, user, op, err);
+}
+
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err)
+{
+    *out = NULL;
+    return sbx_snapshot(t, id, body, sink, user, op, err);
+}
+
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *op, json_t **out, struct sbx_err *err)
+{
+    *out = NULL;
+    return sbx_snapshot(t, id, NULL, sink, user, op, err);
 }

@@ -28,6 +28,25 @@ static void test_routes(void)
     CHECK(api_route_match("/v1/sandboxes/abc/exec", &r) == 0 && r.id == API_R_EXEC &&
           !strcmp(r.sbx, "abc") && r.methods == API_POST);
     CHECK(api_route_match("/v1/sandboxes/abc/timeout", &r) == 0 && r.id == API_R_TIMEOUT);
+    /* Snapshots: of a sandbox, the list, one by id (the id is in sbx). */
+    CHECK(api_route_match("/v1/sandboxes/abc/snapshot", &r) == 0 && r.id == API_R_SNAPSHOT_SB &&
+          r.methods == API_POST && !strcmp(r.sbx, "abc") && r.auth);
+    CHECK(api_route_match("/v1/sandboxes/abc/pause", &r) == 0 && r.id == API_R_PAUSE &&
+          r.methods == API_POST);
+    CHECK(api_route_match("/v1/sandboxes/abc/resume", &r) == 0 && r.id == API_R_RESUME &&
+          r.methods == API_POST);
+    CHECK(api_route_match("/v1/sandboxes/abc/fork", &r) == 0 && r.id == API_R_FORK &&
+          r.methods == API_POST && !strcmp(r.sbx, "abc"));
+    CHECK(api_route_match("/v1/snapshots", &r) == 0 && r.id == API_R_SNAPSHOTS &&
+          r.methods == API_GET && r.auth);
+    CHECK(api_route_match("/v1/snapshots/", &r) == 0 && r.id == API_R_SNAPSHOTS);
+    CHECK(api_route_match("/v1/snapshots/snap-01ab", &r) == 0 && r.id == API_R_SNAPSHOT &&
+          r.methods == (API_GET | API_DELETE) && !strcmp(r.sbx, "snap-01ab"));
+    CHECK(api_route_match("/v1/snapshots/snap-01ab/", &r) == 0 && r.id == API_R_SNAPSHOT);
+    CHECK(api_route_match("/v1/snapshots/a/b", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/snapshots/a%b", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/snapshotsX", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/snapshots//", &r) == -ENOENT);
     CHECK(api_route_match("/v1/sandboxes/abc/files", &r) == 0 && r.id == API_R_FILES &&
           r.methods == (API_GET | API_PUT | API_DELETE));
     CHECK(api_route_match("/v1/sandboxes/abc/files/stat", &r) == 0 && r.id == API_R_FILES_STAT);

@@ -17,8 +17,11 @@ static void test_transitions(void)
     /* allowed[from][to] */
     static const bool allowed[ST__COUNT][ST__COUNT] = {
         [ST_STARTING] = {[ST_RUNNING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
-        [ST_RUNNING] = {[ST_FROZEN] = true, [ST_ENDED] = true, [ST_DEAD] = true},
-        [ST_FROZEN] = {[ST_RUNNING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
+        [ST_RUNNING] =
+            {[ST_FROZEN] = true, [ST_PAUSED] = true, [ST_ENDED] = true, [ST_DEAD] = true},
+        [ST_FROZEN] =
+            {[ST_RUNNING] = true, [ST_PAUSED] = true, [ST_ENDED] = true, [ST_DEAD] = true},
+        [ST_PAUSED] = {[ST_STARTING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
     };
     for (int f = 0; f < ST__COUNT; f++)
         for (int t = 0; t < ST__COUNT; t++)
@@ -37,14 +40,14 @@ static void test_transitions(void)
 
 static void test_names(void)
 {
-    static const char *const names[] = {"starting", "running", "ended", "dead", "frozen"};
+    static const char *const names[] = {"starting", "running", "ended", "dead", "frozen", "paused"};
     enum sbx_state s;
 
     for (int i = 0; i < ST__COUNT; i++) {
         CHECK(!strcmp(sbx_state_name((enum sbx_state)i), names[i]));
         CHECK(sbx_state_parse(names[i], &s) == 0 && s == (enum sbx_state)i);
     }
-    CHECK(sbx_state_parse("paused", &s) == -EINVAL);
+    CHECK(sbx_state_parse("pause", &s) == -EINVAL);
     CHECK(sbx_state_parse("", &s) == -EINVAL);
     CHECK(!strcmp(sbx_state_name(ST__COUNT), "?"));
     /* Clients see a frozen sandbox as running; every other state by its own name. */
@@ -70,9 +73,14 @@ static void test_predicates(void)
     for (int i = 0; i < ST__COUNT; i++)
         CHECK(sbx_state_stopped((enum sbx_state)i) == (i == ST_FROZEN));
     CHECK(!sbx_state_stopped(ST__COUNT));
-    /* Every state is either live or final, never both. */
+    /* Paused: no VM, no quota, no TTL running, no op as it is (it is resumed first). */
+    CHECK(!sbx_state_live(ST_PAUSED) && !sbx_state_final(ST_PAUSED));
+    CHECK(!sbx_state_expires(ST_PAUSED) && !sbx_state_accepts_ops(ST_PAUSED));
+    CHECK(!sbx_state_stopped(ST_PAUSED));
+    /* Every other state is either live or final, never both. */
     for (int i = 0; i < ST__COUNT; i++)
-        CHECK(sbx_state_live((enum sbx_state)i) != sbx_state_final((enum sbx_state)i));
+        if (i != ST_PAUSED)
+            CHECK(sbx_state_live((enum sbx_state)i) != sbx_state_final((enum sbx_state)i));
 }
 
 int main(void)

@@ -253,8 +253,10 @@ static void test_argv_modes(void)
 
     CHECK(vmm_argv_build(&a, &c, 0) == 0);
     CHECK(strcmp(argv_after(&a, "-M"),
-                 "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off") == 0);
-    CHECK(!argv_has(&a, "-object") && !argv_has(&a, "-incoming"));
+                 "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,"
+                 "memory-backend=mem") == 0);
+    CHECK(strcmp(argv_after(&a, "-object"), "memory-backend-ram,id=mem,size=256M") == 0);
+    CHECK(!argv_has(&a, "-incoming"));
     vmm_argv_free(&a);
 
     c.boot = VMM_BOOT_TEMPLATE;
@@ -274,6 +276,13 @@ static void test_argv_modes(void)
     CHECK(strstr(argv_after(&a, "-M"), ",memory-backend=mem") != NULL);
     CHECK(strcmp(argv_after(&a, "-incoming"), "defer") == 0);
     CHECK(!argv_has(&a, "-kernel") && !argv_has(&a, "-append"));
+    vmm_argv_free(&a);
+
+    /* A snapshot's restore: anonymous RAM named as every other VM's. */
+    c.mem_path = NULL;
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(argv_after(&a, "-object"), "memory-backend-ram,id=mem,size=256M") == 0);
+    CHECK(strcmp(argv_after(&a, "-incoming"), "defer") == 0);
     vmm_argv_free(&a);
 
     c.mem_path = "/dev/shm/a,b";
@@ -569,6 +578,50 @@ static void test_qcow2_backing(void)
             snprintf(cmd, sizeof(cmd), "%s/top2.qcow2", dir);
             CHECK(vmm_qcow2_create(cmd, badf, 0) == -EINVAL && access(cmd, F_OK) != 0);
         }
+    }
+
+    /* The backing name: read back, bounded, and rewritten for a snapshot's hard link. */
+    {
+        char name[VMM_QCOW2_NAME_MAX + 1], link_[160], big[2000];
+        uint8_t c[512];
+        CHECK(vmm_qcow2_backing_name(h, sizeof(h), name, sizeof(name)) == 0 &&
+              strcmp(name, base) == 0);
+        CHECK(vmm_qcow2_backing(top, name, sizeof(name)) == 0 && strcmp(name, mid) == 0);
+        CHECK(vmm_qcow2_backing_name(h, sizeof(h), name, 4) == -EINVAL); /* does not fit */
+        memcpy(c, h, sizeof(c));
+        c[19] = 200; /* name runs past what was read */
+        CHECK(vmm_qcow2_backing_name(c, sizeof(c), name, sizeof(name)) == -EINVAL);
+        memcpy(c, h, sizeof(c));
+        c[15] = 2; /* name offset inside the fixed header */
+        CHECK(vmm_qcow2_backing_name(c, sizeof(c), name, sizeof(name)) == -EINVAL);
+        memcpy(c, h, sizeof(c));
+        c[h[15] + 1] = 0; /* a NUL inside the name */
+        CHECK(vmm_qcow2_backing_name(c, sizeof(c), name, sizeof(name)) == -EINVAL);
+        memcpy(c, h, sizeof(c));
+        memset(c + 8, 0, 12); /* no backing */
+        CHECK(vmm_qcow2_backing_name(c, sizeof(c), name, sizeof(name)) == 0 && !name[0]);
+        CHECK(vmm_qcow2_backing_name((const uint8_t *)"raw!", 4, name, sizeof(name)) == -EINVAL);
+
+        /* A longer name and a shorter one: the chain still reads through. */
+        snprintf(link_, sizeof(link_), "%s/a-much-longer-name-for-the-middle.qcow2", dir);
+        CHECK(link(mid, link_) == 0);
+        CHECK(vmm_qcow2_rebase(top, link_) == 0);
+        CHECK(vmm_qcow2_backing(top, name, sizeof(name)) == 0 && strcmp(name, link_) == 0);
+        snprintf(cmd, sizeof(cmd),
+                 "qemu-img check -f qcow2 '%s' 2>&1 && qemu-io -f qcow2 -r -c 'read -P 0x99 2M "
+                 "4k' -c 'read -P 0x77 2101248 61440' -c 'read -P 0x11 0 64k' '%s' 2>&1",
+                 top, top);
+        CHECK(run(cmd, out, sizeof(out)) == 0 && !strstr(out, "Pattern verification failed"));
+        CHECK(vmm_qcow2_rebase(top, mid) == 0);
+        CHECK(vmm_qcow2_backing(top, name, sizeof(name)) == 0 && strcmp(name, mid) == 0);
+        snprintf(cmd, sizeof(cmd), "qemu-io -f qcow2 -r -c 'read -P 0x77 2101248 61440' '%s' 2>&1",
+                 top);
+        CHECK(run(cmd, out, sizeof(out)) == 0 && !strstr(out, "Pattern verification failed"));
+        memset(big, 'x', sizeof(big) - 1);
+        big[sizeof(big) - 1] = 0;
+        CHECK(vmm_qcow2_rebase(top, big) == -EINVAL);  /* past the name cap */
+        CHECK(vmm_qcow2_rebase(base, mid) == -EINVAL); /* raw: no header */
+        unlink(link_);
     }
 }
 

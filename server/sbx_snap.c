@@ -1,0 +1,1232 @@
+/*
+ * sbx_snap.c - snapshots of running sandboxes and sandboxes restored from
+ * them (see sbx_snap.h).
+ *
+ * Taking one, all from the loop, nothing waiting:
+ *   vmm_save (stops the VM, writes state.snap; QEMU flushed the disk at the
+ *   stop) -> on the bg worker: sparse copy of the overlay, the pool
+ *   template's overlay hard-linked and named, fsync -> on the loop: record,
+ *   answer, cont, RESYNC (clock). The VM stays stopped until the copy is
+ *   done, so the copy is the disk of the saved memory.
+ * The VM's QEMU can only go away in between with its sandbox (deleted, dead):
+ * then no vmm callback comes (the job waits in the table's list until
+ * shutdown, small) or the copy's done finds the sandbox ended and removes
+ * what it wrote.
+ */
+#include "sbx_snap.h"
+#include "sbx_int.h"
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct sbx_snap {
+    struct sbx_snap *next;
+    char id[24];
+    char parent[24];      /* the sandbox it was taken of */
+    char parent_snap[24]; /* the snapshot that sandbox was restored from ("" none) */
+    char tmpl[64];
+    unsigned mem_mb, vcpus;
+    uint64_t size; /* bytes its own files take (state.snap, disk.qcow2) */
+    int64_t created_ms;
+    char dir[4096];
+    json_t *base; /* identity of the template's base image (sbx_ident_json) */
+    json_t *metadata;
+    char type[8]; /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
+                   * nothing depends on it: sbx_snap_tick) */
+};
+
+/* A snapshot being taken. */
+struct snap_job {
+    struct snap_job *next;
+    struct sbx_table *t;
+    sbx_op_t op;
+    char sb_id[24];
+    struct sbx_snap *s;  /* not in t->snaps until recorded */
+    char src[4096];      /* the sandbox's overlay */
+    char link_src[4096]; /* the pool template's frozen overlay to link ("" none) */
+    int err;             /* of the copy */
+    char why[256];
+    int64_t t0;
+    unsigned fork;    /* a fork of this many: their creates follow the snapshot */
+    bool pause;       /* a pause: the VM ends after the snapshot instead of continuing */
+    json_t *fork_req; /* the creates' body (without snapshot_id) */
+};
+
+/* A fork's creates in flight; the fork op answers once all are. */
+struct fork_ctx {
+    struct sbx_table *t;
+    sbx_op_t op;
+    char snap[24];
+    unsigned want, answered;
+    json_t *made;       /* the sandboxes' records, in order of answer */
+    struct sbx_err err; /* the first failure (code 0: none) */
+    int64_t t0;
+};
+
+struct sbx_snaps {
+    struct sbx_snap *list; /* newest first */
+    struct snap_job *jobs; /* saving (waiting on QEMU) */
+};
+
+static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
+static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op);
+
+static void no_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    (void)user;
+    (void)err;
+    json_decref(body);
+}
+
+/* The sink of an op nobody asked for (a pause at the idle timeout). */
+static const struct sbx_sink no_sink = {no_done, NULL, NULL, NULL, NULL};
+
+/* ---- identity of a file a snapshot depends on (pool.c's template uses it too) ---- */
+
+int sbx_ident_get(struct sbx_ident *id, const char *path)
+{
+    struct stat st;
+
+    if (!realpath(path, id->path) || stat(id->path, &st) != 0)
+        return -errno;
+    id->size = (long long)st.st_size;
+    id->mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec;
+    id->ino = (long long)st.st_ino;
+    return 0;
+}
+
+json_t *sbx_ident_json(const struct sbx_ident *id)
+{
+    return json_pack("{s:s,s:I,s:I,s:I}", "path", id->path, "size", (json_int_t)id->size,
+                     "mtime_ns", (json_int_t)id->mtime_ns, "ino", (json_int_t)id->ino);
+}
+
+const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now)
+{
+    const char *path;
+    json_int_t size, mtime, ino;
+
+    if (!o || json_unpack(o, "{s:s,s:I,s:I,s:I}", "path", &path, "size", &size, "mtime_ns", &mtime,
+                          "ino", &ino) != 0)
+        return "unreadable";
+    if (strcmp(path, now->path) != 0)
+        return "another file";
+    if (size != now->size || mtime != now->mtime_ns || ino != now->ino)
+        return "changed on disk";
+    return NULL;
+}
+
+/* ---- records ---- */
+
+static void path_in(const struct sbx_snap *s, const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%s", s->dir, name);
+}
+
+static struct sbx_snap *snap_find(struct sbx_table *t, const char *id)
+{
+    for (struct sbx_snap *s = t->snaps ? t->snaps->list : NULL; s; s = s->next)
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+static void snap_free(struct sbx_snap *s)
+{
+    if (!s)
+        return;
+    json_decref(s->base);
+    json_decref(s->metadata);
+    free(s);
+}
+
+static json_t *iso(int64_t ms)
+{
+    char buf[64];
+    time_t sec = (time_t)(ms / 1000);
+    struct tm tm;
+
+    gmtime_r(&sec, &tm);
+    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    return json_string(buf);
+}
+
+/* What GET shows: the tree's links ("parent" the sandbox, "parent_snapshot") and the
+ * guest's shape. */
+static json_t *snap_json(const struct sbx_snap *s)
+{
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:O}", "id", s->id, "parent", s->parent,
+                          "template", s->tmpl, "type", s->type, "memory_mb", (json_int_t)s->mem_mb,
+                          "vcpus", (json_int_t)s->vcpus, "size_bytes", (json_int_t)s->size,
+                          "created_at", iso(s->created_ms), "metadata", s->metadata);
+
+    json_object_set_new(o, "snapshot_id", json_string(s->id));
+    json_object_set_new(o, "parent_snapshot",
+                        s->parent_snap[0] ? json_string(s->parent_snap) : json_null());
+    return o;
+}
+
+static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
+{
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s,s:O,s:O}", "id", s->id, "parent",
+                          s->parent, "parent_snapshot", s->parent_snap, "template", s->tmpl,
+                          "mem_mb", (json_int_t)s->mem_mb, "vcpus", (json_int_t)s->vcpus, "size",
+                          (json_int_t)s->size, "created_ms", (json_int_t)s->created_ms, "dir",
+                          s->dir, "base", s->base, "metadata", s->metadata);
+    char *str;
+    int r;
+
+    if (o)
+        json_object_set_new(o, "type", json_string(s->type));
+    str = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    r = str ? idx_put(t->idx, IDX_SNAPSHOTS, s->id, str, strlen(str)) : -ENOMEM;
+    if (r != 0)
+        LOGS(LOG_ERR, s->id, "cannot save the snapshot record: %s", idx_strerror(r));
+    else
+        t->idx_dirty = true;
+    free(str);
+    json_decref(o);
+    return r;
+}
+
+static int load_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct sbx_table *t = ud;
+    json_error_t jerr;
+    json_t *o = json_loadb(val, vlen, 0, &jerr), *base, *meta;
+    const char *id, *parent, *psnap, *tmpl, *dir;
+    json_int_t mem, vcpus, size, created;
+    struct sbx_snap *s;
+
+    if (!o ||
+        json_unpack(o, "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s,s:o,s:o}", "id", &id, "parent",
+                    &parent, "parent_snapshot", &psnap, "template", &tmpl, "mem_mb", &mem, "vcpus",
+                    &vcpus, "size", &size, "created_ms", &created, "dir", &dir, "base", &base,
+                    "metadata", &meta) != 0 ||
+        strlen(id) >= sizeof(s->id) || strlen(parent) >= sizeof(s->parent) ||
+        strlen(psnap) >= sizeof(s->parent_snap) || strlen(tmpl) >= sizeof(s->tmpl) ||
+        strlen(dir) >= sizeof(s->dir)) {
+        /* Its files, named after the id, go with the sweep. */
+        LOG(LOG_WARN, "snapshot record %.*s is unreadable; dropping it", (int)klen, key);
+        json_decref(o);
+        return 0;
+    }
+    if (!(s = calloc(1, sizeof(*s)))) {
+        json_decref(o);
+        return -ENOMEM;
+    }
+    snprintf(s->id, sizeof(s->id), "%s", id);
+    snprintf(s->parent, sizeof(s->parent), "%s", parent);
+    snprintf(s->parent_snap, sizeof(s->parent_snap), "%s", psnap);
+    snprintf(s->tmpl, sizeof(s->tmpl), "%s", tmpl);
+    snprintf(s->dir, sizeof(s->dir), "%s", dir);
+    s->mem_mb = (unsigned)mem;
+    s->vcpus = (unsigned)vcpus;
+    s->size = (uint64_t)size;
+    s->created_ms = created;
+    s->base = json_incref(base);
+    s->metadata = json_incref(meta);
+    {
+        const char *type = json_string_value(json_object_get(o, "type"));
+        snprintf(s->type, sizeof(s->type), "%s",
+                 type && (!strcmp(type, "fork") || !strcmp(type, "pause")) ? type : "sandbox");
+    }
+    /* idx_foreach goes in key order; the list is shown oldest first (sbx_snap_list). */
+    s->next = t->snaps->list;
+    t->snaps->list = s;
+    json_decref(o);
+    return 0;
+}
+
+static void rm_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(dir);
+}
+
+static void rm_work(void *arg)
+{
+    rm_dir(arg);
+    free(arg);
+}
+
+/* Remove a snapshot's dir on the bg worker (multi-GB files). */
+static void rm_later(struct sbx_table *t, const char *dir)
+{
+    char *d = strdup(dir);
+
+    if (!d || bg_run(t->bg, rm_work, NULL, d) != 0) {
+        free(d);
+        rm_dir(dir);
+    }
+}
+
+int sbx_snap_restore_all(struct sbx_table *t)
+{
+    char dir[4096];
+    DIR *d;
+    struct dirent *e;
+    int r;
+
+    if (!(t->snaps = calloc(1, sizeof(*t->snaps))))
+        return -ENOMEM;
+    snprintf(dir, sizeof(dir), "%s/snapshots", t->cfg->state_dir);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    if ((r = idx_foreach(t->idx, IDX_SNAPSHOTS, load_one, t)) != 0)
+        return r;
+    /* A crash between mkdir and the record leaves files nobody names. */
+    if (!(d = opendir(dir)))
+        return 0;
+    while ((e = readdir(d)) != NULL) {
+        char path[4096 + 300];
+        if (e->d_name[0] == '.' || snap_find(t, e->d_name))
+            continue;
+        LOG(LOG_INFO, "snapshot files without a record (a crash mid-snapshot): removing %s",
+            e->d_name);
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        rm_later(t, path);
+    }
+    closedir(d);
+    return 0;
+}
+
+void sbx_snap_free_all(struct sbx_table *t)
+{
+    if (!t->snaps)
+        return;
+    while (t->snaps->list) {
+        struct sbx_snap *s = t->snaps->list;
+        t->snaps->list = s->next;
+        snap_free(s);
+    }
+    /* Saves QEMU never finished (their sandbox ended): nothing recorded them. */
+    while (t->snaps->jobs) {
+        struct snap_job *j = t->snaps->jobs;
+        t->snaps->jobs = j->next;
+        rm_dir(j->s->dir);
+        snap_free(j->s);
+        json_decref(j->fork_req);
+        free(j);
+    }
+    free(t->snaps);
+    t->snaps = NULL;
+}
+
+/* ---- taking a snapshot ---- */
+
+static void job_unlink(struct snap_job *j)
+{
+    for (struct snap_job **p = &j->t->snaps->jobs; *p; p = &(*p)->next) {
+        if (*p == j) {
+            *p = j->next;
+            return;
+        }
+    }
+}
+
+/* End a job: its files removed unless the snapshot was recorded (s NULL then). */
+static void job_free(struct snap_job *j)
+{
+    json_decref(j->fork_req);
+    if (j->s) {
+        rm_later(j->t, j->s->dir);
+        snap_free(j->s);
+    }
+    free(j);
+}
+
+static struct op *find_op(struct sbx_table *t, sbx_op_t id)
+{
+    return id ? ops_by_id(t, id) : NULL;
+}
+
+/* Copy src to dst keeping holes (a qcow2 overlay is mostly holes past its metadata). */
+static int sparse_copy(const char *src, const char *dst)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, r = 0;
+    off_t end, data = 0, hole;
+    struct stat st;
+
+    if (in < 0)
+        return -errno;
+    if (fstat(in, &st) != 0 ||
+        (out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        r = -errno;
+        goto out;
+    }
+    end = st.st_size;
+    while (data < end) {
+        if ((data = lseek(in, data, SEEK_DATA)) < 0) {
+            if (errno == ENXIO)
+                break; /* only a hole is left */
+            r = -errno;
+            goto out;
+        }
+        if ((hole = lseek(in, data, SEEK_HOLE)) < 0) {
+            r = -errno;
+            goto out;
+        }
+        while (data < hole) {
+            off_t io = data, oo = data;
+            ssize_t n = copy_file_range(in, &io, out, &oo, (size_t)(hole - data), 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                r = n < 0 ? -errno : -EIO;
+                goto out;
+            }
+            data += n;
+        }
+    }
+    if (ftruncate(out, end) != 0 || fsync(out) != 0)
+        r = -errno;
+out:
+    close(in);
+    if (out >= 0 && close(out) != 0 && r == 0)
+        r = -errno;
+    return r;
+}
+
+static uint64_t file_bytes(const char *path)
+{
+    struct stat st;
+
+    return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+/* On the bg worker: the disk copy, and the template's overlay linked and named. */
+static void copy_work(void *arg)
+{
+    struct snap_job *j = arg;
+    char disk[4096 + 16], link_dst[4096 + 16], state[4096 + 16];
+    int fd, r;
+
+    path_in(j->s, "disk.qcow2", disk, sizeof(disk));
+    path_in(j->s, "backing.qcow2", link_dst, sizeof(link_dst));
+    path_in(j->s, "state.snap", state, sizeof(state));
+    if ((r = sparse_copy(j->src, disk)) != 0) {
+        snprintf(j->why, sizeof(j->why), "cannot copy its disk: %s", strerror(-r));
+        goto out;
+    }
+    if (j->link_src[0]) {
+        /* Same file system (both under state_dir): a link, not a copy of the template. */
+        if (link(j->link_src, link_dst) != 0) {
+            r = -errno;
+            snprintf(j->why, sizeof(j->why), "cannot link the template's disk: %s",
+                     strerror(errno));
+            goto out;
+        }
+        if ((r = vmm_qcow2_rebase(disk, link_dst)) != 0) {
+            snprintf(j->why, sizeof(j->why), "cannot name the template's disk: %s", strerror(-r));
+            goto out;
+        }
+    }
+    if ((fd = open(j->s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    j->s->size = file_bytes(state) + file_bytes(disk);
+out:
+    j->err = r;
+}
+
+static void on_cont_after(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    char reason[256];
+
+    if (err == 0 || sbx_state_final(sb->state))
+        return;
+    snprintf(reason, sizeof(reason), "snapshot_failed: cannot continue its VM: %s", why);
+    sbx_die(sb, reason);
+}
+
+/* The VM runs again (it was stopped for the save and the copy); its clock has stood
+ * still meanwhile. 0 or -errno (the sandbox then died). */
+static void sandbox_continue(struct sandbox *sb)
+{
+    int r;
+
+    if (!sb->vm || sb->vm_gone)
+        return;
+    if ((r = vmm_cont(sb->vm, on_cont_after, sb)) != 0) {
+        char reason[128];
+        snprintf(reason, sizeof(reason), "snapshot_failed: cannot continue its VM: %s",
+                 strerror(-r));
+        sbx_die(sb, reason);
+        return;
+    }
+    sbx_resync(sb, 0, NULL, NULL); /* queued behind the cont: the guest runs it first */
+}
+
+static void copy_done(void *arg)
+{
+    struct snap_job *j = arg;
+    struct sbx_table *t = j->t;
+    struct sandbox *sb = sbx_find(t, j->sb_id);
+    struct op *op = find_op(t, j->op);
+    struct sbx_snap *s = j->s;
+
+    if (!sb || sbx_state_final(sb->state)) {
+        /* Ended meanwhile: its op was failed with it. */
+        job_free(j);
+        return;
+    }
+    if (j->err != 0) {
+        LOGS(LOG_ERR, sb->id, "snapshot %s failed: %s", s->id, j->why);
+        if (op)
+            ops_fail(op, SBX_E_INTERNAL, "snapshot of %s failed: %s", sb->id, j->why);
+        sandbox_continue(sb);
+        job_free(j);
+        return;
+    }
+    s->created_ms = sbx_wall_ms();
+    if (snap_save(t, s) != 0) {
+        if (op)
+            ops_fail(op, SBX_E_INDEX_WRITE_FAILED, "cannot record the snapshot in the index");
+        sandbox_continue(sb);
+        job_free(j);
+        return;
+    }
+    s->next = t->snaps->list;
+    t->snaps->list = s;
+    j->s = NULL;
+    LOGS(LOG_INFO, sb->id, "snapshot %s taken in %.0f ms (%.1f MiB), %s", s->id,
+         (double)(sbx_now_ms() - j->t0), (double)s->size / 1048576.0,
+         j->pause ? "pausing" : "continuing");
+    if (j->pause) {
+        pause_finish(sb, s, op);
+        job_free(j);
+        return;
+    }
+    sandbox_continue(sb);
+    if (j->fork)
+        fork_start(j, s, op);
+    else if (op)
+        ops_finish(op, NULL, snap_json(s));
+    job_free(j);
+}
+
+static void on_saved(void *ud, int err, const char *why)
+{
+    struct snap_job *j = ud;
+    struct sandbox *sb = sbx_find(j->t, j->sb_id);
+    struct op *op = find_op(j->t, j->op);
+
+    job_unlink(j);
+    if (!sb || sbx_state_final(sb->state)) {
+        job_free(j);
+        return;
+    }
+    if (err != 0) {
+        LOGS(LOG_ERR, sb->id, "snapshot %s: the save failed: %s", j->s->id, why);
+        if (op)
+            ops_fail(op, SBX_E_INTERNAL, "snapshot of %s failed: %s", sb->id, why);
+        sandbox_continue(sb);
+        job_free(j);
+        return;
+    }
+    /* The VM stays stopped until its disk is copied. */
+    if (bg_run(j->t->bg, copy_work, copy_done, j) != 0) {
+        if (op)
+            ops_fail(op, SBX_E_INTERNAL, "out of memory");
+        sandbox_continue(sb);
+        job_free(j);
+    }
+}
+
+/* The pool template's frozen overlay, if the sandbox's overlay is backed by one:
+ * under state_dir/templates/. */
+static bool backed_by_template(struct sbx_table *t, const char *backing)
+{
+    char dir[4096];
+    size_t n = (size_t)snprintf(dir, sizeof(dir), "%s/templates/", t->cfg->state_dir);
+    char real[PATH_MAX];
+
+    if (strncmp(backing, dir, n) == 0)
+        return true;
+    /* The state dir may have been given through a symlink or a relative path. */
+    return realpath(dir, real) && strncmp(backing, real, strlen(real)) == 0 &&
+           backing[strlen(real)] == '/';
+}
+
+/* Start a snapshot of sandbox id. fork > 0: that many creates (body fork_req) follow
+ * it; pause: the VM ends after it instead of continuing. Takes meta and fork_req. As
+ * sbx_snapshot. */
+static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigned fork,
+                      json_t *fork_req, bool pause, const struct sbx_sink *sink, void *user,
+                      sbx_op_t *opid, struct sbx_err *err)
+{
+    struct sandbox *sb;
+    struct snap_job *j;
+    struct sbx_snap *s;
+    struct sbx_ident base;
+    char backing[1024], path[4096 + 80]; /* a qcow2 backing name: at most 1023 bytes */
+    uint8_t rnd[8];
+    struct op *op;
+    int status, r;
+
+    if ((status = sbx_usable(t, id, &sb, err))) {
+        json_decref(meta);
+        json_decref(fork_req);
+        return status;
+    }
+    if ((status = ops_quota(sb, err))) {
+        json_decref(meta);
+        json_decref(fork_req);
+        return status;
+    }
+    if (!sb->vmr || !sb->vm || sb->vm_gone) {
+        json_decref(meta);
+        json_decref(fork_req);
+        return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no running VM", sb->id);
+    }
+    snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, sb->tmpl);
+    if ((r = sbx_ident_get(&base, path)) != 0 ||
+        (r = vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing))) != 0) {
+        json_decref(meta);
+        json_decref(fork_req);
+        return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot read its disk's chain: %s",
+                           sb->id, strerror(-r));
+    }
+    if (!(s = calloc(1, sizeof(*s))) || !(j = calloc(1, sizeof(*j)))) {
+        free(s);
+        json_decref(meta);
+        json_decref(fork_req);
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    sbx_random(t, rnd, sizeof(rnd));
+    snprintf(s->id, sizeof(s->id), "snap-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
+             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(s->parent, sizeof(s->parent), "%s", sb->id);
+    snprintf(s->parent_snap, sizeof(s->parent_snap), "%s", sb->snap_id);
+    snprintf(s->tmpl, sizeof(s->tmpl), "%s", sb->tmpl);
+    s->mem_mb = sb->mem_mb;
+    s->vcpus = sb->vcpus;
+    s->base = sbx_ident_json(&base);
+    s->metadata = meta;
+    snprintf(s->dir, sizeof(s->dir), "%s/snapshots/%s", t->cfg->state_dir, s->id);
+    j->t = t;
+    j->s = s;
+    j->fork = fork;
+    j->fork_req = fork_req;
+    j->pause = pause;
+    snprintf(s->type, sizeof(s->type), "%s", pause ? "pause" : fork ? "fork" : "sandbox");
+    j->t0 = sbx_now_ms();
+    snprintf(j->sb_id, sizeof(j->sb_id), "%s", sb->id);
+    snprintf(j->src, sizeof(j->src), "%s", sb->vmr->disk);
+    if (backed_by_template(t, backing))
+        snprintf(j->link_src, sizeof(j->link_src), "%s", backing);
+    if (mkdir(s->dir, 0700) != 0) {
+        r = -errno;
+        goto fail;
+    }
+    path_in(s, "state.snap", path, sizeof(path));
+    if ((r = vmm_save(sb->vm, path, on_saved, j)) != 0)
+        goto fail;
+    if (!(op = ops_new(sb, OP_SNAP, sink ? sink : &no_sink, user))) {
+        /* The save goes on; its end finds no op and continues the VM. */
+        j->next = t->snaps->jobs;
+        t->snaps->jobs = j;
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    op->cancelled = !sink; /* nobody to answer: silent */
+    j->op = op->id;
+    j->next = t->snaps->jobs;
+    t->snaps->jobs = j;
+    LOGS(LOG_INFO, sb->id, "snapshot %s: saving", s->id);
+    *opid = op->id;
+    return 0;
+fail:
+    rmdir(s->dir);
+    snap_free(s);
+    json_decref(j->fork_req);
+    free(j);
+    if (r == -EBUSY)
+        return sbx_err_set(err, SBX_E_CONFLICT,
+                           "sandbox %s: its VM is busy with another save or restore; retry", id);
+    return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot start the snapshot: %s", id,
+                       strerror(-r));
+}
+
+int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                 void *user, sbx_op_t *opid, struct sbx_err *err)
+{
+    static const char *const fields[] = {"metadata", NULL};
+    json_t *meta = NULL;
+    int status;
+
+    if ((status = sbx_check_fields(body, fields, err)) ||
+        (status = sbx_json_str_map(body, "metadata", &meta, err)))
+        return status;
+    return snap_begin(t, id, meta, 0, NULL, false, sink, user, opid, err);
+}
+
+/* ---- fork: one snapshot, then count creates from it ---- */
+
+static void fork_answered(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct fork_ctx *f = user;
+    struct op *op;
+    size_t i;
+    json_t *v;
+
+    if (err && !f->err.code)
+        f->err = *err;
+    if (body)
+        json_array_append_new(f->made, body);
+    if (++f->answered < f->want)
+        return;
+    op = find_op(f->t, f->op);
+    if (f->err.code) {
+        /* All or nothing: the forks that were made go again. */
+        json_array_foreach(f->made, i, v)
+        {
+            json_t *gone = NULL;
+            sbx_delete(f->t, json_string_value(json_object_get(v, "id")), &gone, NULL);
+            json_decref(gone);
+        }
+        if (op)
+            ops_finish(op, &f->err, NULL);
+    } else {
+        LOG(LOG_INFO, "fork: %u sandbox(es) from snapshot %s in %.0f ms", f->want, f->snap,
+            (double)(sbx_now_ms() - f->t0));
+        if (op)
+            ops_finish(op, NULL,
+                       json_pack("{s:O,s:s}", "sandboxes", f->made, "snapshot_id", f->snap));
+    }
+    json_decref(f->made);
+    free(f);
+}
+
+/* The fork's snapshot s is recorded: its creates (answered from the loop, never from
+ * inside sbx_create). */
+static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op)
+{
+    static const struct sbx_sink sink = {fork_answered, NULL, NULL, NULL, NULL};
+    struct fork_ctx *f = calloc(1, sizeof(*f));
+    json_t *req = j->fork_req;
+    unsigned n = j->fork;
+
+    if (!f || !(f->made = json_array())) {
+        free(f);
+        if (op)
+            ops_fail(op, SBX_E_INTERNAL, "out of memory");
+        return;
+    }
+    f->t = j->t;
+    f->op = op ? op->id : 0;
+    f->want = n;
+    f->t0 = j->t0;
+    snprintf(f->snap, sizeof(f->snap), "%s", s->id);
+    json_object_set_new(req, "snapshot_id", json_string(s->id));
+    for (unsigned i = 0; i < n; i++) {
+        struct sbx_err e = {0};
+        sbx_op_t cop;
+        if (sbx_create(j->t, req, &sink, f, &cop, &e) != 0)
+            fork_answered(f, &e, NULL); /* f may be gone after the last one */
+    }
+}
+
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *opid, struct sbx_err *err)
+{
+    static const char *const fields[] = {"count", "ttl_seconds", "idle_timeout_seconds", "metadata",
+                                         NULL};
+    struct sandbox *sb;
+    json_t *v = json_object_get(body, "count"), *req, *meta = NULL;
+    unsigned count = 1, live = 0;
+    int status;
+
+    if ((status = sbx_check_fields(body, fields, err)))
+        return status;
+    if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+              json_integer_value(v) > t->cfg->fork_max))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "count must be an integer from 1 to %u",
+                           t->cfg->fork_max);
+    if (v)
+        count = (unsigned)json_integer_value(v);
+    if ((status = sbx_json_str_map(body, "metadata", &meta, err)))
+        return status;
+    if ((status = sbx_usable(t, id, &sb, err))) {
+        json_decref(meta);
+        return status;
+    }
+    live = sbx_count_live(t);
+    if (live + count > t->cfg->max_sandboxes) {
+        json_decref(meta);
+        return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
+                           "%u forks would pass the limit of %u live sandboxes (%u live)", count,
+                           t->cfg->max_sandboxes, live);
+    }
+    /* The forks are the parent's kind of sandbox: its env, metadata (unless given),
+     * idle timeout and keep_running; a TTL of the parent's time left unless given. */
+    req = json_pack(
+        "{s:O,s:o,s:I,s:b}", "env", sb->env, "metadata",
+        json_object_size(meta) || json_object_get(body, "metadata") ? json_incref(meta)
+                                                                    : json_deep_copy(sb->metadata),
+        "idle_timeout_seconds",
+        (json_int_t)(json_object_get(body, "idle_timeout_seconds")
+                         ? json_integer_value(json_object_get(body, "idle_timeout_seconds"))
+                         : sb->idle_s),
+        "keep_running", sb->keep_running);
+    json_decref(meta);
+    if (!req)
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    if (json_object_get(body, "ttl_seconds")) {
+        json_object_set(req, "ttl_seconds", json_object_get(body, "ttl_seconds"));
+    } else {
+        int64_t left = (sb->expires_mono - sbx_now_ms()) / 1000;
+        json_object_set_new(req, "ttl_seconds", json_integer(left > 1 ? left : 1));
+    }
+    return snap_begin(t, id, json_object(), count, req, false, sink, user, opid, err);
+}
+
+/* ---- create from a snapshot ---- */
+
+static int snap_not_found(const char *id, struct sbx_err *err)
+{
+    return sbx_err_set(err, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot with id '%s'", id);
+}
+
+int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,
+                        unsigned *mem, unsigned *vcpus, struct sbx_err *err)
+{
+    struct sbx_snap *s = snap_find(t, id);
+    json_t *m = json_object_get(body, "memory_mb"), *v = json_object_get(body, "vcpus");
+    struct sbx_ident now;
+    char path[4096 + 80];
+    const char *why;
+
+    if (!s)
+        return snap_not_found(id, err);
+    if (json_object_get(body, "template"))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "give template or snapshot_id, not both (a snapshot has its template)");
+    if ((m && !json_is_null(m) && json_integer_value(m) != s->mem_mb) ||
+        (v && !json_is_null(v) && json_integer_value(v) != s->vcpus))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "snapshot %s is of a %u MiB, %u vCPU guest: memory_mb and vcpus "
+                           "cannot differ",
+                           s->id, s->mem_mb, s->vcpus);
+    snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, s->tmpl);
+    if (sbx_ident_get(&now, path) != 0)
+        return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
+                           "snapshot %s cannot be used: template %s's base image is gone", s->id,
+                           s->tmpl);
+    if ((why = sbx_ident_differs(s->base, &now)))
+        return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
+                           "snapshot %s cannot be used: template %s's base image changed since "
+                           "it was taken (%s); delete the snapshot",
+                           s->id, s->tmpl, why);
+    *tmpl = s->tmpl;
+    *mem = s->mem_mb;
+    *vcpus = s->vcpus;
+    return 0;
+}
+
+static void fail_create(struct sandbox *sb, enum sbx_errcode code, const char *fmt, const char *a,
+                        const char *b)
+{
+    for (struct op *op = sb->ops, *next; op; op = next) {
+        next = op->next_sb;
+        if (op->kind == OP_CREATE || op->kind == OP_RESUME)
+            ops_fail(op, code, fmt, a, b);
+    }
+}
+
+static void on_restored(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    char reason[300];
+    int r;
+
+    if (sbx_state_final(sb->state))
+        return;
+    if (err != 0) {
+        /* -EINVAL: the file itself was refused (corrupt, truncated, another QEMU). */
+        fail_create(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED,
+                    "snapshot %s cannot be restored: %s", sb->snap_id, why);
+        snprintf(reason, sizeof(reason), "%s: snapshot %s: %s",
+                 err == -EINVAL ? "snapshot_invalid" : "vm_start_failed", sb->snap_id, why);
+        sbx_die(sb, reason);
+        return;
+    }
+    /* Restored stopped, as it was saved: run it and open a session (sbx_on_channel's
+     * INIT; sandbox_ready answers the create and sends a new boot id). */
+    if ((r = vmm_cont(sb->vm, on_cont_after, sb)) != 0 ||
+        (r = vmm_channel_reconnect(sb->vm)) != 0) {
+        fail_create(sb, SBX_E_VM_START_FAILED, "snapshot %s: cannot run the VM: %s", sb->snap_id,
+                    strerror(-r));
+        sbx_die(sb, "vm_start_failed: cannot run the restored VM");
+    }
+}
+
+/* A VM for sb (STARTING) restored from snapshot sb->snap_id, continued once restored;
+ * boot names how it started ("snapshot", "resume"). 0, or an sbx_errcode with *err (sb
+ * then ended dead). */
+static int snap_launch(struct sandbox *sb, const char *boot, struct sbx_err *err)
+{
+    struct sbx_table *t = sb->t;
+    struct sbx_snap *s = snap_find(t, sb->snap_id);
+    char disk[4096 + 16], state[4096 + 16];
+    struct sbx_vm *vm;
+    int r;
+
+    if (!s) {
+        sbx_die(sb, "vm_start_failed: its snapshot is gone");
+        return snap_not_found(sb->snap_id, err);
+    }
+    path_in(s, "disk.qcow2", disk, sizeof(disk));
+    path_in(s, "state.snap", state, sizeof(state));
+    if ((r = sbx_vm_new(t, s->tmpl, s->mem_mb, s->vcpus, &vm)) != 0)
+        goto fail;
+    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
+    sbx_vm_bind(vm, sb);
+    if ((r = vmm_qcow2_create(vm->disk, disk, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, NULL)) != 0)
+        goto fail;
+    if (sbx_record_new(sb, vm, err) != 0)
+        return SBX_E_INDEX_WRITE_FAILED;
+    if ((r = vmm_restore(sb->vm, state, on_restored, sb)) != 0)
+        goto fail;
+    ev_timer_start(t->loop, &sb->boot_timer);
+    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from snapshot %s (%s), pid %d", vm->id, s->id,
+         boot, (int)vm->pid);
+    return 0;
+fail:
+    LOGS(LOG_ERR, sb->id, "cannot start from snapshot %s: %s", s->id, strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
+    sbx_die(sb, "vm_start_failed");
+    return SBX_E_VM_START_FAILED;
+}
+
+int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
+                   struct sbx_err *err)
+{
+    struct op *op;
+    int status = snap_launch(sb, "snapshot", err);
+
+    if (status)
+        return status;
+    if (!(op = ops_new(sb, OP_CREATE, sink, user))) {
+        sbx_die(sb, "vm_start_failed: out of memory");
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    *opid = op->id;
+    return 0;
+}
+
+/* ---- pause and resume ---- */
+
+/* The pause's snapshot s is recorded: the sandbox is PAUSED from now on (the index
+ * first), then its VM goes. */
+static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op)
+{
+    struct sbx_table *t = sb->t;
+    struct sbx_vm *vm;
+    char old[24];
+
+    snprintf(old, sizeof(old), "%s", sb->snap_id);
+    snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", s->id);
+    if (sbx_state_set(sb, ST_PAUSED) != 0) {
+        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", old);
+        if (op)
+            ops_fail(op, SBX_E_CONFLICT, "sandbox %s cannot be paused now", sb->id);
+        sandbox_continue(sb);
+        return;
+    }
+    sb->paused_ms = sbx_wall_ms();
+    sb->paused_mono = sbx_now_ms();
+    sb->ready = false;
+    vm = sb->vmr;
+    sb->vm_id[0] = 0;
+    /* Paused in the index (naming no VM) before the VM and its record go: a kill -9 in
+     * between finds a paused sandbox and a VM no sandbox names, which it removes. */
+    sbx_save(sb);
+    ev_timer_stop(t->loop, &sb->backoff_timer);
+    if (op)
+        ops_finish(op, NULL, sbx_json(sb));
+    ops_fail_all(sb, SBX_E_CHANNEL_LOST, "the sandbox was paused");
+    sbx_freeze_reset(sb, -ESHUTDOWN);
+    if (sb->ch) {
+        chan_free(sb->ch);
+        sb->ch = NULL;
+    }
+    if (vm)
+        sbx_vm_destroy(vm);
+    sb->vmr = NULL;
+    sb->vm = NULL;
+    sb->vm_gone = false;
+    LOGS(LOG_INFO, sb->id, "paused (snapshot %s)", s->id);
+}
+
+int sbx_resume_start(struct sandbox *sb, struct sbx_err *err)
+{
+    int64_t paused = sbx_now_ms() - sb->paused_mono;
+
+    /* It holds a VM again: it counts as a create does (the memory quota is not checked:
+     * TODO, sbx.c's create_quota takes a create's body). */
+    if (sb->state == ST_PAUSED && sbx_count_live(sb->t) >= sb->t->cfg->max_sandboxes)
+        return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
+                           "the limit of %u live sandboxes is reached: sandbox %s stays paused",
+                           sb->t->cfg->max_sandboxes, sb->id);
+    if (sbx_state_set(sb, ST_STARTING) != 0)
+        return sbx_err_set(err, SBX_E_CONFLICT, "sandbox %s is not paused", sb->id);
+    /* Paused time does not count toward the TTL. */
+    if (paused > 0) {
+        sb->expires_ms += paused;
+        sb->expires_mono += paused;
+    }
+    sb->paused_ms = 0;
+    sbx_touch(sb);
+    return snap_launch(sb, "resume", err);
+}
+
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *opid, json_t **out, struct sbx_err *err)
+{
+    static const char *const fields[] = {NULL};
+    struct sandbox *sb = sbx_find(t, id);
+    int status;
+
+    *out = NULL;
+    if ((status = sbx_check_fields(body, fields, err)))
+        return status;
+    if (sb && sb->state == ST_PAUSED) {
+        *out = sbx_json(sb); /* already */
+        return 0;
+    }
+    return snap_begin(t, id, json_object(), 0, NULL, true, sink, user, opid, err);
+}
+
+int sbx_pause_idle(struct sandbox *sb)
+{
+    struct sbx_err err;
+    sbx_op_t op;
+
+    return snap_begin(sb->t, sb->id, json_object(), 0, NULL, true, NULL, NULL, &op, &err) ? -EIO
+                                                                                          : 0;
+}
+
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *opid, json_t **out, struct sbx_err *err)
+{
+    struct sandbox *sb = sbx_find(t, id);
+    struct op *op;
+    int status;
+
+    *out = NULL;
+    if (!sb)
+        return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox with id '%s'", id);
+    if (sbx_state_final(sb->state))
+        return sbx_err_set(err, sb->state == ST_DEAD ? SBX_E_DEAD : SBX_E_GONE,
+                           "sandbox %s is %s: %s", sb->id, sbx_state_name(sb->state), sb->reason);
+    if (sb->state == ST_PAUSED && (status = sbx_resume_start(sb, err)))
+        return status;
+    if (sb->state != ST_STARTING) {
+        *out = sbx_json(sb); /* running (or frozen: the next request thaws it) */
+        return 0;
+    }
+    /* Answered by the guest's first HELLO (sbx.c sandbox_ready), as a create is. */
+    if (!(op = ops_new(sb, OP_RESUME, sink, user)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    *opid = op->id;
+    return 0;
+}
+
+/* ---- after a restart ---- */
+
+static void on_found_stopped_cont(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    char reason[256];
+
+    if (err == 0 || sbx_state_final(sb->state))
+        return;
+    snprintf(reason, sizeof(reason), "vm_lost: found stopped after a restart, and cont failed: %s",
+             why);
+    sbx_die(sb, reason);
+}
+
+/* A VM found stopped at adoption: its save may still be streaming, and its end would
+ * stop the VM again after a cont. Asked until it is over, then continued. */
+struct found_stopped {
+    struct sbx_table *t;
+    char id[24];
+    unsigned tries;
+    ev_timer again;
+};
+
+static void found_stopped_ask(struct found_stopped *f);
+
+static void on_found_stopped_again(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    found_stopped_ask(w->data);
+}
+
+static void on_migrate_status(void *ud, int err, const char *json)
+{
+    struct found_stopped *f = ud;
+    struct sandbox *sb = sbx_find(f->t, f->id);
+    json_t *o = err ? NULL : json_loads(json, 0, NULL);
+    const char *st = json_string_value(json_object_get(o, "status"));
+    bool busy = st && (!strcmp(st, "setup") || !strcmp(st, "active") || !strcmp(st, "device") ||
+                       !strcmp(st, "cancelling") || !strcmp(st, "pre-switchover"));
+    int r;
+
+    json_decref(o);
+    if (sb && sb->state == ST_RUNNING && sb->vm && busy && ++f->tries < 200) {
+        ev_timer_set(&f->again, 0.05, 0);
+        ev_timer_start(f->t->loop, &f->again);
+        return;
+    }
+    if (sb && sb->state == ST_RUNNING && sb->vm &&
+        (r = vmm_cont(sb->vm, on_found_stopped_cont, sb)) != 0)
+        LOGS(LOG_ERR, sb->id, "cannot continue its VM: %s", strerror(-r));
+    free(f);
+}
+
+static void found_stopped_ask(struct found_stopped *f)
+{
+    struct sandbox *sb = sbx_find(f->t, f->id);
+
+    if (!sb || !sb->vm ||
+        vmm_qmp(sb->vm, "{\"execute\":\"query-migrate\"}", on_migrate_status, f) != 0)
+        free(f); /* the VM is gone: nothing to continue (its exit says what happened) */
+}
+
+void sbx_snap_found_stopped(struct sandbox *sb)
+{
+    struct found_stopped *f = calloc(1, sizeof(*f));
+
+    LOGS(LOG_WARN, sb->id,
+         "its VM was found stopped (a snapshot cut short by a restart): "
+         "continuing it once its save is over");
+    if (!f)
+        return;
+    f->t = sb->t;
+    snprintf(f->id, sizeof(f->id), "%s", sb->id);
+    ev_timer_init(&f->again, on_found_stopped_again, 0.05, 0);
+    f->again.data = f;
+    found_stopped_ask(f);
+}
+
+/* ---- list, get, delete ---- */
+
+int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
+{
+    json_t *arr = json_array();
+
+    (void)err;
+    for (struct sbx_snap *s = t->snaps->list; s; s = s->next)
+        json_array_insert_new(arr, 0, snap_json(s)); /* the list is newest first */
+    *out = json_pack("{s:o}", "snapshots", arr);
+    return 0;
+}
+
+int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    struct sbx_snap *s = snap_find(t, id);
+
+    if (!s)
+        return snap_not_found(id, err);
+    *out = snap_json(s);
+    return 0;
+}
+
+/* What needs snapshot id's files: live sandboxes made from it, snapshots whose disk is
+ * layered on its disk. How many, named in deps. */
+static unsigned dependents(struct sbx_table *t, const char *id, char *deps, size_t cap)
+{
+    size_t n = 0;
+    unsigned count = 0;
+
+    deps[0] = 0;
+    for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
+        if (!sbx_state_final(sb->state) && strcmp(sb->snap_id, id) == 0 && n + 40 < cap)
+            n += (size_t)snprintf(deps + n, cap - n, "%ssandbox %s", count++ ? ", " : "", sb->id);
+    }
+    for (struct sbx_snap *c = t->snaps->list; c; c = c->next) {
+        if (strcmp(c->parent_snap, id) == 0 && n + 40 < cap)
+            n += (size_t)snprintf(deps + n, cap - n, "%ssnapshot %s", count++ ? ", " : "", c->id);
+    }
+    return count;
+}
+
+static int snap_remove(struct sbx_table *t, struct sbx_snap *s)
+{
+    int r = idx_del(t->idx, IDX_SNAPSHOTS, s->id);
+
+    if (r != 0)
+        return r;
+    t->idx_dirty = true;
+    for (struct sbx_snap **p = &t->snaps->list; *p; p = &(*p)->next) {
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    }
+    rm_later(t, s->dir);
+    LOGS(LOG_INFO, s->id, "snapshot deleted");
+    snap_free(s);
+    return 0;
+}
+
+int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    struct sbx_snap *s = snap_find(t, id);
+    char deps[400];
+    unsigned count;
+    json_t *rec;
+    int r;
+
+    if (!s)
+        return snap_not_found(id, err);
+    /* Fork and pause snapshots whose sandboxes have ended go now rather than at the next
+     * tick: they would be named as dependents. */
+    sbx_snap_tick(t);
+    if (!(s = snap_find(t, id)))
+        return snap_not_found(id, err);
+    if ((count = dependents(t, id, deps, sizeof(deps))))
+        return sbx_err_set(err, SBX_E_SNAPSHOT_IN_USE,
+                           "snapshot %s is still needed by %s: end or delete %s first", id, deps,
+                           count > 1 ? "them" : "it");
+    rec = snap_json(s);
+    if ((r = snap_remove(t, s)) != 0) {
+        json_decref(rec);
+        return sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot delete the record: %s",
+                           idx_strerror(r));
+    }
+    *out = rec;
+    return 0;
+}
+
+void sbx_snap_tick(struct sbx_table *t)
+{
+    char deps[64];
+
+    /* A fork's snapshot is the forks' disk base: it goes with the last of them. */
+    for (struct sbx_snap *s = t->snaps->list, *next; s; s = next) {
+        next = s->next;
+        if (strcmp(s->type, "sandbox") != 0 && dependents(t, s->id, deps, sizeof(deps)) == 0)
+            snap_remove(t, s);
+    }
+}
