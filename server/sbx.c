@@ -172,17 +172,7 @@ json_t *sbx_json(const struct sandbox *sb)
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
     /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
     if (sb->t->net && sb->vmr) {
-        const struct net_policy *p = &sb->vmr->pol;
-        json_t *n = json_pack("{s:b,s:[],s:[]}", "internet", p->internet, "allow_out", "deny_out");
-        const char *lists[2] = {p->allow_out, p->deny_out}, *keys[2] = {"allow_out", "deny_out"};
-        for (int i = 0; n && i < 2; i++) {
-            for (const char *c = lists[i]; *c;) {
-                size_t len = strcspn(c, ",");
-                json_array_append_new(json_object_get(n, keys[i]), json_stringn(c, len));
-                c += len;
-                c += strspn(c, ", ");
-            }
-        }
+        json_t *n = sbx_net_policy_json(&sb->vmr->pol);
         if (n)
             json_object_set_new(o, "network", n);
     }
@@ -970,8 +960,23 @@ static int get_cidrs(json_t *n, const char *key, char *list, size_t cap, struct 
 /* "network": {"internet": bool, "allow_out": [CIDR...], "deny_out": [CIDR...]}:
  * the egress policy, fixed for the VM's life (docs/NETWORK.md). Accepted with
  * networking off (the VM has no NIC then). */
-static int get_network(struct sbx_table *t, json_t *body, struct net_policy *pol,
-                       struct sbx_err *err)
+json_t *sbx_net_policy_json(const struct net_policy *p)
+{
+    json_t *n = json_pack("{s:b,s:[],s:[]}", "internet", p->internet, "allow_out", "deny_out");
+    const char *lists[2] = {p->allow_out, p->deny_out}, *keys[2] = {"allow_out", "deny_out"};
+
+    for (int i = 0; n && i < 2; i++) {
+        for (const char *c = lists[i]; *c;) {
+            size_t len = strcspn(c, ",");
+            json_array_append_new(json_object_get(n, keys[i]), json_stringn(c, len));
+            c += len;
+            c += strspn(c, ", ");
+        }
+    }
+    return n;
+}
+
+int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err)
 {
     static const char *const fields[] = {"internet", "allow_out", "deny_out", NULL};
     json_t *n = json_object_get(body, "network"), *v;
@@ -1044,7 +1049,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         (!snap_id &&
          (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
-    if ((status = get_network(t, body, &pol, err)))
+    if ((status = sbx_get_network(t, body, &pol, err)))
         return status;
     if (json_object_get(body, "persistent") &&
         !json_is_boolean(json_object_get(body, "persistent")))
@@ -1094,7 +1099,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->persistent = json_is_true(json_object_get(body, "persistent"));
     if (snap_id) {
         snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", snap_id);
-        return sbx_snap_start(sb, sink, user, opid, err);
+        return sbx_snap_start(sb, json_object_get(body, "network") ? &pol : NULL, sink, user, opid,
+                              err);
     }
     /* The pool's VMs run under the default policy, fixed when they started. */
     if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&

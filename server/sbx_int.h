@@ -309,9 +309,15 @@ int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const
                         unsigned *mem, unsigned *vcpus, struct sbx_err *err);
 /* Start sb (STARTING, sb->snap_id set) from its snapshot: new VM, overlay over the
  * snapshot's disk, restore; the create op answers once the guest's session is up. As
- * sbx_create (on failure sb ends dead). */
-int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
-                   struct sbx_err *err);
+ * sbx_create (on failure sb ends dead). Its egress policy: pol (the create asked for
+ * one), else the one its snapshot's sandbox had (networking on then), else the default. */
+int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struct sbx_sink *sink,
+                   void *user, sbx_op_t *opid, struct sbx_err *err);
+
+/* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
+ * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
+int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err);
+json_t *sbx_net_policy_json(const struct net_policy *p);
 
 /* Pause (sbx_snap.h) at the idle timeout of a persistent sandbox, nobody to answer:
  * 0 or -EIO. */

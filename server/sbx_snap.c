@@ -38,8 +38,10 @@ struct sbx_snap {
     char dir[4096];
     json_t *base; /* identity of the template's base image (sbx_ident_json) */
     json_t *metadata;
-    char type[8]; /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
-                   * nothing depends on it: sbx_snap_tick) */
+    char type[8];          /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
+                            * nothing depends on it: sbx_snap_tick) */
+    bool has_pol;          /* networking was on: the sandbox's egress policy, which every sandbox */
+    struct net_policy pol; /* restored from it keeps unless its create names another */
 };
 
 /* A snapshot being taken. */
@@ -171,6 +173,8 @@ static json_t *snap_json(const struct sbx_snap *s)
     json_object_set_new(o, "snapshot_id", json_string(s->id));
     json_object_set_new(o, "parent_snapshot",
                         s->parent_snap[0] ? json_string(s->parent_snap) : json_null());
+    if (s->has_pol)
+        json_object_set_new(o, "network", sbx_net_policy_json(&s->pol));
     return o;
 }
 
@@ -186,6 +190,8 @@ static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
 
     if (o)
         json_object_set_new(o, "type", json_string(s->type));
+    if (o && s->has_pol)
+        json_object_set_new(o, "network", sbx_net_policy_json(&s->pol));
     str = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = str ? idx_put(t->idx, IDX_SNAPSHOTS, s->id, str, strlen(str)) : -ENOMEM;
     if (r != 0)
@@ -238,6 +244,18 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
         const char *type = json_string_value(json_object_get(o, "type"));
         snprintf(s->type, sizeof(s->type), "%s",
                  type && (!strcmp(type, "fork") || !strcmp(type, "pause")) ? type : "sandbox");
+    }
+    if (json_object_get(o, "network")) {
+        struct sbx_err e;
+        /* Unreadable: no sandbox may start from it with another policy than it had. */
+        if (sbx_get_network(t, o, &s->pol, &e) != 0) {
+            LOG(LOG_WARN, "snapshot %s: its network policy is unreadable (%s); dropping it", s->id,
+                e.msg);
+            snap_free(s);
+            json_decref(o);
+            return 0;
+        }
+        s->has_pol = true;
     }
     /* idx_foreach goes in key order; the list is shown oldest first (sbx_snap_list). */
     s->next = t->snaps->list;
@@ -622,6 +640,10 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     s->vcpus = sb->vcpus;
     s->base = sbx_ident_json(&base);
     s->metadata = meta;
+    if (t->net) {
+        s->has_pol = true;
+        s->pol = sb->vmr->pol;
+    }
     snprintf(s->dir, sizeof(s->dir), "%s/snapshots/%s", t->cfg->state_dir, s->id);
     j->t = t;
     j->s = s;
@@ -882,7 +904,8 @@ static void on_restored(void *ud, int err, const char *why)
 /* A VM for sb (STARTING) restored from snapshot sb->snap_id, continued once restored;
  * boot names how it started ("snapshot", "resume"). 0, or an sbx_errcode with *err (sb
  * then ended dead). */
-static int snap_launch(struct sandbox *sb, const char *boot, struct sbx_err *err)
+static int snap_launch(struct sandbox *sb, const char *boot, const struct net_policy *pol,
+                       struct sbx_err *err)
 {
     struct sbx_table *t = sb->t;
     struct sbx_snap *s = snap_find(t, sb->snap_id);
@@ -899,6 +922,10 @@ static int snap_launch(struct sandbox *sb, const char *boot, struct sbx_err *err
     if ((r = sbx_vm_new(t, s->tmpl, s->mem_mb, s->vcpus, &vm)) != 0)
         goto fail;
     snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
+    if (pol)
+        vm->pol = *pol;
+    else if (s->has_pol)
+        vm->pol = s->pol;
     sbx_vm_bind(vm, sb);
     if ((r = vmm_qcow2_create(vm->disk, disk, 0)) != 0 ||
         (r = sbx_vm_launch_restore(vm, NULL)) != 0)
@@ -918,11 +945,11 @@ fail:
     return SBX_E_VM_START_FAILED;
 }
 
-int sbx_snap_start(struct sandbox *sb, const struct sbx_sink *sink, void *user, sbx_op_t *opid,
-                   struct sbx_err *err)
+int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struct sbx_sink *sink,
+                   void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     struct op *op;
-    int status = snap_launch(sb, "snapshot", err);
+    int status = snap_launch(sb, "snapshot", pol, err);
 
     if (status)
         return status;
@@ -997,7 +1024,7 @@ int sbx_resume_start(struct sandbox *sb, struct sbx_err *err)
     }
     sb->paused_ms = 0;
     sbx_touch(sb);
-    return snap_launch(sb, "resume", err);
+    return snap_launch(sb, "resume", NULL, err);
 }
 
 int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,

@@ -228,6 +228,33 @@ class TestNet(unittest.TestCase):
         self.assertEqual(r.status, 200, r)
         self.assertNotEqual(r.json()["exit_code"], 0, r.json())
 
+    def test_3b_snapshots_keep_the_policy(self):
+        """A sandbox restored from a snapshot, a fork and a resumed sandbox keep the
+        policy of the sandbox they came from (the snapshot records it), unless the
+        create names another: internet: false must not come back as true."""
+        w = self.w
+        r = w.request("POST", f"/v1/sandboxes/{self.b}/snapshot", {})
+        self.assertEqual(r.status, 201, r)
+        snap = r.json()["snapshot_id"]
+        self.assertFalse(w.request("GET", f"/v1/snapshots/{snap}").json()["network"]["internet"])
+        same = w.create(snapshot_id=snap)
+        other = w.create(snapshot_id=snap, network={"internet": True})
+        r = w.request("POST", f"/v1/sandboxes/{self.b}/fork", {"count": 1})
+        self.assertEqual(r.status, 201, r)
+        fork = r.json()["sandboxes"][0]["id"]
+        r = w.request("POST", f"/v1/sandboxes/{fork}/pause", {})
+        self.assertEqual(r.status, 200, r)
+        r = w.request("POST", f"/v1/sandboxes/{fork}/resume", {})
+        self.assertEqual(r.status, 200, r)
+        http = f"{fakenet.HTTP_ADDR}:80"
+        for sid, internet in ((same, False), (fork, False), (other, True)):
+            self.assertEqual(w.get(sid).json()["network"]["internet"], internet, sid)
+            got = self.probe(sid, http)
+            self.assertEqual(got[http] == "open", internet, (sid, got))
+        for sid in (same, other, fork):
+            self.assertEqual(w.delete(sid).status, 200)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{snap}").status, 200)
+
     def test_4_delete_leaves_nothing(self):
         vm = self.w.vm_id(self.a)
         self.assertEqual(self.w.delete(self.a).status, 200)
