@@ -34,6 +34,10 @@
 /* What every guest sees (guest-init reads warren.net= from the command line). */
 #define NET_GUEST_APPEND "warren.net=10.0.2.2/30,10.0.2.1"
 #define NET_GUEST_MAC    "52:54:00:57:52:02"
+/* The gateway's (tap0's) MAC, the same in every namespace too: a guest restored
+ * from a snapshot of a sandbox that had talked to its gateway keeps that ARP
+ * entry, which a tap with a random MAC would make stale (its packets dropped). */
+#define NET_GW_MAC "52:54:00:57:52:01"
 
 struct net;
 

@@ -288,6 +288,8 @@ class Warren:
     def create(self, **kw):
         body = {"template": "minimal", "ttl_seconds": self.TEST_TTL_S,
                 "idle_timeout_seconds": self.TEST_IDLE_S}
+        if "snapshot_id" in kw:  # a snapshot has its template
+            del body["template"]
         body.update(kw)
         r = self.request("POST", "/v1/sandboxes", body)
         if r.status != 201:
