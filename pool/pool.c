@@ -83,6 +83,7 @@ struct pool {
     struct sbx_vm *dead[POOL_MAX]; /* exited while unbound: destroyed from kick */
     unsigned ndead;
     unsigned handed_out, rebuilds;
+    bool verified; /* a restore from this template's snapshot succeeded (pool_template) */
 };
 
 static void tpl_build(struct pool *p);
@@ -456,6 +457,7 @@ static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void tpl_build(struct pool *p)
 {
+    p->verified = false;
     static const struct vmm_cbs cbs = {tpl_on_channel, tpl_on_exited};
     struct sbx_table *t = p->t;
     struct vmm_config vc;
@@ -633,6 +635,7 @@ static void fill_restored(void *ud, int err, const char *why)
         fill_abort(p, why, 1.0);
         return;
     }
+    p->verified = true;
     /* Run it once, through a session of ours, then stop it again (fill_warmed). */
     p->fill_warming = true;
     if (vmm_cont(vm->vmm, fill_cont, p) != 0 || vmm_channel_reconnect(vm->vmm) != 0)
@@ -738,6 +741,18 @@ struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsi
     /* Refill after this create has answered: the launch is spent on the loop. */
     kick_soon(p, 0.05);
     return vm;
+}
+
+bool pool_template(const struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                   const char **snap, const char **disk, const char **mem)
+{
+    if (!p || p->state != TPL_READY || !p->verified || strcmp(tmpl, p->tmpl) != 0 ||
+        mem_mb != p->mem_mb || vcpus != p->vcpus)
+        return false;
+    *snap = p->snap;
+    *disk = p->disk;
+    *mem = p->mem;
+    return true;
 }
 
 json_t *pool_stats(const struct pool *p)

@@ -51,6 +51,12 @@ void pool_free(struct pool *p);
 /* A ready VM (restored, stopped, unbound) for this template, memory and vCPUs,
  * or NULL (none ready, or another shape: boot instead). Refill follows. */
 struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus);
+/* The pool is empty: the files to restore a VM of this template, memory and vCPUs
+ * from for one create (its snapshot, frozen overlay, RAM file), if its snapshot is
+ * ready and a restore from it has worked (a refused one is the pool's to rebuild).
+ * The strings live until the template is rebuilt: use them at once. */
+bool pool_template(const struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                   const char **snap, const char **disk, const char **mem);
 /* An unbound VM's guest channel connected: true if the pool takes fd (the VM is
  * warming up), else the caller closes it. */
 bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);

@@ -180,10 +180,12 @@ json_t *sbx_json(const struct sandbox *sb)
     if (sb->state == ST_PAUSED)
         json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
+    /* "clone": restored from the pool's template for this create, the pool being empty. */
     json_object_set_new(o, "source",
-                        json_string(sb->snap_id[0]                                  ? "snapshot"
-                                    : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0 ? "pool"
-                                                                                    : "boot"));
+                        json_string(sb->snap_id[0]                                   ? "snapshot"
+                                    : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0  ? "pool"
+                                    : sb->vmr && strcmp(sb->vmr->boot, "clone") == 0 ? "clone"
+                                                                                     : "boot"));
     if (sb->snap_id[0])
         json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
     if (sbx_state_final(sb->state)) {
@@ -383,7 +385,9 @@ static void sandbox_ready(struct sandbox *sb)
      * (reseeded) and hostname; the boot id is still the template's (the snapshot's),
      * shared by every clone. A new one goes now, before the create is answered, so it
      * precedes any user command. */
-    if (sb->vmr && (strcmp(sb->vmr->boot, "pool") == 0 || strcmp(sb->vmr->boot, "snapshot") == 0) &&
+    if (sb->vmr &&
+        (!strcmp(sb->vmr->boot, "pool") || !strcmp(sb->vmr->boot, "snapshot") ||
+         !strcmp(sb->vmr->boot, "clone")) &&
         sbx_resync(sb, SBX_RESYNC_BOOT_ID | SBX_RESYNC_HOSTNAME, NULL, NULL) != 0)
         LOGS(LOG_WARN, sb->id,
              "cannot send the hand-out's RESYNC: its boot id stays the "
@@ -1106,6 +1110,13 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&
         (vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
+    /* The pool is empty (or this create's policy differs from its VMs'): a clone of
+     * its template restored for this create still beats a boot. */
+    {
+        const char *tsnap, *tdisk, *tmem;
+        if (pool_template(t->pool, tmpl, mem, vcpus, &tsnap, &tdisk, &tmem))
+            return sbx_clone_start(sb, tsnap, tdisk, tmem, &pol, sink, user, opid, err);
+    }
     {
         /* A namespace made ahead, when the policy is the default one. */
         char ahead_id[24];

@@ -313,6 +313,11 @@ int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const
  * one), else the one its snapshot's sandbox had (networking on then), else the default. */
 int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struct sbx_sink *sink,
                    void *user, sbx_op_t *opid, struct sbx_err *err);
+/* The same from the pool's template (pool_template: its snapshot, frozen overlay and
+ * RAM file) when the pool is empty: a clone made for this create, not warmed up. */
+int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, const char *mem,
+                    const struct net_policy *pol, const struct sbx_sink *sink, void *user,
+                    sbx_op_t *opid, struct sbx_err *err);
 
 /* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */

@@ -877,6 +877,8 @@ static void fail_create(struct sandbox *sb, enum sbx_errcode code, const char *f
 static void on_restored(void *ud, int err, const char *why)
 {
     struct sandbox *sb = ud;
+    /* A snapshot's id, or the template's name for a clone of the pool's template. */
+    const char *src = sb->snap_id[0] ? sb->snap_id : sb->tmpl;
     char reason[300];
     int r;
 
@@ -885,9 +887,9 @@ static void on_restored(void *ud, int err, const char *why)
     if (err != 0) {
         /* -EINVAL: the file itself was refused (corrupt, truncated, another QEMU). */
         fail_create(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED,
-                    "snapshot %s cannot be restored: %s", sb->snap_id, why);
+                    "snapshot %s cannot be restored: %s", src, why);
         snprintf(reason, sizeof(reason), "%s: snapshot %s: %s",
-                 err == -EINVAL ? "snapshot_invalid" : "vm_start_failed", sb->snap_id, why);
+                 err == -EINVAL ? "snapshot_invalid" : "vm_start_failed", src, why);
         sbx_die(sb, reason);
         return;
     }
@@ -895,23 +897,56 @@ static void on_restored(void *ud, int err, const char *why)
      * INIT; sandbox_ready answers the create and sends a new boot id). */
     if ((r = vmm_cont(sb->vm, on_cont_after, sb)) != 0 ||
         (r = vmm_channel_reconnect(sb->vm)) != 0) {
-        fail_create(sb, SBX_E_VM_START_FAILED, "snapshot %s: cannot run the VM: %s", sb->snap_id,
+        fail_create(sb, SBX_E_VM_START_FAILED, "snapshot %s: cannot run the VM: %s", src,
                     strerror(-r));
         sbx_die(sb, "vm_start_failed: cannot run the restored VM");
     }
 }
 
-/* A VM for sb (STARTING) restored from snapshot sb->snap_id, continued once restored;
- * boot names how it started ("snapshot", "resume"). 0, or an sbx_errcode with *err (sb
- * then ended dead). */
+/* A VM for sb (STARTING) restored from state over a new overlay backed by backing
+ * (mem_path: the RAM file a template's state was saved over; NULL: the RAM is in the
+ * state file), continued once restored; boot names how it started ("snapshot",
+ * "resume", "clone"), from what it came (for the log). 0, or an sbx_errcode with
+ * *err (sb then ended dead). */
+static int restore_launch(struct sandbox *sb, const char *boot, const char *from,
+                          const char *backing, const char *state, const char *mem_path,
+                          const struct net_policy *pol, struct sbx_err *err)
+{
+    struct sbx_table *t = sb->t;
+    struct sbx_vm *vm;
+    int r;
+
+    if ((r = sbx_vm_new(t, sb->tmpl, sb->mem_mb, sb->vcpus, &vm)) != 0)
+        goto fail;
+    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
+    if (pol)
+        vm->pol = *pol;
+    sbx_vm_bind(vm, sb);
+    if ((r = vmm_qcow2_create(vm->disk, backing, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, mem_path)) != 0)
+        goto fail;
+    if (sbx_record_new(sb, vm, err) != 0)
+        return SBX_E_INDEX_WRITE_FAILED;
+    if ((r = vmm_restore(sb->vm, state, on_restored, sb)) != 0)
+        goto fail;
+    ev_timer_start(t->loop, &sb->boot_timer);
+    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from %s (%s), pid %d", vm->id, from, boot,
+         (int)vm->pid);
+    return 0;
+fail:
+    LOGS(LOG_ERR, sb->id, "cannot start from %s: %s", from, strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
+    sbx_die(sb, "vm_start_failed");
+    return SBX_E_VM_START_FAILED;
+}
+
+/* A VM for sb restored from its snapshot sb->snap_id (see restore_launch). Its policy:
+ * pol, else the snapshot's (networking was on), else the default. */
 static int snap_launch(struct sandbox *sb, const char *boot, const struct net_policy *pol,
                        struct sbx_err *err)
 {
-    struct sbx_table *t = sb->t;
-    struct sbx_snap *s = snap_find(t, sb->snap_id);
-    char disk[4096 + 16], state[4096 + 16];
-    struct sbx_vm *vm;
-    int r;
+    struct sbx_snap *s = snap_find(sb->t, sb->snap_id);
+    char disk[4096 + 16], state[4096 + 16], from[64];
 
     if (!s) {
         sbx_die(sb, "vm_start_failed: its snapshot is gone");
@@ -919,37 +954,19 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
     }
     path_in(s, "disk.qcow2", disk, sizeof(disk));
     path_in(s, "state.snap", state, sizeof(state));
-    if ((r = sbx_vm_new(t, s->tmpl, s->mem_mb, s->vcpus, &vm)) != 0)
-        goto fail;
-    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
-    if (pol)
-        vm->pol = *pol;
-    else if (s->has_pol)
-        vm->pol = s->pol;
-    sbx_vm_bind(vm, sb);
-    if ((r = vmm_qcow2_create(vm->disk, disk, 0)) != 0 ||
-        (r = sbx_vm_launch_restore(vm, NULL)) != 0)
-        goto fail;
-    if (sbx_record_new(sb, vm, err) != 0)
-        return SBX_E_INDEX_WRITE_FAILED;
-    if ((r = vmm_restore(sb->vm, state, on_restored, sb)) != 0)
-        goto fail;
-    ev_timer_start(t->loop, &sb->boot_timer);
-    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from snapshot %s (%s), pid %d", vm->id, s->id,
-         boot, (int)vm->pid);
-    return 0;
-fail:
-    LOGS(LOG_ERR, sb->id, "cannot start from snapshot %s: %s", s->id, strerror(-r));
-    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
-    sbx_die(sb, "vm_start_failed");
-    return SBX_E_VM_START_FAILED;
+    snprintf(from, sizeof(from), "snapshot %s", s->id);
+    return restore_launch(sb, boot, from, disk, state, NULL,
+                          pol          ? pol
+                          : s->has_pol ? &s->pol
+                                       : NULL,
+                          err);
 }
 
-int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struct sbx_sink *sink,
-                   void *user, sbx_op_t *opid, struct sbx_err *err)
+/* The create's op, once its VM is on its way (status 0). */
+static int create_op(struct sandbox *sb, int status, const struct sbx_sink *sink, void *user,
+                     sbx_op_t *opid, struct sbx_err *err)
 {
     struct op *op;
-    int status = snap_launch(sb, "snapshot", pol, err);
 
     if (status)
         return status;
@@ -959,6 +976,23 @@ int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struc
     }
     *opid = op->id;
     return 0;
+}
+
+int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struct sbx_sink *sink,
+                   void *user, sbx_op_t *opid, struct sbx_err *err)
+{
+    return create_op(sb, snap_launch(sb, "snapshot", pol, err), sink, user, opid, err);
+}
+
+int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, const char *mem,
+                    const struct net_policy *pol, const struct sbx_sink *sink, void *user,
+                    sbx_op_t *opid, struct sbx_err *err)
+{
+    char from[sizeof(sb->tmpl) + 48];
+
+    snprintf(from, sizeof(from), "template %s's snapshot (the pool is empty)", sb->tmpl);
+    return create_op(sb, restore_launch(sb, "clone", from, disk, snap, mem, pol, err), sink, user,
+                     opid, err);
 }
 
 /* ---- pause and resume ---- */

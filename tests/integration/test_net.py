@@ -332,7 +332,8 @@ class TestNetPool(unittest.TestCase):
     """The warm pool with networking: the template boots with the NIC, every clone
     restored from it has the same guest address, MAC and gateway in a namespace
     of its own, and reaches the fake internet; a create asking for another
-    policy than the default boots cold instead of taking a clone."""
+    policy than the default gets a clone of the template restored for it, not one
+    of the pool's VMs."""
 
     @classmethod
     def setUpClass(cls):
@@ -365,7 +366,9 @@ class TestNetPool(unittest.TestCase):
         c = w.create(network={"internet": False}, **BASE)
         ja, jb, jc = (w.get(x).json() for x in (a, b, c))
         self.assertEqual((ja["source"], jb["source"]), ("pool", "pool"), (ja, jb))
-        self.assertNotEqual(jc["source"], "pool", jc)
+        # Not a pool VM (they run the default policy): a clone of the template made
+        # for it, in a namespace of its own with its own policy.
+        self.assertEqual(jc["source"], "clone", jc)
         for sid in (a, b):
             r = self.fetch(sid)
             self.assertEqual((r["exit_code"], r["stdout"]), (0, fakenet.BODY), r)

@@ -1,5 +1,6 @@
 """The warm pool (issue 8): creates are handed VMs restored from a template
 snapshot instead of booting; two hand-outs are distinct VMs; the pool refills;
+an empty pool restores a clone of its template for the create instead of booting;
 a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
 refused and rebuilt (while that sandbox, a clone of the old one, runs on); a
 template image replaced on disk invalidates the snapshot; create/delete cycles
@@ -130,6 +131,26 @@ class TestPool(unittest.TestCase):
         # Refilled in the background.
         p = wait_pool_ready(w, 2)
         self.assertGreaterEqual(p["handed_out"], 2, p)
+
+    def test_1b_empty_pool_clones_instead_of_booting(self):
+        w = self.w
+        wait_pool_ready(w, 2)
+        # Four back to back: the pool holds two and refills one at a time (a restore
+        # takes far longer than a create), so the others find it empty.
+        sids = [w.create() for _ in range(4)]
+        src = [w.get(s).json()["source"] for s in sids]
+        self.assertIn("clone", src, src)
+        self.assertNotIn("boot", src, src)
+        ids = set()
+        for sid in sids:
+            out = w.run(sid, "cat /proc/sys/kernel/random/boot_id; hostname")["stdout"].split()
+            self.assertEqual(out[1], sid)
+            ids.add(out[0])
+            guest = int(w.run(sid, "date +%s")["stdout"])
+            self.assertLess(abs(guest - time.time()), 60)
+        self.assertEqual(len(ids), 4, ids)
+        for sid in sids:
+            self.assertEqual(w.delete(sid).status, 200)
 
     def test_2_corrupt_snapshot_rebuilt(self):
         w = self.w
