@@ -7,8 +7,10 @@ minimal template as default. Measures:
   - create from the pool, the pool refilled before each (N creates, each deleted):
     server side (warrend's "running (X ms after create)" log line: request in to
     guest ready, the 201 follows at once) and client side (POST to 201);
-  - back-to-back creates until the pool runs dry (then they boot), creates/s while
-    it lasts, and the refill time back to N ready;
+  - back-to-back creates until the pool runs dry, creates/s while it lasts, and
+    the refill time back to N ready;
+  - creates while the pool is empty (each gets a clone of the template restored
+    for it);
   - cold boots in the same warrend (memory_mb 255, a shape the pool does not hold);
   - exec `true`: the first one right after create, and steady state, on a pool
     sandbox and on a booted one (a clone's QEMU starts with an empty TCG cache).
@@ -137,6 +139,26 @@ def main():
         row(rows, f"one pool VM: launch, restore, warm-up, stop (n={len(fills)})", fills)
         rows.append(("first fill at start (template boot + save + pool)",
                      f"{first_fill:.2f} s", "", ""))
+
+        # The pool empty: creates get a clone of the template restored for them.
+        csrv, ccli, cfirst = [], [], []
+        for _ in range(a.boots):
+            wait_ready(w, n)
+            sids = []
+            while True:
+                sid, ms = create(w)
+                sids.append(sid)
+                if w.get(sid).json()["source"] != "pool":
+                    break
+            assert w.get(sid).json()["source"] == "clone", w.get(sid).json()
+            cfirst.append(exec_ms(w, sid))
+            ccli.append(ms)
+            csrv.append(server_ms(w, sid))
+            for x in sids:
+                w.delete(x)
+        row(rows, f"create with the pool empty (a clone), server side (n={a.boots})", csrv)
+        row(rows, f"create with the pool empty (a clone), client side (n={a.boots})", ccli)
+        row(rows, "first exec `true` after a clone create", cfirst)
 
         # Cold boots beside it, same warrend.
         bsrv, bcli, bfirst = [], [], []
