@@ -134,7 +134,11 @@ struct pss {
     size_t credit_pending; /* written but not yet acknowledged */
     struct api_utf8_hold hold[2];
 
-    bool by_token;     /* admitted by an ?access_token=, not the API key (issue 7) */
+    bool by_token; /* admitted by an ?access_token=, not the API key (issue 7) */
+    /* A body route on a paused sandbox waits for its resume (op is the resume's):
+     * then it runs with this body. */
+    bool resuming;
+    json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
 };
 

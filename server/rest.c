@@ -11,6 +11,8 @@
 
 /* ----------------------------------------------------------- sink (sbx) */
 
+static void dispatch_json(struct pss *p, json_t *body);
+
 static void sink_done(void *user, const struct sbx_err *err, json_t *body)
 {
     struct pss *p = user;
@@ -18,6 +20,20 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
 
     if (!p->op_live) {
         json_decref(body);
+        return;
+    }
+    if (p->resuming) {
+        /* The paused sandbox is back (or could not come back): now the request itself. */
+        json_t *held = p->held;
+        p->held = NULL;
+        p->resuming = false;
+        p->op_live = false;
+        json_decref(body);
+        if (err)
+            resp_sbx_err(p, err);
+        else
+            dispatch_json(p, held);
+        json_decref(held);
         return;
     }
     if (err) {
@@ -228,6 +244,9 @@ void rest_req_end(struct pss *p)
     resp_q_free(p);
     free(p->body);
     p->body = NULL;
+    json_decref(p->held);
+    p->held = NULL;
+    p->resuming = false;
     free(p->pend);
     p->pend = NULL;
     p->pend_len = 0;
@@ -345,13 +364,37 @@ static void proc_ctl(struct pss *p, json_t *body)
     start_op(p, rc, &err);
 }
 
+/* An exec, process control or rename on a paused sandbox: start its resume and hold
+ * the request until it is back (sink_done runs it then). true if so (or if the
+ * resume was refused: then answered). */
+static bool resume_first(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc;
+
+    if ((p->route != API_R_EXEC && p->route != API_R_PROC_STDIN && p->route != API_R_PROC_SIGNAL &&
+         p->route != API_R_PROC_RESIZE && p->route != API_R_FILES_RENAME) ||
+        !sbx_paused(p->srv->t, p->sbx))
+        return false;
+    rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
+    if (rc == 0 && out) { /* already back */
+        json_decref(out);
+        return false;
+    }
+    if (rc == 0) {
+        p->held = json_incref(body);
+        p->resuming = true;
+    }
+    start_op(p, rc, &err);
+    return true;
+}
+
 /* A route whose JSON body has fully arrived. */
 static void dispatch_body(struct pss *p)
 {
     struct api_err e;
-    struct sbx_err err;
-    json_t *body = NULL, *out = NULL, *args;
-    int rc;
+    json_t *body = NULL;
 
     p->dispatched = true;
     if (api_body_parse(p->body ? p->body : "", p->body_len, &body, &e)) {
@@ -360,6 +403,19 @@ static void dispatch_body(struct pss *p)
     }
     free(p->body);
     p->body = NULL;
+    if (!resume_first(p, body))
+        dispatch_json(p, body);
+    json_decref(body);
+}
+
+/* The body route with its parsed body (borrowed). */
+static void dispatch_json(struct pss *p, json_t *body)
+{
+    struct api_err e;
+    struct sbx_err err;
+    json_t *out = NULL, *args;
+    int rc;
+
     switch (p->route) {
     case API_R_SANDBOXES:
         if (disk_full(p))
@@ -420,7 +476,6 @@ static void dispatch_body(struct pss *p)
         resp_code(p, 500, "internal", "no body route");
         break;
     }
-    json_decref(body);
 }
 
 /* Content-Length: 0 absent, 1 present (*cl set), -1 malformed. */

@@ -1087,6 +1087,13 @@ int sbx_pause_idle(struct sandbox *sb)
                                                                                           : 0;
 }
 
+bool sbx_paused(struct sbx_table *t, const char *id)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    return sb && sb->state == ST_PAUSED;
+}
+
 int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, json_t **out, struct sbx_err *err)
 {

@@ -66,6 +66,8 @@ int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sb
  * starts the resume too (and is answered sandbox_not_ready: retry). */
 int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
                sbx_op_t *op, json_t **out, struct sbx_err *err);
+/* Is sandbox id paused (an exec on it may wait for sbx_resume first)? */
+bool sbx_paused(struct sbx_table *t, const char *id);
 /* Fork: body {"count": N (1..fork_max, default 1), "ttl_seconds", "idle_timeout_seconds",
  * "metadata"}: one snapshot of the sandbox (type "fork", removed by itself once its
  * last fork has ended), then N sandboxes created from it; the parent runs on.

@@ -754,3 +754,11 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
     *out = NULL;
     return sbx_snapshot(t, id, NULL, sink, user, op, err);
 }
+
+/* The fake never pauses a sandbox (its pause is a snapshot that leaves it running). */
+bool sbx_paused(struct sbx_table *t, const char *id)
+{
+    (void)t;
+    (void)id;
+    return false;
+}
