@@ -107,20 +107,6 @@ static void tpl_paths(struct pool *p)
     snprintf(p->mem, sizeof(p->mem), "/dev/shm/warren-%s.mem", p->id);
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-
-    if (!d)
-        return;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
-    rmdir(dir);
-}
-
 /* Remove the current template's files and record (clones running keep their open
  * files: unlinking changes nothing under them). */
 static void tpl_remove(struct pool *p)
@@ -128,7 +114,7 @@ static void tpl_remove(struct pool *p)
     if (!p->id[0])
         return;
     unlink(p->mem);
-    rm_tree(p->dir);
+    sbx_rm_dir(p->dir);
     idx_del(p->t->idx, IDX_TEMPLATES, p->tmpl);
     p->t->idx_dirty = true;
     p->id[0] = 0;
@@ -150,7 +136,7 @@ static void tpl_sweep(struct sbx_table *t, const char *keep)
             continue;
         LOG(LOG_INFO, "pool: removing template files no record names: %s", e->d_name);
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        rm_tree(path);
+        sbx_rm_dir(path);
         /* Named after the same VM id: only ours (ids are random per warrend). */
         snprintf(path, sizeof(path), "/dev/shm/warren-%s.mem", e->d_name);
         unlink(path);

@@ -319,6 +319,10 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
                     const struct net_policy *pol, const struct sbx_sink *sink, void *user,
                     sbx_op_t *opid, struct sbx_err *err);
 
+/* Remove a directory of plain files (a snapshot's, a template's) and then itself;
+ * what cannot be removed stays, silently (the next start's sweep retries). */
+void sbx_rm_dir(const char *dir);
+
 /* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
 int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err);

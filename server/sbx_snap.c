@@ -264,7 +264,7 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     return 0;
 }
 
-static void rm_dir(const char *dir)
+void sbx_rm_dir(const char *dir)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -280,7 +280,7 @@ static void rm_dir(const char *dir)
 
 static void rm_work(void *arg)
 {
-    rm_dir(arg);
+    sbx_rm_dir(arg);
     free(arg);
 }
 
@@ -291,7 +291,7 @@ static void rm_later(struct sbx_table *t, const char *dir)
 
     if (!d || bg_run(t->bg, rm_work, NULL, d) != 0) {
         free(d);
-        rm_dir(dir);
+        sbx_rm_dir(dir);
     }
 }
 
@@ -338,7 +338,7 @@ void sbx_snap_free_all(struct sbx_table *t)
     while (t->snaps->jobs) {
         struct snap_job *j = t->snaps->jobs;
         t->snaps->jobs = j->next;
-        rm_dir(j->s->dir);
+        sbx_rm_dir(j->s->dir);
         snap_free(j->s);
         json_decref(j->fork_req);
         free(j);
