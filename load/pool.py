@@ -10,7 +10,7 @@ minimal template as default. Measures:
   - back-to-back creates until the pool runs dry, creates/s while it lasts, and
     the refill time back to N ready;
   - creates while the pool is empty (each gets a clone of the template restored
-    for it);
+    for it, into the pool's spare QEMU started ahead);
   - cold boots in the same warrend (memory_mb 255, a shape the pool does not hold);
   - exec `true`: the first one right after create, and steady state, on a pool
     sandbox and on a booted one (a clone's QEMU starts with an empty TCG cache).
@@ -141,9 +141,13 @@ def main():
                      f"{first_fill:.2f} s", "", ""))
 
         # The pool empty: creates get a clone of the template restored for them.
-        csrv, ccli, cfirst = [], [], []
+        csrv, ccli, cfirst, fsrv, fcli = [], [], [], [], []
         for _ in range(a.boots):
             wait_ready(w, n)
+            deadline = time.time() + 30  # its spare QEMU started, and up (not timed)
+            while not pool(w)["spare"] and time.time() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.5)
             sids = []
             while True:
                 sid, ms = create(w)
@@ -151,13 +155,29 @@ def main():
                 if w.get(sid).json()["source"] != "pool":
                     break
             assert w.get(sid).json()["source"] == "clone", w.get(sid).json()
+            # The next clone finds no spare (one starts only once the pool is full
+            # again): a QEMU started for it. Creates the refill served meanwhile are
+            # the pool's.
+            while True:
+                sid2, ms2 = create(w)
+                sids.append(sid2)
+                if w.get(sid2).json()["source"] == "clone":
+                    break
             cfirst.append(exec_ms(w, sid))
             ccli.append(ms)
             csrv.append(server_ms(w, sid))
+            fcli.append(ms2)
+            fsrv.append(server_ms(w, sid2))
             for x in sids:
                 w.delete(x)
-        row(rows, f"create with the pool empty (a clone), server side (n={a.boots})", csrv)
-        row(rows, f"create with the pool empty (a clone), client side (n={a.boots})", ccli)
+        row(rows, f"create with the pool empty, into its spare QEMU, server side (n={a.boots})",
+            csrv)
+        row(rows, f"create with the pool empty, into its spare QEMU, client side (n={a.boots})",
+            ccli)
+        row(rows, f"create with the pool and spare gone, a new QEMU, server side (n={a.boots})",
+            fsrv)
+        row(rows, f"create with the pool and spare gone, a new QEMU, client side (n={a.boots})",
+            fcli)
         row(rows, "first exec `true` after a clone create", cfirst)
 
         # Cold boots beside it, same warrend.

@@ -83,10 +83,14 @@ struct pool {
     struct sbx_vm *dead[POOL_MAX]; /* exited while unbound: destroyed from kick */
     unsigned ndead;
     unsigned handed_out, rebuilds;
-    bool verified; /* a restore from this template's snapshot succeeded (pool_template) */
+    bool verified;        /* a restore from this template's snapshot succeeded (pool_template) */
+    struct sbx_vm *spare; /* a QEMU started in restore mode over the template's files and
+                           * waiting (no restore yet) for a create that finds the pool
+                           * empty: it skips QEMU's start (pool_template) */
 };
 
 static void tpl_build(struct pool *p);
+static void spare_drop(struct pool *p);
 static void pool_fill(struct pool *p);
 
 static void kick_soon(struct pool *p, double after)
@@ -444,6 +448,7 @@ static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 static void tpl_build(struct pool *p)
 {
     p->verified = false;
+    spare_drop(p); /* started over the old template's files */
     static const struct vmm_cbs cbs = {tpl_on_channel, tpl_on_exited};
     struct sbx_table *t = p->t;
     struct vmm_config vc;
@@ -644,15 +649,48 @@ bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd)
     return true;
 }
 
-/* Start one more VM if the pool is short and nothing else is filling it. */
+/* The pool is full: start the spare QEMU, if the budget has room for one more VM and
+ * a restore from this template has worked. */
+static void spare_start(struct pool *p)
+{
+    struct sbx_vm *vm;
+    int r;
+
+    if (p->spare || !p->verified || budget_vms(p) <= p->size)
+        return;
+    if (sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm) != 0)
+        return;
+    snprintf(vm->boot, sizeof(vm->boot), "pool"); /* unbound at a restart: removed */
+    if ((r = vmm_qcow2_create(vm->disk, p->disk, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, p->mem)) != 0 || (r = sbx_vm_save(vm)) != 0) {
+        LOGS(LOG_WARN, vm->id, "pool: cannot start the spare QEMU: %s", strerror(r < 0 ? -r : r));
+        sbx_vm_destroy(vm);
+        return;
+    }
+    p->spare = vm;
+}
+
+static void spare_drop(struct pool *p)
+{
+    if (p->spare)
+        sbx_vm_destroy(p->spare);
+    p->spare = NULL;
+}
+
+/* Start one more VM if the pool is short and nothing else is filling it; the spare
+ * QEMU once it is full. */
 static void pool_fill(struct pool *p)
 {
     struct sbx_vm *vm;
     unsigned want = p->size < budget_vms(p) ? p->size : budget_vms(p);
     int r;
 
-    if (p->state != TPL_READY || p->filling || p->nready >= want)
+    if (p->state != TPL_READY || p->filling)
         return;
+    if (p->nready >= want) {
+        spare_start(p);
+        return;
+    }
     r = sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm);
     if (r != 0) {
         LOG(LOG_WARN, "pool: cannot make a VM record: %s", strerror(-r));
@@ -702,7 +740,9 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
 {
     if (!p)
         return;
-    if (p->filling == vm) {
+    if (p->spare == vm) {
+        p->spare = NULL;
+    } else if (p->filling == vm) {
         fill_forget(p);
     } else if (!drop_from(p->ready, &p->nready, vm)) {
         return;
@@ -729,8 +769,8 @@ struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsi
     return vm;
 }
 
-bool pool_template(const struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
-                   const char **snap, const char **disk, const char **mem)
+bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                   const char **snap, const char **disk, const char **mem, struct sbx_vm **spare)
 {
     if (!p || p->state != TPL_READY || !p->verified || strcmp(tmpl, p->tmpl) != 0 ||
         mem_mb != p->mem_mb || vcpus != p->vcpus)
@@ -738,6 +778,12 @@ bool pool_template(const struct pool *p, const char *tmpl, unsigned mem_mb, unsi
     *snap = p->snap;
     *disk = p->disk;
     *mem = p->mem;
+    if (spare) {
+        *spare = p->spare;
+        p->spare = NULL;
+        if (*spare)
+            kick_soon(p, 0.05);
+    }
     return true;
 }
 
@@ -745,10 +791,11 @@ json_t *pool_stats(const struct pool *p)
 {
     if (!p)
         return json_null();
-    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I}", "template", p->tmpl, "state",
+    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b}", "template", p->tmpl, "state",
                      tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
                      (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
-                     (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds);
+                     (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds, "spare",
+                     p->spare != NULL);
 }
 
 int pool_new(struct sbx_table *t, struct pool **out)
@@ -834,6 +881,7 @@ void pool_free(struct pool *p)
         sbx_vm_destroy(p->dead[--p->ndead]);
     if (p->filling)
         sbx_vm_destroy(p->filling);
+    spare_drop(p);
     /* Clean shutdown: the template goes too (its RAM file lives in /dev/shm, i.e. in
      * RAM); the next start builds it again. Clones still running hold it open. */
     tpl_remove(p);

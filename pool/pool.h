@@ -54,15 +54,19 @@ struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsi
 /* The pool is empty: the files to restore a VM of this template, memory and vCPUs
  * from for one create (its snapshot, frozen overlay, RAM file), if its snapshot is
  * ready and a restore from it has worked (a refused one is the pool's to rebuild).
- * The strings live until the template is rebuilt: use them at once. */
-bool pool_template(const struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
-                   const char **snap, const char **disk, const char **mem);
+ * The strings live until the template is rebuilt: use them at once. With spare not
+ * NULL, *spare is the pool's QEMU started ahead in restore mode over those files
+ * (no restore yet; under the default network policy), or NULL: the caller's to bind
+ * from then on; another is started in the background. */
+bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                   const char **snap, const char **disk, const char **mem, struct sbx_vm **spare);
 /* An unbound VM's guest channel connected: true if the pool takes fd (the VM is
  * warming up), else the caller closes it. */
 bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);
 /* An unbound VM exited: if it is the pool's, drop it (from the loop, later). */
 void pool_vm_exited(struct pool *p, struct sbx_vm *vm);
-/* {"template", "state", "size", "ready", "handed_out", "rebuilds"}, or null when off. */
+/* {"template", "state", "size", "ready", "filling", "handed_out", "rebuilds", "spare"},
+ * or null when off. */
 json_t *pool_stats(const struct pool *p);
 
 #endif

@@ -1113,9 +1113,12 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     /* The pool is empty (or this create's policy differs from its VMs'): a clone of
      * its template restored for this create still beats a boot. */
     {
+        bool dflt =
+            pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0];
         const char *tsnap, *tdisk, *tmem;
-        if (pool_template(t->pool, tmpl, mem, vcpus, &tsnap, &tdisk, &tmem))
-            return sbx_clone_start(sb, tsnap, tdisk, tmem, &pol, sink, user, opid, err);
+        struct sbx_vm *spare = NULL;
+        if (pool_template(t->pool, tmpl, mem, vcpus, &tsnap, &tdisk, &tmem, dflt ? &spare : NULL))
+            return sbx_clone_start(sb, tsnap, tdisk, tmem, spare, &pol, sink, user, opid, err);
     }
     {
         /* A namespace made ahead, when the policy is the default one. */

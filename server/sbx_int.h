@@ -314,10 +314,12 @@ int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const
 int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struct sbx_sink *sink,
                    void *user, sbx_op_t *opid, struct sbx_err *err);
 /* The same from the pool's template (pool_template: its snapshot, frozen overlay and
- * RAM file) when the pool is empty: a clone made for this create, not warmed up. */
+ * RAM file) when the pool is empty: a clone made for this create, not warmed up; into
+ * spare (the pool's QEMU started ahead over those files, unbound, default policy: sb's
+ * from now on) if not NULL, else a QEMU started now under pol. */
 int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, const char *mem,
-                    const struct net_policy *pol, const struct sbx_sink *sink, void *user,
-                    sbx_op_t *opid, struct sbx_err *err);
+                    struct sbx_vm *spare, const struct net_policy *pol, const struct sbx_sink *sink,
+                    void *user, sbx_op_t *opid, struct sbx_err *err);
 
 /* Remove a directory of plain files (a snapshot's, a template's) and then itself;
  * what cannot be removed stays, silently (the next start's sweep retries). */

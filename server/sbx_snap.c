@@ -908,36 +908,48 @@ static void on_restored(void *ud, int err, const char *why)
  * state file), continued once restored; boot names how it started ("snapshot",
  * "resume", "clone"), from what it came (for the log). 0, or an sbx_errcode with
  * *err (sb then ended dead). */
+static int launch_failed(struct sandbox *sb, const char *from, int r, struct sbx_err *err)
+{
+    LOGS(LOG_ERR, sb->id, "cannot start from %s: %s", from, strerror(-r));
+    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
+    sbx_die(sb, "vm_start_failed");
+    return SBX_E_VM_START_FAILED;
+}
+
+/* vm (launched in restore mode, bound to sb) loads state; see restore_launch. */
+static int restore_into(struct sandbox *sb, struct sbx_vm *vm, const char *boot, const char *from,
+                        const char *state, struct sbx_err *err)
+{
+    int r;
+
+    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
+    if (sbx_record_new(sb, vm, err) != 0)
+        return SBX_E_INDEX_WRITE_FAILED;
+    if ((r = vmm_restore(sb->vm, state, on_restored, sb)) != 0)
+        return launch_failed(sb, from, r, err);
+    ev_timer_start(sb->t->loop, &sb->boot_timer);
+    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from %s (%s), pid %d", vm->id, from, boot,
+         (int)vm->pid);
+    return 0;
+}
+
 static int restore_launch(struct sandbox *sb, const char *boot, const char *from,
                           const char *backing, const char *state, const char *mem_path,
                           const struct net_policy *pol, struct sbx_err *err)
 {
-    struct sbx_table *t = sb->t;
     struct sbx_vm *vm;
     int r;
 
-    if ((r = sbx_vm_new(t, sb->tmpl, sb->mem_mb, sb->vcpus, &vm)) != 0)
-        goto fail;
+    if ((r = sbx_vm_new(sb->t, sb->tmpl, sb->mem_mb, sb->vcpus, &vm)) != 0)
+        return launch_failed(sb, from, r, err);
     snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
     if (pol)
         vm->pol = *pol;
     sbx_vm_bind(vm, sb);
     if ((r = vmm_qcow2_create(vm->disk, backing, 0)) != 0 ||
         (r = sbx_vm_launch_restore(vm, mem_path)) != 0)
-        goto fail;
-    if (sbx_record_new(sb, vm, err) != 0)
-        return SBX_E_INDEX_WRITE_FAILED;
-    if ((r = vmm_restore(sb->vm, state, on_restored, sb)) != 0)
-        goto fail;
-    ev_timer_start(t->loop, &sb->boot_timer);
-    LOGS(LOG_INFO, sb->id, "starting: VM %s restored from %s (%s), pid %d", vm->id, from, boot,
-         (int)vm->pid);
-    return 0;
-fail:
-    LOGS(LOG_ERR, sb->id, "cannot start from %s: %s", from, strerror(-r));
-    sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
-    sbx_die(sb, "vm_start_failed");
-    return SBX_E_VM_START_FAILED;
+        return launch_failed(sb, from, r, err);
+    return restore_into(sb, vm, boot, from, state, err);
 }
 
 /* A VM for sb restored from its snapshot sb->snap_id (see restore_launch). Its policy:
@@ -985,12 +997,18 @@ int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struc
 }
 
 int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, const char *mem,
-                    const struct net_policy *pol, const struct sbx_sink *sink, void *user,
-                    sbx_op_t *opid, struct sbx_err *err)
+                    struct sbx_vm *spare, const struct net_policy *pol, const struct sbx_sink *sink,
+                    void *user, sbx_op_t *opid, struct sbx_err *err)
 {
-    char from[sizeof(sb->tmpl) + 48];
+    char from[sizeof(sb->tmpl) + 64];
 
-    snprintf(from, sizeof(from), "template %s's snapshot (the pool is empty)", sb->tmpl);
+    snprintf(from, sizeof(from), "template %s's snapshot (the pool is empty%s)", sb->tmpl,
+             spare ? "; a QEMU started ahead" : "");
+    if (spare) {
+        sbx_vm_bind(spare, sb);
+        return create_op(sb, restore_into(sb, spare, "clone", from, snap, err), sink, user, opid,
+                         err);
+    }
     return create_op(sb, restore_launch(sb, "clone", from, disk, snap, mem, pol, err), sink, user,
                      opid, err);
 }

@@ -373,13 +373,20 @@ class TestNetPool(unittest.TestCase):
             r = self.fetch(sid)
             self.assertEqual((r["exit_code"], r["stdout"]), (0, fakenet.BODY), r)
         self.assertNotEqual(self.fetch(c)["exit_code"], 0)
-        # One namespace per live VM (the three sandboxes and the pool's ready VM)
-        # and the two made ahead; the template's went when it was sealed.
+        # One namespace per live VM (the three sandboxes, the pool's ready VM and its
+        # spare QEMU, once the pool has settled) and the two made ahead; the
+        # template's went when it was sealed.
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            p = w.request("GET", "/healthz").json()["pool"]
+            if p["ready"] == 1 and not p["filling"] and p["spare"]:
+                break
+            time.sleep(0.1)
         tag = f"warren-{ns_tag(w.state_dir)}-"
         live = {ja["vm_id"], jb["vm_id"], jc["vm_id"]}
         names = {n[len(tag):] for n in fakenet.netns_named(tag)}
         self.assertTrue(live <= names, (live, names))
-        self.assertEqual(len(names - live), 3, (live, names))
+        self.assertEqual(len(names - live), 4, (live, names, p))
         for sid in (a, b, c):
             self.assertEqual(w.delete(sid).status, 200)
         for vm in live:

@@ -135,12 +135,19 @@ class TestPool(unittest.TestCase):
     def test_1b_empty_pool_clones_instead_of_booting(self):
         w = self.w
         wait_pool_ready(w, 2)
+        # Once full, the pool starts a spare QEMU (restore mode, nothing loaded yet).
+        deadline = time.time() + 60
+        while not pool(w)["spare"] and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertTrue(pool(w)["spare"], pool(w))
         # Four back to back: the pool holds two and refills one at a time (a restore
-        # takes far longer than a create), so the others find it empty.
+        # takes far longer than a create), so the others find it empty: the first of
+        # them is restored into the spare, the next into a QEMU started for it.
         sids = [w.create() for _ in range(4)]
         src = [w.get(s).json()["source"] for s in sids]
         self.assertIn("clone", src, src)
         self.assertNotIn("boot", src, src)
+        self.assertIn("(the pool is empty; a QEMU started ahead)", w.log_text())
         ids = set()
         for sid in sids:
             out = w.run(sid, "cat /proc/sys/kernel/random/boot_id; hostname")["stdout"].split()
@@ -253,16 +260,18 @@ class TestPool(unittest.TestCase):
             while True:
                 p = wait_pool_ready(w, 2)
                 h = held(w, gone)
-                ok = (h["qemu"] == h["run_dirs"] == p["ready"] and not p["filling"]
+                ok = (h["qemu"] == h["run_dirs"] == p["ready"] + p["spare"] and not p["filling"]
                       and not h["leaked"] and h["fds"] <= expect_fds)
                 if ok or time.time() > deadline:
                     return p, h
                 time.sleep(0.2)
 
         p, h = settled(before["fds"] + 4)
-        # Only the pool's VMs run, each with its run dir; one template, one RAM file;
+        # Only the pool's VMs (and its spare QEMU) run, each with its run dir; one
+        # template, one RAM file;
         # of the deleted sandboxes' VMs nothing is left; warrend holds no more fds.
-        self.assertEqual((h["qemu"], h["run_dirs"]), (p["ready"], p["ready"]), (h, p))
+        n = p["ready"] + p["spare"]  # the pool's VMs and its spare QEMU
+        self.assertEqual((h["qemu"], h["run_dirs"]), (n, n), (h, p))
         self.assertEqual((h["templates"], h["template_mem"]), (1, 1), h)
         self.assertEqual(h["leaked"], [], h)
         self.assertLessEqual(h["fds"], before["fds"] + 4, (before, h))
@@ -273,7 +282,8 @@ class TestPool(unittest.TestCase):
         w.start()
         self.assertEqual(w.delete(sid).status, 200)
         p, h = settled(10**6)
-        self.assertEqual((h["qemu"], h["run_dirs"]), (p["ready"], p["ready"]), (h, p))
+        n = p["ready"] + p["spare"]  # the pool's VMs and its spare QEMU
+        self.assertEqual((h["qemu"], h["run_dirs"]), (n, n), (h, p))
         self.assertEqual((h["templates"], h["template_mem"]), (1, 1), h)
         self.assertEqual(h["leaked"], [], h)
 
