@@ -168,7 +168,7 @@ struct gi_agent {
         int fd;     /* the directory, for clone3(CLONE_INTO_CGROUP) */
     } cg_pool[GI_CG_POOL];
     size_t cg_npool;
-    bool cg_tidy; /* something was reaped or finished: try removing orphan cgroups */
+    bool cg_tidy;       /* something was reaped or finished: try removing orphan cgroups */
     struct pollfd *pfd; /* poll set, rebuilt every iteration */
     struct gi_watch *watch;
     size_t pcap;
