@@ -25,7 +25,11 @@ import unittest
 from warren import Warren, WarrenCase, image_dir, wait_no_qemu
 from test_pool import POOL_CONF, wait_pool_ready
 
-COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done"
+# The count is written beside and renamed into place: a plain `echo > file`
+# truncates first, and a snapshot (or a cat) that lands between the truncate
+# and the write sees an empty file.
+COUNTER = ("i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; "
+           "mv /tmp/count.new /tmp/count; sleep 0.2; done")
 
 
 def own_image_dir():
@@ -88,7 +92,13 @@ class TestSnapshots(WarrenCase):
         return r.json()
 
     def count(self, sid):
-        return int(self.w.run(sid, "cat /tmp/count")["stdout"])
+        """The counter's value; the file exists only after its first tick."""
+        deadline = time.time() + 10
+        while True:
+            out = self.w.run(sid, "cat /tmp/count 2>/dev/null")["stdout"]
+            if out or time.time() > deadline:
+                return int(out)
+            time.sleep(0.2)
 
     def counting(self, sid):
         """The background loop runs: its count grows (it ticks every 0.2 s)."""
