@@ -364,18 +364,35 @@ static void proc_ctl(struct pss *p, json_t *body)
     start_op(p, rc, &err);
 }
 
-/* An exec, process control or rename on a paused sandbox: start its resume and hold
- * the request until it is back (sink_done runs it then). true if so (or if the
- * resume was refused: then answered). */
+/* A request that reaches the guest (exec, process control and output, file routes
+ * but uploads) on a paused sandbox, or on one still starting (a resume or a create in
+ * progress): start its resume if paused and hold the request until the sandbox is up
+ * (sink_done runs it then). true if so (or if the resume was refused: then answered).
+ * Uploads are not held: their body is already streaming (503 sandbox_not_ready, retry). */
 static bool resume_first(struct pss *p, json_t *body)
 {
     struct sbx_err err;
     json_t *out = NULL;
     int rc;
 
-    if ((p->route != API_R_EXEC && p->route != API_R_PROC_STDIN && p->route != API_R_PROC_SIGNAL &&
-         p->route != API_R_PROC_RESIZE && p->route != API_R_FILES_RENAME) ||
-        !sbx_paused(p->srv->t, p->sbx))
+    switch (p->route) {
+    case API_R_EXEC:
+    case API_R_PROC_STDIN:
+    case API_R_PROC_SIGNAL:
+    case API_R_PROC_RESIZE:
+    case API_R_PROCS:
+    case API_R_PROC:
+    case API_R_PROC_OUTPUT:
+    case API_R_FILES:
+    case API_R_FILES_STAT:
+    case API_R_FILES_LIST:
+    case API_R_FILES_MKDIR:
+    case API_R_FILES_RENAME:
+        break;
+    default:
+        return false;
+    }
+    if (!sbx_coming_back(p->srv->t, p->sbx))
         return false;
     rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
     if (rc == 0 && out) { /* already back */
@@ -471,6 +488,37 @@ static void dispatch_json(struct pss *p, json_t *body)
             resp_api_err(p, &e);
         else
             file_op(p, "rename", args);
+        break;
+    case API_R_PROCS:
+    case API_R_PROC:
+        rc = sbx_proc_list(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_PROC_OUTPUT:
+        /* Always NDJSON: output until the process ends (follow) or until caught up. */
+        p->ndjson = true;
+        rc = sbx_proc_output(p->srv->t, p->sbx, p->pid,
+                             (uint64_t)json_integer_value(json_object_get(body, "offset")),
+                             json_is_true(json_object_get(body, "follow")), &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
+    case API_R_FILES:
+        if (p->method == API_GET) {
+            rc = sbx_file_read(p->srv->t, p->sbx, json_string_value(json_object_get(body, "path")),
+                               &sink, p, &p->op, &err);
+            start_op(p, rc, &err);
+        } else {
+            file_op(p, "remove", json_incref(body));
+        }
+        break;
+    case API_R_FILES_STAT:
+        file_op(p, "stat", json_incref(body));
+        break;
+    case API_R_FILES_LIST:
+        file_op(p, "list", json_incref(body));
+        break;
+    case API_R_FILES_MKDIR:
+        file_op(p, "mkdir", json_incref(body));
         break;
     default:
         resp_code(p, 500, "internal", "no body route");
@@ -680,6 +728,43 @@ static void socket_probe(struct pss *p)
     resp_code(p, 426, "upgrade_required", msg);
 }
 
+/* A route answered from its path and query alone (process listing and output, file
+ * reads, removal, stat, list, mkdir): its arguments become a JSON object, so it goes
+ * through dispatch_json like the body routes, and on a paused sandbox waits for the
+ * resume as they do (resume_first). */
+static void query_route(struct pss *p, const struct api_query *q)
+{
+    json_t *args;
+
+    switch (p->route) {
+    case API_R_PROC_OUTPUT:
+        args = json_pack("{s:I, s:b}", "offset", (json_int_t)q->offset, "follow", q->follow);
+        break;
+    case API_R_FILES:
+        args = p->method == API_GET
+                   ? json_pack("{s:s}", "path", q->path)
+                   : json_pack("{s:s, s:b}", "path", q->path, "recursive", q->recursive);
+        break;
+    case API_R_FILES_LIST:
+        args = json_pack("{s:s, s:i}", "path", q->path, "depth", (int)q->depth);
+        break;
+    case API_R_FILES_STAT:
+    case API_R_FILES_MKDIR:
+        args = json_pack("{s:s}", "path", q->path);
+        break;
+    default:
+        args = json_object();
+        break;
+    }
+    if (!args) {
+        resp_code(p, 500, "internal", "out of memory");
+        return;
+    }
+    if (!resume_first(p, args))
+        dispatch_json(p, args);
+    json_decref(args);
+}
+
 void rest_request(struct pss *p, const char *uri)
 {
     static const unsigned qallow[] = {
@@ -824,44 +909,21 @@ void rest_request(struct pss *p, const char *uri)
         break;
     case API_R_PROCS:
     case API_R_PROC:
-        rc = sbx_proc_list(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
     case API_R_PROC_OUTPUT:
-        /* Always NDJSON: output until the process ends (follow) or until caught up. */
-        p->ndjson = true;
-        rc = sbx_proc_output(p->srv->t, p->sbx, p->pid, q.offset, q.follow, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_FILES:
-        if (p->method == API_PUT) {
-            start_upload(p, &q, has_cl, cl);
-            break;
-        }
-        if (api_path_check("path", q.path, &e)) {
-            resp_api_err(p, &e);
-            break;
-        }
-        if (p->method == API_GET) {
-            rc = sbx_file_read(p->srv->t, p->sbx, q.path, &sink, p, &p->op, &err);
-            start_op(p, rc, &err);
-        } else {
-            file_op(p, "remove", json_pack("{s:s, s:b}", "path", q.path, "recursive", q.recursive));
-        }
-        break;
     case API_R_FILES_STAT:
     case API_R_FILES_LIST:
     case API_R_FILES_MKDIR:
-        if (api_path_check("path", q.path, &e)) {
+    case API_R_FILES:
+        if (r.id == API_R_FILES && p->method == API_PUT) {
+            start_upload(p, &q, has_cl, cl);
+            break;
+        }
+        if (r.id != API_R_PROCS && r.id != API_R_PROC && r.id != API_R_PROC_OUTPUT &&
+            api_path_check("path", q.path, &e)) {
             resp_api_err(p, &e);
             break;
         }
-        if (r.id == API_R_FILES_STAT)
-            file_op(p, "stat", json_pack("{s:s}", "path", q.path));
-        else if (r.id == API_R_FILES_LIST)
-            file_op(p, "list", json_pack("{s:s, s:i}", "path", q.path, "depth", (int)q.depth));
-        else
-            file_op(p, "mkdir", json_pack("{s:s}", "path", q.path));
+        query_route(p, &q);
         break;
     default:
         resp_code(p, 404, "not_found", "no such route");

@@ -1105,11 +1105,11 @@ int sbx_pause_idle(struct sandbox *sb)
                                                                                           : 0;
 }
 
-bool sbx_paused(struct sbx_table *t, const char *id)
+bool sbx_coming_back(struct sbx_table *t, const char *id)
 {
     struct sandbox *sb = sbx_find(t, id);
 
-    return sb && sb->state == ST_PAUSED;
+    return sb && (sb->state == ST_PAUSED || sb->state == ST_STARTING);
 }
 
 int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,

@@ -62,12 +62,16 @@ int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sb
               void *user, sbx_op_t *op, json_t **out, struct sbx_err *err);
 /* Resume a paused sandbox (a VM restored from its snapshot; its processes run on):
  * done(NULL, its record) once its guest's session is up. Not paused (running, frozen): 0
- * with *out its record, no callback. Any exec, file call or socket on a paused sandbox
- * starts the resume too (and is answered sandbox_not_ready: retry). */
+ * with *out its record, no callback. Starting (a resume or create in progress): 0 and
+ * done(NULL, its record) once it is up. Any exec, file call or socket on a paused
+ * sandbox starts the resume too (the REST routes then wait for it: rest.c
+ * resume_first; uploads and sockets are answered sandbox_not_ready: retry). */
 int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
                sbx_op_t *op, json_t **out, struct sbx_err *err);
-/* Is sandbox id paused (an exec on it may wait for sbx_resume first)? */
-bool sbx_paused(struct sbx_table *t, const char *id);
+/* Is sandbox id paused, or starting (a resume, restore or create in progress)? A
+ * request that reaches the guest may then wait for sbx_resume, which answers once the
+ * guest's session is up. */
+bool sbx_coming_back(struct sbx_table *t, const char *id);
 /* Fork: body {"count": N (1..fork_max, default 1), "ttl_seconds", "idle_timeout_seconds",
  * "metadata"}: one snapshot of the sandbox (type "fork", removed by itself once its
  * last fork has ended), then N sandboxes created from it; the parent runs on.

@@ -15,6 +15,7 @@ initramfs, a copy of the minimal image) so that the last test can change the
 base image under a snapshot. The methods run in name order and build on each
 other.
 """
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -374,6 +375,25 @@ class TestSnapshots(WarrenCase):
         self.assertGreater(r.json()["expires_at"], before["expires_at"])
         self.assertTrue(self.counting(a))
         self.assertLess(time.time() - t_pause, 60)
+        # Paused again: a download, a process listing, a file stat and two execs sent at
+        # once all wait for the one resume and are answered (the first starts it, the
+        # others find the sandbox starting; before, those got 503 sandbox_not_ready).
+        self.assertEqual(w.request("POST", f"/v1/sandboxes/{a}/pause", {}).status, 200)
+        reqs = [("GET", f"/v1/sandboxes/{a}/files?path=/root/k", None),
+                ("GET", f"/v1/sandboxes/{a}/processes", None),
+                ("GET", f"/v1/sandboxes/{a}/files/stat?path=/root/k", None),
+                ("POST", f"/v1/sandboxes/{a}/exec", {"cmd": "echo one"}),
+                ("POST", f"/v1/sandboxes/{a}/exec", {"cmd": "echo two"})]
+        with concurrent.futures.ThreadPoolExecutor(len(reqs)) as ex:
+            rs = list(ex.map(lambda q: w.request(*q), reqs))
+        for q, r in zip(reqs, rs):
+            self.assertEqual(r.status, 200, f"{q}: {r}\n{w.log_text()}")
+        self.assertEqual(rs[0].body, b"fork-base\n")
+        self.assertIn(pid, [x["pid"] for x in rs[1].json()["processes"]])
+        self.assertEqual(rs[2].json()["size"], len(b"fork-base\n"))
+        self.assertEqual(rs[3].json()["stdout"], "one\n")
+        self.assertEqual(rs[4].json()["stdout"], "two\n")
+        self.assertEqual(w.get(a).json()["state"], "running")
 
     def test_7_persistent_idle_pauses(self):
         w = self.w

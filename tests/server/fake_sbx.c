@@ -755,8 +755,9 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
     return sbx_snapshot(t, id, NULL, sink, user, op, err);
 }
 
-/* The fake never pauses a sandbox (its pause is a snapshot that leaves it running). */
-bool sbx_paused(struct sbx_table *t, const char *id)
+/* The fake never pauses a sandbox (its pause is a snapshot that leaves it running),
+ * and its sandboxes are up from their create. */
+bool sbx_coming_back(struct sbx_table *t, const char *id)
 {
     (void)t;
     (void)id;
