@@ -823,7 +823,6 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
                         struct sbx_err *err)
 {
     const struct srv_config *c = t->cfg;
-    uint64_t total = host_mem_mb(), used = 0;
     const char *k;
     json_t *v;
     size_t size;
@@ -855,6 +854,14 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
                            "env and metadata take %zu bytes of JSON, more than the limit of %zu",
                            size, c->max_env_meta_bytes);
     }
+    return sbx_mem_quota(t, mem, err);
+}
+
+int sbx_mem_quota(struct sbx_table *t, unsigned mem, struct sbx_err *err)
+{
+    const struct srv_config *c = t->cfg;
+    uint64_t total = host_mem_mb(), used = 0;
+
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
         if (sbx_state_live(sb->state))
             used += sb->mem_mb;

@@ -183,6 +183,10 @@ int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
 /* Look up a sandbox for an operation: 0 and *out, or an sbx_errcode with *err. */
 int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err);
+/* Would mem MiB more for guests pass the memory quota (memory_reserve_mb,
+ * memory_overcommit_percent; live sandboxes count, paused ones do not)? 0, or
+ * SBX_E_MEMORY_EXHAUSTED with *err. Checked at create and at resume. */
+int sbx_mem_quota(struct sbx_table *t, unsigned mem, struct sbx_err *err);
 void sbx_touch(struct sandbox *sb);
 /* End a sandbox for reason (state "ended"): fails its ops, stops its VM. */
 void sbx_end(struct sandbox *sb, const char *reason);

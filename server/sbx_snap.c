@@ -967,6 +967,11 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
     path_in(s, "disk.qcow2", disk, sizeof(disk));
     path_in(s, "state.snap", state, sizeof(state));
     snprintf(from, sizeof(from), "snapshot %s", s->id);
+    /* A jailed QEMU (its own uid) opens the disk read-only through a bind mount of
+     * this one file (vmm_jail.c plan_chain); state_dir is 0700, so no other host user
+     * reaches it, and no other VM's jail shows it. A failure shows as QEMU's. */
+    if (sb->t->jail && chmod(disk, 0644) != 0)
+        LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
     return restore_launch(sb, boot, from, disk, state, NULL,
                           pol          ? pol
                           : s->has_pol ? &s->pol
@@ -1060,13 +1065,18 @@ static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op
 int sbx_resume_start(struct sandbox *sb, struct sbx_err *err)
 {
     int64_t paused = sbx_now_ms() - sb->paused_mono;
+    int status;
 
-    /* It holds a VM again: it counts as a create does (the memory quota is not checked:
-     * TODO, sbx.c's create_quota takes a create's body). */
+    /* It holds a VM again: it counts as a create does, in number and in memory. */
     if (sb->state == ST_PAUSED && sbx_count_live(sb->t) >= sb->t->cfg->max_sandboxes)
         return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
                            "the limit of %u live sandboxes is reached: sandbox %s stays paused",
                            sb->t->cfg->max_sandboxes, sb->id);
+    if (sb->state == ST_PAUSED && (status = sbx_mem_quota(sb->t, sb->mem_mb, err))) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof(err->msg) - n, ": sandbox %s stays paused", sb->id);
+        return status;
+    }
     if (sbx_state_set(sb, ST_STARTING) != 0)
         return sbx_err_set(err, SBX_E_CONFLICT, "sandbox %s is not paused", sb->id);
     /* Paused time does not count toward the TTL. */

@@ -1023,9 +1023,10 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     if (!cfg)
         return -EINVAL;
     c = *cfg;
-    /* A jailed QEMU sees only its run dir and the images: the memory file is
-     * not in its mount namespace (not done yet). */
-    if (c.jail && c.boot != VMM_BOOT_KERNEL)
+    /* A jailed QEMU sees only its run dir, the images and its disk's backing chain:
+     * a template's RAM file is not in its mount namespace (vmm.h). A restore from a
+     * snapshot maps no file (its RAM comes in the stream, over an fd). */
+    if (c.jail && (c.boot == VMM_BOOT_TEMPLATE || (c.boot == VMM_BOOT_RESTORE && c.mem_path)))
         return -ENOTSUP;
     /* The wrapper needs root to make the namespace; a jailed child has dropped it. */
     if (c.jail && (c.net_wrap || c.netns))

@@ -63,9 +63,12 @@
  * overlay frozen at save time (vmm_qcow2_create accepts a qcow2 backing),
  * never by the raw base (files read back as NULs: measured). Snapshot files
  * are the caller's too (vmm_save writes path.tmp then renames to path).
- * With cfg->jail, TEMPLATE and RESTORE are refused (-ENOTSUP): the memory
- * file is not inside the jail's mount namespace, and making it so safely
- * needs more than a bind mount. QEMU 7.2 opens a share=off memory file
+ * With cfg->jail, TEMPLATE, and RESTORE with a memory file, are refused
+ * (-ENOTSUP): the memory file is not inside the jail's mount namespace, and
+ * making it so safely needs more than a bind mount. A jailed RESTORE without
+ * one (a snapshot: RAM from the stream) sees its disk's backing chain
+ * read-only (vmm_jail.c plan_chain); those files must be readable by the
+ * jail's uid. QEMU 7.2 opens a share=off memory file
  * read-write (its readonly=on also maps guest RAM read-only: a restored
  * guest then stops answering, tried here), so every jailed clone would need
  * write access to the template's RAM file, and one compromised QEMU could
@@ -206,7 +209,7 @@ struct vmm_cbs {
 
 /* Start QEMU. On success *out is set and the process runs; 0 or -errno:
  * -EINVAL (bad id/path/config), -ENAMETOOLONG (run_dir), -ENOENT (no QEMU
- * binary), -ENOTSUP (TEMPLATE or RESTORE with a jail), other spawn errors.
+ * binary), -ENOTSUP (TEMPLATE, or RESTORE with mem_path, with a jail), other spawn errors.
  * A failed launch makes no callback. */
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                void *ud, struct vmm **out);

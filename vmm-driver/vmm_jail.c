@@ -618,7 +618,7 @@ struct mnt {
     char dst[PATH_MAX]; /* root_dir + host path */
 };
 
-#define MAX_MNT 24
+#define MAX_MNT 32
 
 struct plan {
     const char *root;
@@ -666,6 +666,32 @@ static int plan_file(struct plan *pl, const char *path)
     return plan_add(pl, M_FILE_RO, real, path);
 }
 
+/* A restored VM's overlay is backed by a chain (the snapshot's disk, maybe a
+ * template's frozen overlay, the base image): QEMU opens each file by the name the
+ * one before records, so the jail shows each, read-only, at that name. The chain is
+ * warrend's own (written by vmm_qcow2_create and vmm_qcow2_rebase), bounded here. */
+#define BACKING_CHAIN_MAX 6
+
+static int plan_chain(struct plan *pl, const char *disk)
+{
+    char cur[PATH_MAX], next[PATH_MAX];
+    int r;
+
+    if ((r = vmm_qcow2_backing(disk, cur, sizeof(cur))) != 0)
+        return r;
+    for (int i = 0; cur[0]; i++) {
+        if (i == BACKING_CHAIN_MAX || cur[0] != '/')
+            return -ELOOP;
+        if ((r = plan_file(pl, cur)))
+            return r;
+        /* The base image is raw (not a qcow2): the chain ends there. */
+        if (vmm_qcow2_backing(cur, next, sizeof(next)) != 0)
+            break;
+        memcpy(cur, next, sizeof(cur));
+    }
+    return 0;
+}
+
 int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const char *exe,
                         struct vmm_jail_plan_view *view)
 {
@@ -701,6 +727,8 @@ int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const ch
         return r;
     if ((r = plan_file(pl, exe)) || (r = plan_file(pl, cfg->kernel)) ||
         (r = plan_file(pl, cfg->initrd)) || (r = plan_file(pl, cfg->backing)))
+        return r;
+    if (cfg->boot == VMM_BOOT_RESTORE && cfg->disk && (r = plan_chain(pl, cfg->disk)))
         return r;
     return plan_add(pl, M_DIR_RW, cfg->run_dir, cfg->run_dir);
 }

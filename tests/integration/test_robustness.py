@@ -212,6 +212,27 @@ class OvercommitTest(WarrenCase):
         r = self.w.request("POST", "/v1/sandboxes", {"template": "minimal", "memory_mb": 256})
         self.assertError(r, 429, "memory_exhausted")
         self.assertEqual(self.w.run(a, "echo ok")["stdout"], "ok\n")
+        self.assertEqual(self.w.delete(a).status, 200)
+
+    def test_resume_counts_in_the_quota(self):
+        """A paused sandbox holds no memory; its resume asks for it again, like a
+        create (before, a resume was never checked against the memory quota)."""
+        w = self.w
+        a = w.create(memory_mb=128, ttl_seconds=600)
+        self.assertEqual(w.request("POST", f"/v1/sandboxes/{a}/pause", {}).status, 200)
+        b = w.create(memory_mb=128, ttl_seconds=600)
+        c = w.create(memory_mb=128, ttl_seconds=600)  # fits only while a is paused
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertError(r, 429, "memory_exhausted")
+        self.assertIn(f"sandbox {a} stays paused", r.json()["error"]["message"])
+        self.assertEqual(w.get(a).json()["state"], "paused")
+        self.assertError(w.exec(a, "true"), 429, "memory_exhausted")
+        self.assertEqual(w.delete(c).status, 200)
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(w.run(a, "echo back")["stdout"], "back\n")
+        for sid in (a, b):
+            w.delete(sid)
 
 
 class QuotaTest(WarrenCase):

@@ -23,7 +23,7 @@ import tempfile
 import time
 import unittest
 
-from warren import Warren, WarrenCase, image_dir, wait_no_qemu
+from warren import Warren, WarrenCase, image_dir, qemu_pids, wait_no_qemu
 from test_pool import POOL_CONF, wait_pool_ready
 
 # The count is written beside and renamed into place: a plain `echo > file`
@@ -45,7 +45,7 @@ def own_image_dir():
 
 
 class TestSnapshots(WarrenCase):
-    conf = {"jail": "off"}
+    conf = {}  # the default jail (auto: jailed as root); restores run jailed too
 
     @classmethod
     def setUpClass(cls):
@@ -128,6 +128,17 @@ class TestSnapshots(WarrenCase):
         self.assertEqual(b["snapshot_id"], s["snapshot_id"], b)
         self.assertNotEqual(b["vm_id"], w.get(a).json()["vm_id"])
         self.assertEqual(w.run(b["id"], "cat /root/f")["stdout"], "parent-file\n")
+        if "jail: uids" in w.log_text():
+            # The restored VM is jailed as a booted one is: its own uid, its own mounts
+            # (before, a jailed restore was refused: ENOTSUP, and a pause lost the
+            # sandbox).
+            pids = qemu_pids(b["vm_id"])
+            self.assertEqual(len(pids), 1, pids)
+            with open(f"/proc/{pids[0]}/status") as f:
+                uid = [int(l.split()[1]) for l in f if l.startswith("Uid:")][0]
+            self.assertGreaterEqual(uid, 200000)
+            self.assertNotEqual(os.readlink(f"/proc/{pids[0]}/ns/mnt"),
+                                os.readlink("/proc/self/ns/mnt"))
         # The loop the parent started runs in the new VM too: restored, not rebooted.
         self.assertTrue(self.counting(b["id"]))
         r = w.run(b["id"], "ps -o args 2>/dev/null || ps")

@@ -830,6 +830,39 @@ static void test_jail_plan(void)
     /* A template that does not exist fails the plan, not the child. */
     vc.backing = "/nonexistent/base.ext4";
     CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ENOENT);
+    vc.backing = NULL;
+    {
+        /* A restore: the overlay's whole backing chain (snapshot disk, then the raw
+         * base) is shown read-only at the names the chain records; a chain that loops
+         * is refused. */
+        char base[300], mid[300], top[300], want_mid[512], want_base[512];
+        bool got_mid = false, got_base = false;
+
+        snprintf(base, sizeof(base), "%s/chain-base.ext4", dir);
+        snprintf(mid, sizeof(mid), "%s/chain-snap.qcow2", dir);
+        snprintf(top, sizeof(top), "%s/chain-top.qcow2", dir);
+        touch(dir, "chain-base.ext4", "");
+        CHECK(truncate(base, 1 << 20) == 0);
+        CHECK(vmm_qcow2_create(mid, base, 0) == 0);
+        CHECK(vmm_qcow2_create(top, mid, 0) == 0);
+        vc.boot = VMM_BOOT_RESTORE;
+        vc.kernel = NULL;
+        vc.disk = top;
+        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+        snprintf(want_mid, sizeof(want_mid), "/jr%s", mid);
+        snprintf(want_base, sizeof(want_base), "/jr%s", base);
+        for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++) {
+            got_mid |= strcmp(dst, want_mid) == 0 && kind == 1;
+            got_base |= strcmp(dst, want_base) == 0 && kind == 1;
+        }
+        CHECK(got_mid && got_base);
+        CHECK(vmm_qcow2_rebase(mid, top) == 0); /* top -> mid -> top -> ... */
+        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ELOOP);
+        /* Kernel boot does not read the disk's chain: it names its backing. */
+        vc.boot = VMM_BOOT_KERNEL;
+        vc.kernel = kern;
+        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+    }
     free(pv);
 }
 
