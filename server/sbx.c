@@ -407,6 +407,8 @@ static void sandbox_ready(struct sandbox *sb)
     }
     LOGS(LOG_INFO, sb->id, "running (%.1f ms after create)",
          (double)(sbx_now_ms() - sb->created_mono));
+    if (sb->vmr && !strcmp(sb->vmr->boot, "resume"))
+        sbx_snap_resumed(sb);
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind == OP_CREATE || op->kind == OP_RESUME)

@@ -18,6 +18,7 @@ other.
 import concurrent.futures
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import time
@@ -42,6 +43,14 @@ def own_image_dir():
     subprocess.run(["cp", "--sparse=always", os.path.join(src, "minimal.ext4"),
                     os.path.join(d, "minimal.ext4")], check=True)
     return d
+
+
+def qcow2_backing(path):
+    """The backing file name a qcow2 header records ("" for none)."""
+    with open(path, "rb") as f:
+        h = f.read(4096)
+    off, n = struct.unpack(">QI", h[8:20])
+    return h[off:off + n].decode() if off else ""
 
 
 class TestSnapshots(WarrenCase):
@@ -405,6 +414,34 @@ class TestSnapshots(WarrenCase):
         self.assertEqual(rs[3].json()["stdout"], "one\n")
         self.assertEqual(rs[4].json()["stdout"], "two\n")
         self.assertEqual(w.get(a).json()["state"], "running")
+
+    def test_6b_pause_cycles_do_not_pile_up(self):
+        """Each resume streams its pause layer into the sandbox's disk (QEMU
+        block-stream), so the pause snapshot goes: after three pause/resume cycles no
+        pause snapshot is left, the disk is one overlay over the base image again, and
+        what was written in every cycle is there. Before, every cycle added a layer to
+        the disk's chain and kept a pause snapshot, its RAM file included, for the
+        sandbox's life."""
+        w = self.w
+        b = w.create()
+        base = qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2"))
+        for i in range(3):
+            w.run(b, f"echo cycle-{i} > /root/c{i}")
+            self.assertEqual(w.request("POST", f"/v1/sandboxes/{b}/pause", {}).status, 200)
+            r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            deadline = time.time() + 120
+            while time.time() < deadline and self.pause_snaps(b):
+                time.sleep(0.2)
+            self.assertEqual(self.pause_snaps(b), [], w.log_text())
+            self.assertEqual(qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2")), base)
+        self.assertEqual(w.run(b, "cat /root/c0 /root/c1 /root/c2")["stdout"],
+                         "cycle-0\ncycle-1\ncycle-2\n")
+        w.delete(b)
+
+    def pause_snaps(self, sid):
+        snaps = self.w.request("GET", "/v1/snapshots").json()["snapshots"]
+        return [x["id"] for x in snaps if x["type"] == "pause" and x["parent"] == sid]
 
     def test_7_persistent_idle_pauses(self):
         w = self.w
