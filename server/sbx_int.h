@@ -307,8 +307,9 @@ void sbx_snap_free_all(struct sbx_table *t);
 void sbx_snap_found_stopped(struct sandbox *sb);
 /* The reaper's tick: remove fork snapshots nothing depends on any more. */
 void sbx_snap_tick(struct sbx_table *t);
-/* A sandbox resumed from its pause snapshot is up: stream that snapshot's layer into
- * its disk in the background, so the pause snapshot can go (sbx_snap.c). */
+/* A sandbox resumed from its pause snapshot is up: record it as restored from the
+ * snapshot that owns its disk's backing file now (the pause snapshot's disk became
+ * its own), so the pause snapshot can go (sbx_snap.c). */
 void sbx_snap_resumed(struct sandbox *sb);
 /* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not
  * ask for others), its base image unchanged. 0, or an sbx_errcode with *err. */

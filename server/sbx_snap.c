@@ -934,7 +934,7 @@ static int restore_into(struct sandbox *sb, struct sbx_vm *vm, const char *boot,
 }
 
 static int restore_launch(struct sandbox *sb, const char *boot, const char *from,
-                          const char *backing, const char *state, const char *mem_path,
+                          const char *backing, bool take, const char *state, const char *mem_path,
                           const struct net_policy *pol, struct sbx_err *err)
 {
     struct sbx_vm *vm;
@@ -946,8 +946,14 @@ static int restore_launch(struct sandbox *sb, const char *boot, const char *from
     if (pol)
         vm->pol = *pol;
     sbx_vm_bind(vm, sb);
-    if ((r = vmm_qcow2_create(vm->disk, backing, 0)) != 0 ||
-        (r = sbx_vm_launch_restore(vm, mem_path)) != 0)
+    /* take: backing (a pause snapshot's disk) becomes the VM's own overlay. On
+     * another file system (EXDEV) it backs a new overlay instead, as for any
+     * snapshot, and the pause snapshot stays while the sandbox needs it. */
+    if (take && rename(backing, vm->disk) == 0)
+        r = 0;
+    else
+        r = vmm_qcow2_create(vm->disk, backing, 0);
+    if (r != 0 || (r = sbx_vm_launch_restore(vm, mem_path)) != 0)
         return launch_failed(sb, from, r, err);
     return restore_into(sb, vm, boot, from, state, err);
 }
@@ -972,7 +978,8 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
      * reaches it, and no other VM's jail shows it. A failure shows as QEMU's. */
     if (sb->t->jail && chmod(disk, 0644) != 0)
         LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
-    return restore_launch(sb, boot, from, disk, state, NULL,
+    return restore_launch(sb, boot, from, disk,
+                          !strcmp(boot, "resume") && !strcmp(s->type, "pause"), state, NULL,
                           pol          ? pol
                           : s->has_pol ? &s->pol
                                        : NULL,
@@ -1014,8 +1021,8 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
         return create_op(sb, restore_into(sb, spare, "clone", from, snap, err), sink, user, opid,
                          err);
     }
-    return create_op(sb, restore_launch(sb, "clone", from, disk, snap, mem, pol, err), sink, user,
-                     opid, err);
+    return create_op(sb, restore_launch(sb, "clone", from, disk, false, snap, mem, pol, err), sink,
+                     user, opid, err);
 }
 
 /* ---- pause and resume ---- */
@@ -1148,164 +1155,39 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
     return 0;
 }
 
-/* ---- a resumed sandbox's disk, flattened ----
+/* ---- a resumed sandbox's disk ----
  *
- * A resume's overlay is backed by its pause snapshot's disk, itself backed by what
- * the sandbox's disk was backed by before the pause (the base image, or the snapshot
- * it was created from). Left so, every pause and resume would add a layer to the
- * chain and keep a pause snapshot (its RAM file too) for the sandbox's whole life. So
- * after a resume QEMU streams the pause layer into the overlay (block-stream down to
- * that older base, in the jailed QEMU: no host process parses the guest-written
- * qcow2), and once the overlay names the older base the sandbox is recorded as
- * restored from the older snapshot (or none): nothing depends on the pause snapshot
- * any more and sbx_snap_tick removes it. A pause before the stream ends keeps the
- * chain as it was (the new pause snapshot's disk still names the old one, and its
- * record says so); a restart of warrend in the middle leaves the dependency in
- * place. A sandbox of the warm pool keeps its chain (its pause disk names the
- * template's overlay linked inside the pause snapshot's own directory). */
-
-#define FLATTEN_POLL_S    0.2
-#define FLATTEN_TRIES_MAX 3000 /* 10 minutes of polling */
-
-struct flatten {
-    struct sbx_table *t;
-    char sb_id[24], vm_id[24], pause_id[24];
-    char older[24]; /* the snapshot whose disk is base ("" for the template image) */
-    char base[4096 + 16];
-    unsigned tries;
-    ev_timer poll;
-};
-
-static void flatten_poll(struct flatten *f);
-
-/* The sandbox and its VM, if they are still the ones the stream runs in. */
-static struct sandbox *flatten_sb(struct flatten *f)
-{
-    struct sandbox *sb = sbx_find(f->t, f->sb_id);
-
-    if (!sb || !sb->vmr || !sb->vm || sb->vm_gone || strcmp(sb->vmr->id, f->vm_id) != 0 ||
-        strcmp(sb->snap_id, f->pause_id) != 0 || sbx_state_final(sb->state))
-        return NULL;
-    return sb;
-}
-
-static void flatten_done(struct flatten *f, struct sandbox *sb)
-{
-    char now[4096 + 16];
-
-    if (vmm_qcow2_backing(sb->vmr->disk, now, sizeof(now)) != 0 || strcmp(now, f->base) != 0) {
-        LOGS(LOG_WARN, sb->id, "disk not flattened (the stream did not finish): it keeps %s",
-             f->pause_id);
-        return;
-    }
-    snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", f->older);
-    if (sbx_save(sb) != 0) {
-        /* Recorded as before: the next warrend keeps the pause snapshot (safe). */
-        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", f->pause_id);
-        return;
-    }
-    LOGS(LOG_INFO, sb->id, "disk flattened: snapshot %s is no longer needed", f->pause_id);
-    sbx_snap_tick(f->t);
-    /* Paused again before an earlier stream ended: the older base is a pause snapshot
-     * too, streamed down the same way. */
-    sbx_snap_resumed(sb);
-}
-
-static void on_flatten_jobs(void *ud, int err, const char *json)
-{
-    struct flatten *f = ud;
-    struct sandbox *sb = flatten_sb(f);
-    json_t *o = err ? NULL : json_loads(json, 0, NULL);
-    bool running = false;
-    size_t i;
-    json_t *job;
-
-    json_array_foreach(o, i, job)
-    {
-        const char *id = json_string_value(json_object_get(job, "device"));
-        running |= id && strcmp(id, "flatten") == 0;
-    }
-    json_decref(o);
-    if (!sb || err) {
-        free(f);
-        return;
-    }
-    if (running && ++f->tries < FLATTEN_TRIES_MAX) {
-        ev_timer_set(&f->poll, FLATTEN_POLL_S, 0);
-        ev_timer_start(f->t->loop, &f->poll);
-        return;
-    }
-    if (!running)
-        flatten_done(f, sb);
-    free(f);
-}
-
-static void on_flatten_timer(struct ev_loop *loop, ev_timer *w, int revents)
-{
-    (void)loop;
-    (void)revents;
-    flatten_poll(w->data);
-}
-
-static void flatten_poll(struct flatten *f)
-{
-    struct sandbox *sb = flatten_sb(f);
-
-    if (!sb || vmm_qmp(sb->vm, "{\"execute\":\"query-block-jobs\"}", on_flatten_jobs, f) != 0)
-        free(f); /* the VM is gone, or paused again: the dependency stays as recorded */
-}
-
-static void on_flatten_started(void *ud, int err, const char *json)
-{
-    struct flatten *f = ud;
-
-    if (err) {
-        LOGS(LOG_WARN, f->sb_id, "cannot flatten its disk (it keeps %s): %s", f->pause_id, json);
-        free(f);
-        return;
-    }
-    flatten_poll(f);
-}
+ * A resume takes its pause snapshot's disk as the VM's own overlay (restore_launch
+ * renames it into the run dir: nobody else restores a pause snapshot, and nothing is
+ * copied), so pause and resume cycles add no layer to the disk's chain. Once the
+ * sandbox is up, it is recorded as restored from whatever snapshot owns the file its
+ * disk is now backed by (none for the template image): the pause snapshot is then
+ * needed by nothing and sbx_snap_tick removes it. A pool sandbox's pause disk names
+ * the template's overlay linked inside that pause snapshot, which therefore stays
+ * (one: the next pause's disk names the same link). Derived from the disk itself,
+ * so a warrend killed during the resume gets it right when the VM is adopted. */
 
 void sbx_snap_resumed(struct sandbox *sb)
 {
-    struct sbx_snap *s = snap_find(sb->t, sb->snap_id), *o;
-    char disk[4096 + 16], own[4096 + 16];
-    struct flatten *f;
-    json_t *cmd;
-    char *text;
+    char backing[4096 + 16], own[4096 + 16];
+    const char *owner = "";
 
-    if (!s || strcmp(s->type, "pause") != 0 || !sb->vm || !sb->vmr)
+    if (!sb->vmr || vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing)) != 0)
         return;
-    path_in(s, "disk.qcow2", disk, sizeof(disk));
-    snprintf(own, sizeof(own), "%s/", s->dir);
-    if (!(f = calloc(1, sizeof(*f))))
-        return;
-    if (vmm_qcow2_backing(disk, f->base, sizeof(f->base)) != 0 || !f->base[0] ||
-        strncmp(f->base, own, strlen(own)) == 0) {
-        free(f); /* no base to stream down to, or one inside the pause snapshot (pool) */
-        return;
-    }
-    for (o = sb->t->snaps->list; o; o = o->next) {
+    for (struct sbx_snap *o = sb->t->snaps->list; o; o = o->next) {
         snprintf(own, sizeof(own), "%s/", o->dir);
-        if (strncmp(f->base, own, strlen(own)) == 0) {
-            snprintf(f->older, sizeof(f->older), "%s", o->id);
+        if (strncmp(backing, own, strlen(own)) == 0) {
+            owner = o->id;
             break;
         }
     }
-    f->t = sb->t;
-    snprintf(f->sb_id, sizeof(f->sb_id), "%s", sb->id);
-    snprintf(f->vm_id, sizeof(f->vm_id), "%s", sb->vmr->id);
-    snprintf(f->pause_id, sizeof(f->pause_id), "%s", s->id);
-    ev_timer_init(&f->poll, on_flatten_timer, 0, 0);
-    f->poll.data = f;
-    cmd = json_pack("{s:s, s:{s:s, s:s, s:s}}", "execute", "block-stream", "arguments", "job-id",
-                    "flatten", "device", "root", "base", f->base);
-    text = cmd ? json_dumps(cmd, JSON_COMPACT) : NULL;
-    json_decref(cmd);
-    if (!text || vmm_qmp(sb->vm, text, on_flatten_started, f) != 0)
-        free(f);
-    free(text);
+    if (strcmp(owner, sb->snap_id) == 0)
+        return;
+    LOGS(LOG_INFO, sb->id, "resumed: its disk is its own; snapshot %s is no longer needed",
+         sb->snap_id);
+    snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", owner);
+    if (sbx_save(sb) == 0)
+        sbx_snap_tick(sb->t);
 }
 
 /* ---- after a restart ---- */

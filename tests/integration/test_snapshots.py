@@ -416,10 +416,10 @@ class TestSnapshots(WarrenCase):
         self.assertEqual(w.get(a).json()["state"], "running")
 
     def test_6b_pause_cycles_do_not_pile_up(self):
-        """Each resume streams its pause layer into the sandbox's disk (QEMU
-        block-stream), so the pause snapshot goes: after three pause/resume cycles no
-        pause snapshot is left, the disk is one overlay over the base image again, and
-        what was written in every cycle is there. Before, every cycle added a layer to
+        """A resume takes its pause snapshot's disk as its own overlay, so the pause
+        snapshot goes: after each pause/resume cycle no pause snapshot is left, the
+        disk is one overlay over the base image again, and what was written in every
+        cycle is there. Before, every cycle added a layer to
         the disk's chain and kept a pause snapshot, its RAM file included, for the
         sandbox's life."""
         w = self.w
@@ -437,6 +437,19 @@ class TestSnapshots(WarrenCase):
             self.assertEqual(qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2")), base)
         self.assertEqual(w.run(b, "cat /root/c0 /root/c1 /root/c2")["stdout"],
                          "cycle-0\ncycle-1\ncycle-2\n")
+        # Paused again right after a resume: the same.
+        w.run(b, "echo late > /root/c3")
+        for _ in range(2):
+            r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        deadline = time.time() + 120
+        while time.time() < deadline and self.pause_snaps(b):
+            time.sleep(0.2)
+        self.assertEqual(self.pause_snaps(b), [], w.log_text())
+        self.assertEqual(qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2")), base)
+        self.assertEqual(w.run(b, "cat /root/c3")["stdout"], "late\n")
         w.delete(b)
 
     def pause_snaps(self, sid):
@@ -511,6 +524,31 @@ class TestSnapshotOfPoolSandbox(unittest.TestCase):
             head = f.read(4096)
         self.assertIn(os.path.join(w.state_dir, "snapshots", s, "backing.qcow2").encode(), head)
         self.assertNotIn(tdir.encode(), head)
+
+    def test_pause_cycles_of_a_pool_sandbox(self):
+        """A pool sandbox's pause disk names the template's overlay linked inside its
+        first pause snapshot: that one snapshot stays while the sandbox lives, and
+        later cycles add neither layers nor snapshots."""
+        w = self.w
+        wait_pool_ready(w, 1)
+        a = w.create()
+        self.assertEqual(w.get(a).json()["source"], "pool")
+        for i in range(3):
+            w.run(a, f"echo pooled-{i} > /root/p{i}")
+            r = w.request("POST", f"/v1/sandboxes/{a}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            snaps = w.request("GET", "/v1/snapshots").json()["snapshots"]
+            mine = [x["id"] for x in snaps if x["parent"] == a]
+            self.assertEqual(len(mine), 1, snaps)
+            first = first if i else mine[0]
+            self.assertEqual(mine, [first])
+            backing = os.path.join(w.state_dir, "snapshots", first, "backing.qcow2")
+            self.assertEqual(qcow2_backing(os.path.join(w.run_dir(a), "disk.qcow2")), backing)
+        self.assertEqual(w.run(a, "cat /root/p0 /root/p1 /root/p2")["stdout"],
+                         "pooled-0\npooled-1\npooled-2\n")
+        w.delete(a)
 
 
 if __name__ == "__main__":
