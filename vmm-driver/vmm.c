@@ -1027,9 +1027,10 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
      * not in its mount namespace (not done yet). */
     if (c.jail && c.boot != VMM_BOOT_KERNEL)
         return -ENOTSUP;
-    /* The wrapper needs root to make the namespace; a jailed child has dropped it. */
-    if (c.jail && (c.net_wrap || c.netns))
-        return -ENOTSUP;
+    /* Jailed, the child enters the namespace itself (it runs the set-up
+     * first when net_wrap is given too): it must be named. */
+    if (c.jail && c.net_wrap && !c.netns)
+        return -EINVAL;
     if (c.accel == VMM_ACCEL_AUTO)
         c.accel = vmm_detect_accel(NULL, 0);
     if (!tsc_khz)

@@ -146,8 +146,10 @@ struct vmm_config {
                                   * so the pid stays QEMU's. Spawning returns at once: the
                                   * loop never waits for the set-up (QMP's connect retries
                                   * cover it); a failed set-up is a QEMU exit whose reason
-                                  * is the wrapper's last message. Refused with a jail
-                                  * (-ENOTSUP): the jailed child has no right to set up. */
+                                  * is the wrapper's last message. With a jail, give
+                                  * netns too: the jailed child (a fork, root until it
+                                  * execs) runs the wrapper with /bin/true in QEMU's
+                                  * place, waits for it, then enters netns as below. */
     const char *net_mac;         /* with net_wrap or netns: the NIC's MAC, "52:54:00:xx:xx:xx" */
     const char *netns;           /* instead of net_wrap: a network namespace already set up
                                   * (a path, e.g. /run/netns/<name>, holding tap0) that QEMU
@@ -155,7 +157,10 @@ struct vmm_config {
                                   * around the spawn and returns to its own (setns is per
                                   * thread; nothing else runs on the loop meanwhile; failing
                                   * to return aborts: the loop must never stay there).
-                                  * Refused with a jail (-ENOTSUP) for now. */
+                                  * With a jail, the jailed child enters it instead, as
+                                  * root, attaches to tap0 and hands it to QEMU as fd 3
+                                  * (-netdev tap,fd=3): QEMU itself never has root,
+                                  * CAP_NET_ADMIN or /dev/net/tun. */
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */
