@@ -330,6 +330,22 @@ static void test_argv_net(void)
     vmm_argv_free(&a);
     c.net_wrap = wrap; /* both: refused */
     CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
+    /* Jailed: QEMU first whatever the wrapper (the jail's child runs it before),
+     * the tap as fd 3 (the child attached it as root), the namespace required. */
+    c.jail = (struct vmm_jail *)&a; /* only tested for NULL by the builder */
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(a.v[0], "qemu-system-x86_64") == 0);
+    CHECK(strcmp(argv_after(&a, "-netdev"), "tap,id=net0,fd=" VMM_TAP_FD_STR) == 0);
+    CHECK(!argv_has(&a, "/bin/sh"));
+    CHECK(argv_has(&a, "virtio-net-device,netdev=net0,mac=52:54:00:57:52:02"));
+    vmm_argv_free(&a);
+    c.net_wrap = NULL;
+    CHECK(vmm_argv_build(&a, &c, 0) == 0);
+    CHECK(strcmp(argv_after(&a, "-netdev"), "tap,id=net0,fd=" VMM_TAP_FD_STR) == 0);
+    vmm_argv_free(&a);
+    c.netns = NULL;
+    c.net_wrap = wrap; /* jailed, a wrapper without the namespace to enter: refused */
+    CHECK(vmm_argv_build(&a, &c, 0) == -EINVAL);
 }
 
 /* The phase table: every allowed change and no other; names; predicates. */
