@@ -1023,9 +1023,11 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     if (!cfg)
         return -EINVAL;
     c = *cfg;
-    /* A jailed QEMU sees only its run dir and the images: the memory file is
-     * not in its mount namespace (not done yet). */
-    if (c.jail && c.boot != VMM_BOOT_KERNEL)
+    /* A jailed QEMU sees only its run dir and the images: a template's memory
+     * file is not in its mount namespace (and would be writable by every
+     * clone: vmm.h). A restore without one gets its RAM from the stream (an
+     * fd) and its disk chain read-only: allowed. */
+    if (c.jail && (c.boot == VMM_BOOT_TEMPLATE || (c.boot == VMM_BOOT_RESTORE && c.mem_path)))
         return -ENOTSUP;
     /* Jailed, the child enters the namespace itself (it runs the set-up
      * first when net_wrap is given too): it must be named. */

@@ -63,15 +63,17 @@
  * overlay frozen at save time (vmm_qcow2_create accepts a qcow2 backing),
  * never by the raw base (files read back as NULs: measured). Snapshot files
  * are the caller's too (vmm_save writes path.tmp then renames to path).
- * With cfg->jail, TEMPLATE and RESTORE are refused (-ENOTSUP): the memory
- * file is not inside the jail's mount namespace, and making it so safely
- * needs more than a bind mount. QEMU 7.2 opens a share=off memory file
- * read-write (its readonly=on also maps guest RAM read-only: a restored
- * guest then stops answering, tried here), so every jailed clone would need
- * write access to the template's RAM file, and one compromised QEMU could
- * rewrite the memory of every other clone. QEMU >= 8.2 (rom=off with
- * readonly=on) or a file handed over as an fd would allow a read-only
- * mapping. vmm_save works jailed (QEMU gets the snapshot file as an fd).
+ * With cfg->jail, TEMPLATE and RESTORE over a memory file are refused
+ * (-ENOTSUP): the memory file is not inside the jail's mount namespace, and
+ * making it so safely needs more than a bind mount. RESTORE without one (a
+ * snapshot of a booted VM: its RAM is in the stream, which QEMU reads from
+ * an fd) is jailed like a boot; every file of the disk's backing chain is
+ * shown read-only in the jail and must be readable by the VM's uid. QEMU 7.2 opens a share=off
+ * memory file read-write (its readonly=on also maps guest RAM read-only: a restored guest then
+ * stops answering, tried here), so every jailed clone would need write access to the template's RAM
+ * file, and one compromised QEMU could rewrite the memory of every other clone. QEMU >= 8.2
+ * (rom=off with readonly=on) or a file handed over as an fd would allow a read-only mapping.
+ * vmm_save works jailed (QEMU gets the snapshot file as an fd).
  *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
  * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
@@ -211,7 +213,8 @@ struct vmm_cbs {
 
 /* Start QEMU. On success *out is set and the process runs; 0 or -errno:
  * -EINVAL (bad id/path/config), -ENAMETOOLONG (run_dir), -ENOENT (no QEMU
- * binary), -ENOTSUP (TEMPLATE or RESTORE with a jail), other spawn errors.
+ * binary), -ENOTSUP (TEMPLATE, or RESTORE over a memory file,
+ * with a jail), other spawn errors.
  * A failed launch makes no callback. */
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                void *ud, struct vmm **out);

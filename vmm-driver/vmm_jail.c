@@ -671,6 +671,32 @@ static int plan_file(struct plan *pl, const char *path)
     return plan_add(pl, M_FILE_RO, real, path);
 }
 
+/* The disk's backing files below the first one (a restored snapshot's overlay is
+ * backed by the snapshot's frozen overlay, backed in turn by the template image,
+ * or by an older snapshot's): each shown read-only, once. A kernel boot's chain is
+ * overlay -> cfg->backing, already there: nothing is added. A file that is not a
+ * qcow2 ends the walk (the raw template image). */
+static int plan_chain(struct plan *pl, const char *disk)
+{
+    char cur[PATH_MAX], next[PATH_MAX];
+    int r;
+
+    if (!disk)
+        return 0;
+    snprintf(cur, sizeof(cur), "%s", disk);
+    for (int depth = 0; depth < 8; depth++) {
+        bool have = false;
+        if (vmm_qcow2_backing(cur, next, sizeof(next)) != 0 || next[0] != '/')
+            return 0;
+        for (int i = 0; i < pl->n; i++)
+            have |= strcmp(pl->m[i].dst + strlen(pl->root), next) == 0;
+        if (!have && (r = plan_file(pl, next)))
+            return r;
+        memcpy(cur, next, sizeof(cur));
+    }
+    return 0;
+}
+
 int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const char *exe,
                         struct vmm_jail_plan_view *view)
 {
@@ -706,6 +732,8 @@ int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const ch
         return r;
     if ((r = plan_file(pl, exe)) || (r = plan_file(pl, cfg->kernel)) ||
         (r = plan_file(pl, cfg->initrd)) || (r = plan_file(pl, cfg->backing)))
+        return r;
+    if ((r = plan_chain(pl, cfg->disk)))
         return r;
     return plan_add(pl, M_DIR_RW, cfg->run_dir, cfg->run_dir);
 }

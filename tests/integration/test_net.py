@@ -251,9 +251,13 @@ class TestNet(unittest.TestCase):
             self.assertEqual(w.get(sid).json()["network"]["internet"], internet, sid)
             got = self.probe(sid, http)
             self.assertEqual(got[http] == "open", internet, (sid, got))
+            self.check_vm(sid)
         for sid in (same, other, fork):
             self.assertEqual(w.delete(sid).status, 200)
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{snap}").status, 200)
+
+    def check_vm(self, sid):
+        """What a subclass checks of every sandbox's QEMU besides reachability."""
 
     def test_4_delete_leaves_nothing(self):
         vm = self.w.vm_id(self.a)
@@ -321,8 +325,9 @@ def jail_possible():
 class TestNetJailed(TestNet):
     """The same cases with QEMU jailed (jail = required: jailed or nothing): a
     create with the default policy takes a namespace made ahead (the jail's
-    child enters it), the others (internet off, lists) have it set up by the
-    jail's child as root before it drops privileges. Either way QEMU runs as
+    child enters it), the others (internet off, lists, restores from a
+    snapshot) have it set up by the jail's child as root before it drops
+    privileges. Either way QEMU runs as
     the jail's uid, without capabilities, in the VM's namespace, with the tap
     handed over as fd 3."""
 
@@ -363,9 +368,9 @@ class TestNetJailed(TestNet):
         super().test_2_always_denied()  # internet off: set up by the jail's child
         self.assertJailedInNamespace(self.b)
 
-    def test_3b_snapshots_keep_the_policy(self):
-        self.skipTest("snapshot restores are not jailed yet (vmm.h: -ENOTSUP with a "
-                      "jail, networking or not); docs/NETWORK.md, Limits")
+    def check_vm(self, sid):
+        # Restored from a snapshot, forked, resumed: jailed and networked alike.
+        self.assertJailedInNamespace(sid)
 
     def test_5_kill9_restart_sweeps(self):
         self.assertJailedInNamespace(self.b)

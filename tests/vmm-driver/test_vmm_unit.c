@@ -843,6 +843,34 @@ static void test_jail_plan(void)
     for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++)
         kvm |= strcmp(dst, "/jr/dev/kvm") == 0;
     CHECK(kvm);
+    /* A restored snapshot's disk: overlay -> the snapshot's frozen overlay -> the
+     * template image. Every file of the chain is shown read-only, each once. */
+    {
+        char base[300], snap[300], top[300], wb[512], ws[512];
+        int nb = 0, ns = 0;
+        snprintf(base, sizeof(base), "%s/chain-base.ext4", dir);
+        snprintf(snap, sizeof(snap), "%s/chain-snap.qcow2", dir);
+        snprintf(top, sizeof(top), "%s/chain-top.qcow2", dir);
+        touch(dir, "chain-base.ext4", "");
+        CHECK(truncate(base, 1 << 20) == 0);
+        CHECK(vmm_qcow2_create(snap, base, 0) == 0);
+        CHECK(vmm_qcow2_create(top, snap, 0) == 0);
+        snprintf(wb, sizeof(wb), "/jr%s", base);
+        snprintf(ws, sizeof(ws), "/jr%s", snap);
+        vc.accel = VMM_ACCEL_TCG;
+        vc.disk = top;
+        for (int round = 0; round < 2; round++) {
+            vc.backing = round ? snap : NULL; /* given or not, bound once */
+            nb = ns = 0;
+            CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+            for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++) {
+                nb += strcmp(dst, wb) == 0 && kind == 1;
+                ns += strcmp(dst, ws) == 0 && kind == 1;
+            }
+            CHECK(nb == 1 && ns == 1);
+        }
+        vc.disk = NULL;
+    }
     /* A template that does not exist fails the plan, not the child. */
     vc.backing = "/nonexistent/base.ext4";
     CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ENOENT);
