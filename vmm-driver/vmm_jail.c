@@ -815,6 +815,35 @@ static __attribute__((noreturn)) void child_fail(const struct plan *pl, int step
     _exit(127);
 }
 
+/* Forked child only: close every descriptor it does not use (warrend's
+ * listening socket, clients, the index), so that none outlives warrend while
+ * the set-up runs. */
+static void close_others(const struct plan *pl)
+{
+    int keep[VMM_CG_V1_N + 2], n = 0;
+    unsigned lo = 3;
+
+    for (int i = 0; i < pl->nprocs; i++)
+        keep[n++] = pl->procs_fd[i];
+    keep[n++] = pl->null_fd;
+    keep[n++] = pl->out_fd;
+    /* Ascending (at most five: insertion sort). */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        if (keep[i] < (int)lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
+        lo = (unsigned)keep[i] + 1;
+    }
+    syscall(SYS_close_range, lo, ~0u, 0);
+}
+
 /* Forked child only: run the network set-up as root, its output into out_fd,
  * and wait for it. */
 static void run_wrap(const struct plan *pl)
@@ -900,6 +929,8 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (pl->wrap)
+        close_others(pl);
     if (setsid() < 0)
         child_fail(pl, S_SETSID);
     /* The group first: a process the start-up sweep finds in it is killed,
