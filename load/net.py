@@ -1,6 +1,6 @@
 """What networking adds to create (issue 9), net on and off side by side.
 
-    WARREN_IMAGE_DIR=... python3 load/net.py [--creates N]
+    WARREN_IMAGE_DIR=... python3 load/net.py [--creates N] [--jail]
 
 Runs inside the tests' fake internet (tests/integration/fakenet.py: no packet
 leaves this machine). Two warrends at once, jail off, template minimal, one
@@ -9,6 +9,10 @@ see the same machine load. Measures, for each:
   - cold create: POST /v1/sandboxes to 201 (the guest is ready), and the time
     warrend's loop spent launching (its "launch X ms" log line);
   - warm create (pool_size 1, refilled before each): POST to 201.
+With --jail, two more warrends with jail = required (net on, net off) join
+the cold creates, and the jailed net-on one also creates with internet off
+(a policy no namespace is made ahead for: the jail's child runs the full
+set-up); the warm part is skipped (the pool is off when QEMU is jailed).
 Needs root, ip, nft, and images whose initramfs loads virtio_net.
 """
 import argparse
@@ -55,6 +59,7 @@ def summary(xs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--creates", type=int, default=6)
+    ap.add_argument("--jail", action="store_true")
     args = ap.parse_args()
     print("load:", open("/proc/loadavg").read().strip())
     net = fakenet.FakeNet()
@@ -66,20 +71,34 @@ def main():
         ws.append(on)
         off = Warren(base).start()
         ws.append(off)
-        cold = {"on": [], "off": []}
-        loop = {"on": [], "off": []}
+        runs = [("on", on, {}), ("off", off, {})]
+        if args.jail:
+            jail = {"jail": "required", "jail_uid_base": "470000", "jail_uid_count": "50",
+                    "jail_cgroup": "warren-load"}
+            jon = Warren(dict(base, **NET, **jail)).start()
+            ws.append(jon)
+            joff = Warren(dict(base, jail_uid_base="470100",
+                               **{k: v for k, v in jail.items() if k != "jail_uid_base"})).start()
+            ws.append(joff)
+            runs += [("on, jailed", jon, {}), ("off, jailed", joff, {}),
+                     ("on, jailed, internet off (full set-up)", jon,
+                      {"network": {"internet": False}})]
+        cold = {name: [] for name, _, _ in runs}
+        loop = {name: [] for name, _, _ in runs}
         for _ in range(args.creates):
-            for name, w in (("on", on), ("off", off)):
-                sid, ms = timed_create(w)
+            for name, w, kw in runs:
+                sid, ms = timed_create(w, **kw)
                 cold[name].append(ms)
                 loop[name].append(launch_ms(w, sid))
                 w.delete(sid)
-        for name in ("on", "off"):
+        for name, _, _ in runs:
             print(f"cold create, net {name}: {summary(cold[name])}; loop launch "
                   f"p50 {statistics.median(loop[name]):.2f} ms")
         for w in ws:
             w.cleanup()
         ws = []
+        if args.jail:
+            return
         on = Warren(dict(base, pool_size="1", **NET)).start()
         ws.append(on)
         off = Warren(dict(base, pool_size="1")).start()
@@ -98,7 +117,7 @@ def main():
         for w in ws:
             w.cleanup()
         net.close()
-    print("load:", open("/proc/loadavg").read().strip())
+        print("load:", open("/proc/loadavg").read().strip())
 
 
 if __name__ == "__main__":

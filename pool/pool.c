@@ -815,8 +815,9 @@ int pool_new(struct sbx_table *t, struct pool **out)
     if (c->pool_size == 0)
         return 0;
     if (t->jail) {
-        LOG(LOG_WARN, "pool: off: QEMU is jailed here and snapshot clones cannot be jailed yet "
-                      "(vmm.h, SECURITY.md); every create boots. jail = off enables the pool.");
+        LOG(LOG_WARN, "pool: off: QEMU is jailed here and the pool's clones (a shared memory "
+                      "file) cannot be jailed yet (vmm.h, SECURITY.md); every create boots. "
+                      "jail = off enables the pool.");
         return 0;
     }
     if (!(p = calloc(1, sizeof(*p))))

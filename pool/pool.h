@@ -26,8 +26,8 @@
  * and the next start checks and reuses them. Sandboxes handed out keep
  * running across a restart: their QEMUs hold the RAM file and overlay open.
  *
- * Off when pool_size is 0 or QEMU is jailed (snapshot clones cannot be
- * jailed yet: vmm.h); creates then boot as before.
+ * Off when pool_size is 0 or QEMU is jailed (clones over the template's
+ * memory file cannot be jailed yet: vmm.h); creates then boot as before.
  *
  * Ownership: the pool belongs to the sbx_table (t->pool) and is freed by
  * pool_free before the table's VMs. A VM returned by pool_take is the

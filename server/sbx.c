@@ -1526,13 +1526,6 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         t->accel = vmm_detect_accel(why, sizeof(why));
     if ((r = jail_setup(t)) != 0)
         goto fail;
-    if (cfg->net_enabled && t->jail) {
-        /* The namespace is set up by the process that becomes QEMU: a jailed one
-         * has dropped root before it could (docs/NETWORK.md). */
-        LOG(LOG_ERR, "net_enabled = true needs jail = off for now");
-        r = -ENOTSUP;
-        goto fail;
-    }
     if ((r = net_new(cfg, &t->net, why, sizeof(why))) != 0) {
         LOG(LOG_ERR, "net: cannot start: %s", why);
         goto fail;

@@ -384,8 +384,11 @@ static int sparse_copy(const char *src, const char *dst)
 
     if (in < 0)
         return -errno;
+    /* 0644: a jailed QEMU restored over it opens it read-only as its own uid
+     * (the jail shows it this file alone; the state dir is 0700 on the host). */
     if (fstat(in, &st) != 0 ||
-        (out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        (out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0 ||
+        fchmod(out, 0644) != 0) {
         r = -errno;
         goto out;
     }

@@ -256,6 +256,11 @@ static int launch(struct sbx_vm *vm, struct vmm_config *vc)
             vc->append = net_append(vc->append);
     } else if ((r = sbx_vm_net_config(t, vm->id, &vm->net_slot, &vm->pol, vc, &wrap)) != 0) {
         return r;
+    } else if (wrap && vc->jail) {
+        /* Jailed: the jail's child runs the set-up as root, then enters the
+         * namespace it made (vmm.h, net_wrap). */
+        net_ns_path(t->net, vm->id, ns, sizeof(ns));
+        vc->netns = ns;
     }
     r = vmm_launch(t->loop, vc, &vm_cbs, vm, &vmm);
     net_wrap_free(wrap);

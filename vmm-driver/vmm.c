@@ -1023,14 +1023,16 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     if (!cfg)
         return -EINVAL;
     c = *cfg;
-    /* A jailed QEMU sees only its run dir, the images and its disk's backing chain:
-     * a template's RAM file is not in its mount namespace (vmm.h). A restore from a
-     * snapshot maps no file (its RAM comes in the stream, over an fd). */
+    /* A jailed QEMU sees only its run dir and the images: a template's memory
+     * file is not in its mount namespace (and would be writable by every
+     * clone: vmm.h). A restore without one gets its RAM from the stream (an
+     * fd) and its disk chain read-only: allowed. */
     if (c.jail && (c.boot == VMM_BOOT_TEMPLATE || (c.boot == VMM_BOOT_RESTORE && c.mem_path)))
         return -ENOTSUP;
-    /* The wrapper needs root to make the namespace; a jailed child has dropped it. */
-    if (c.jail && (c.net_wrap || c.netns))
-        return -ENOTSUP;
+    /* Jailed, the child enters the namespace itself (it runs the set-up
+     * first when net_wrap is given too): it must be named. */
+    if (c.jail && c.net_wrap && !c.netns)
+        return -EINVAL;
     if (c.accel == VMM_ACCEL_AUTO)
         c.accel = vmm_detect_accel(NULL, 0);
     if (!tsc_khz)

@@ -63,18 +63,17 @@
  * overlay frozen at save time (vmm_qcow2_create accepts a qcow2 backing),
  * never by the raw base (files read back as NULs: measured). Snapshot files
  * are the caller's too (vmm_save writes path.tmp then renames to path).
- * With cfg->jail, TEMPLATE, and RESTORE with a memory file, are refused
+ * With cfg->jail, TEMPLATE and RESTORE over a memory file are refused
  * (-ENOTSUP): the memory file is not inside the jail's mount namespace, and
- * making it so safely needs more than a bind mount. A jailed RESTORE without
- * one (a snapshot: RAM from the stream) sees its disk's backing chain
- * read-only (vmm_jail.c plan_chain); those files must be readable by the
- * jail's uid. QEMU 7.2 opens a share=off memory file
- * read-write (its readonly=on also maps guest RAM read-only: a restored
- * guest then stops answering, tried here), so every jailed clone would need
- * write access to the template's RAM file, and one compromised QEMU could
- * rewrite the memory of every other clone. QEMU >= 8.2 (rom=off with
- * readonly=on) or a file handed over as an fd would allow a read-only
- * mapping. vmm_save works jailed (QEMU gets the snapshot file as an fd).
+ * making it so safely needs more than a bind mount. RESTORE without one (a
+ * snapshot of a booted VM: its RAM is in the stream, which QEMU reads from
+ * an fd) is jailed like a boot; every file of the disk's backing chain is
+ * shown read-only in the jail and must be readable by the VM's uid. QEMU 7.2 opens a share=off
+ * memory file read-write (its readonly=on also maps guest RAM read-only: a restored guest then
+ * stops answering, tried here), so every jailed clone would need write access to the template's RAM
+ * file, and one compromised QEMU could rewrite the memory of every other clone. QEMU >= 8.2
+ * (rom=off with readonly=on) or a file handed over as an fd would allow a read-only mapping.
+ * vmm_save works jailed (QEMU gets the snapshot file as an fd).
  *
  * Processes: QEMU runs in its own session (setsid) with stdin /dev/null,
  * stdout/stderr into run_dir/qemu.pipe (copied into the bounded qemu.log)
@@ -149,8 +148,10 @@ struct vmm_config {
                                   * so the pid stays QEMU's. Spawning returns at once: the
                                   * loop never waits for the set-up (QMP's connect retries
                                   * cover it); a failed set-up is a QEMU exit whose reason
-                                  * is the wrapper's last message. Refused with a jail
-                                  * (-ENOTSUP): the jailed child has no right to set up. */
+                                  * is the wrapper's last message. With a jail, give
+                                  * netns too: the jailed child (a fork, root until it
+                                  * execs) runs the wrapper with /bin/true in QEMU's
+                                  * place, waits for it, then enters netns as below. */
     const char *net_mac;         /* with net_wrap or netns: the NIC's MAC, "52:54:00:xx:xx:xx" */
     const char *netns;           /* instead of net_wrap: a network namespace already set up
                                   * (a path, e.g. /run/netns/<name>, holding tap0) that QEMU
@@ -158,7 +159,10 @@ struct vmm_config {
                                   * around the spawn and returns to its own (setns is per
                                   * thread; nothing else runs on the loop meanwhile; failing
                                   * to return aborts: the loop must never stay there).
-                                  * Refused with a jail (-ENOTSUP) for now. */
+                                  * With a jail, the jailed child enters it instead, as
+                                  * root, attaches to tap0 and hands it to QEMU as fd 3
+                                  * (-netdev tap,fd=3): QEMU itself never has root,
+                                  * CAP_NET_ADMIN or /dev/net/tun. */
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */
@@ -209,7 +213,8 @@ struct vmm_cbs {
 
 /* Start QEMU. On success *out is set and the process runs; 0 or -errno:
  * -EINVAL (bad id/path/config), -ENAMETOOLONG (run_dir), -ENOENT (no QEMU
- * binary), -ENOTSUP (TEMPLATE, or RESTORE with mem_path, with a jail), other spawn errors.
+ * binary), -ENOTSUP (TEMPLATE, or RESTORE over a memory file,
+ * with a jail), other spawn errors.
  * A failed launch makes no callback. */
 int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                void *ud, struct vmm **out);

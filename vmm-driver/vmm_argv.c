@@ -130,10 +130,14 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         return r;
 
     if (cfg->net_wrap || cfg->netns) {
-        if ((cfg->net_wrap && (!cfg->net_wrap[0] || cfg->netns)) || !cfg->net_mac ||
+        /* Unjailed: the wrapper or the namespace, not both. Jailed: the
+         * namespace always (the child enters it), the wrapper optionally (run
+         * by the child first, never part of QEMU's argv). */
+        if ((cfg->net_wrap && !cfg->net_wrap[0]) || (cfg->jail && !cfg->netns) ||
+            (!cfg->jail && cfg->net_wrap && cfg->netns) || !cfg->net_mac ||
             strlen(cfg->net_mac) != 17 || strchr(cfg->net_mac, ','))
             return -EINVAL;
-        for (size_t i = 0; cfg->net_wrap && cfg->net_wrap[i]; i++)
+        for (size_t i = 0; !cfg->jail && cfg->net_wrap && cfg->net_wrap[i]; i++)
             av_add(a, cfg->net_wrap[i]);
     }
     av_add(a, cfg->qemu ? cfg->qemu : "qemu-system-x86_64");
@@ -196,7 +200,13 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         /* The tap the wrapper made in the VM's namespace; every VM has the same
          * name, MAC and guest address there, so clones of one snapshot match. */
         av_add(a, "-netdev");
-        av_add(a, "tap,id=net0,ifname=tap0,script=no,downscript=no");
+        /* Jailed, QEMU has no right to attach to a tap (no CAP_NET_ADMIN, no
+         * /dev/net/tun in its root): the child attached tap0 as root and hands
+         * it over as fd VMM_TAP_FD. */
+        if (cfg->jail)
+            av_add(a, "tap,id=net0,fd=" VMM_TAP_FD_STR);
+        else
+            av_add(a, "tap,id=net0,ifname=tap0,script=no,downscript=no");
         av_add(a, "-device");
         av_addf(a, "virtio-net-device,netdev=net0,mac=%s", cfg->net_mac);
     }

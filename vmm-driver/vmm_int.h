@@ -187,8 +187,19 @@ int vmm_jail_plan_entry(const struct vmm_jail_plan_view *view, int i, int *kind,
 int vmm_jail_prepare(struct vmm_jail *j, const struct vmm_config *cfg, struct vmm_jail_vm *jv);
 int vmm_jail_adopt(struct vmm_jail *j, const struct vmm_config *cfg, pid_t pid,
                    struct vmm_jail_vm *jv);
+/* The fd a jailed QEMU finds its tap on (-netdev tap,fd=3). */
+#define VMM_TAP_FD     3
+#define VMM_TAP_FD_STR "3"
+
 /* Fork, jail, exec argv with stdout/stderr on out_fd. Blocks only until the
- * child has exec'd (or failed: -errno, and why says at which step). */
+ * child has exec'd (or failed: -errno, and why says at which step).
+ * Networking (cfg->netns): the child enters that namespace as root, attaches
+ * to its tap0 and leaves it on VMM_TAP_FD for QEMU, before dropping
+ * privileges. With cfg->net_wrap too (the namespace is not set up yet), the
+ * child is a fork() that first runs net_wrap (followed by /bin/true, so that
+ * its final exec ends there) as root and waits for it: this returns at once,
+ * and a failed set-up or jail step is the process exiting (status 127) with
+ * its message in out_fd (qemu.log), as for an unjailed wrapper. */
 int vmm_jail_spawn(struct vmm_jail *j, const struct vmm_jail_vm *jv, const struct vmm_config *cfg,
                    char **argv, int out_fd, pid_t *pid, char *why, size_t cap);
 /* The process is gone: remove its groups (retried later if still busy), free the uid. */

@@ -33,12 +33,15 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <linux/if.h>
+#include <linux/if_tun.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -631,7 +634,9 @@ struct plan {
     uid_t uid;
     const char *exe;
     char *const *argv;
-    int null_fd, out_fd, err_pipe;
+    int null_fd, out_fd, err_pipe; /* err_pipe -1: forked (set-up first), report to out_fd */
+    const char *netns;             /* NULL: no network; else the namespace to enter */
+    char *const *wrap;             /* NULL, or the set-up to run (and wait for) first */
 };
 
 static int plan_add(struct plan *pl, enum mnt_kind k, const char *src, const char *hostpath)
@@ -666,30 +671,36 @@ static int plan_file(struct plan *pl, const char *path)
     return plan_add(pl, M_FILE_RO, real, path);
 }
 
-/* A restored VM's overlay is backed by a chain (the snapshot's disk, maybe a
- * template's frozen overlay, the base image): QEMU opens each file by the name the
- * one before records, so the jail shows each, read-only, at that name. The chain is
- * warrend's own (written by vmm_qcow2_create and vmm_qcow2_rebase), bounded here. */
-#define BACKING_CHAIN_MAX 6
+/* The disk's backing files below the overlay (a restored snapshot's overlay is
+ * backed by the snapshot's frozen overlay, backed in turn by the template image,
+ * or by an older snapshot's): QEMU opens each by the name the one before records,
+ * so the jail shows each, read-only, once, at that name. A kernel boot's chain is
+ * overlay -> cfg->backing, already there: nothing is added. A file that is not a
+ * qcow2 ends the walk (the raw template image). The names must be warrend's own
+ * (vmm_qcow2_create, vmm_qcow2_rebase; vmm.h): a chain deeper than
+ * BACKING_CHAIN_MAX (a loop) or a relative name is refused. */
+#define BACKING_CHAIN_MAX 8
 
 static int plan_chain(struct plan *pl, const char *disk)
 {
     char cur[PATH_MAX], next[PATH_MAX];
     int r;
 
-    if ((r = vmm_qcow2_backing(disk, cur, sizeof(cur))) != 0)
-        return r;
-    for (int i = 0; cur[0]; i++) {
-        if (i == BACKING_CHAIN_MAX || cur[0] != '/')
+    if (!disk)
+        return 0;
+    snprintf(cur, sizeof(cur), "%s", disk);
+    for (int depth = 0;; depth++) {
+        bool have = false;
+        if (vmm_qcow2_backing(cur, next, sizeof(next)) != 0 || !next[0])
+            return 0;
+        if (depth == BACKING_CHAIN_MAX || next[0] != '/')
             return -ELOOP;
-        if ((r = plan_file(pl, cur)))
+        for (int i = 0; i < pl->n; i++)
+            have |= strcmp(pl->m[i].dst + strlen(pl->root), next) == 0;
+        if (!have && (r = plan_file(pl, next)))
             return r;
-        /* The base image is raw (not a qcow2): the chain ends there. */
-        if (vmm_qcow2_backing(cur, next, sizeof(next)) != 0)
-            break;
         memcpy(cur, next, sizeof(cur));
     }
-    return 0;
 }
 
 int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const char *exe,
@@ -728,7 +739,7 @@ int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const ch
     if ((r = plan_file(pl, exe)) || (r = plan_file(pl, cfg->kernel)) ||
         (r = plan_file(pl, cfg->initrd)) || (r = plan_file(pl, cfg->backing)))
         return r;
-    if (cfg->boot == VMM_BOOT_RESTORE && cfg->disk && (r = plan_chain(pl, cfg->disk)))
+    if ((r = plan_chain(pl, cfg->disk)))
         return r;
     return plan_add(pl, M_DIR_RW, cfg->run_dir, cfg->run_dir);
 }
@@ -763,7 +774,8 @@ static const char *const step_names[] = {
     "pivot_root",     "detach old root",     "remount root read-only",
     "setrlimit",      "setgroups",           "setresgid",
     "setresuid",      "PR_SET_NO_NEW_PRIVS", "dup2",
-    "exec",
+    "exec",           "network set-up",      "enter the network namespace",
+    "attach to tap0",
 };
 
 enum {
@@ -786,13 +798,107 @@ enum {
     S_NNP,
     S_DUP,
     S_EXEC,
+    S_NETSETUP,
+    S_NETNS,
+    S_TAP,
 };
 
 static __attribute__((noreturn)) void child_fail(const struct plan *pl, int step)
 {
     struct child_err e = {step, errno};
-    (void)!write(pl->err_pipe, &e, sizeof(e));
+
+    if (pl->err_pipe >= 0) {
+        (void)!write(pl->err_pipe, &e, sizeof(e));
+    } else {
+        /* Forked: nobody reads the pipe; the message is qemu.log's last line,
+         * the exit reason. Only async-signal-safe calls: no stdio. */
+        const char *name = strerrorname_np(e.err);
+        const char *parts[] = {"[warren: jail: ", step_names[step], ": ", name ? name : "error",
+                               "]\n"};
+        for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+            (void)!write(pl->out_fd, parts[i], strlen(parts[i]));
+    }
     _exit(127);
+}
+
+/* Forked child only: close every descriptor it does not use (warrend's
+ * listening socket, clients, the index), so that none outlives warrend while
+ * the set-up runs. */
+static void close_others(const struct plan *pl)
+{
+    int keep[VMM_CG_V1_N + 2], n = 0;
+    unsigned lo = 3;
+
+    for (int i = 0; i < pl->nprocs; i++)
+        keep[n++] = pl->procs_fd[i];
+    keep[n++] = pl->null_fd;
+    keep[n++] = pl->out_fd;
+    /* Ascending (at most five: insertion sort). */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        if (keep[i] < (int)lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            syscall(SYS_close_range, lo, (unsigned)keep[i] - 1, 0);
+        lo = (unsigned)keep[i] + 1;
+    }
+    syscall(SYS_close_range, lo, ~0u, 0);
+}
+
+/* Forked child only: run the network set-up as root, its output into out_fd,
+ * and wait for it. */
+static void run_wrap(const struct plan *pl)
+{
+    char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    int st = 0;
+    pid_t p = fork();
+
+    if (p == 0) {
+        if (dup2(pl->null_fd, 0) < 0 || dup2(pl->out_fd, 1) < 0 || dup2(pl->out_fd, 2) < 0)
+            _exit(126);
+        syscall(SYS_close_range, 3, ~0u, 0x4 /* CLOSE_RANGE_CLOEXEC */);
+        execve(pl->wrap[0], pl->wrap, envp);
+        _exit(126);
+    }
+    if (p < 0)
+        child_fail(pl, S_NETSETUP);
+    while (waitpid(p, &st, 0) < 0)
+        if (errno != EINTR)
+            child_fail(pl, S_NETSETUP);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        errno = EIO; /* ip's or nft's own message is just above in qemu.log */
+        child_fail(pl, S_NETSETUP);
+    }
+}
+
+/* Enter the VM's network namespace and attach to its tap0 (as root, before
+ * the privileges go): returns the tap's fd, above the standard three. */
+static int net_enter(const struct plan *pl)
+{
+    struct ifreq ifr;
+    int ns, fd, hi;
+
+    if ((ns = open(pl->netns, O_RDONLY | O_CLOEXEC)) < 0 || setns(ns, CLONE_NEWNET) != 0)
+        child_fail(pl, S_NETNS);
+    close(ns);
+    /* Opened after setns: a tun file belongs to the namespace it was opened in. */
+    if ((fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC)) < 0)
+        child_fail(pl, S_TAP);
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "tap0", 5);
+    /* What QEMU asks for itself with ifname=tap0 (vnet header: offloads). */
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+    if (ioctl(fd, TUNSETIFF, &ifr) != 0)
+        child_fail(pl, S_TAP);
+    if ((hi = fcntl(fd, F_DUPFD_CLOEXEC, 10)) < 0)
+        child_fail(pl, S_TAP);
+    close(fd);
+    return hi;
 }
 
 /* mkdir -p of path's parents (mode 0755) inside the new root; path is copied. */
@@ -817,6 +923,7 @@ static int mkparents(const char *path, size_t skip)
 
 static __attribute__((noreturn)) void child(const struct plan *pl)
 {
+    int tap = -1;
     size_t rl = strlen(pl->root);
     struct rlimit core = {0, 0};
     sigset_t none;
@@ -828,11 +935,19 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (pl->wrap)
+        close_others(pl);
     if (setsid() < 0)
         child_fail(pl, S_SETSID);
+    /* The group first: a process the start-up sweep finds in it is killed,
+     * even while its network set-up still runs. */
     for (int i = 0; i < pl->nprocs; i++)
         if (write(pl->procs_fd[i], "0", 1) != 1)
             child_fail(pl, S_CGROUP);
+    if (pl->wrap)
+        run_wrap(pl);
+    if (pl->netns)
+        tap = net_enter(pl);
     if (unshare(CLONE_NEWNS) != 0)
         child_fail(pl, S_UNSHARE);
     /* Nothing mounted from here on may propagate back to the host. */
@@ -902,10 +1017,11 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
         child_fail(pl, S_SETUID);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         child_fail(pl, S_NNP);
-    if (dup2(pl->null_fd, 0) < 0 || dup2(pl->out_fd, 1) < 0 || dup2(pl->out_fd, 2) < 0)
+    if (dup2(pl->null_fd, 0) < 0 || dup2(pl->out_fd, 1) < 0 || dup2(pl->out_fd, 2) < 0 ||
+        (tap >= 0 && dup2(tap, VMM_TAP_FD) < 0))
         child_fail(pl, S_DUP);
-    /* Every other descriptor is close-on-exec except these three. */
-    syscall(SYS_close_range, 3, ~0u, 0x4 /* CLOSE_RANGE_CLOEXEC */);
+    /* Every other descriptor is close-on-exec except these three (and the tap). */
+    syscall(SYS_close_range, tap >= 0 ? VMM_TAP_FD + 1 : 3, ~0u, 0x4 /* CLOSE_RANGE_CLOEXEC */);
     execve(pl->exe, pl->argv, envp);
     child_fail(pl, S_EXEC);
 }
@@ -949,7 +1065,7 @@ int vmm_jail_spawn(struct vmm_jail *j, const struct vmm_jail_vm *jv, const struc
     int pipefd[2] = {-1, -1}, r;
     struct child_err ce;
     sigset_t all, old;
-    char *stack = NULL;
+    char *stack = NULL, **wrap = NULL;
     ssize_t n;
     pid_t p;
     int e;
@@ -991,8 +1107,44 @@ int vmm_jail_spawn(struct vmm_jail *j, const struct vmm_jail_vm *jv, const struc
     pl->exe = exe;
     pl->argv = argv;
     pl->out_fd = out_fd;
-    if ((pl->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0 ||
-        pipe2(pipefd, O_CLOEXEC) != 0) {
+    pl->netns = cfg->netns;
+    if ((pl->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) {
+        r = -errno;
+        goto out;
+    }
+    if (cfg->net_wrap) {
+        /* The namespace is made first, by the child, as root: the set-up's
+         * final exec ends in /bin/true rather than QEMU. A fork(), not the
+         * clone below, since the parent must not wait for it: the child's
+         * memory is its own, and it reports failures into out_fd. */
+        size_t nw = 0;
+        while (cfg->net_wrap[nw])
+            nw++;
+        if (!cfg->netns || !(wrap = calloc(nw + 2, sizeof(*wrap)))) {
+            r = cfg->netns ? -ENOMEM : -EINVAL;
+            goto out;
+        }
+        memcpy(wrap, cfg->net_wrap, nw * sizeof(*wrap));
+        wrap[nw] = "/bin/true";
+        pl->wrap = wrap;
+        pl->err_pipe = -1;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        p = fork();
+        e = errno;
+        if (p == 0)
+            child(pl);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (p < 0) {
+            r = -e;
+            snprintf(why, cap, "fork: %s", strerror(e));
+            goto out;
+        }
+        *pid = p;
+        r = 0;
+        goto out;
+    }
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
         r = -errno;
         goto out;
     }
@@ -1047,6 +1199,7 @@ out:
     if (pipefd[1] >= 0)
         close(pipefd[1]);
     free(stack);
+    free(wrap);
     free(pl);
     return r;
 }

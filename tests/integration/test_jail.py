@@ -131,6 +131,34 @@ class JailTest(WarrenCase):
     def tearDownClass(cls):
         cleanup(cls.w)
 
+    def test_restored_from_a_snapshot_is_jailed(self):
+        """A sandbox created from a snapshot runs jailed like a boot (its RAM comes
+        from the snapshot stream through an fd; its disk chain is shown read-only):
+        its own uid, and the snapshot's disk and nothing else of the state dir."""
+        w = self.w
+        a = w.create(ttl_seconds=1200)
+        b = snap = None
+        try:
+            self.assertEqual(w.run(a, "echo kept > /root/mark")["exit_code"], 0)
+            r = w.request("POST", f"/v1/sandboxes/{a}/snapshot", {})
+            self.assertEqual(r.status, 201, r)
+            snap = r.json()["snapshot_id"]
+            b = w.create(snapshot_id=snap, ttl_seconds=1200)
+            pb = qemu_of(w, b)
+            ub = proc_uid(pb)
+            self.assertTrue(UID_BASE <= ub < UID_BASE + 50, ub)
+            self.assertNotEqual(ub, proc_uid(qemu_of(w, a)))
+            self.assertEqual(w.run(b, "cat /root/mark")["stdout"], "kept\n")
+            root = f"/proc/{pb}/root"
+            for hidden in (f"{w.state_dir}/api_key", f"{w.state_dir}/index", w.run_dir(a)):
+                self.assertFalse(os.path.exists(root + hidden), hidden)
+        finally:
+            w.delete(a)
+            if b:
+                w.delete(b)
+            if snap:
+                w.request("DELETE", f"/v1/snapshots/{snap}")
+
     def test_distinct_uids_and_private_view(self):
         w = self.w
         a = w.create(ttl_seconds=1200)

@@ -251,9 +251,13 @@ class TestNet(unittest.TestCase):
             self.assertEqual(w.get(sid).json()["network"]["internet"], internet, sid)
             got = self.probe(sid, http)
             self.assertEqual(got[http] == "open", internet, (sid, got))
+            self.check_vm(sid)
         for sid in (same, other, fork):
             self.assertEqual(w.delete(sid).status, 200)
         self.assertEqual(w.request("DELETE", f"/v1/snapshots/{snap}").status, 200)
+
+    def check_vm(self, sid):
+        """What a subclass checks of every sandbox's QEMU besides reachability."""
 
     def test_4_delete_leaves_nothing(self):
         vm = self.w.vm_id(self.a)
@@ -308,6 +312,71 @@ class TestNet(unittest.TestCase):
         self.assertEqual(links("wn-"), [])
 
 
+# One uid range per test process (test_jail.py's scheme, another base).
+JAIL_UID_BASE = 460000 + (os.getpid() % 500) * 100
+
+
+def jail_possible():
+    from test_jail import jail_possible as possible
+    return possible()
+
+
+@unittest.skipUnless(jail_possible(), "needs root and cgroups (memory, cpu, pids)")
+class TestNetJailed(TestNet):
+    """The same cases with QEMU jailed (jail = required: jailed or nothing): a
+    create with the default policy takes a namespace made ahead (the jail's
+    child enters it), the others (internet off, lists, restores from a
+    snapshot) have it set up by the jail's child as root before it drops
+    privileges. Either way QEMU runs as
+    the jail's uid, without capabilities, in the VM's namespace, with the tap
+    handed over as fd 3."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.listener = NET.listen("0.0.0.0", 8081)
+        try:
+            cls.w = Warren(net_conf(jail="required", jail_uid_base=str(JAIL_UID_BASE),
+                                    jail_uid_count="50", jail_cgroup="warren-it")).start()
+        except BaseException:
+            cls.listener.close()
+            raise
+
+    def assertJailedInNamespace(self, sid):
+        vm = self.w.vm_id(sid)
+        (pid,) = qemu_pids(vm)
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(l.split(":", 1) for l in f.read().splitlines() if ":" in l)
+        uids = {int(x) for x in status["Uid"].split()}
+        gids = {int(x) for x in status["Gid"].split()}
+        self.assertEqual(len(uids), 1, status["Uid"])
+        (uid,) = uids
+        self.assertTrue(JAIL_UID_BASE <= uid < JAIL_UID_BASE + 50, uid)
+        self.assertEqual(gids, {uid}, status["Gid"])
+        self.assertEqual(int(status["CapEff"], 16), 0, status["CapEff"])
+        self.assertEqual(int(status["CapPrm"], 16), 0, status["CapPrm"])
+        (ns,) = fakenet.netns_named(vm)
+        self.assertEqual(os.readlink(f"/proc/{pid}/ns/net"),
+                         f"net:[{os.stat('/run/netns/' + ns).st_ino}]")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            self.assertIn(b"tap,id=net0,fd=3\0", f.read())
+
+    def test_1_internet_by_address_and_name(self):
+        super().test_1_internet_by_address_and_name()  # a namespace made ahead
+        self.assertJailedInNamespace(self.a)
+
+    def test_2_always_denied(self):
+        super().test_2_always_denied()  # internet off: set up by the jail's child
+        self.assertJailedInNamespace(self.b)
+
+    def check_vm(self, sid):
+        # Restored from a snapshot, forked, resumed: jailed and networked alike.
+        self.assertJailedInNamespace(sid)
+
+    def test_5_kill9_restart_sweeps(self):
+        self.assertJailedInNamespace(self.b)
+        super().test_5_kill9_restart_sweeps()
+
+
 class TestNetConf(unittest.TestCase):
     """Configurations warrend refuses at start, saying why (no VM)."""
 
@@ -324,8 +393,6 @@ class TestNetConf(unittest.TestCase):
         self.refused(net_conf(net_uplink=""), "net_uplink must name")
         self.refused(net_conf(net_range="10.0.0.0/30"), "net_range must be")
         self.refused(net_conf(net_dns_upstream="dns.example"), "net_dns_upstream must be")
-        # A jailed QEMU cannot set up its namespace (jail = required: jailed or nothing).
-        self.refused(net_conf(jail="required"), "net_enabled = true needs jail = off")
 
 
 class TestNetPool(unittest.TestCase):

@@ -835,6 +835,37 @@ static void test_jail(void)
     }
     printf("launch cost: %.2f ms unjailed, %.2f ms jailed (mean of 10 each)\n", t_plain * 1e3 / 10,
            t_jail * 1e3 / 10);
+    {
+        /* Networking, jailed. A namespace that is not there: the (vfork) child
+         * cannot enter it, the launch fails at once saying so, nothing kept. */
+        static const char *const broken[] = {"/bin/sh", "-c", "echo set-up broke >&2; exit 3", "w",
+                                             NULL};
+        struct vmctx k;
+        ctx_init(&k);
+        chown(run2, 0, 0);
+        vc2.jail = j;
+        vc2.netns = "/run/netns/warren-test-none";
+        vc2.net_mac = "52:54:00:57:52:02";
+        CHECK(launch(&vc2, &k) == -ENOENT && k.vm == NULL);
+        snprintf(p, sizeof(p), "%s/qemu.log", run2);
+        CHECK(vmm_jail_uids_in_use(j) == 0);
+        /* A set-up that fails (the fork()ed child runs it first): the launch
+         * returns at once, and the VM exits with the set-up's message and the
+         * step, its uid given back. */
+        ctx_init(&k);
+        chown(run2, 0, 0);
+        vc2.net_wrap = broken;
+        CHECK(launch(&vc2, &k) == 0);
+        if (k.vm) {
+            WAIT(k.exited, 20);
+            CHECK(k.exited == 1 && strstr(k.reason, "network set-up"));
+            CHECK(file_has(p, "set-up broke"));
+            vmm_free(k.vm);
+        }
+        CHECK(vmm_jail_uids_in_use(j) == 0);
+        vc2.net_wrap = NULL;
+        vc2.netns = NULL;
+    }
 out:
     if (c.vm)
         vmm_free(c.vm);
@@ -1476,6 +1507,10 @@ int main(int argc, char **argv)
     printf("images: %s (root disk: %s)\n", img, have_rootfs ? "minimal.ext4" : "none");
     if (getenv("WARREN_VMM_ONLY_SNAP")) {
         test_snapshot_clones();
+        goto done;
+    }
+    if (getenv("WARREN_VMM_ONLY_JAIL")) {
+        test_jail();
         goto done;
     }
     if (getenv("WARREN_VMM_ONLY_PHASE")) {
