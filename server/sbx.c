@@ -1148,7 +1148,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         goto fail;
     vm->pol = pol;
     sbx_vm_bind(vm, sb);
-    r = vmm_qcow2_create(vm->disk, real, (uint64_t)st.st_size);
+    r = sbx_vm_overlay(vm, real, (uint64_t)st.st_size);
     if (r != 0)
         goto fail;
     clock_gettime(CLOCK_MONOTONIC, &t0);

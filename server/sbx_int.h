@@ -61,6 +61,10 @@ struct sbx_vm {
     char boot[16];      /* how it was started: "kernel" (cold boot) */
     char run_dir[4096]; /* state_dir/vms/<id> (state_dir/sandboxes/<id> for older VMs) */
     char disk[4096];
+    /* The file warrend made (or took) its overlay over, as warrend named it: never
+     * read back from the overlay, whose header QEMU (the guest's side) can write.
+     * "" for a VM recorded by an older warrend. */
+    char backing[4096 + 16];
     unsigned mem_mb, vcpus;
     int64_t created_ms; /* wall clock */
     pid_t pid;          /* QEMU's pid; 0 once stopped */
@@ -222,6 +226,9 @@ int sbx_vm_new(struct sbx_table *t, const char *tmpl, unsigned mem_mb, unsigned 
 void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb);
 /* Start QEMU for vm (disk backed by the read-only file backing): 0 or -errno. */
 int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
+/* Make vm's overlay (vm->disk) over backing (vmm_qcow2_create; size 0: backing's)
+ * and remember that name as vm->backing: 0 or -errno. */
+int sbx_vm_overlay(struct sbx_vm *vm, const char *backing, uint64_t size);
 /* Networking (net.h) for a VM launched outside sbx_vm_launch (the pool's
  * template): with t->net, take a slot into *slot if it holds none (-1) and
  * point vc at the wrapper (*wrap, freed with net_wrap_free after vmm_launch),

@@ -38,8 +38,10 @@ struct sbx_snap {
     char dir[4096];
     json_t *base; /* identity of the template's base image (sbx_ident_json) */
     json_t *metadata;
-    char type[8];          /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
-                            * nothing depends on it: sbx_snap_tick) */
+    char type[8]; /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
+                   * nothing depends on it: sbx_snap_tick) */
+    char disk_backing[4096 + 16]; /* what its disk.qcow2 is backed by, as warrend named it (and
+                                   * wrote it there: copy_work); "" from an older warrend */
     bool has_pol;          /* networking was on: the sandbox's egress policy, which every sandbox */
     struct net_policy pol; /* restored from it keeps unless its create names another */
 };
@@ -50,10 +52,11 @@ struct snap_job {
     struct sbx_table *t;
     sbx_op_t op;
     char sb_id[24];
-    struct sbx_snap *s;  /* not in t->snaps until recorded */
-    char src[4096];      /* the sandbox's overlay */
-    char link_src[4096]; /* the pool template's frozen overlay to link ("" none) */
-    int err;             /* of the copy */
+    struct sbx_snap *s;      /* not in t->snaps until recorded */
+    char src[4096];          /* the sandbox's overlay */
+    char link_src[4096];     /* the pool template's frozen overlay to link ("" none) */
+    char backing[4096 + 16]; /* what the copy is backed by (the VM's, as warrend named it) */
+    int err;                 /* of the copy */
     char why[256];
     int64_t t0;
     unsigned fork;    /* a fork of this many: their creates follow the snapshot */
@@ -190,6 +193,8 @@ static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
 
     if (o)
         json_object_set_new(o, "type", json_string(s->type));
+    if (o && s->disk_backing[0])
+        json_object_set_new(o, "disk_backing", json_string(s->disk_backing));
     if (o && s->has_pol)
         json_object_set_new(o, "network", sbx_net_policy_json(&s->pol));
     str = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -242,8 +247,11 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     s->metadata = json_incref(meta);
     {
         const char *type = json_string_value(json_object_get(o, "type"));
+        const char *db = json_string_value(json_object_get(o, "disk_backing"));
         snprintf(s->type, sizeof(s->type), "%s",
                  type && (!strcmp(type, "fork") || !strcmp(type, "pause")) ? type : "sandbox");
+        if (db && strlen(db) < sizeof(s->disk_backing))
+            snprintf(s->disk_backing, sizeof(s->disk_backing), "%s", db);
     }
     if (json_object_get(o, "network")) {
         struct sbx_err e;
@@ -454,11 +462,17 @@ static void copy_work(void *arg)
                      strerror(errno));
             goto out;
         }
-        if ((r = vmm_qcow2_rebase(disk, link_dst)) != 0) {
-            snprintf(j->why, sizeof(j->why), "cannot name the template's disk: %s", strerror(-r));
-            goto out;
-        }
+        snprintf(j->backing, sizeof(j->backing), "%s", link_dst);
     }
+    /* The copy's header came from QEMU, which the guest may have taken over: its
+     * backing name is written again with the one warrend knows, so a restore (and a
+     * jail, which shows the files the chain names: vmm_jail.c) follows only names
+     * warrend chose. */
+    if (j->backing[0] && (r = vmm_qcow2_rebase(disk, j->backing)) != 0) {
+        snprintf(j->why, sizeof(j->why), "cannot name its disk's backing file: %s", strerror(-r));
+        goto out;
+    }
+    snprintf(j->s->disk_backing, sizeof(j->s->disk_backing), "%s", j->backing);
     if ((fd = open(j->s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
         fsync(fd);
         close(fd);
@@ -620,8 +634,12 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no running VM", sb->id);
     }
     snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, sb->tmpl);
-    if ((r = sbx_ident_get(&base, path)) != 0 ||
-        (r = vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing))) != 0) {
+    /* The VM's backing as warrend made it; a VM of an older warrend: its header's. */
+    if (sb->vmr->backing[0] && strlen(sb->vmr->backing) < sizeof(backing))
+        snprintf(backing, sizeof(backing), "%s", sb->vmr->backing);
+    else if (vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing)) != 0)
+        backing[0] = 0;
+    if ((r = sbx_ident_get(&base, path)) != 0 || (!backing[0] && (r = -EINVAL))) {
         json_decref(meta);
         json_decref(fork_req);
         return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot read its disk's chain: %s",
@@ -657,6 +675,7 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     j->t0 = sbx_now_ms();
     snprintf(j->sb_id, sizeof(j->sb_id), "%s", sb->id);
     snprintf(j->src, sizeof(j->src), "%s", sb->vmr->disk);
+    snprintf(j->backing, sizeof(j->backing), "%s", backing);
     if (backed_by_template(t, backing))
         snprintf(j->link_src, sizeof(j->link_src), "%s", backing);
     if (mkdir(s->dir, 0700) != 0) {
@@ -937,8 +956,8 @@ static int restore_into(struct sandbox *sb, struct sbx_vm *vm, const char *boot,
 }
 
 static int restore_launch(struct sandbox *sb, const char *boot, const char *from,
-                          const char *backing, bool take, const char *state, const char *mem_path,
-                          const struct net_policy *pol, struct sbx_err *err)
+                          const char *backing, const char *taken, const char *state,
+                          const char *mem_path, const struct net_policy *pol, struct sbx_err *err)
 {
     struct sbx_vm *vm;
     int r;
@@ -949,13 +968,15 @@ static int restore_launch(struct sandbox *sb, const char *boot, const char *from
     if (pol)
         vm->pol = *pol;
     sbx_vm_bind(vm, sb);
-    /* take: backing (a pause snapshot's disk) becomes the VM's own overlay. On
-     * another file system (EXDEV) it backs a new overlay instead, as for any
-     * snapshot, and the pause snapshot stays while the sandbox needs it. */
-    if (take && rename(backing, vm->disk) == 0)
+    /* taken: backing (a pause snapshot's disk, backed by taken) becomes the VM's own
+     * overlay. On another file system (EXDEV) it backs a new overlay instead, as
+     * for any snapshot, and the pause snapshot stays while the sandbox needs it. */
+    if (taken && rename(backing, vm->disk) == 0) {
+        snprintf(vm->backing, sizeof(vm->backing), "%s", taken);
         r = 0;
-    else
-        r = vmm_qcow2_create(vm->disk, backing, 0);
+    } else {
+        r = sbx_vm_overlay(vm, backing, 0);
+    }
     if (r != 0 || (r = sbx_vm_launch_restore(vm, mem_path)) != 0)
         return launch_failed(sb, from, r, err);
     return restore_into(sb, vm, boot, from, state, err);
@@ -982,7 +1003,10 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
     if (sb->t->jail && chmod(disk, 0644) != 0)
         LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
     return restore_launch(sb, boot, from, disk,
-                          !strcmp(boot, "resume") && !strcmp(s->type, "pause"), state, NULL,
+                          !strcmp(boot, "resume") && !strcmp(s->type, "pause") && s->disk_backing[0]
+                              ? s->disk_backing
+                              : NULL,
+                          state, NULL,
                           pol          ? pol
                           : s->has_pol ? &s->pol
                                        : NULL,
@@ -1024,7 +1048,7 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
         return create_op(sb, restore_into(sb, spare, "clone", from, snap, err), sink, user, opid,
                          err);
     }
-    return create_op(sb, restore_launch(sb, "clone", from, disk, false, snap, mem, pol, err), sink,
+    return create_op(sb, restore_launch(sb, "clone", from, disk, NULL, snap, mem, pol, err), sink,
                      user, opid, err);
 }
 
@@ -1172,11 +1196,11 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
 
 void sbx_snap_resumed(struct sandbox *sb)
 {
-    char backing[4096 + 16], own[4096 + 16];
-    const char *owner = "";
+    char own[4096 + 16];
+    const char *owner = "", *backing = sb->vmr ? sb->vmr->backing : "";
 
-    if (!sb->vmr || vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing)) != 0)
-        return;
+    if (!backing[0])
+        return; /* a VM of an older warrend: the dependency stays as recorded */
     for (struct sbx_snap *o = sb->t->snaps->list; o; o = o->next) {
         snprintf(own, sizeof(own), "%s/", o->dir);
         if (strncmp(backing, own, strlen(own)) == 0) {

@@ -152,6 +152,8 @@ int sbx_vm_save(struct sbx_vm *vm)
     /* Optional keys: a record without them is a VM without a network. */
     if (o && vm->net_slot >= 0)
         json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
+    if (o && vm->backing[0])
+        json_object_set_new(o, "backing", json_string(vm->backing));
     if (o && vm->t->net) {
         json_object_set_new(o, "internet", json_boolean(vm->pol.internet));
         if (vm->pol.allow_out[0])
@@ -280,6 +282,12 @@ int sbx_vm_launch(struct sbx_vm *vm, const char *backing)
     return launch(vm, &vc);
 }
 
+int sbx_vm_overlay(struct sbx_vm *vm, const char *backing, uint64_t size)
+{
+    snprintf(vm->backing, sizeof(vm->backing), "%s", backing);
+    return vmm_qcow2_create(vm->disk, backing, size);
+}
+
 int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
 {
     struct vmm_config vc;
@@ -385,6 +393,11 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     vm->vcpus = (unsigned)vcpus;
     vm->created_ms = created;
     vm->pid = (pid_t)pid;
+    {
+        const char *backing = json_string_value(json_object_get(o, "backing"));
+        if (backing && strlen(backing) < sizeof(vm->backing))
+            snprintf(vm->backing, sizeof(vm->backing), "%s", backing);
+    }
     {
         json_t *slot = json_object_get(o, "net_slot");
         const char *allow = json_string_value(json_object_get(o, "allow_out"));

@@ -53,6 +53,18 @@ def qcow2_backing(path):
     return h[off:off + n].decode() if off else ""
 
 
+def set_qcow2_backing(path, name):
+    """Rewrite the backing file name in a qcow2 header in place (it must fit in the
+    first cluster after the header), as a QEMU under the guest's control could."""
+    with open(path, "r+b") as f:
+        h = f.read(4096)
+        off, _ = struct.unpack(">QI", h[8:20])
+        f.seek(16)
+        f.write(struct.pack(">I", len(name)))
+        f.seek(off)
+        f.write(name.encode())
+
+
 class TestSnapshots(WarrenCase):
     conf = {}  # the default jail (auto: jailed as root); restores run jailed too
 
@@ -455,6 +467,30 @@ class TestSnapshots(WarrenCase):
     def pause_snaps(self, sid):
         snaps = self.w.request("GET", "/v1/snapshots").json()["snapshots"]
         return [x["id"] for x in snaps if x["type"] == "pause" and x["parent"] == sid]
+
+    def test_6c_guest_written_backing_name_is_not_followed(self):
+        """The overlay's header is QEMU's to write, and QEMU is the guest's side: a
+        backing name changed there (here by the test, as a taken-over QEMU could)
+        must not reach a snapshot's chain, nor a jail's view. Before, a snapshot
+        copied the name from that header and a jailed restore showed the named host
+        file (here warrend's API key) inside the new VM's jail."""
+        w = self.w
+        b = w.create()
+        w.run(b, "echo mine > /root/m")
+        secret = os.path.join(w.state_dir, "api_key")
+        set_qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2"), secret)
+        s = self.snapshot(b)["snapshot_id"]
+        c = self.create_from(s)["id"]
+        self.assertEqual(w.run(c, "cat /root/m")["stdout"], "mine\n")
+        self.assertNotEqual(qcow2_backing(os.path.join(w.state_dir, "snapshots", s,
+                                                       "disk.qcow2")), secret)
+        if "jail: uids" in w.log_text():
+            pids = qemu_pids(w.vm_id(c))
+            self.assertEqual(len(pids), 1, pids)
+            self.assertFalse(os.path.exists(f"/proc/{pids[0]}/root{secret}"))
+        for sid in (b, c):
+            w.delete(sid)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{s}").status, 200)
 
     def test_7_persistent_idle_pauses(self):
         w = self.w
