@@ -70,7 +70,7 @@ struct sbx_vm {
     char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
     /* networking (net.h): the /30 it holds (-1: none) and its policy */
     int net_slot;
-    struct net_policy pol; /* set before launch; only .internet is in the record */
+    struct net_policy pol; /* set before launch, replaced by PATCH .../network; in the record */
     bool net_made;         /* its namespace was made ahead: QEMU is spawned inside it */
 };
 
@@ -329,6 +329,12 @@ void sbx_rm_dir(const char *dir);
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
 int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err);
 json_t *sbx_net_policy_json(const struct net_policy *p);
+/* The network object n (NULL: the defaults) into pol, validated: 0 or an sbx_errcode. */
+int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
+                         struct sbx_err *err);
+/* conf/'s default policy (internet, limits) into pol; whether pol is it. */
+void sbx_net_default(const struct srv_config *c, struct net_policy *pol);
+bool sbx_net_is_default(const struct srv_config *c, const struct net_policy *pol);
 
 /* Pause (sbx_snap.h) at the idle timeout of a persistent sandbox, nobody to answer:
  * 0 or -EIO. */
