@@ -613,8 +613,9 @@ static void ns_name(const struct net *n, const char *vm_id, char *buf, size_t ca
     snprintf(buf, cap, "warren-%s-%s", n->tag, vm_id);
 }
 
-/* Entries of net_wrap's argv before QEMU's (or the marker's) */
-#define WRAP_ARGS 14
+/* Entries of net_wrap's argv before QEMU's (or the marker's), of net_apply_argv's */
+#define WRAP_ARGS  14
+#define APPLY_ARGS 20
 
 static void dns_paths(const struct net *n, const char *vm_id, char *conf, char *pid, size_t cap)
 {
@@ -690,7 +691,7 @@ int net_apply_argv(const struct net *n, const char *vm_id, const struct net_poli
                    const struct net_policy *old, const char *marker, char ***out)
 {
     char ns[128];
-    char **v = calloc(WRAP_ARGS + 3, sizeof(*v));
+    char **v = calloc(APPLY_ARGS + 1, sizeof(*v));
 
     if (!v)
         return -ENOMEM;
@@ -707,9 +708,9 @@ int net_apply_argv(const struct net *n, const char *vm_id, const struct net_poli
     v[9] = strdup(marker);
     apply_args(n, vm_id, pol, v + 10);
     apply_args(n, vm_id, old, v + 15);
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < APPLY_ARGS; i++) {
         if (!v[i]) {
-            for (int j = 0; j < 20; j++)
+            for (int j = 0; j < APPLY_ARGS; j++)
                 free(v[j]);
             free(v);
             return -ENOMEM;

@@ -1634,6 +1634,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         sandbox_free(sb);
     }
     sbx_vm_free_all(t, kill_vms);
+    sbx_net_apply_free(t);
     sbx_net_ahead_free(t);
     net_free(t->net);
     t->net = NULL;

@@ -47,7 +47,8 @@ enum op_kind {
     OP_ATTACH,
     OP_PCTL,
     OP_SNAP,
-    OP_RESUME
+    OP_RESUME,
+    OP_NETPOL /* PATCH .../network: no guest stream (sbx_netpol.c) */
 };
 
 struct sandbox;
@@ -168,12 +169,13 @@ struct sbx_table {
     bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
-    struct vmm_jail *jail;   /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
-    struct pool *pool;       /* the warm pool (pool/pool.h), NULL when off */
-    struct net *net;         /* sandbox networking (net.h), NULL when off */
-    struct net_ahead *ahead; /* namespaces made ahead (net_ahead.c) */
-    bool ahead_failed;       /* the last one failed: none made until the next create */
-    struct sbx_snaps *snaps; /* snapshots and the ones being taken (sbx_snap.c) */
+    struct vmm_jail *jail;     /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
+    struct pool *pool;         /* the warm pool (pool/pool.h), NULL when off */
+    struct net *net;           /* sandbox networking (net.h), NULL when off */
+    struct net_ahead *ahead;   /* namespaces made ahead (net_ahead.c) */
+    bool ahead_failed;         /* the last one failed: none made until the next create */
+    struct net_apply *applies; /* policy changes in progress (sbx_netpol.c) */
+    struct sbx_snaps *snaps;   /* snapshots and the ones being taken (sbx_snap.c) */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -242,6 +244,8 @@ bool sbx_net_ahead_take(struct sbx_table *t, char *id, size_t cap, int *slot);
 void sbx_net_ahead_sweep(struct sbx_table *t);
 /* Remove every namespace not taken (shutdown). */
 void sbx_net_ahead_free(struct sbx_table *t);
+/* Kill the policy changes still running (shutdown). */
+void sbx_net_apply_free(struct sbx_table *t);
 /* Start QEMU for a pool VM: restore mode over the template's RAM file mem_path (its
  * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno. */
 int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path);
