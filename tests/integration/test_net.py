@@ -445,6 +445,22 @@ class TestNetPolicy(unittest.TestCase):
         got = self.probe(a, f"{fakenet.HTTP_ADDR}:80")
         self.assertNotEqual(got[f"{fakenet.HTTP_ADDR}:80"], "open", got)
         self.assertTrue(self.reaches(a, "dl.example.com"))
+        # A snapshot carries the policy as changed: a sandbox restored from it
+        # gets the same domain rules (and a resolver of its own).
+        r = w.request("POST", f"/v1/sandboxes/{a}/snapshot", {})
+        self.assertEqual(r.status, 201, r)
+        snap = r.json()["snapshot_id"]
+        c = w.create(snapshot_id=snap)
+        self.assertEqual(w.get(c).json()["network"], w.get(a).json()["network"])
+        self.assertEqual(len(resolvers(w.state_dir)), 2)
+        self.assertTrue(self.reaches(c, "dl.example.com"))
+        self.assertFalse(self.reaches(c, "www.example.com"))
+        self.assertEqual(w.delete(c).status, 200)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{snap}").status, 200)
+        deadline = time.time() + 15
+        while len(resolvers(w.state_dir)) != 1 and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(resolvers(w.state_dir)), 1)
 
     def test_4_limits(self):
         cls = type(self)
@@ -601,10 +617,11 @@ class TestNetPool(unittest.TestCase):
 
 @unittest.skipUnless(os.environ.get("WARREN_BIG") == "1", "create/delete cycles: WARREN_BIG=1")
 class TestNetCycles(unittest.TestCase):
-    """N create/delete cycles (WARREN_NET_CYCLES, default 500), alternating the
-    default policy (a namespace made ahead) and internet off (set up at launch):
-    afterwards only the namespaces made ahead remain, no veth of a VM, no QEMU,
-    and warrend holds no more fds than after the first cycle."""
+    """N create/delete cycles (WARREN_NET_CYCLES, default 500), rotating the
+    default policy (a namespace made ahead), internet off (set up at launch)
+    and a domain allow list (a dnsmasq of its own, when installed): afterwards
+    only the namespaces made ahead remain, no veth of a VM, no QEMU, no
+    dnsmasq, and warrend holds no more fds than after the first cycle."""
 
     @classmethod
     def setUpClass(cls):
@@ -620,8 +637,12 @@ class TestNetCycles(unittest.TestCase):
         n = int(os.environ.get("WARREN_NET_CYCLES", "500"))
         tag = f"warren-{ns_tag(w.state_dir)}-"
         fds = None
+        names = shutil.which("dnsmasq", path="/usr/sbin:/usr/bin:/sbin:/bin")
         for i in range(n):
-            sid = w.create(network={"internet": i % 2 == 0})
+            net = {"internet": i % 3 != 1}
+            if i % 3 == 2 and names:
+                net["allow_out"] = ["www.example.com"]
+            sid = w.create(network=net)
             self.assertEqual(w.delete(sid).status, 200)
             if i == 0:
                 fds = len(os.listdir(f"/proc/{w.proc.pid}/fd"))
@@ -632,6 +653,7 @@ class TestNetCycles(unittest.TestCase):
             time.sleep(0.1)
         self.assertEqual(len(fakenet.netns_named(tag)), 2, fakenet.netns_named(tag))
         self.assertEqual(len(links("wn-")), 2, links("wn-"))
+        self.assertEqual(resolvers(w.state_dir), [])
         self.assertLessEqual(len(os.listdir(f"/proc/{w.proc.pid}/fd")), fds + 2)
 
 
