@@ -545,6 +545,8 @@ class TestNetConf(unittest.TestCase):
         self.refused(net_conf(net_uplink=""), "net_uplink must name")
         self.refused(net_conf(net_range="10.0.0.0/30"), "net_range must be")
         self.refused(net_conf(net_dns_upstream="dns.example"), "net_dns_upstream must be")
+        self.refused(net_conf(net_rate_mbit="100001"), "net_rate_mbit must be at most")
+        self.refused(net_conf(net_max_connections="65537"), "net_max_connections at most")
         # A jailed QEMU cannot set up its namespace (jail = required: jailed or nothing).
         self.refused(net_conf(jail="required"), "net_enabled = true needs jail = off")
 
