@@ -74,8 +74,8 @@ struct net {
     "      sleep 0.02; i=$((i + 1)); done\n"                                                       \
     "  fi\n"                                                                                       \
     "  rm -f \"$5\" \"$4\"\n"                                                                      \
-    "  [ -z \"$3\" ] || { printf '%s' \"$3\" >\"$4\" && dnsmasq --conf-file=\"$4\"; } || return "  \
-    "1\n"                                                                                          \
+    "  [ -z \"$3\" ] && return 0\n"                                                                \
+    "  printf '%s' \"$3\" >\"$4\" && dnsmasq --conf-file=\"$4\"\n"                                 \
     "}\n"
 
 /*
@@ -98,9 +98,8 @@ static const char setup_script[] =
     "tuntap add dev tap0 mode tap\\nlink set tap0 address " NET_GW_MAC "\\n"
     "addr add 10.0.2.1/30 dev tap0\\nlink set tap0 up\\n"
     "route add default via %s\\n' \"$nip\" \"$hip\" | ip -n \"$ns\" -b -\n"
-    "ip netns exec \"$ns\" sh -c \"$apply\"'ap \"$@\"' ap \"$rules\" \"$rate\" \"$dconf\" "
-    "\"$dpath\" "
-    "\"$dpid\"\n"
+    "ip netns exec \"$ns\" sh -c \"$apply\"'ap \"$@\"' ap \\\n"
+    "  \"$rules\" \"$rate\" \"$dconf\" \"$dpath\" \"$dpid\"\n"
     "exec ip netns exec \"$ns\" \"$@\"\n";
 
 /* A policy change: $1 namespace, $2 marker, then the new policy's five ap

@@ -435,6 +435,28 @@ class TestNetPolicy(unittest.TestCase):
         self.patch(a, {"internet": True})
         self.assertTrue(self.reaches(a, fakenet.HTTP_ADDR))
         self.assertTrue(self.reaches(a, "www.example.com"))  # DNS forwarded again
+        # A change that fails half-way (its resolver cannot bind 10.0.2.1:53: held
+        # by another process in the namespace) answers 500 and puts the old policy
+        # back: still recorded, still in force.
+        before = w.get(a).json()["network"]
+        (ns,) = fakenet.netns_named(w.vm_id(a))
+        hold = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "python3", "-c",
+             "import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+             "s.bind(('10.0.2.1', 53)); print('bound', flush=True); time.sleep(600)"],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(hold.stdout.readline().strip(), "bound")
+            err = self.patch(a, {"internet": True, "allow_out": ["dl.example.com"]}, 500)
+            self.assertIn("old one is in force", err["error"]["message"], err)
+            self.assertIn("dnsmasq", err["error"]["message"], err)
+        finally:
+            hold.kill()
+            hold.wait()
+            hold.stdout.close()
+        self.assertEqual(w.get(a).json()["network"], before)
+        self.assertEqual(resolvers(w.state_dir), [])
+        self.assertTrue(self.reaches(a, fakenet.HTTP_ADDR))
         # From a CIDR list to a domain list: the listed address alone goes; then
         # only what the name resolves to, not the address given by hand before.
         self.patch(a, {"internet": True, "allow_out": ["192.0.2.0/24"]})
