@@ -840,6 +840,11 @@ void net_dns_stop(const struct net *n, const char *vm_id)
     }
     unlink(pid);
     unlink(conf);
+    /* A policy change's marker and message (sbx_netpol.c), left by a kill -9. */
+    snprintf(conf, sizeof(conf), "%s/%s.applied", n->dnsdir, vm_id);
+    unlink(conf);
+    snprintf(conf, sizeof(conf), "%s/%s.err", n->dnsdir, vm_id);
+    unlink(conf);
 }
 
 void net_ns_remove(const struct net *n, const char *vm_id)
@@ -877,14 +882,16 @@ int net_sweep(const struct net *n, bool (*known)(void *ud, const char *vm_id), v
     /* Resolvers whose namespace is already gone (a kill -9 between the two). */
     if ((d = opendir(n->dnsdir))) {
         while ((e = readdir(d)) != NULL) {
+            /* <vm id>.pid, .conf, .applied, .err */
             char id[256];
-            size_t len = strlen(e->d_name);
-            if (len < 5 || len >= sizeof(id) || strcmp(e->d_name + len - 4, ".pid") != 0)
+            const char *dot = strrchr(e->d_name, '.');
+            if (e->d_name[0] == '.' || !dot || (size_t)(dot - e->d_name) >= sizeof(id))
                 continue;
-            snprintf(id, sizeof(id), "%.*s", (int)(len - 4), e->d_name);
+            snprintf(id, sizeof(id), "%.*s", (int)(dot - e->d_name), e->d_name);
             if (known(ud, id))
                 continue;
-            LOGS(LOG_WARN, id, "net: no live VM: stopping its resolver");
+            if (strcmp(dot, ".pid") == 0)
+                LOGS(LOG_WARN, id, "net: no live VM: stopping its resolver");
             net_dns_stop(n, id);
         }
         closedir(d);
