@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -342,6 +343,25 @@ for i in range(int(sys.argv[2])):
 print(json.dumps(res))
 """
 
+# Connect, say so (/tmp/connected), wait until a new connection fails (the new
+# policy is in force), then use the first connection: "got N" or "error ...".
+OLD_CONN = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], 80), 4)
+open("/tmp/connected", "w").close()
+for _ in range(120):
+    try:
+        socket.create_connection((sys.argv[1], 80), 1).close()
+    except OSError:
+        break
+s.settimeout(5)
+try:
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    print("got", len(s.recv(100)))
+except OSError as e:
+    print("error", e)
+"""
+
 TIMED_GET = r"""
 import sys, time, urllib.request
 t = time.monotonic()
@@ -435,6 +455,21 @@ class TestNetPolicy(unittest.TestCase):
         self.patch(a, {"internet": True})
         self.assertTrue(self.reaches(a, fakenet.HTTP_ADDR))
         self.assertTrue(self.reaches(a, "www.example.com"))  # DNS forwarded again
+        # A connection opened before a change that forbids its destination gets
+        # nothing more through (every packet from the guest is checked).
+        out = {}
+        t = threading.Thread(target=lambda: out.update(
+            r=w.run(a, ["python3", "-c", OLD_CONN, fakenet.HTTP_ADDR], timeout_seconds=300)))
+        w.run(a, ["rm", "-f", "/tmp/connected"])
+        t.start()
+        deadline = time.time() + 120
+        while w.exec(a, ["test", "-e", "/tmp/connected"]).json()["exit_code"] != 0:
+            self.assertLess(time.time(), deadline, "the guest never connected")
+            time.sleep(0.1)
+        self.patch(a, {"internet": False})
+        t.join(300)
+        self.assertTrue(out["r"]["stdout"].startswith("error"), out)
+        self.patch(a, {"internet": True})
         # A change that fails half-way (its resolver cannot bind 10.0.2.1:53: held
         # by another process in the namespace) answers 500 and puts the old policy
         # back: still recorded, still in force.
