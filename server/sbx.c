@@ -941,8 +941,8 @@ fail:
 
 /* One of network's lists: each entry an IPv4 CIDR (into cidrs) or a domain
  * name (into names, which needs the VM's own resolver: dnsmasq). */
-static int get_list(struct sbx_table *t, json_t *n, const char *key, char *cidrs, size_t ccap,
-                    char *names, size_t ncap, struct sbx_err *err)
+static int get_list(json_t *n, const char *key, char *cidrs, size_t ccap, char *names, size_t ncap,
+                    struct sbx_err *err)
 {
     json_t *a = json_object_get(n, key), *v;
     size_t i;
@@ -964,12 +964,16 @@ static int get_list(struct sbx_table *t, json_t *n, const char *key, char *cidrs
                                "network.%s[%zu] must be an IPv4 address or CIDR (a.b.c.d/p) or a "
                                "domain name (example.com, *.example.com)",
                                key, i);
-        if (t->net && !net_has_dnsmasq(t->net))
-            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                               "network.%s[%zu]: domain rules need dnsmasq on the host, which is "
-                               "not installed",
-                               key, i);
     }
+    return 0;
+}
+
+int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct sbx_err *err)
+{
+    if (t->net && (pol->allow_names[0] || pol->deny_names[0]) && !net_has_dnsmasq(t->net))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "network: domain rules need dnsmasq on the host, which is not "
+                           "installed");
     return 0;
 }
 
@@ -1051,9 +1055,9 @@ int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network.internet must be true or false");
     if (json_is_boolean(v))
         pol->internet = json_is_true(v);
-    if ((status = get_list(t, n, "allow_out", pol->allow_out, sizeof(pol->allow_out),
-                           pol->allow_names, sizeof(pol->allow_names), err)) ||
-        (status = get_list(t, n, "deny_out", pol->deny_out, sizeof(pol->deny_out), pol->deny_names,
+    if ((status = get_list(n, "allow_out", pol->allow_out, sizeof(pol->allow_out), pol->allow_names,
+                           sizeof(pol->allow_names), err)) ||
+        (status = get_list(n, "deny_out", pol->deny_out, sizeof(pol->deny_out), pol->deny_names,
                            sizeof(pol->deny_names), err)) ||
         (status = get_limit(n, "rate_mbit", NET_RATE_MAX, &pol->rate_mbit, err)) ||
         (status = get_limit(n, "max_connections", NET_CONNS_MAX, &pol->max_conns, err)))
@@ -1114,7 +1118,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         (!snap_id &&
          (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
-    if ((status = sbx_get_network(t, body, &pol, err)))
+    if ((status = sbx_get_network(t, body, &pol, err)) ||
+        (status = sbx_net_check_host(t, &pol, err)))
         return status;
     if (json_object_get(body, "persistent") &&
         !json_is_boolean(json_object_get(body, "persistent")))

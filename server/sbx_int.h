@@ -336,6 +336,9 @@ json_t *sbx_net_policy_json(const struct net_policy *p);
 /* The network object n (NULL: the defaults) into pol, validated: 0 or an sbx_errcode. */
 int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
                          struct sbx_err *err);
+/* Whether this host can enforce pol (domain rules need dnsmasq): 0 or an sbx_errcode.
+ * Apart from the parse: a snapshot recorded with domain rules stays readable. */
+int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct sbx_err *err);
 /* conf/'s default policy (internet, limits) into pol; whether pol is it. */
 void sbx_net_default(const struct srv_config *c, struct net_policy *pol);
 bool sbx_net_is_default(const struct srv_config *c, const struct net_policy *pol);

@@ -139,7 +139,8 @@ int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const str
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     a->pidfd = -1;
     a->t = t;
-    if ((status = sbx_net_policy_parse(t, body, &a->pol, err))) {
+    if ((status = sbx_net_policy_parse(t, body, &a->pol, err)) ||
+        (status = sbx_net_check_host(t, &a->pol, err))) {
         free(a);
         return status;
     }
