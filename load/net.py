@@ -13,6 +13,14 @@ With --jail, two more warrends with jail = required (net on, net off) join
 the cold creates, and the jailed net-on one also creates with internet off
 (a policy no namespace is made ahead for: the jail's child runs the full
 set-up); the warm part is skipped (the pool is off when QEMU is jailed).
+Then (or alone, --policy-only) the policy's cost, on one warrend with
+net_ahead = 0 (every create does the full set-up):
+  - cold create with a CIDR allow list vs a domain allow list (the latter
+    also starts the VM's dnsmasq), alternating;
+  - PATCH .../network latency (request to 200: the nft reload, tc and the
+    resolver restart, off the loop) for: CIDR list -> another CIDR list,
+    -> a domain list (dnsmasq started), domain -> domain (restarted), and
+    -> rate_mbit + max_connections (tc, ct count).
 Needs root, ip, nft, and images whose initramfs loads virtio_net.
 """
 import argparse
@@ -56,10 +64,55 @@ def summary(xs):
     return f"p50 {statistics.median(xs):.0f} ms, mean {statistics.mean(xs):.0f} ms (n={len(xs)})"
 
 
+def patch_ms(w, sid, network):
+    t0 = time.monotonic()
+    r = w.request("PATCH", f"/v1/sandboxes/{sid}/network", network)
+    ms = (time.monotonic() - t0) * 1000
+    if r.status != 200:
+        raise RuntimeError(f"PATCH {network}: {r.status} {r.json()}")
+    return ms
+
+
+def policy(base, args):
+    """Domain rules' cost: cold create and PATCH latency."""
+    cidr = {"internet": True, "allow_out": ["192.0.2.0/24"]}
+    cidr2 = {"internet": True, "allow_out": ["198.51.100.0/24"]}
+    names = {"internet": True, "allow_out": ["www.example.com"]}
+    names2 = {"internet": True, "allow_out": ["*.example.com", "api.example.org"]}
+    limits = {"internet": True, "rate_mbit": 100, "max_connections": 64}
+    w = Warren(dict(base, net_ahead="0", **NET)).start()
+    try:
+        cold = {"cidr": [], "names": []}
+        for _ in range(args.creates):
+            for name, pol in (("cidr", cidr), ("names", names)):
+                sid, ms = timed_create(w, network=pol)
+                cold[name].append(ms)
+                w.delete(sid)
+        for name in ("cidr", "names"):
+            print(f"cold create, {name} allow list: {summary(cold[name])}")
+        sid = w.create(network=cidr)
+        lat = {"cidr -> cidr": [], "cidr -> names": [], "names -> names": [],
+               "names -> limits": []}
+        for _ in range(args.patches):
+            w.request("PATCH", f"/v1/sandboxes/{sid}/network", cidr)
+            lat["cidr -> cidr"].append(patch_ms(w, sid, cidr2))
+            w.request("PATCH", f"/v1/sandboxes/{sid}/network", cidr)
+            lat["cidr -> names"].append(patch_ms(w, sid, names))
+            lat["names -> names"].append(patch_ms(w, sid, names2))
+            lat["names -> limits"].append(patch_ms(w, sid, limits))
+        for k, v in lat.items():
+            print(f"PATCH .../network {k}: {summary(v)}, max {max(v):.0f} ms")
+        w.delete(sid)
+    finally:
+        w.cleanup()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--creates", type=int, default=6)
     ap.add_argument("--jail", action="store_true")
+    ap.add_argument("--patches", type=int, default=20)
+    ap.add_argument("--policy-only", action="store_true")
     args = ap.parse_args()
     print("load:", open("/proc/loadavg").read().strip())
     net = fakenet.FakeNet()
@@ -67,6 +120,9 @@ def main():
     try:
         net.enter()
         base = {"jail": "off", "default_template": "minimal"}
+        if args.policy_only:
+            policy(base, args)
+            return
         on = Warren(dict(base, **NET)).start()
         ws.append(on)
         off = Warren(base).start()
@@ -113,6 +169,10 @@ def main():
                 w.delete(sid)
         for name in ("on", "off"):
             print(f"warm create (pool), net {name}: {summary(warm[name])}")
+        for w in ws:
+            w.cleanup()
+        ws = []
+        policy(base, args)
     finally:
         for w in ws:
             w.cleanup()

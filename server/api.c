@@ -118,6 +118,7 @@ int api_route_match(const char *path, struct api_route *r)
         {"/fork", API_R_FORK, API_POST},
         {"/pause", API_R_PAUSE, API_POST},
         {"/resume", API_R_RESUME, API_POST},
+        {"/network", API_R_NETWORK, API_PATCH},
     };
     static const char spfx[] = "/v1/snapshots";
     static const char pfx[] = "/v1/sandboxes";

@@ -42,6 +42,7 @@ enum api_method {
     API_PUT = 1 << 2,
     API_DELETE = 1 << 3,
     API_OTHER = 1 << 4,
+    API_PATCH = 1 << 5,
 };
 
 enum api_route_id {
@@ -68,6 +69,7 @@ enum api_route_id {
     API_R_SNAPSHOT_SB,  /* /v1/sandboxes/{id}/snapshot */
     API_R_FORK,         /* /v1/sandboxes/{id}/fork */
     API_R_PAUSE,        /* /v1/sandboxes/{id}/pause */
+    API_R_NETWORK,      /* /v1/sandboxes/{id}/network */
     API_R_RESUME,       /* /v1/sandboxes/{id}/resume */
     API_R_SNAPSHOTS,    /* /v1/snapshots */
     API_R_SNAPSHOT,     /* /v1/snapshots/{id} (the id in sbx) */

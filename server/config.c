@@ -114,6 +114,8 @@ static const struct opt opts[] = {
     {"net_ahead", T_UINT, F(net_ahead), "2", 0},
     {"fork_max", T_UINT, F(fork_max), "16", 1},
     {"paused_retention_s", T_UINT, F(paused_retention_s), "604800", 1},
+    {"net_rate_mbit", T_UINT, F(net_rate_mbit), "0", 0},
+    {"net_max_connections", T_UINT, F(net_max_connections), "0", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -94,6 +94,9 @@ struct srv_config {
     /* snapshots, fork (issue 8) */
     unsigned fork_max;           /* fork_max = 16: sandboxes one fork request may make */
     unsigned paused_retention_s; /* paused_retention_s = 604800: then a paused one is deleted */
+    /* per-sandbox network limits (issue 9): a create's defaults, 0 = unlimited */
+    unsigned net_rate_mbit;       /* net_rate_mbit = 0: Mbit/s each way (tc tbf) */
+    unsigned net_max_connections; /* net_max_connections = 0: concurrent connections out */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -17,10 +17,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -31,12 +33,14 @@
 extern char **environ;
 
 struct net {
-    char tag[9];     /* hash of the state dir: names namespaces and the host table */
-    char range[40];  /* net_range as given (canonical a.b.c.d/p) */
-    char dns[16];    /* net_dns_upstream, "" for none */
-    char uplink[16]; /* net_uplink */
-    char ip[32];     /* ip's absolute path: entering a namespace made ahead spawns it directly */
-    char nft[32];    /* nft's: the host table at start */
+    char tag[9];       /* hash of the state dir: names namespaces and the host table */
+    char range[40];    /* net_range as given (canonical a.b.c.d/p) */
+    char dns[16];      /* net_dns_upstream, "" for none */
+    char uplink[16];   /* net_uplink */
+    char ip[32];       /* ip's absolute path: entering a namespace made ahead spawns it directly */
+    char nft[32];      /* nft's: the host table at start */
+    char dnsmasq[32];  /* dnsmasq's ("": not installed, domain rules refused) */
+    char dnsdir[4096]; /* state_dir/net-dns: each resolver's config and pidfile */
     unsigned base, prefix;
     unsigned nslots;
     uint8_t *used; /* one byte per slot */
@@ -44,16 +48,49 @@ struct net {
 };
 
 /*
+ * Run inside a VM's namespace, as root, by the set-up (before QEMU) and by a
+ * policy change: ap RULES RATE DNSCONF CONFPATH PIDPATH loads the nft
+ * ruleset (one transaction), the tc limits on tap0 (towards the guest) and
+ * eth0 (from it), and stops the VM's old resolver and starts the new one
+ * (dnsmasq daemonizes once it listens: its exit status is the start's).
+ * Explicit returns rather than set -e: a function run on the left of || does
+ * not stop at a failure under set -e.
+ */
+#define APPLY_FN                                                                                   \
+    "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"                                                         \
+    "ap() {\n"                                                                                     \
+    "  printf '%s' \"$1\" | nft -f - || return 1\n"                                                \
+    "  echo 1 >/proc/sys/net/ipv4/ip_forward || return 1\n"                                        \
+    "  for d in tap0 eth0; do\n"                                                                   \
+    "    if [ \"$2\" -gt 0 ]; then\n"                                                              \
+    "      b=$(($2 * 1250)); [ $b -ge 16000 ] || b=16000\n"                                        \
+    "      tc qdisc replace dev $d root tbf rate \"$2\"mbit burst $b latency 50ms || return 1\n"   \
+    "    else tc qdisc del dev $d root 2>/dev/null || :; fi\n"                                     \
+    "  done\n"                                                                                     \
+    "  p=; [ -s \"$5\" ] && read p <\"$5\"\n"                                                      \
+    "  if [ -n \"$p\" ] && grep -qF -- \"$4\" /proc/$p/cmdline 2>/dev/null; then\n"                \
+    "    kill $p; i=0\n"                                                                           \
+    "    while grep -qF -- \"$4\" /proc/$p/cmdline 2>/dev/null && [ $i -lt 100 ]; do\n"            \
+    "      sleep 0.02; i=$((i + 1)); done\n"                                                       \
+    "  fi\n"                                                                                       \
+    "  rm -f \"$5\" \"$4\"\n"                                                                      \
+    "  [ -z \"$3\" ] && return 0\n"                                                                \
+    "  printf '%s' \"$3\" >\"$4\" && dnsmasq --conf-file=\"$4\"\n"                                 \
+    "}\n"
+
+/*
  * Run in QEMU's place: $1 namespace, $2 host veth, $3 host address, $4 the
- * namespace's address, $5 its nft ruleset; then QEMU's argv. set -e: the
- * first failure ends it with ip's or nft's message in qemu.log, and the VM
- * is reported exited. ip netns exec execs QEMU (no fork): the pid stays.
+ * namespace's address, $5 its nft ruleset, $6 the apply function's script
+ * (APPLY_FN), $7 rate, $8 resolver config, $9 its path, $10 its pidfile;
+ * then QEMU's argv. set -e: the first failure ends it with ip's, nft's or
+ * dnsmasq's message in qemu.log, and the VM is reported exited. ip netns
+ * exec execs QEMU (no fork): the pid stays.
  */
 static const char setup_script[] =
     "set -e\n"
     "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"
-    "ns=$1 hv=$2 hip=$3 nip=$4 rules=$5\n"
-    "shift 5\n"
+    "ns=$1 hv=$2 hip=$3 nip=$4 rules=$5 apply=$6 rate=$7 dconf=$8 dpath=$9 dpid=${10}\n"
+    "shift 10\n"
     "ip netns add \"$ns\"\n"
     "printf 'link add %s type veth peer name eth0 netns %s\\naddr add %s/30 dev %s\\n"
     "link set %s up\\n' \"$hv\" \"$ns\" \"$hip\" \"$hv\" \"$hv\" | ip -b -\n"
@@ -61,9 +98,20 @@ static const char setup_script[] =
     "tuntap add dev tap0 mode tap\\nlink set tap0 address " NET_GW_MAC "\\n"
     "addr add 10.0.2.1/30 dev tap0\\nlink set tap0 up\\n"
     "route add default via %s\\n' \"$nip\" \"$hip\" | ip -n \"$ns\" -b -\n"
-    "printf '%s' \"$rules\" | ip netns exec \"$ns\" sh -c "
-    "'nft -f - && echo 1 >/proc/sys/net/ipv4/ip_forward'\n"
+    "ip netns exec \"$ns\" sh -c \"$apply\"'ap \"$@\"' ap \\\n"
+    "  \"$rules\" \"$rate\" \"$dconf\" \"$dpath\" \"$dpid\"\n"
     "exec ip netns exec \"$ns\" \"$@\"\n";
+
+/* A policy change: $1 namespace, $2 marker, then the new policy's five ap
+ * arguments and the old one's. */
+static const char apply_script[] =
+    APPLY_FN "ns=$1 marker=$2\n"
+             "shift 2\n"
+             "if ap \"$1\" \"$2\" \"$3\" \"$4\" \"$5\"; then : >\"$marker\"; exit 0; fi\n"
+             "echo 'warren: the new policy failed; putting the old one back' >&2\n"
+             "shift 5\n"
+             "ap \"$@\"\n"
+             "exit 1\n";
 
 /* Always denied (besides net_range, added per ruleset): nothing a guest may
  * reach whatever its policy. 224/3 is multicast, reserved and broadcast. */
@@ -120,73 +168,234 @@ int net_list_add(char *list, size_t cap, const char *cidr)
     return 0;
 }
 
+int net_name_add(char *list, size_t cap, const char *name)
+{
+    char buf[NET_NAME_LEN + 2];
+    size_t len, used = strlen(list), label = 0, labels = 1, start;
+    int n;
+
+    if (!name || (len = strlen(name)) == 0 || len > NET_NAME_LEN + 1)
+        return -EINVAL;
+    memcpy(buf, name, len + 1);
+    if (buf[len - 1] == '.')
+        buf[--len] = '\0';
+    start = strncmp(buf, "*.", 2) == 0 ? 2 : 0;
+    if (len <= start || len > NET_NAME_LEN)
+        return -EINVAL;
+    for (size_t i = start; i <= len; i++) {
+        char c = buf[i];
+        if (c >= 'A' && c <= 'Z')
+            buf[i] = c = (char)(c - 'A' + 'a');
+        if (c == '.' || c == '\0') {
+            /* A label: 1-63 bytes, not starting or ending with '-'. */
+            if (label == 0 || label > 63 || buf[i - 1] == '-' || buf[i - label] == '-')
+                return -EINVAL;
+            if (c == '.')
+                labels++;
+            label = 0;
+        } else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-') {
+            label++;
+        } else {
+            return -EINVAL;
+        }
+    }
+    if (labels < 2)
+        return -EINVAL;
+    n = snprintf(list + used, cap - used, "%s%s", used ? ", " : "", buf);
+    if (n < 0 || (size_t)n >= cap - used) {
+        list[used] = '\0';
+        return -E2BIG;
+    }
+    return 0;
+}
+
+bool net_policy_dns(const struct net_policy *pol)
+{
+    return pol->internet && (pol->allow_names[0] || pol->deny_names[0]);
+}
+
+/* Append to *s (malloc'd, grown); false on ENOMEM (then *s is freed and NULL). */
+static bool str_add(char **s, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool str_add(char **s, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    char *more = NULL, *grown;
+    int n;
+
+    if (!*s)
+        return false;
+    va_start(ap, fmt);
+    n = vasprintf(&more, fmt, ap);
+    va_end(ap);
+    if (n < 0 || !(grown = realloc(*s, *len + (size_t)n + 1))) {
+        free(n < 0 ? NULL : more);
+        free(*s);
+        *s = NULL;
+        return false;
+    }
+    memcpy(grown + *len, more, (size_t)n + 1);
+    *len += (size_t)n;
+    *s = grown;
+    free(more);
+    return true;
+}
+
+/* Each name of a ", "-separated list, in turn: *name (NUL-ended, in buf). */
+static const char *next_name(const char **c, char *buf, size_t cap)
+{
+    size_t len;
+
+    *c += strspn(*c, ", ");
+    if (!**c)
+        return NULL;
+    len = strcspn(*c, ",");
+    snprintf(buf, cap, "%.*s", (int)len, *c);
+    *c += len;
+    return buf;
+}
+
+char *net_dns_conf(const char *dns, const struct net_policy *pol, const char *pidfile)
+{
+    char *s = strdup(""), name[NET_NAME_LEN + 2];
+    size_t len = 0;
+    bool up = dns && *dns;
+    const char *c;
+
+    if (!s || !net_policy_dns(pol))
+        return s;
+    /* Isolation from the host's dnsmasq set-up: this file is the whole
+     * configuration (--conf-file replaces /etc/dnsmasq.conf), no
+     * /etc/hosts, no resolv.conf, no DHCP (no dhcp-range), only the guest's
+     * gateway address. user=: it drops root once bound (keeping
+     * CAP_NET_ADMIN, which the nft sets need). filter-AAAA: guests have no
+     * IPv6 route. */
+    str_add(&s, &len,
+            "no-resolv\nno-hosts\nno-poll\nlisten-address=10.0.2.1\nbind-interfaces\n"
+            "user=nobody\ngroup=nogroup\npid-file=%s\nfilter-AAAA\ncache-size=1000\n",
+            pidfile);
+    if (pol->allow_names[0]) {
+        /* Only the allowed names are forwarded; everything else is NXDOMAIN
+         * (the longest match wins: "#" is the shortest). */
+        str_add(&s, &len, "address=/#/\n");
+        for (c = pol->allow_names; next_name(&c, name, sizeof(name));) {
+            /* dnsmasq's /x/ is x and its subdomains, /\*.x/ only the subdomains;
+             * its nftset has no "*." form: /x/ there (x itself is NXDOMAIN anyway). */
+            const char *base = name[0] == '*' ? name + 2 : name;
+            if (up)
+                str_add(&s, &len, "server=/%s/%s\n", name, dns);
+            str_add(&s, &len, "nftset=/%s/4#inet#warren#allow_dns\n", base);
+        }
+    } else if (up) {
+        str_add(&s, &len, "server=%s\n", dns);
+    }
+    for (c = pol->deny_names; next_name(&c, name, sizeof(name));) {
+        /* Resolved (to learn the addresses the forward chain then drops). With
+         * an allow list, a denied name outside it is NXDOMAIN already. */
+        const char *base = name[0] == '*' ? name + 2 : name;
+        str_add(&s, &len, "nftset=/%s/4#inet#warren#deny_dns\n", base);
+    }
+    return s;
+}
+
 char *net_vm_rules(const char *range, const char *dns, const struct net_policy *pol)
 {
-    bool internet = pol->internet;
-    char *s = NULL;
-    char dns_rules[512] = "", fwd_dns[256] = "", sets[2 * NET_LIST_CAP + 256] = "", out[256] = "";
+    bool internet = pol->internet, own_dns = net_policy_dns(pol);
+    bool allow = pol->allow_out[0] || pol->allow_names[0];
+    char *s = strdup("");
+    size_t len = 0;
 
-    if (internet && dns && *dns) {
-        /* The guest asks its gateway; the namespace forwards to the resolver.
-         * Accepted before the deny set: the resolver may be private. */
-        snprintf(dns_rules, sizeof(dns_rules),
-                 "    iifname \"tap0\" ip daddr 10.0.2.1 udp dport 53 dnat ip to %s\n"
-                 "    iifname \"tap0\" ip daddr 10.0.2.1 tcp dport 53 dnat ip to %s\n",
-                 dns, dns);
-        snprintf(fwd_dns, sizeof(fwd_dns),
-                 "    iifname \"tap0\" oifname \"eth0\" ct status dnat ip daddr %s "
-                 "meta l4proto { tcp, udp } th dport 53 accept\n",
-                 dns);
-    }
+    str_add(&s, &len,
+            "table inet warren\n"
+            "delete table inet warren\n"
+            "table inet warren {\n"
+            "  set deny {\n"
+            "    type ipv4_addr; flags interval; auto-merge\n"
+            "    elements = { %s, %s }\n"
+            "  }\n",
+            deny_list, range);
     /* The operator's lists: deny_out drops first; allow_out narrows what is
      * accepted. Neither can open anything in the always-deny set. */
     for (int i = 0; internet && i < 2; i++) {
         const char *name = i ? "allow_out" : "deny_out",
                    *elems = i ? pol->allow_out : pol->deny_out;
         if (elems[0])
-            snprintf(sets + strlen(sets), sizeof(sets) - strlen(sets),
-                     "  set %s {\n"
-                     "    type ipv4_addr; flags interval; auto-merge\n"
-                     "    elements = { %s }\n"
-                     "  }\n",
-                     name, elems);
+            str_add(&s, &len,
+                    "  set %s {\n"
+                    "    type ipv4_addr; flags interval; auto-merge\n"
+                    "    elements = { %s }\n"
+                    "  }\n",
+                    name, elems);
     }
-    if (internet)
-        snprintf(out, sizeof(out),
-                 "%s    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr != @deny "
-                 "%saccept\n",
-                 pol->deny_out[0] ? "    iifname \"tap0\" ip daddr @deny_out drop\n" : "",
-                 pol->allow_out[0] ? "ip daddr @allow_out " : "");
-    if (asprintf(&s,
-                 "table inet warren\n"
-                 "delete table inet warren\n"
-                 "table inet warren {\n"
-                 "  set deny {\n"
-                 "    type ipv4_addr; flags interval; auto-merge\n"
-                 "    elements = { %s, %s }\n"
-                 "  }\n"
-                 "%s"
-                 "  chain nat_pre {\n"
-                 "    type nat hook prerouting priority dstnat; policy accept;\n"
-                 "%s"
-                 "  }\n"
-                 "  chain nat_post {\n"
-                 "    type nat hook postrouting priority srcnat; policy accept;\n"
-                 "    oifname \"eth0\" masquerade\n"
-                 "  }\n"
-                 "  chain guard_fwd {\n"
-                 "    type filter hook forward priority filter; policy drop;\n"
-                 "    iifname \"eth0\" oifname \"tap0\" ct state established,related accept\n"
-                 "%s"
-                 "%s"
-                 "  }\n"
-                 "  chain guard_in {\n"
-                 "    type filter hook input priority filter; policy drop;\n"
-                 "    iifname \"lo\" accept\n"
-                 "  }\n"
-                 "}\n",
-                 deny_list, range, sets, dns_rules, fwd_dns, out) < 0)
-        return NULL;
+    /* Filled by the VM's dnsmasq with what it resolved for the listed names;
+     * no timeout: an address stays for the policy's life (docs/NETWORK.md). */
+    if (own_dns && pol->allow_names[0])
+        str_add(&s, &len, "  set allow_dns {\n    type ipv4_addr; size 65536\n  }\n");
+    if (own_dns && pol->deny_names[0])
+        str_add(&s, &len, "  set deny_dns {\n    type ipv4_addr; size 65536\n  }\n");
+    str_add(&s, &len,
+            "  chain nat_pre {\n"
+            "    type nat hook prerouting priority dstnat; policy accept;\n");
+    if (internet && !own_dns && dns && *dns)
+        /* The guest asks its gateway; the namespace forwards to the resolver. */
+        str_add(&s, &len,
+                "    iifname \"tap0\" ip daddr 10.0.2.1 udp dport 53 dnat ip to %s\n"
+                "    iifname \"tap0\" ip daddr 10.0.2.1 tcp dport 53 dnat ip to %s\n",
+                dns, dns);
+    str_add(&s, &len,
+            "  }\n"
+            "  chain nat_post {\n"
+            "    type nat hook postrouting priority srcnat; policy accept;\n"
+            "    oifname \"eth0\" masquerade\n"
+            "  }\n");
+    if (internet) {
+        /* Every accepted packet from the guest passes here: new connections
+         * are counted against max_connections (refused over it). */
+        str_add(&s, &len, "  chain out_ok {\n");
+        if (pol->max_conns)
+            str_add(&s, &len, "    ct state new ct count over %u reject\n", pol->max_conns);
+        str_add(&s, &len, "    accept\n  }\n");
+    }
+    str_add(&s, &len,
+            "  chain guard_fwd {\n"
+            "    type filter hook forward priority filter; policy drop;\n"
+            "    iifname \"eth0\" oifname \"tap0\" ct state established,related accept\n");
+    if (internet && !own_dns && dns && *dns)
+        /* Accepted before the deny set: the resolver may be private. */
+        str_add(&s, &len,
+                "    iifname \"tap0\" oifname \"eth0\" ct status dnat ip daddr %s "
+                "meta l4proto { tcp, udp } th dport 53 accept\n",
+                dns);
+    /* Every packet from the guest is checked, not only a connection's first:
+     * after a policy change a connection the new one forbids goes nowhere. */
+    if (internet && pol->deny_out[0])
+        str_add(&s, &len, "    iifname \"tap0\" ip daddr @deny_out drop\n");
+    if (own_dns && pol->deny_names[0])
+        str_add(&s, &len, "    iifname \"tap0\" ip daddr @deny_dns drop\n");
+    if (internet && !allow)
+        str_add(&s, &len,
+                "    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr != @deny "
+                "jump out_ok\n");
+    if (internet && pol->allow_out[0])
+        str_add(&s, &len,
+                "    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr != @deny "
+                "ip daddr @allow_out jump out_ok\n");
+    if (own_dns && pol->allow_names[0])
+        str_add(&s, &len,
+                "    iifname \"tap0\" oifname \"eth0\" meta nfproto ipv4 ip daddr != @deny "
+                "ip daddr @allow_dns jump out_ok\n");
+    str_add(&s, &len,
+            "  }\n"
+            "  chain guard_in {\n"
+            "    type filter hook input priority filter; policy drop;\n"
+            "    iifname \"lo\" accept\n");
+    if (own_dns)
+        /* The VM's resolver: the guest's queries, and its upstream's answers. */
+        str_add(&s, &len,
+                "    iifname \"tap0\" ip daddr 10.0.2.1 meta l4proto { tcp, udp } th dport 53 "
+                "accept\n"
+                "    iifname \"eth0\" ct state established,related accept\n");
+    str_add(&s, &len, "  }\n}\n");
     return s;
 }
 
@@ -272,6 +481,11 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
         snprintf(why, cap, "net_dns_upstream must be an IPv4 address");
         return -EINVAL;
     }
+    if (c->net_rate_mbit > NET_RATE_MAX || c->net_max_connections > NET_CONNS_MAX) {
+        snprintf(why, cap, "net_rate_mbit must be at most %d, net_max_connections at most %d",
+                 NET_RATE_MAX, NET_CONNS_MAX);
+        return -EINVAL;
+    }
     if (!(n = calloc(1, sizeof(*n))))
         return -ENOMEM;
     /* By path: warrend's PATH may lack the sbin directories (the set-up script
@@ -294,6 +508,14 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
     for (const char *p = c->state_dir; *p; p++)
         h = (h ^ (uint8_t)*p) * 16777619u;
     snprintf(n->tag, sizeof(n->tag), "%08x", h);
+    /* Optional: without it domain rules are refused (sbx_get_network). */
+    (void)find_tool("dnsmasq", n->dnsmasq, sizeof(n->dnsmasq));
+    snprintf(n->dnsdir, sizeof(n->dnsdir), "%s/net-dns", c->state_dir);
+    if (mkdir(n->dnsdir, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, cap, "cannot create %s: %s", n->dnsdir, strerror(errno));
+        free(n);
+        return -EIO;
+    }
     n->nslots = 1u << (32 - n->prefix - 2);
     if (!(n->used = calloc(n->nslots, 1))) {
         free(n);
@@ -390,6 +612,31 @@ static void ns_name(const struct net *n, const char *vm_id, char *buf, size_t ca
     snprintf(buf, cap, "warren-%s-%s", n->tag, vm_id);
 }
 
+/* Entries of net_wrap's argv before QEMU's (or the marker's), of net_apply_argv's */
+#define WRAP_ARGS  14
+#define APPLY_ARGS 20
+
+static void dns_paths(const struct net *n, const char *vm_id, char *conf, char *pid, size_t cap)
+{
+    snprintf(conf, cap, "%s/%s.conf", n->dnsdir, vm_id);
+    snprintf(pid, cap, "%s/%s.pid", n->dnsdir, vm_id);
+}
+
+/* ap's five arguments for pol into v (strdup'd; a NULL on ENOMEM). */
+static void apply_args(const struct net *n, const char *vm_id, const struct net_policy *pol,
+                       char **v)
+{
+    char conf[4096 + 64], pid[4096 + 64], rate[16];
+
+    dns_paths(n, vm_id, conf, pid, sizeof(conf));
+    snprintf(rate, sizeof(rate), "%u", pol->internet ? pol->rate_mbit : 0);
+    v[0] = net_vm_rules(n->range, n->dns, pol);
+    v[1] = strdup(rate);
+    v[2] = net_dns_conf(n->dns, pol, pid);
+    v[3] = strdup(conf);
+    v[4] = strdup(pid);
+}
+
 int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
              char ***out)
 {
@@ -407,7 +654,7 @@ int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_
     snprintf(hip, sizeof(hip), "%s", inet_ntoa(a));
     a.s_addr = htonl(n->base + 4u * (unsigned)slot + 2);
     snprintf(nip, sizeof(nip), "%s", inet_ntoa(a));
-    if (!(v = calloc(10, sizeof(*v))))
+    if (!(v = calloc(WRAP_ARGS + 1, sizeof(*v))))
         return -ENOMEM;
     v[0] = strdup("/bin/sh");
     v[1] = strdup("-c");
@@ -417,8 +664,10 @@ int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_
     v[5] = strdup(hv);
     v[6] = strdup(hip);
     v[7] = strdup(nip);
-    v[8] = net_vm_rules(n->range, n->dns, pol);
-    for (int i = 0; i < 9; i++) {
+    apply_args(n, vm_id, pol, v + 9);
+    v[8] = v[9];
+    v[9] = strdup(APPLY_FN);
+    for (int i = 0; i < WRAP_ARGS; i++) {
         if (!v[i]) {
             net_wrap_free(v);
             return -ENOMEM;
@@ -432,15 +681,48 @@ void net_wrap_free(char **argv)
 {
     if (!argv)
         return;
-    for (int i = 0; argv[i] || i < 9; i++)
+    for (int i = 0; argv[i] || i < WRAP_ARGS; i++)
         free(argv[i]);
     free(argv);
+}
+
+int net_apply_argv(const struct net *n, const char *vm_id, const struct net_policy *pol,
+                   const struct net_policy *old, const char *marker, char ***out)
+{
+    char ns[128];
+    char **v = calloc(APPLY_ARGS + 1, sizeof(*v));
+
+    if (!v)
+        return -ENOMEM;
+    ns_name(n, vm_id, ns, sizeof(ns));
+    v[0] = strdup(n->ip);
+    v[1] = strdup("netns");
+    v[2] = strdup("exec");
+    v[3] = strdup(ns);
+    v[4] = strdup("/bin/sh");
+    v[5] = strdup("-c");
+    v[6] = strdup(apply_script);
+    v[7] = strdup("warren-net-apply");
+    v[8] = strdup(ns);
+    v[9] = strdup(marker);
+    apply_args(n, vm_id, pol, v + 10);
+    apply_args(n, vm_id, old, v + 15);
+    for (int i = 0; i < APPLY_ARGS; i++) {
+        if (!v[i]) {
+            for (int j = 0; j < APPLY_ARGS; j++)
+                free(v[j]);
+            free(v);
+            return -ENOMEM;
+        }
+    }
+    *out = v;
+    return 0;
 }
 
 int net_wrap_ready(const struct net *n, const char *vm_id, char ***out)
 {
     char ns[128];
-    char **v = calloc(10, sizeof(*v));
+    char **v = calloc(WRAP_ARGS + 1, sizeof(*v));
 
     if (!v)
         return -ENOMEM;
@@ -468,19 +750,19 @@ int net_prepare_argv(const struct net *n, const char *vm_id, int slot, const str
 
     if (r != 0)
         return r;
-    if (!(w = realloc(v, 14 * sizeof(*v)))) {
+    if (!(w = realloc(v, (WRAP_ARGS + 5) * sizeof(*v)))) {
         net_wrap_free(v);
         return -ENOMEM;
     }
     v = w;
-    v[9] = strdup("/bin/sh");
-    v[10] = strdup("-c");
-    v[11] = strdup(": >\"$0\"");
-    v[12] = strdup(marker);
-    v[13] = NULL;
-    for (int i = 9; i < 13; i++) {
+    v[WRAP_ARGS] = strdup("/bin/sh");
+    v[WRAP_ARGS + 1] = strdup("-c");
+    v[WRAP_ARGS + 2] = strdup(": >\"$0\"");
+    v[WRAP_ARGS + 3] = strdup(marker);
+    v[WRAP_ARGS + 4] = NULL;
+    for (int i = WRAP_ARGS; i < WRAP_ARGS + 4; i++) {
         if (!v[i]) {
-            for (int j = i + 1; j < 13; j++)
+            for (int j = i + 1; j < WRAP_ARGS + 4; j++)
                 free(v[j]);
             v[i] = NULL;
             net_wrap_free(v);
@@ -520,6 +802,51 @@ void net_ns_path(const struct net *n, const char *vm_id, char *buf, size_t cap)
     snprintf(buf, cap, NETNS_DIR "/%s", name);
 }
 
+bool net_has_dnsmasq(const struct net *n)
+{
+    return n && n->dnsmasq[0];
+}
+
+void net_dns_stop(const struct net *n, const char *vm_id)
+{
+    char conf[4096 + 64], pid[4096 + 64], buf[8192];
+    ssize_t got;
+    long p = 0;
+    int fd;
+
+    if (!n)
+        return;
+    dns_paths(n, vm_id, conf, pid, sizeof(conf));
+    if ((fd = open(pid, O_RDONLY | O_CLOEXEC)) >= 0) {
+        got = read(fd, buf, 31);
+        close(fd);
+        buf[got > 0 ? got : 0] = '\0';
+        p = strtol(buf, NULL, 10);
+    }
+    if (p > 1) {
+        /* Its command line names its config (dnsmasq --conf-file=<conf>): only
+         * then is the pid still that resolver's. */
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%ld/cmdline", p);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+            got = read(fd, buf, sizeof(buf) - 1);
+            close(fd);
+            for (ssize_t i = 0; i < got; i++)
+                buf[i] = buf[i] ? buf[i] : ' ';
+            buf[got > 0 ? got : 0] = '\0';
+            if (strstr(buf, "dnsmasq") && strstr(buf, conf))
+                kill((pid_t)p, SIGKILL);
+        }
+    }
+    unlink(pid);
+    unlink(conf);
+    /* A policy change's marker and message (sbx_netpol.c), left by a kill -9. */
+    snprintf(conf, sizeof(conf), "%s/%s.applied", n->dnsdir, vm_id);
+    unlink(conf);
+    snprintf(conf, sizeof(conf), "%s/%s.err", n->dnsdir, vm_id);
+    unlink(conf);
+}
+
 void net_ns_remove(const struct net *n, const char *vm_id)
 {
     char name[128];
@@ -527,6 +854,8 @@ void net_ns_remove(const struct net *n, const char *vm_id)
     if (!n)
         return;
     ns_name(n, vm_id, name, sizeof(name));
+    /* The resolver first: it holds the namespace (and its tap) until it goes. */
+    net_dns_stop(n, vm_id);
     ns_remove_name(name);
 }
 
@@ -545,9 +874,27 @@ int net_sweep(const struct net *n, bool (*known)(void *ud, const char *vm_id), v
         if (strncmp(e->d_name, prefix, plen) != 0 || known(ud, e->d_name + plen))
             continue;
         LOGS(LOG_WARN, e->d_name + plen, "net: no live VM: removing namespace %s", e->d_name);
+        net_dns_stop(n, e->d_name + plen);
         ns_remove_name(e->d_name);
         count++;
     }
     closedir(d);
+    /* Resolvers whose namespace is already gone (a kill -9 between the two). */
+    if ((d = opendir(n->dnsdir))) {
+        while ((e = readdir(d)) != NULL) {
+            /* <vm id>.pid, .conf, .applied, .err */
+            char id[256];
+            const char *dot = strrchr(e->d_name, '.');
+            if (e->d_name[0] == '.' || !dot || (size_t)(dot - e->d_name) >= sizeof(id))
+                continue;
+            snprintf(id, sizeof(id), "%.*s", (int)(dot - e->d_name), e->d_name);
+            if (known(ud, id))
+                continue;
+            if (strcmp(dot, ".pid") == 0)
+                LOGS(LOG_WARN, id, "net: no live VM: stopping its resolver");
+            net_dns_stop(n, id);
+        }
+        closedir(d);
+    }
     return count;
 }

@@ -41,18 +41,35 @@
 
 struct net;
 
-/* A VM's egress policy, fixed at create (docs/NETWORK.md). */
-#define NET_LIST_MAX 32 /* entries in allow_out, and in deny_out */
-#define NET_LIST_CAP (NET_LIST_MAX * 20)
+/* A VM's egress policy: set at create, replaced by PATCH .../network (docs/NETWORK.md). */
+#define NET_LIST_MAX  32 /* entries (CIDRs and names together) in allow_out, and in deny_out */
+#define NET_LIST_CAP  (NET_LIST_MAX * 20)
+#define NET_NAME_LEN  253 /* a domain name's length, "*." included */
+#define NET_NAMES_CAP (NET_LIST_MAX * (NET_NAME_LEN + 2))
+#define NET_RATE_MAX  100000 /* rate_mbit: Mbit/s */
+#define NET_CONNS_MAX 65536  /* max_connections */
 struct net_policy {
     bool internet;                /* false: nothing leaves, DNS included */
     char allow_out[NET_LIST_CAP]; /* "a.b.c.d/p, ...": only these ("": anywhere) */
     char deny_out[NET_LIST_CAP];  /* never these (on top of the always-deny set) */
+    /* Domain rules, "example.com, *.example.org": answered by a dnsmasq of the VM's
+     * own that puts what it resolves into the VM's nft sets (net_dns_conf). */
+    char allow_names[NET_NAMES_CAP];
+    char deny_names[NET_NAMES_CAP];
+    unsigned rate_mbit; /* each way (tc tbf on tap0 and eth0); 0: unlimited */
+    unsigned max_conns; /* concurrent connections out (nft ct count); 0: unlimited */
 };
 
 /* Pure: add one IPv4 address or CIDR ("a.b.c.d" or "a.b.c.d/p", 0 <= p <= 32),
  * host bits cleared, to the ", "-separated list. 0, -EINVAL, or -E2BIG (full). */
 int net_list_add(char *list, size_t cap, const char *cidr);
+/* Pure: add one domain name ("example.com": it and every name under it;
+ * "*.example.com": only the names under it), lowercased, one trailing dot
+ * dropped, to the ", "-separated list. Labels of [a-z0-9-] (1-63 bytes, no
+ * leading or trailing '-'), at least two of them. 0, -EINVAL, or -E2BIG. */
+int net_name_add(char *list, size_t cap, const char *name);
+/* Pure: true if pol needs the VM's own resolver (internet on and names listed). */
+bool net_policy_dns(const struct net_policy *pol);
 
 /* cfg->net_enabled off: 0 and *out = NULL. Else check and set up warrend's
  * side (root, ip and nft found, a valid uplink, range and resolver; the
@@ -91,18 +108,38 @@ int net_prepare_argv(const struct net *n, const char *vm_id, int slot, const str
  * a static buffer, valid until the next call. */
 const char *net_append(const char *base);
 
-/* Remove vm_id's namespace if it exists (and with it the veth, tap, table).
- * Call after its QEMU is gone. Two syscalls, no process spawned. */
+/* Remove vm_id's namespace if it exists (and with it the veth, tap, table)
+ * and stop its resolver (net_dns_stop). Call after its QEMU is gone. A few
+ * syscalls, no process spawned. */
 void net_ns_remove(const struct net *n, const char *vm_id);
 
-/* Remove every namespace of this warrend whose VM id known() denies (called
- * at start, after adoption). Returns how many went. */
+/* Remove every namespace of this warrend whose VM id known() denies, and stop
+ * every resolver (state_dir/net-dns/<id>.pid) known() denies (called at
+ * start, after adoption). Returns how many namespaces went. */
 int net_sweep(const struct net *n, bool (*known)(void *ud, const char *vm_id), void *ud);
 
 /* Pure: parse "a.b.c.d/p" (8 <= p <= 28) into base address (host order) and
  * prefix. 0 or -EINVAL. For the tests. */
 int net_parse_range(const char *s, unsigned *base, unsigned *prefix);
-/* Pure: the ruleset loaded into a VM's namespace (malloc'd, NULL on ENOMEM). */
+/* Pure: the ruleset loaded into a VM's namespace (malloc'd, NULL on ENOMEM):
+ * one transaction that deletes the table and adds the new one, so a reload
+ * while the VM runs is atomic. */
 char *net_vm_rules(const char *range, const char *dns, const struct net_policy *pol);
+/* Pure: the dnsmasq configuration for pol (malloc'd; "" when pol needs no
+ * resolver; NULL on ENOMEM). dns: the upstream ("" : none, every name fails). */
+char *net_dns_conf(const char *dns, const struct net_policy *pol, const char *pidfile);
+
+/* The argv that replaces a running VM's policy (PATCH): in the VM's
+ * namespace, reload its table (one nft transaction), its tc limits and its
+ * resolver, then create marker; on a failure put old back (best effort) and
+ * exit non-zero with the reason on stderr. Spawn with stdin /dev/null.
+ * 0 or -errno; net_wrap_free. */
+int net_apply_argv(const struct net *n, const char *vm_id, const struct net_policy *pol,
+                   const struct net_policy *old, const char *marker, char ***out);
+/* Whether dnsmasq was found at start (domain rules need it). */
+bool net_has_dnsmasq(const struct net *n);
+/* Stop vm_id's resolver, if it has one, and remove its files (pidfile checked
+ * against the process's command line: a reused pid is never killed). */
+void net_dns_stop(const struct net *n, const char *vm_id);
 
 #endif

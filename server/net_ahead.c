@@ -100,7 +100,7 @@ static void on_done(struct ev_loop *loop, ev_io *w, int revents)
 static int ahead_start(struct sbx_table *t)
 {
     struct net_ahead *a = calloc(1, sizeof(*a));
-    struct net_policy pol = {.internet = t->cfg->net_default_internet != 0};
+    struct net_policy pol;
     posix_spawn_file_actions_t fa;
     uint8_t rnd[8];
     char **argv = NULL;
@@ -108,6 +108,7 @@ static int ahead_start(struct sbx_table *t)
 
     if (!a)
         return -ENOMEM;
+    sbx_net_default(t->cfg, &pol);
     a->t = t;
     a->pidfd = -1;
     sbx_random(t, rnd, sizeof(rnd));

@@ -522,6 +522,7 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
     case OP_PCTL:
     case OP_SNAP: /* no guest stream: a frame for its id is dropped */
     case OP_RESUME:
+    case OP_NETPOL:
         break;
     }
 }
@@ -972,6 +973,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
     case OP_PCTL:
     case OP_SNAP: /* the snapshot completes; nobody hears of it */
     case OP_RESUME:
+    case OP_NETPOL: /* the change completes; nobody hears of it */
         break;
     }
     /* Drain: the op stays until the guest's last frame for it, crediting what arrives. */

@@ -276,6 +276,8 @@ static unsigned method_of(struct lws *wsi)
         return API_PUT;
     if (lws_hdr_total_length(wsi, WSI_TOKEN_DELETE_URI))
         return API_DELETE;
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_PATCH_URI))
+        return API_PATCH;
     return API_OTHER;
 }
 
@@ -483,6 +485,10 @@ static void dispatch_json(struct pss *p, json_t *body)
         else
             start_op(p, rc, &err);
         break;
+    case API_R_NETWORK:
+        rc = sbx_set_network(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
+        start_op(p, rc, &err);
+        break;
     case API_R_FILES_RENAME:
         if (api_rename_args(body, &args, &e))
             resp_api_err(p, &e);
@@ -561,9 +567,9 @@ static int transfer_encoding(struct pss *p, int has_cl)
                   "both Transfer-Encoding and Content-Length: the body's framing is ambiguous");
         return 1;
     }
-    if (p->http10 || !(p->method & (API_POST | API_PUT))) {
+    if (p->http10 || !(p->method & (API_POST | API_PUT | API_PATCH))) {
         resp_code(p, 400, "bad_request",
-                  "Transfer-Encoding is accepted on HTTP/1.1 POST and PUT requests only");
+                  "Transfer-Encoding is accepted on HTTP/1.1 POST, PUT and PATCH requests only");
         return 1;
     }
     if (n < 0 || strcasecmp(te, "chunked")) {
@@ -794,7 +800,7 @@ void rest_request(struct pss *p, const char *uri)
     p->http10 = hdr(p->wsi, WSI_TOKEN_HTTP, ver, sizeof(ver)) > 0 && !strcmp(ver, "HTTP/1.0");
     has_cl = content_length(p->wsi, &cl);
     /* A body is coming if a length says so, or (to lws) for any POST/PUT without one. */
-    p->body_done = has_cl > 0 ? cl == 0 : !(p->method & (API_POST | API_PUT));
+    p->body_done = has_cl > 0 ? cl == 0 : !(p->method & (API_POST | API_PUT | API_PATCH));
     if (has_cl < 0) {
         p->close_after = true;
         resp_code(p, 400, "bad_request", "malformed Content-Length");
@@ -900,6 +906,7 @@ void rest_request(struct pss *p, const char *uri)
     case API_R_FORK:
     case API_R_PAUSE:
     case API_R_RESUME:
+    case API_R_NETWORK:
     case API_R_FILES_RENAME:
     case API_R_PROC_STDIN:
     case API_R_PROC_SIGNAL:

@@ -948,8 +948,10 @@ fail:
     return SBX_E_VM_START_FAILED;
 }
 
-/* One of network's CIDR lists into list (already empty). */
-static int get_cidrs(json_t *n, const char *key, char *list, size_t cap, struct sbx_err *err)
+/* One of network's lists: each entry an IPv4 CIDR (into cidrs) or a domain
+ * name (into names, which needs the VM's own resolver: dnsmasq). */
+static int get_list(json_t *n, const char *key, char *cidrs, size_t ccap, char *names, size_t ncap,
+                    struct sbx_err *err)
 {
     json_t *a = json_object_get(n, key), *v;
     size_t i;
@@ -958,45 +960,99 @@ static int get_cidrs(json_t *n, const char *key, char *list, size_t cap, struct 
         return 0;
     if (!json_is_array(a) || json_array_size(a) > NET_LIST_MAX)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                           "network.%s must be an array of at most %d IPv4 CIDRs", key,
-                           NET_LIST_MAX);
+                           "network.%s must be an array of at most %d IPv4 CIDRs or domain names",
+                           key, NET_LIST_MAX);
     json_array_foreach(a, i, v)
     {
-        if (net_list_add(list, cap, json_string_value(v)) != 0)
+        const char *e = json_string_value(v);
+        if (net_list_add(cidrs, ccap, e) == 0)
+            continue;
+        if (!e || strchr(e, '/') || strspn(e, "0123456789.") == strlen(e) ||
+            net_name_add(names, ncap, e) != 0)
             return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                               "network.%s[%zu] must be an IPv4 address or CIDR (a.b.c.d/p)", key,
-                               i);
+                               "network.%s[%zu] must be an IPv4 address or CIDR (a.b.c.d/p) or a "
+                               "domain name (example.com, *.example.com)",
+                               key, i);
     }
     return 0;
 }
 
-/* "network": {"internet": bool, "allow_out": [CIDR...], "deny_out": [CIDR...]}:
- * the egress policy, fixed for the VM's life (docs/NETWORK.md). Accepted with
- * networking off (the VM has no NIC then). */
+int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct sbx_err *err)
+{
+    if (t->net && (pol->allow_names[0] || pol->deny_names[0]) && !net_has_dnsmasq(t->net))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "network: domain rules need dnsmasq on the host, which is not "
+                           "installed");
+    return 0;
+}
+
+static int get_limit(json_t *n, const char *key, unsigned max, unsigned *out, struct sbx_err *err)
+{
+    json_t *v = json_object_get(n, key);
+
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "network.%s must be an integer from 0 (unlimited) to %u", key, max);
+    *out = (unsigned)json_integer_value(v);
+    return 0;
+}
+
+/* A ", "-separated list's entries appended to the array a. */
+static void list_json(json_t *a, const char *list)
+{
+    for (const char *c = list; *c;) {
+        size_t len = strcspn(c, ",");
+        json_array_append_new(a, json_stringn(c, len));
+        c += len;
+        c += strspn(c, ", ");
+    }
+}
+
+/* "network": {"internet": bool, "allow_out": [CIDR or name...], "deny_out": [...],
+ * "rate_mbit": N, "max_connections": M}: the egress policy (docs/NETWORK.md), set
+ * at create, replaced by PATCH .../network. Accepted with networking off (the VM
+ * has no NIC then). */
 json_t *sbx_net_policy_json(const struct net_policy *p)
 {
-    json_t *n = json_pack("{s:b,s:[],s:[]}", "internet", p->internet, "allow_out", "deny_out");
-    const char *lists[2] = {p->allow_out, p->deny_out}, *keys[2] = {"allow_out", "deny_out"};
+    json_t *n = json_pack("{s:b,s:[],s:[],s:I,s:I}", "internet", p->internet, "allow_out",
+                          "deny_out", "rate_mbit", (json_int_t)p->rate_mbit, "max_connections",
+                          (json_int_t)p->max_conns);
 
-    for (int i = 0; n && i < 2; i++) {
-        for (const char *c = lists[i]; *c;) {
-            size_t len = strcspn(c, ",");
-            json_array_append_new(json_object_get(n, keys[i]), json_stringn(c, len));
-            c += len;
-            c += strspn(c, ", ");
-        }
+    if (n) {
+        list_json(json_object_get(n, "allow_out"), p->allow_out);
+        list_json(json_object_get(n, "allow_out"), p->allow_names);
+        list_json(json_object_get(n, "deny_out"), p->deny_out);
+        list_json(json_object_get(n, "deny_out"), p->deny_names);
     }
     return n;
 }
 
-int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err)
+void sbx_net_default(const struct srv_config *c, struct net_policy *pol)
 {
-    static const char *const fields[] = {"internet", "allow_out", "deny_out", NULL};
-    json_t *n = json_object_get(body, "network"), *v;
+    memset(pol, 0, sizeof(*pol));
+    pol->internet = c->net_default_internet != 0;
+    pol->rate_mbit = c->net_rate_mbit;
+    pol->max_conns = c->net_max_connections;
+}
+
+bool sbx_net_is_default(const struct srv_config *c, const struct net_policy *pol)
+{
+    return pol->internet == (c->net_default_internet != 0) && !pol->allow_out[0] &&
+           !pol->deny_out[0] && !pol->allow_names[0] && !pol->deny_names[0] &&
+           pol->rate_mbit == c->net_rate_mbit && pol->max_conns == c->net_max_connections;
+}
+
+int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
+                         struct sbx_err *err)
+{
+    static const char *const fields[] = {"internet",  "allow_out",       "deny_out",
+                                         "rate_mbit", "max_connections", NULL};
+    json_t *v;
     int status;
 
-    memset(pol, 0, sizeof(*pol));
-    pol->internet = t->cfg->net_default_internet != 0;
+    sbx_net_default(t->cfg, pol);
     if (!n || json_is_null(n))
         return 0;
     if (!json_is_object(n))
@@ -1008,10 +1064,19 @@ int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, s
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network.internet must be true or false");
     if (json_is_boolean(v))
         pol->internet = json_is_true(v);
-    if ((status = get_cidrs(n, "allow_out", pol->allow_out, sizeof(pol->allow_out), err)) ||
-        (status = get_cidrs(n, "deny_out", pol->deny_out, sizeof(pol->deny_out), err)))
+    if ((status = get_list(n, "allow_out", pol->allow_out, sizeof(pol->allow_out), pol->allow_names,
+                           sizeof(pol->allow_names), err)) ||
+        (status = get_list(n, "deny_out", pol->deny_out, sizeof(pol->deny_out), pol->deny_names,
+                           sizeof(pol->deny_names), err)) ||
+        (status = get_limit(n, "rate_mbit", NET_RATE_MAX, &pol->rate_mbit, err)) ||
+        (status = get_limit(n, "max_connections", NET_CONNS_MAX, &pol->max_conns, err)))
         return status;
     return 0;
+}
+
+int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err)
+{
+    return sbx_net_policy_parse(t, json_object_get(body, "network"), pol, err);
 }
 
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
@@ -1062,7 +1127,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         (!snap_id &&
          (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
-    if ((status = sbx_get_network(t, body, &pol, err)))
+    if ((status = sbx_get_network(t, body, &pol, err)) ||
+        (status = sbx_net_check_host(t, &pol, err)))
         return status;
     if (json_object_get(body, "persistent") &&
         !json_is_boolean(json_object_get(body, "persistent")))
@@ -1116,14 +1182,12 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                               err);
     }
     /* The pool's VMs run under the default policy, fixed when they started. */
-    if (pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0] &&
-        (vm = pool_take(t->pool, tmpl, mem, vcpus)))
+    if (sbx_net_is_default(c, &pol) && (vm = pool_take(t->pool, tmpl, mem, vcpus)))
         return handout(sb, vm, sink, user, opid, err);
     /* The pool is empty (or this create's policy differs from its VMs'): a clone of
      * its template restored for this create still beats a boot. */
     {
-        bool dflt =
-            pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] && !pol.deny_out[0];
+        bool dflt = sbx_net_is_default(c, &pol);
         const char *tsnap, *tdisk, *tmem;
         struct sbx_vm *spare = NULL;
         if (pool_template(t->pool, tmpl, mem, vcpus, &tsnap, &tdisk, &tmem, dflt ? &spare : NULL))
@@ -1133,8 +1197,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         /* A namespace made ahead, when the policy is the default one. */
         char ahead_id[24];
         int slot = -1;
-        bool made = t->net && pol.internet == (c->net_default_internet != 0) && !pol.allow_out[0] &&
-                    !pol.deny_out[0] && sbx_net_ahead_take(t, ahead_id, sizeof(ahead_id), &slot);
+        bool made = t->net && sbx_net_is_default(c, &pol) &&
+                    sbx_net_ahead_take(t, ahead_id, sizeof(ahead_id), &slot);
         r = sbx_vm_new_id(t, made ? ahead_id : NULL, tmpl, mem, vcpus, &vm);
         if (r != 0 && made)
             sbx_vm_net_release(t, ahead_id, &slot);
@@ -1577,6 +1641,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
         sandbox_free(sb);
     }
     sbx_vm_free_all(t, kill_vms);
+    sbx_net_apply_free(t);
     sbx_net_ahead_free(t);
     net_free(t->net);
     t->net = NULL;

@@ -150,6 +150,12 @@ void sbx_op_consumed(struct sbx_table *t, sbx_op_t op, size_t n);
 /* The requester is gone: no further callbacks; a running exec is killed, an upload aborted. */
 void sbx_op_cancel(struct sbx_table *t, sbx_op_t op);
 
+/* PATCH /v1/sandboxes/{id}/network: body is the network object (as at create), which
+ * replaces the running VM's policy; done(NULL, sandbox record) once applied, or an error
+ * with the old policy still in force. */
+int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                    void *user, sbx_op_t *op, struct sbx_err *err);
+
 /* Count of sandboxes not ended (for /healthz). */
 unsigned sbx_count_live(const struct sbx_table *t);
 /* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */

@@ -47,7 +47,8 @@ enum op_kind {
     OP_ATTACH,
     OP_PCTL,
     OP_SNAP,
-    OP_RESUME
+    OP_RESUME,
+    OP_NETPOL /* PATCH .../network: no guest stream (sbx_netpol.c) */
 };
 
 struct sandbox;
@@ -74,7 +75,7 @@ struct sbx_vm {
     char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
     /* networking (net.h): the /30 it holds (-1: none) and its policy */
     int net_slot;
-    struct net_policy pol; /* set before launch; only .internet is in the record */
+    struct net_policy pol; /* set before launch, replaced by PATCH .../network; in the record */
     bool net_made;         /* its namespace was made ahead: QEMU is spawned inside it */
 };
 
@@ -172,12 +173,13 @@ struct sbx_table {
     bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
-    struct vmm_jail *jail;   /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
-    struct pool *pool;       /* the warm pool (pool/pool.h), NULL when off */
-    struct net *net;         /* sandbox networking (net.h), NULL when off */
-    struct net_ahead *ahead; /* namespaces made ahead (net_ahead.c) */
-    bool ahead_failed;       /* the last one failed: none made until the next create */
-    struct sbx_snaps *snaps; /* snapshots and the ones being taken (sbx_snap.c) */
+    struct vmm_jail *jail;     /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
+    struct pool *pool;         /* the warm pool (pool/pool.h), NULL when off */
+    struct net *net;           /* sandbox networking (net.h), NULL when off */
+    struct net_ahead *ahead;   /* namespaces made ahead (net_ahead.c) */
+    bool ahead_failed;         /* the last one failed: none made until the next create */
+    struct net_apply *applies; /* policy changes in progress (sbx_netpol.c) */
+    struct sbx_snaps *snaps;   /* snapshots and the ones being taken (sbx_snap.c) */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -253,6 +255,8 @@ bool sbx_net_ahead_take(struct sbx_table *t, char *id, size_t cap, int *slot);
 void sbx_net_ahead_sweep(struct sbx_table *t);
 /* Remove every namespace not taken (shutdown). */
 void sbx_net_ahead_free(struct sbx_table *t);
+/* Kill the policy changes still running (shutdown). */
+void sbx_net_apply_free(struct sbx_table *t);
 /* Start QEMU for a pool VM: restore mode over the template's RAM file mem_path (its
  * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno. */
 int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path);
@@ -344,6 +348,15 @@ void sbx_rm_dir(const char *dir);
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
 int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err);
 json_t *sbx_net_policy_json(const struct net_policy *p);
+/* The network object n (NULL: the defaults) into pol, validated: 0 or an sbx_errcode. */
+int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
+                         struct sbx_err *err);
+/* Whether this host can enforce pol (domain rules need dnsmasq): 0 or an sbx_errcode.
+ * Apart from the parse: a snapshot recorded with domain rules stays readable. */
+int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct sbx_err *err);
+/* conf/'s default policy (internet, limits) into pol; whether pol is it. */
+void sbx_net_default(const struct srv_config *c, struct net_policy *pol);
+bool sbx_net_is_default(const struct srv_config *c, const struct net_policy *pol);
 
 /* Pause (sbx_snap.h) at the idle timeout of a persistent sandbox, nobody to answer:
  * 0 or -EIO. */

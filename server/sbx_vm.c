@@ -71,7 +71,7 @@ static struct sbx_vm *vm_alloc(struct sbx_table *t)
         return NULL;
     vm->t = t;
     vm->net_slot = -1;
-    vm->pol.internet = t->cfg->net_default_internet != 0;
+    sbx_net_default(t->cfg, &vm->pol);
     vm->next = t->vms;
     t->vms = vm;
     return vm;
@@ -160,6 +160,12 @@ int sbx_vm_save(struct sbx_vm *vm)
             json_object_set_new(o, "allow_out", json_string(vm->pol.allow_out));
         if (vm->pol.deny_out[0])
             json_object_set_new(o, "deny_out", json_string(vm->pol.deny_out));
+        if (vm->pol.allow_names[0])
+            json_object_set_new(o, "allow_names", json_string(vm->pol.allow_names));
+        if (vm->pol.deny_names[0])
+            json_object_set_new(o, "deny_names", json_string(vm->pol.deny_names));
+        json_object_set_new(o, "rate_mbit", json_integer(vm->pol.rate_mbit));
+        json_object_set_new(o, "max_connections", json_integer(vm->pol.max_conns));
     }
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
@@ -405,6 +411,13 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
         vm->pol.internet = json_is_true(json_object_get(o, "internet"));
         snprintf(vm->pol.allow_out, sizeof(vm->pol.allow_out), "%s", allow ? allow : "");
         snprintf(vm->pol.deny_out, sizeof(vm->pol.deny_out), "%s", deny ? deny : "");
+        allow = json_string_value(json_object_get(o, "allow_names"));
+        deny = json_string_value(json_object_get(o, "deny_names"));
+        snprintf(vm->pol.allow_names, sizeof(vm->pol.allow_names), "%s", allow ? allow : "");
+        snprintf(vm->pol.deny_names, sizeof(vm->pol.deny_names), "%s", deny ? deny : "");
+        /* Records of an older warrend have no limits: none. */
+        vm->pol.rate_mbit = (unsigned)json_integer_value(json_object_get(o, "rate_mbit"));
+        vm->pol.max_conns = (unsigned)json_integer_value(json_object_get(o, "max_connections"));
         /* Held even with networking off now: the namespace is removed with the VM. */
         if (json_is_integer(slot) && t->net &&
             net_slot_hold(t->net, (int)json_integer_value(slot)) == 0)

@@ -3,8 +3,8 @@
 Two network namespaces: "host" (warrend runs there: the test process enters
 it with setns, so warrend and its children inherit it) and "inet", joined by
 a veth pair on 203.0.113.0/24 (documentation addresses). The host namespace's
-only route out leads into inet, which holds an HTTP server on 192.0.2.10:80 (and 198.51.100.80, 203.0.113.2)
-and a DNS server on 198.51.100.53:53 answering a few names. Everything is
+only route out leads into inet, which holds an HTTP server on 192.0.2.10:80 (and 198.51.100.80, 203.0.113.2,
+203.0.113.80) and a DNS server on 198.51.100.53:53 answering a few names (NAMES). Everything is
 removed by close(), whatever happened.
 """
 import ctypes
@@ -21,9 +21,13 @@ HTTP_ADDR = "192.0.2.10"
 DNS_ADDR = "198.51.100.53"
 HTTP2_ADDR = "198.51.100.80"  # the same HTTP server on another address
 INET_ADDR = "203.0.113.2"  # and on the fake internet's side of the uplink
+API_ADDR = "203.0.113.80"  # and on another address, named api.example.org
 UPLINK = "up0"
 UPLINK_ADDR = "203.0.113.1"
-NAMES = {"www.example.com": HTTP_ADDR, "api.example.org": HTTP_ADDR}
+NAMES = {"www.example.com": HTTP_ADDR, "api.example.org": API_ADDR,
+         "dl.example.com": HTTP2_ADDR}
+BIG = "big.bin"  # a 4 MiB file the HTTP server serves (rate limits)
+BIG_SIZE = 4 << 20
 BODY = "hello from the fake internet\n"
 
 DNS_SERVER = r'''
@@ -103,11 +107,14 @@ class FakeNet:
                     "addr add 10.99.0.1/32 dev lo\n", self.host), \
                    ("link set lo up\nlink set inet0 up\naddr add 203.0.113.2/24 dev inet0\n"
                     f"addr add {HTTP_ADDR}/32 dev lo\naddr add {DNS_ADDR}/32 dev lo\n"
-                    f"addr add {HTTP2_ADDR}/32 dev lo\n", self.inet):
+                    f"addr add {HTTP2_ADDR}/32 dev lo\naddr add {API_ADDR}/32 dev lo\n",
+                    self.inet):
             subprocess.run(["ip", "-n", cmd[1], "-b", "-"], input=cmd[0], check=True, text=True,
                            capture_output=True)
         with open(os.path.join(self.dir, "index.html"), "w") as f:
             f.write(BODY)
+        with open(os.path.join(self.dir, BIG), "wb") as f:
+            f.write(os.urandom(BIG_SIZE))
         self._spawn([sys.executable, "-m", "http.server", "80", "--bind", "0.0.0.0",
                      "--directory", self.dir])
         self._spawn([sys.executable, "-c", DNS_SERVER, DNS_ADDR] +

@@ -11,8 +11,10 @@ sandbox; with internet off reach nothing; after DELETE, and after kill -9 and
 a restart, nothing named for a VM is left (a stray namespace is swept)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
+import threading
 import time
 import unittest
 
@@ -183,7 +185,9 @@ class TestNet(unittest.TestCase):
 
     def test_2b_allow_and_deny_lists(self):
         w = self.w
-        for bad in ({"allow_out": ["example.com"]}, {"deny_out": "10.0.0.0/8"},
+        for bad in ({"allow_out": ["exa mple.com"]}, {"deny_out": "10.0.0.0/8"},
+                    {"allow_out": ["com"]}, {"rate_mbit": -1}, {"max_connections": "3"},
+                    {"rate_mbit": 100001},
                     {"allow_out": ["10.0.0.0/33"]}, {"internet": 1}, {"proxy": True}):
             r = w.request("POST", "/v1/sandboxes", {"template": "base", "network": bad})
             self.assertError(r, 400, "invalid_argument")
@@ -191,7 +195,8 @@ class TestNet(unittest.TestCase):
                               "deny_out": [fakenet.HTTP2_ADDR]}, **BASE)
         self.assertEqual(w.get(c).json()["network"],
                          {"internet": True, "allow_out": ["192.0.2.0/24", "198.51.100.0/24"],
-                          "deny_out": [fakenet.HTTP2_ADDR + "/32"]})
+                          "deny_out": [fakenet.HTTP2_ADDR + "/32"], "rate_mbit": 0,
+                          "max_connections": 0})
         got = self.probe(c, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
                          f"{fakenet.INET_ADDR}:80", "169.254.169.254:80")
         self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
@@ -286,7 +291,8 @@ class TestNet(unittest.TestCase):
         self.assertFalse(made_ahead & set(fakenet.netns_named(tag)), made_ahead)
         # The policy survives in the VM's record.
         self.assertEqual(self.w.get(self.b).json()["network"],
-                         {"internet": False, "allow_out": [], "deny_out": []})
+                         {"internet": False, "allow_out": [], "deny_out": [], "rate_mbit": 0,
+                          "max_connections": 0})
         # 503 while the guest channel reconnects after the restart, then 200.
         deadline = time.time() + 60
         while True:
@@ -377,6 +383,278 @@ class TestNetJailed(TestNet):
         super().test_5_kill9_restart_sweeps()
 
 
+def resolvers(state_dir):
+    """pids of the dnsmasq processes of this warrend (their config is under
+    state_dir/net-dns/)."""
+    mark = os.path.join(state_dir, "net-dns/").encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if cmd.startswith(b"dnsmasq") and mark in cmd:
+            found.append(int(pid))
+    return found
+
+
+HOLD = r"""
+import socket, sys, json
+res = []
+held = []
+for i in range(int(sys.argv[2])):
+    try:
+        held.append(socket.create_connection((sys.argv[1], 80), 4))
+        res.append("open")
+    except OSError as e:
+        res.append("error %s" % e.errno)
+print(json.dumps(res))
+"""
+
+# Connect, say so (/tmp/connected), wait until a new connection fails (the new
+# policy is in force), then use the first connection: "got N" or "error ...".
+OLD_CONN = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], 80), 4)
+open("/tmp/connected", "w").close()
+for _ in range(120):
+    try:
+        socket.create_connection((sys.argv[1], 80), 1).close()
+    except OSError:
+        break
+s.settimeout(5)
+try:
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    print("got", len(s.recv(100)))
+except OSError as e:
+    print("error", e)
+"""
+
+TIMED_GET = r"""
+import sys, time, urllib.request
+t = time.monotonic()
+n = len(urllib.request.urlopen(sys.argv[1], timeout=120).read())
+print(n, time.monotonic() - t)
+"""
+
+
+@unittest.skipUnless(shutil.which("dnsmasq", path="/usr/sbin:/usr/bin:/sbin:/bin"),
+                     "dnsmasq is not installed (scripts/setup.sh installs dnsmasq-base)")
+class TestNetPolicy(unittest.TestCase):
+    """Domain rules (a dnsmasq per VM filling nft sets), rate and connection
+    limits, and PATCH .../network on a running VM. Two sandboxes for the class;
+    the methods run in name order and build on each other."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.w = Warren(net_conf(net_ahead="0")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        if os.environ.get("DNS_DEBUG"):
+            print(cls.w.log_text()[-6000:])
+        cls.w.cleanup()
+        remove_namespaces(cls.w)
+        for pid in resolvers(cls.w.state_dir):
+            os.kill(pid, signal.SIGKILL)
+
+    def probe(self, sid, *targets):
+        r = self.w.run(sid, ["python3", "-c", PROBE] + list(targets), timeout_seconds=60)
+        self.assertEqual(r["exit_code"], 0, r)
+        return json.loads(r["stdout"])
+
+    def fetch(self, sid, host):
+        return self.w.exec(sid, ["curl", "-sS", "-m", "8", f"http://{host}/"],
+                           timeout_seconds=60).json()
+
+    def reaches(self, sid, host):
+        r = self.fetch(sid, host)
+        return r["exit_code"] == 0 and r["stdout"] == fakenet.BODY
+
+    def patch(self, sid, net, status=200):
+        r = self.w.request("PATCH", f"/v1/sandboxes/{sid}/network", net)
+        self.assertEqual(r.status, status, r)
+        return r.json()
+
+    def test_1_allow_one_domain(self):
+        cls = type(self)
+        w = self.w
+        cls.a = w.create(network={"internet": True, "allow_out": ["www.example.com"]}, **BASE)
+        self.assertEqual(w.get(cls.a).json()["network"],
+                         {"internet": True, "allow_out": ["www.example.com"], "deny_out": [],
+                          "rate_mbit": 0, "max_connections": 0})
+        self.assertEqual(len(resolvers(w.state_dir)), 1)
+        self.assertTrue(self.reaches(cls.a, "www.example.com"))
+        # Not the other name (NXDOMAIN), nor an address it was not given by name.
+        self.assertFalse(self.reaches(cls.a, "api.example.org"))
+        got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.API_ADDR}:80",
+                         f"{fakenet.HTTP2_ADDR}:80")
+        self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
+        for target, res in got.items():
+            self.assertNotEqual(res, "open", (target, got))
+
+    def test_2_patch_wildcard_and_deny_names(self):
+        w, a = self.w, self.a
+        # Invalid: refused, the policy unchanged.
+        self.patch(a, {"allow_out": ["*.*.example.com"]}, 400)
+        self.patch(a, {"internet": True, "bogus": 1}, 400)
+        self.assertEqual(w.get(a).json()["network"]["allow_out"], ["www.example.com"])
+        out = self.patch(a, {"internet": True, "allow_out": ["*.example.com"]})
+        self.assertEqual(out["network"]["allow_out"], ["*.example.com"])
+        self.assertTrue(self.reaches(a, "dl.example.com"))
+        self.assertTrue(self.reaches(a, "www.example.com"))
+        self.assertFalse(self.reaches(a, "api.example.org"))
+        self.assertEqual(len(resolvers(w.state_dir)), 1)  # restarted, not added
+        # A deny list with a name: that name is resolved but unreachable; others are not.
+        self.patch(a, {"internet": True, "deny_out": ["api.example.org"]})
+        self.assertFalse(self.reaches(a, "api.example.org"))
+        self.assertTrue(self.reaches(a, "www.example.com"))
+        got = self.probe(a, f"{fakenet.API_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80")
+        self.assertEqual(got, {f"{fakenet.API_ADDR}:80": got[f"{fakenet.API_ADDR}:80"],
+                               f"{fakenet.HTTP2_ADDR}:80": "open"})
+        self.assertNotEqual(got[f"{fakenet.API_ADDR}:80"], "open", got)
+
+    def test_3_patch_internet_and_lists(self):
+        w, a = self.w, self.a
+        self.patch(a, {"internet": False})
+        self.assertEqual(resolvers(w.state_dir), [])  # no names, no resolver
+        got = self.probe(a, f"{fakenet.HTTP_ADDR}:80")
+        self.assertNotEqual(got[f"{fakenet.HTTP_ADDR}:80"], "open", got)
+        self.patch(a, {"internet": True})
+        self.assertTrue(self.reaches(a, fakenet.HTTP_ADDR))
+        self.assertTrue(self.reaches(a, "www.example.com"))  # DNS forwarded again
+        # A connection opened before a change that forbids its destination gets
+        # nothing more through (every packet from the guest is checked).
+        out = {}
+        t = threading.Thread(target=lambda: out.update(
+            r=w.run(a, ["python3", "-c", OLD_CONN, fakenet.HTTP_ADDR], timeout_seconds=300)))
+        w.run(a, ["rm", "-f", "/tmp/connected"])
+        t.start()
+        deadline = time.time() + 120
+        while w.exec(a, ["test", "-e", "/tmp/connected"]).json()["exit_code"] != 0:
+            self.assertLess(time.time(), deadline, "the guest never connected")
+            time.sleep(0.1)
+        self.patch(a, {"internet": False})
+        t.join(300)
+        self.assertTrue(out["r"]["stdout"].startswith("error"), out)
+        self.patch(a, {"internet": True})
+        # A change that fails half-way (its resolver cannot bind 10.0.2.1:53: held
+        # by another process in the namespace) answers 500 and puts the old policy
+        # back: still recorded, still in force.
+        before = w.get(a).json()["network"]
+        (ns,) = fakenet.netns_named(w.vm_id(a))
+        hold = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "python3", "-c",
+             "import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+             "s.bind(('10.0.2.1', 53)); print('bound', flush=True); time.sleep(600)"],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(hold.stdout.readline().strip(), "bound")
+            err = self.patch(a, {"internet": True, "allow_out": ["dl.example.com"]}, 500)
+            self.assertIn("old one is in force", err["error"]["message"], err)
+            self.assertIn("dnsmasq", err["error"]["message"], err)
+        finally:
+            hold.kill()
+            hold.wait()
+            hold.stdout.close()
+        self.assertEqual(w.get(a).json()["network"], before)
+        self.assertEqual(resolvers(w.state_dir), [])
+        self.assertTrue(self.reaches(a, fakenet.HTTP_ADDR))
+        # From a CIDR list to a domain list: the listed address alone goes; then
+        # only what the name resolves to, not the address given by hand before.
+        self.patch(a, {"internet": True, "allow_out": ["192.0.2.0/24"]})
+        got = self.probe(a, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80")
+        self.assertEqual(got[f"{fakenet.HTTP_ADDR}:80"], "open", got)
+        self.assertNotEqual(got[f"{fakenet.HTTP2_ADDR}:80"], "open", got)
+        self.patch(a, {"internet": True, "allow_out": ["dl.example.com"]})
+        got = self.probe(a, f"{fakenet.HTTP_ADDR}:80")
+        self.assertNotEqual(got[f"{fakenet.HTTP_ADDR}:80"], "open", got)
+        self.assertTrue(self.reaches(a, "dl.example.com"))
+        # A snapshot carries the policy as changed: a sandbox restored from it
+        # gets the same domain rules (and a resolver of its own).
+        r = w.request("POST", f"/v1/sandboxes/{a}/snapshot", {})
+        self.assertEqual(r.status, 201, r)
+        snap = r.json()["snapshot_id"]
+        c = w.create(snapshot_id=snap)
+        self.assertEqual(w.get(c).json()["network"], w.get(a).json()["network"])
+        self.assertEqual(len(resolvers(w.state_dir)), 2)
+        self.assertTrue(self.reaches(c, "dl.example.com"))
+        self.assertFalse(self.reaches(c, "www.example.com"))
+        self.assertEqual(w.delete(c).status, 200)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{snap}").status, 200)
+        deadline = time.time() + 15
+        while len(resolvers(w.state_dir)) != 1 and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(len(resolvers(w.state_dir)), 1)
+
+    def test_4_limits(self):
+        cls = type(self)
+        w = self.w
+        cls.b = w.create(network={"internet": True, "rate_mbit": 8, "max_connections": 3},
+                         **BASE)
+        net = w.get(cls.b).json()["network"]
+        self.assertEqual((net["rate_mbit"], net["max_connections"]), (8, 3))
+        url = f"http://{fakenet.HTTP_ADDR}/{fakenet.BIG}"
+        r = w.run(cls.b, ["python3", "-c", TIMED_GET, url], timeout_seconds=120)
+        n, secs = r["stdout"].split()
+        self.assertEqual(int(n), fakenet.BIG_SIZE, r)
+        # 4 MiB at 8 Mbit/s takes ~4.2 s: a lower bound only.
+        self.assertGreaterEqual(float(secs), 2.0, r)
+        r = w.run(cls.b, ["python3", "-c", HOLD, fakenet.HTTP_ADDR, "5"], timeout_seconds=60)
+        got = json.loads(r["stdout"])
+        self.assertEqual(got[:3], ["open"] * 3, got)
+        self.assertNotIn("open", got[3:], got)
+        # Limits lifted by PATCH: all five connect.
+        self.patch(cls.b, {"internet": True})
+        r = w.run(cls.b, ["python3", "-c", HOLD, fakenet.HTTP_ADDR, "5"], timeout_seconds=60)
+        self.assertEqual(json.loads(r["stdout"]), ["open"] * 5, r)
+        r = w.run(cls.b, ["python3", "-c", TIMED_GET, url], timeout_seconds=120)
+        print(f"\n4 MiB download: 8 Mbit/s limit {secs} s, unlimited {r['stdout'].split()[1]} s")
+
+    def test_5_kill9_restart_keeps_policy_and_sweeps(self):
+        w, a, b = self.w, self.a, self.b
+        self.patch(a, {"internet": True, "allow_out": ["www.example.com"], "rate_mbit": 100})
+        want = w.get(a).json()["network"]
+        (dns_a,) = resolvers(w.state_dir)
+        w.kill9()
+        w.start()
+        self.assertEqual(w.get(a).json()["network"], want)
+        self.assertEqual(resolvers(w.state_dir), [dns_a])  # a's re-adopted VM keeps it
+        deadline = time.time() + 60
+        while True:
+            r = w.exec(a, "echo hi")
+            if r.status != 503 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertTrue(self.reaches(a, "www.example.com"))
+        self.assertFalse(self.reaches(a, "dl.example.com"))
+        # b gets names, then warrend is killed and b's QEMU too: the restart's
+        # sweep stops its resolver.
+        self.patch(b, {"internet": True, "deny_out": ["api.example.org"]})
+        self.assertEqual(len(resolvers(w.state_dir)), 2)
+        vm_b = w.vm_id(b)
+        w.kill9()
+        for pid in qemu_pids(vm_b):
+            os.kill(pid, signal.SIGKILL)
+        self.assertEqual(wait_no_qemu(vm_b), [])
+        w.start()
+        self.assertEqual(resolvers(w.state_dir), [dns_a], w.log_text())
+        self.assertEqual(fakenet.netns_named(vm_b), [])
+        # DELETE: nothing left (no resolver, no namespace; net_ahead = 0).
+        vm_a = w.vm_id(a)
+        for sid in (a, b):
+            w.delete(sid)
+        self.assertEqual(wait_no_qemu(vm_a), [])
+        deadline = time.time() + 15
+        while (resolvers(w.state_dir) or fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-")) \
+                and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(resolvers(w.state_dir), [])
+        self.assertEqual(fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"), [])
+        self.assertEqual(os.listdir(os.path.join(w.state_dir, "net-dns")), [])
+
+
 class TestNetConf(unittest.TestCase):
     """Configurations warrend refuses at start, saying why (no VM)."""
 
@@ -393,6 +671,8 @@ class TestNetConf(unittest.TestCase):
         self.refused(net_conf(net_uplink=""), "net_uplink must name")
         self.refused(net_conf(net_range="10.0.0.0/30"), "net_range must be")
         self.refused(net_conf(net_dns_upstream="dns.example"), "net_dns_upstream must be")
+        self.refused(net_conf(net_rate_mbit="100001"), "net_rate_mbit must be at most")
+        self.refused(net_conf(net_max_connections="65537"), "net_max_connections at most")
 
 
 class TestNetPool(unittest.TestCase):
@@ -463,10 +743,11 @@ class TestNetPool(unittest.TestCase):
 
 @unittest.skipUnless(os.environ.get("WARREN_BIG") == "1", "create/delete cycles: WARREN_BIG=1")
 class TestNetCycles(unittest.TestCase):
-    """N create/delete cycles (WARREN_NET_CYCLES, default 500), alternating the
-    default policy (a namespace made ahead) and internet off (set up at launch):
-    afterwards only the namespaces made ahead remain, no veth of a VM, no QEMU,
-    and warrend holds no more fds than after the first cycle."""
+    """N create/delete cycles (WARREN_NET_CYCLES, default 500), rotating the
+    default policy (a namespace made ahead), internet off (set up at launch)
+    and a domain allow list (a dnsmasq of its own, when installed): afterwards
+    only the namespaces made ahead remain, no veth of a VM, no QEMU, no
+    dnsmasq, and warrend holds no more fds than after the first cycle."""
 
     @classmethod
     def setUpClass(cls):
@@ -482,8 +763,12 @@ class TestNetCycles(unittest.TestCase):
         n = int(os.environ.get("WARREN_NET_CYCLES", "500"))
         tag = f"warren-{ns_tag(w.state_dir)}-"
         fds = None
+        names = shutil.which("dnsmasq", path="/usr/sbin:/usr/bin:/sbin:/bin")
         for i in range(n):
-            sid = w.create(network={"internet": i % 2 == 0})
+            net = {"internet": i % 3 != 1}
+            if i % 3 == 2 and names:
+                net["allow_out"] = ["www.example.com"]
+            sid = w.create(network=net)
             self.assertEqual(w.delete(sid).status, 200)
             if i == 0:
                 fds = len(os.listdir(f"/proc/{w.proc.pid}/fd"))
@@ -494,6 +779,7 @@ class TestNetCycles(unittest.TestCase):
             time.sleep(0.1)
         self.assertEqual(len(fakenet.netns_named(tag)), 2, fakenet.netns_named(tag))
         self.assertEqual(len(links("wn-")), 2, links("wn-"))
+        self.assertEqual(resolvers(w.state_dir), [])
         self.assertLessEqual(len(os.listdir(f"/proc/{w.proc.pid}/fd")), fds + 2)
 
 

@@ -755,6 +755,15 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
     return sbx_snapshot(t, id, NULL, sink, user, op, err);
 }
 
+/* The fake has no network: PATCH .../network is refused as with net_enabled off. */
+int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                    void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    (void)t, (void)id, (void)body, (void)sink, (void)user, (void)op;
+    return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                       "networking is off on this server (net_enabled = false)");
+}
+
 /* The fake never pauses a sandbox (its pause is a snapshot that leaves it running),
  * and its sandboxes are up from their create. */
 bool sbx_coming_back(struct sbx_table *t, const char *id)

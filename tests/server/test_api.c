@@ -35,6 +35,10 @@ static void test_routes(void)
           r.methods == API_POST);
     CHECK(api_route_match("/v1/sandboxes/abc/resume", &r) == 0 && r.id == API_R_RESUME &&
           r.methods == API_POST);
+    /* A running sandbox's network policy is replaced by PATCH only. */
+    CHECK(api_route_match("/v1/sandboxes/abc/network", &r) == 0 && r.id == API_R_NETWORK &&
+          r.methods == API_PATCH && !strcmp(r.sbx, "abc") && r.auth);
+    CHECK(api_route_match("/v1/sandboxes/abc/network/x", &r) != 0);
     CHECK(api_route_match("/v1/sandboxes/abc/fork", &r) == 0 && r.id == API_R_FORK &&
           r.methods == API_POST && !strcmp(r.sbx, "abc"));
     CHECK(api_route_match("/v1/snapshots", &r) == 0 && r.id == API_R_SNAPSHOTS &&

@@ -69,13 +69,13 @@ static void test_rules(void)
             CHECK(ok == 1);
     }
     /* internet on: out to anything not denied, DNS forwarded to the resolver. */
-    CHECK(strstr(r[0], "ip daddr != @deny accept") != NULL);
+    CHECK(strstr(r[0], "ip daddr != @deny jump out_ok") != NULL);
     CHECK(strstr(r[0], "dnat ip to 198.51.100.53") != NULL);
     /* internet off: no accept towards eth0 at all, no DNS. */
     CHECK(strstr(r[1], "oifname \"eth0\"") == strstr(r[1], "oifname \"eth0\" masquerade"));
-    CHECK(strstr(r[1], "dnat") == NULL && strstr(r[1], "@deny accept") == NULL);
+    CHECK(strstr(r[1], "dnat") == NULL && strstr(r[1], "jump out_ok") == NULL);
     /* No resolver: nothing forwarded. */
-    CHECK(strstr(r[2], "dnat") == NULL && strstr(r[2], "@deny accept") != NULL);
+    CHECK(strstr(r[2], "dnat") == NULL && strstr(r[2], "@deny jump out_ok") != NULL);
     for (int i = 0; i < 3; i++)
         free(r[i]);
 }
@@ -111,7 +111,7 @@ static void test_lists(void)
     snprintf(p.deny_out, sizeof(p.deny_out), "198.51.100.80/32");
     r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
     CHECK(r && strstr(r, "ip daddr @deny_out drop") != NULL);
-    CHECK(r && strstr(r, "ip daddr != @deny ip daddr @allow_out accept") != NULL);
+    CHECK(r && strstr(r, "ip daddr != @deny ip daddr @allow_out jump out_ok") != NULL);
     if (r && (ok = nft_check(r)) >= 0)
         CHECK(ok == 1);
     free(r);
@@ -119,7 +119,94 @@ static void test_lists(void)
     p.internet = false;
     r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
     CHECK(r && strstr(r, "allow_out") == NULL && strstr(r, "deny_out") == NULL &&
-          strstr(r, "@deny accept") == NULL);
+          strstr(r, "jump out_ok") == NULL);
+    free(r);
+}
+
+/* Domain names: validated, canonical, bounded. */
+static void test_names(void)
+{
+    char list[NET_NAMES_CAP] = "", small[24] = "", long_name[300];
+
+    CHECK(net_name_add(list, sizeof(list), "Example.COM") == 0);
+    CHECK(net_name_add(list, sizeof(list), "*.example.org.") == 0);
+    CHECK(net_name_add(list, sizeof(list), "a-b.c0.example.net") == 0);
+    CHECK(strcmp(list, "example.com, *.example.org, a-b.c0.example.net") == 0);
+    static const char *const bad[] = {"",       "com",   "*.com.", "*",           "*.",
+                                      "a..b",   ".a.b",  "a.b..",  "-a.b",        "a-.b",
+                                      "a.b/c",  "a b.c", "a.*.b",  "**.a.b",      "a.b;rm",
+                                      "x\"y.z", "a.b\n", "a_b.c",  "192.0.2.1/24"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
+        CHECK(net_name_add(list, sizeof(list), bad[i]) == -EINVAL);
+    CHECK(net_name_add(list, sizeof(list), NULL) == -EINVAL);
+    memset(long_name, 'a', 64);
+    snprintf(long_name + 64, sizeof(long_name) - 64, ".com");
+    CHECK(net_name_add(list, sizeof(list), long_name) == -EINVAL); /* a 64-byte label */
+    for (int i = 0; i < 4; i++)
+        memset(long_name + i * 64, 'a', 63), long_name[i * 64 + 63] = '.';
+    long_name[254] = '\0'; /* 254 bytes */
+    CHECK(net_name_add(list, sizeof(list), long_name) == -EINVAL);
+    long_name[253] = '\0';
+    long_name[252] = 'a';
+    CHECK(net_name_add(small, sizeof(small), long_name) == -E2BIG && small[0] == '\0');
+    CHECK(strcmp(list, "example.com, *.example.org, a-b.c0.example.net") == 0);
+    /* NET_LIST_MAX names of the longest length fit. */
+    list[0] = '\0';
+    for (int i = 0; i < NET_LIST_MAX; i++)
+        CHECK(net_name_add(list, sizeof(list), long_name) == 0);
+}
+
+/* Domain rules: the resolver's config and the sets it fills; limits. */
+static void test_dns_and_limits(void)
+{
+    struct net_policy p = {.internet = true};
+    char *r, *c;
+    int ok;
+
+    snprintf(p.allow_names, sizeof(p.allow_names), "www.example.com, *.example.org");
+    snprintf(p.deny_names, sizeof(p.deny_names), "bad.example.org");
+    snprintf(p.allow_out, sizeof(p.allow_out), "192.0.2.0/24");
+    p.max_conns = 5;
+    CHECK(net_policy_dns(&p));
+    c = net_dns_conf("198.51.100.53", &p, "/run/x.pid");
+    CHECK(c && strstr(c, "no-resolv\nno-hosts\n") && strstr(c, "listen-address=10.0.2.1\n") &&
+          strstr(c, "user=nobody\n") && strstr(c, "pid-file=/run/x.pid\n"));
+    CHECK(c && strstr(c, "address=/#/\n") && strstr(c, "server=/www.example.com/198.51.100.53\n") &&
+          strstr(c, "server=/*.example.org/198.51.100.53\n") &&
+          strstr(c, "nftset=/example.org/4#inet#warren#allow_dns\n") &&
+          strstr(c, "nftset=/bad.example.org/4#inet#warren#deny_dns\n"));
+    CHECK(c && !strstr(c, "dhcp-range"));
+    free(c);
+    r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
+    CHECK(r && strstr(r, "set allow_dns") && strstr(r, "set deny_dns"));
+    CHECK(r && strstr(r, "ip daddr @deny_dns drop") &&
+          strstr(r, "ip daddr != @deny ip daddr @allow_dns jump out_ok") &&
+          strstr(r, "ip daddr != @deny ip daddr @allow_out jump out_ok"));
+    /* The guest asks the VM's resolver (input), no DNAT; connections counted. */
+    CHECK(r && !strstr(r, "dnat") && strstr(r, "th dport 53 accept") &&
+          strstr(r, "ct state new ct count over 5 reject"));
+    if (r && (ok = nft_check(r)) >= 0)
+        CHECK(ok == 1);
+    free(r);
+    /* A deny list of names alone: everything forwarded, the names' answers dropped. */
+    p.allow_names[0] = p.allow_out[0] = '\0';
+    p.max_conns = 0;
+    c = net_dns_conf("198.51.100.53", &p, "/run/x.pid");
+    CHECK(c && strstr(c, "server=198.51.100.53\n") && !strstr(c, "address=/#/"));
+    free(c);
+    r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
+    CHECK(r && !strstr(r, "allow_dns") && strstr(r, "@deny_dns drop") && !strstr(r, "ct count"));
+    if (r && (ok = nft_check(r)) >= 0)
+        CHECK(ok == 1);
+    free(r);
+    /* Internet off: no resolver, whatever the names. */
+    p.internet = false;
+    CHECK(!net_policy_dns(&p));
+    c = net_dns_conf("198.51.100.53", &p, "/run/x.pid");
+    CHECK(c && c[0] == '\0');
+    free(c);
+    r = net_vm_rules("10.201.0.0/16", "198.51.100.53", &p);
+    CHECK(r && !strstr(r, "deny_dns") && !strstr(r, "dport 53 accept"));
     free(r);
 }
 
@@ -128,6 +215,8 @@ int main(void)
     test_range();
     test_rules();
     test_lists();
+    test_names();
+    test_dns_and_limits();
     if (failures)
         fprintf(stderr, "%d check(s) failed\n", failures);
     return failures != 0;
