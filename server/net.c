@@ -686,6 +686,18 @@ void net_wrap_free(char **argv)
     free(argv);
 }
 
+/* v[0..3]: `ip netns exec <vm_id's namespace>` (NULL where out of memory). */
+static void ns_exec_argv(const struct net *n, const char *vm_id, char **v)
+{
+    char ns[128];
+
+    ns_name(n, vm_id, ns, sizeof(ns));
+    v[0] = strdup(n->ip);
+    v[1] = strdup("netns");
+    v[2] = strdup("exec");
+    v[3] = strdup(ns);
+}
+
 int net_apply_argv(const struct net *n, const char *vm_id, const struct net_policy *pol,
                    const struct net_policy *old, const char *marker, char ***out)
 {
@@ -694,11 +706,8 @@ int net_apply_argv(const struct net *n, const char *vm_id, const struct net_poli
 
     if (!v)
         return -ENOMEM;
+    ns_exec_argv(n, vm_id, v);
     ns_name(n, vm_id, ns, sizeof(ns));
-    v[0] = strdup(n->ip);
-    v[1] = strdup("netns");
-    v[2] = strdup("exec");
-    v[3] = strdup(ns);
     v[4] = strdup("/bin/sh");
     v[5] = strdup("-c");
     v[6] = strdup(apply_script);
@@ -721,17 +730,12 @@ int net_apply_argv(const struct net *n, const char *vm_id, const struct net_poli
 
 int net_wrap_ready(const struct net *n, const char *vm_id, char ***out)
 {
-    char ns[128];
     char **v = calloc(WRAP_ARGS + 1, sizeof(*v));
 
     if (!v)
         return -ENOMEM;
-    ns_name(n, vm_id, ns, sizeof(ns));
     /* ip by its path, no shell: one exec fewer before QEMU (ip execs QEMU itself). */
-    v[0] = strdup(n->ip);
-    v[1] = strdup("netns");
-    v[2] = strdup("exec");
-    v[3] = strdup(ns);
+    ns_exec_argv(n, vm_id, v);
     for (int i = 0; i < 4; i++) {
         if (!v[i]) {
             net_wrap_free(v);

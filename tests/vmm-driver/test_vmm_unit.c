@@ -869,33 +869,15 @@ static void test_jail_plan(void)
             }
             CHECK(nb == 1 && ns == 1);
         }
+        /* A chain that loops (its names are meant to be warrend's own) is refused. */
+        CHECK(vmm_qcow2_rebase(snap, top) == 0);
+        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ELOOP);
         vc.disk = NULL;
+        vc.backing = NULL;
     }
     /* A template that does not exist fails the plan, not the child. */
     vc.backing = "/nonexistent/base.ext4";
     CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ENOENT);
-    vc.backing = NULL;
-    {
-        /* A chain that loops (its names are meant to be warrend's own) is refused. */
-        char base[300], mid[300], top[300];
-
-        snprintf(base, sizeof(base), "%s/loop-base.ext4", dir);
-        snprintf(mid, sizeof(mid), "%s/loop-snap.qcow2", dir);
-        snprintf(top, sizeof(top), "%s/loop-top.qcow2", dir);
-        touch(dir, "loop-base.ext4", "");
-        CHECK(truncate(base, 1 << 20) == 0);
-        CHECK(vmm_qcow2_create(mid, base, 0) == 0);
-        CHECK(vmm_qcow2_create(top, mid, 0) == 0);
-        vc.boot = VMM_BOOT_RESTORE;
-        vc.kernel = NULL;
-        vc.disk = top;
-        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
-        CHECK(vmm_qcow2_rebase(mid, top) == 0); /* top -> mid -> top -> ... */
-        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ELOOP);
-        vc.boot = VMM_BOOT_KERNEL;
-        vc.kernel = kern;
-        vc.disk = NULL;
-    }
     free(pv);
 }
 
