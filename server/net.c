@@ -183,6 +183,8 @@ char *net_vm_rules(const char *range, const char *dns, const struct net_policy *
                  "  chain guard_in {\n"
                  "    type filter hook input priority filter; policy drop;\n"
                  "    iifname \"lo\" accept\n"
+                 /* answers to warrend's port proxy connections (server/ports.c) */
+                 "    iifname \"tap0\" ct state established,related accept\n"
                  "  }\n"
                  "}\n",
                  deny_list, range, sets, dns_rules, fwd_dns, out) < 0)

@@ -1592,3 +1592,39 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     mbedtls_entropy_free(&t->entropy);
     free(t);
 }
+
+/* ---- the port proxy (sbx.h, server/ports.c) ---- */
+
+int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, char vm[24],
+                  struct sbx_err *err)
+{
+    struct sandbox *sb;
+    int status;
+
+    if (!t->net)
+        return sbx_err_set(err, SBX_E_CONFLICT,
+                           "sandbox networking is off (net_enabled in conf/): no ports to reach");
+    if ((status = sbx_usable(t, id, &sb, err)))
+        return status;
+    if (!sb->vm_id[0])
+        return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no VM yet; try again shortly",
+                           sb->id);
+    net_ns_path(t->net, sb->vm_id, ns, cap);
+    snprintf(vm, 24, "%s", sb->vm_id);
+    return 0;
+}
+
+int sbx_port_check(struct sbx_table *t, const char *id, const char *vm, bool used)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    if (!sb || sbx_state_final(sb->state) || sb->state == ST_PAUSED || strcmp(sb->vm_id, vm) != 0)
+        return -ESRCH;
+    if (used) {
+        sbx_touch(sb);
+        /* A frozen VM continues: its guest has a connection to answer. */
+        if (sbx_state_stopped(sb->state) && sb->ready && sb->ch)
+            sbx_thaw(sb, true);
+    }
+    return 0;
+}
