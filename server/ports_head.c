@@ -69,7 +69,8 @@ static int header(struct ports_head *h, const char *p, size_t n, bool *conn_upgr
     for (size_t i = vb; i < ve; i++)
         if ((unsigned char)p[i] < 0x20 && p[i] != '\t')
             return -EINVAL;
-    if (h->nhdr >= PORTS_HDRS_MAX)
+    /* One slot stays free: the forwarded head adds its own Connection header. */
+    if (h->nhdr >= PORTS_HDRS_MAX - 1)
         return -EINVAL;
     name = (struct ports_span){p, c};
     value = (struct ports_span){p + vb, ve - vb};
@@ -128,9 +129,10 @@ int ports_head_parse(const char *buf, size_t n, size_t max, struct ports_head *h
             break;
         }
     }
-    /* A NUL or a bare LF anywhere in what is there is refused early. */
+    /* A NUL, a bare LF or a bare CR anywhere in what is there is refused early. */
     for (size_t i = 0; i < (end ? (size_t)(end - buf) : lim); i++)
-        if (buf[i] == '\0' || (buf[i] == '\n' && (i == 0 || buf[i - 1] != '\r')))
+        if (buf[i] == '\0' || (buf[i] == '\n' && (i == 0 || buf[i - 1] != '\r')) ||
+            (buf[i] == '\r' && i + 1 < lim && buf[i + 1] != '\n'))
             return -EINVAL;
     if (!end)
         return n >= max ? -E2BIG : 0;

@@ -27,7 +27,7 @@ from warren import Warren
 
 DOMAIN = "ports.test"
 PORT = 8000
-BIG = (64 if os.environ.get("WARREN_BIG") else 16) << 20
+BIG = 64 << 20
 
 SERVER = r'''
 import base64, hashlib, http.server, json, socketserver, struct, sys

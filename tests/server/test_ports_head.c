@@ -65,6 +65,7 @@ static void test_parse(void)
     CHECK(parse("GET /a HTTP/1.1\r\nHost : x\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET /a HTTP/1.1\r\nA: b\r\n c\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET /a HTTP/1.1\nHost: x\r\n\r\n", &h) == -EINVAL);
+    CHECK(parse("GET /a HTTP/1.1\r\nA: b\rXC: d\r\n\r\n", &h) == -EINVAL); /* bare CR */
     CHECK(parse("GET /a HTTP/2.0\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET a HTTP/1.1\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET /a HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", &h) == -EINVAL);
