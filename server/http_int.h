@@ -140,6 +140,7 @@ struct pss {
     bool resuming;
     json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
+    char *location;    /* a Location header for the answer (malloc'd), or NULL */
 };
 
 struct http_server {

@@ -461,6 +461,9 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
         *strip_authz = true;
         return 0;
     }
+    /* A public port needs nothing (our token header, query and cookie still go). */
+    if (sbx_port_public(srv->t, d->sbx, d->port))
+        return 0;
     tok[0] = '\0';
     if (h->xtoken.p) {
         if (h->xtoken.n >= sizeof(tok)) {

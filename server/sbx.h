@@ -166,5 +166,8 @@ int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, cha
  * used: there was traffic: it counts as activity (idle timeout), and a frozen
  * VM continues. */
 int sbx_port_check(struct sbx_table *t, const char *id, const char *vm, bool used);
+/* Was sandbox id created with port in public_ports (no auth needed)? false when
+ * there is no such sandbox. No side effect. */
+bool sbx_port_public(struct sbx_table *t, const char *id, unsigned port);
 
 #endif

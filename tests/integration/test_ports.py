@@ -131,7 +131,15 @@ class TestPorts(unittest.TestCase):
         cls.w = Warren(net_conf(port_domain=DOMAIN, port_idle_timeout_s="3600")).start()
         try:
             cls.a = cls.w.create(template="base")
-            cls.b = cls.w.create(template="minimal")
+            # B serves BusyBox's httpd on a public port, 8000.
+            cls.b = cls.w.create(template="minimal", public_ports=[PORT])
+            r = cls.w.request("PUT", f"/v1/sandboxes/{cls.b}/files?path=/tmp/www/index.html",
+                              body=b"public page\n")
+            assert r.status == 200, r
+            r = cls.w.request("POST", f"/v1/sandboxes/{cls.b}/exec",
+                              {"argv": ["busybox", "httpd", "-f", "-p", str(PORT), "-h", "/tmp/www"],
+                               "background": True})
+            assert r.status == 201, r
             r = cls.w.request("PUT", f"/v1/sandboxes/{cls.a}/files?path=/root/srv.py",
                               body=SERVER.encode())
             assert r.status == 200, r
@@ -260,6 +268,50 @@ class TestPorts(unittest.TestCase):
         self.assertEqual(st, 400, body)
         st, _, body = self.get("/v1/sandboxes/nosuch/ports/80/", key=True)
         self.assertEqual(st, 404, body)
+
+    def test_4b_public_port(self):
+        self.assertEqual(self.w.get(self.b).json()["public_ports"], [PORT])
+        self.assertEqual(self.w.get(self.a).json()["public_ports"], [])
+        deadline = time.time() + 60
+        while True:
+            st, _, body = self.get(f"/v1/sandboxes/{self.b}/ports/{PORT}/index.html")
+            if st == 200 or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        self.assertEqual((st, body), (200, b"public page\n"))
+        st, _, body = self.get("/index.html", host=f"{PORT}-{self.b}.{DOMAIN}")
+        self.assertEqual(st, 200, body)
+        # only that port, only that sandbox
+        st, _, body = self.get(f"/v1/sandboxes/{self.b}/ports/8001/")
+        self.assertEqual(st, 401, body)
+        st, _, body = self.get(f"/v1/sandboxes/{self.a}/ports/{PORT}/")
+        self.assertEqual(st, 401, body)
+        # validated at create, before anything boots
+        for bad in ([0], [70000], ["80"], [80, 80], list(range(1, 18)), 80):
+            r = self.w.request("POST", "/v1/sandboxes", {"template": "minimal",
+                                                         "public_ports": bad})
+            self.assertEqual(r.status, 400, (bad, r))
+
+    def test_4c_keepalive_connection_is_redirected(self):
+        """A port path as the second request of a kept-alive API connection: lws has it,
+        not the proxy; 307 to the same URL with Connection: close, and the retry on a
+        new connection (what http.client does for a redirect is left to the caller)."""
+        c = self.w.conn(60)
+        try:
+            c.request("GET", "/healthz")
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+            path = f"/v1/sandboxes/{self.a}/ports/{PORT}/k?x=a%20b&y=1"
+            c.request("GET", path, headers={"Authorization": f"Bearer {self.w.key}"})
+            r = c.getresponse()
+            r.read()
+            self.assertEqual(r.status, 307)
+            self.assertEqual(r.getheader("Location"), path)
+            self.assertEqual(r.getheader("Connection"), "close")
+        finally:
+            c.close()
+        self.assertEqual(self.echo(path, key=True)["path"], "/k?x=a%20b&y=1")
 
     def test_5_big_download_and_upload(self):
         st, _, body = self.get(f"/v1/sandboxes/{self.a}/ports/{PORT}/big/{BIG}", key=True)
