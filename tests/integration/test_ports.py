@@ -6,7 +6,8 @@ is reached through warrend by path (/v1/sandboxes/{id}/ports/{port}/...) and by 
 ({port}-{id}.{port_domain}), with the API key and with a "ports" token (header,
 query, the cookie the Host-routed query sets), and not without one or with another
 sandbox's or scope's token; the guest never sees a credential warrend consumed.
-Connection refused is 502; deleting the sandbox closes an open connection.
+Connection refused is 502; a public port needs nothing and stays public after a
+kill -9 and restart; deleting the sandbox closes an open connection.
 
 warrend runs inside the fake network of fakenet.py (net_enabled needs an uplink; no
 packet leaves the machine: the proxy's connections stay in the VM's namespace).
@@ -365,6 +366,20 @@ class TestPorts(unittest.TestCase):
                 self.assertEqual(self.ws_roundtrip(s, msg), msg)
         finally:
             s.close()
+
+    def test_7_restart_keeps_public_ports(self):
+        """kill -9 and a restart: the record keeps public_ports, the re-adopted VM's
+        public port opens again without a credential (503 while it reconnects)."""
+        self.w.kill9()
+        self.w.start()
+        self.assertEqual(self.w.get(self.b).json()["public_ports"], [PORT])
+        deadline = time.time() + 60
+        while True:
+            st, _, body = self.get(f"/v1/sandboxes/{self.b}/ports/{PORT}/index.html")
+            if st != 503 or time.time() > deadline:
+                break
+            time.sleep(0.3)
+        self.assertEqual((st, body), (200, b"public page\n"))
 
     def test_9_delete_closes_open_connections(self):
         s = self.ws_open(f"/v1/sandboxes/{self.a}/ports/{PORT}/ws")
