@@ -18,6 +18,7 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import time
 import unittest
 import urllib.parse
@@ -126,10 +127,34 @@ def tearDownModule():
 NET = None
 
 
+def raw(port, head, body=b"", timeout=120):
+    """Send head (str, CRLFs added) and body on a fresh connection to port; read
+    until the server closes. Returns (status, headers dict lowercased, body)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + body)
+        data = b""
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            data += b
+    finally:
+        s.close()
+    h, _, rest = data.partition(b"\r\n\r\n")
+    lines = h.decode().split("\r\n")
+    hd = {}
+    for l in lines[1:]:
+        k, _, v = l.partition(":")
+        hd[k.strip().lower()] = v.strip()
+    return int(lines[0].split()[1]), hd, rest
+
+
 class TestPorts(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.w = Warren(net_conf(port_domain=DOMAIN, port_idle_timeout_s="3600")).start()
+        cls.w = Warren(net_conf(port_domain=DOMAIN, port_idle_timeout_s="3600",
+                                port_connect_timeout_ms="2000")).start()
         try:
             cls.a = cls.w.create(template="base")
             # B serves BusyBox's httpd on a public port, 8000.
@@ -167,32 +192,13 @@ class TestPorts(unittest.TestCase):
 
     # -- helpers --
     def raw(self, head, body=b"", timeout=120):
-        """Send head (str, CRLFs added) and body on a fresh connection; read until the
-        server closes. Returns (status, headers dict lowercased, body)."""
-        s = socket.create_connection(("127.0.0.1", self.w.port), timeout=timeout)
-        try:
-            s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + body)
-            data = b""
-            while True:
-                b = s.recv(1 << 20)
-                if not b:
-                    break
-                data += b
-        finally:
-            s.close()
-        h, _, rest = data.partition(b"\r\n\r\n")
-        lines = h.decode().split("\r\n")
-        hd = {}
-        for l in lines[1:]:
-            k, _, v = l.partition(":")
-            hd[k.strip().lower()] = v.strip()
-        return int(lines[0].split()[1]), hd, rest
+        return raw(self.w.port, head, body, timeout)
 
     def get(self, path, key=False, host="x", headers=()):
         extra = "".join(f"\n{k}: {v}" for k, v in headers)
         if key:
             extra += f"\nAuthorization: Bearer {self.w.key}"
-        return TestPorts.raw(self, f"GET {path} HTTP/1.1\nHost: {host}{extra}")
+        return raw(self.w.port, f"GET {path} HTTP/1.1\nHost: {host}{extra}")
 
     def echo(self, *a, **kw):
         st, h, body = self.get(*a, **kw)
@@ -269,6 +275,27 @@ class TestPorts(unittest.TestCase):
         self.assertEqual(st, 400, body)
         st, _, body = self.get("/v1/sandboxes/nosuch/ports/80/", key=True)
         self.assertEqual(st, 404, body)
+
+    def test_4a_connect_timeout_and_networking_off(self):
+        # SYNs to 8002 vanish inside A's namespace (a table of the test's own): 504
+        (ns,) = fakenet.netns_named(self.w.vm_id(self.a))
+        rules = ("table ip ports_test {\n chain o {\n  type filter hook output priority 0;\n"
+                 "  tcp dport 8002 drop\n }\n}\n")
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules.encode(),
+                       check=True)
+        st, _, body = self.get(f"/v1/sandboxes/{self.a}/ports/8002/", key=True)
+        self.assertEqual((st, json.loads(body)["error"]["code"]), (504, "port_timeout"))
+        # a warrend without networking: 409 naming the conf key
+        w = Warren({"jail": "off"}).start()
+        try:
+            st, _, body = raw(
+                w.port,
+                f"GET /v1/sandboxes/{self.a}/ports/{PORT}/ HTTP/1.1\nHost: x\n"
+                f"Authorization: Bearer {w.key}")
+        finally:
+            w.cleanup()
+        self.assertEqual(st, 409, body)
+        self.assertIn("net_enabled", json.loads(body)["error"]["message"])
 
     def test_4b_public_port(self):
         self.assertEqual(self.w.get(self.b).json()["public_ports"], [PORT])
