@@ -41,6 +41,7 @@ struct pconn {
     struct pbuf c2g, g2c;
     enum body body;
     uint64_t left;
+    size_t hold; /* bytes at c2g's end that wait for the guest's 101 (sent with an upgrade) */
     struct chunked ch;
     bool connecting, answered_err;
     bool c_eof, g_eof;   /* that side will send no more */
@@ -99,7 +100,7 @@ static void pc_arm(struct pconn *pc)
     bool g_read =
         pc->gfd >= 0 && !pc->connecting && !pc->g_eof && pc->g2c.off + pc->g2c.len < pc->g2c.cap;
     bool c_write = pc->g2c.len > 0;
-    bool g_write = pc->gfd >= 0 && (pc->connecting || pc->c2g.len > 0);
+    bool g_write = pc->gfd >= 0 && (pc->connecting || pc->c2g.len > pc->hold);
 
     if (c_read != ev_is_active(&pc->crd))
         (c_read ? ev_io_start : ev_io_stop)(loop, &pc->crd);
@@ -158,7 +159,7 @@ static void pc_fail(struct pconn *pc, int status, const char *code, const char *
     }
     pc->connecting = false;
     pc->body = BODY_NONE;
-    pc->c2g.len = pc->g2c.len = pc->g2c.off = 0;
+    pc->c2g.len = pc->g2c.len = pc->g2c.off = pc->hold = 0;
     n = snprintf(pc->g2c.p, pc->g2c.cap,
                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                  "Connection: close\r\n\r\n%s\n",
@@ -327,6 +328,7 @@ static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
                        : BODY_NONE;
         if (pc->body == BODY_NONE)
             pc->c2g.len = 0; /* held bytes of a refused upgrade never go in */
+        pc->hold = 0;
     }
     if (pc->g_eof && b->len == 0 && !pc->c_shut) {
         shutdown(pc->cfd, SHUT_WR);
@@ -367,7 +369,7 @@ static void on_guest_write(struct ev_loop *loop, ev_io *w, int revents)
         pc_arm(pc);
         return;
     }
-    r = send(pc->gfd, b->p + b->off, b->len, MSG_NOSIGNAL);
+    r = send(pc->gfd, b->p + b->off, b->len - pc->hold, MSG_NOSIGNAL);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r < 0) {
@@ -640,6 +642,13 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
         pc->left = h->length;
     } else
         pc->body = BODY_NONE;
+    /* Bytes that came with an upgrade's head (a client that did not wait for the 101)
+     * go in only once the guest has answered 101. */
+    if (n > h->len && pc->body == BODY_AWAIT101) {
+        memcpy(pc->c2g.p + pc->c2g.len, buf + h->len, n - h->len);
+        pc->c2g.len += n - h->len;
+        pc->hold = n - h->len;
+    }
     /* Body bytes that came with the head. */
     if (n > h->len && pc->body != BODY_AWAIT101 && pc->body != BODY_NONE) {
         size_t extra = n - h->len;

@@ -355,12 +355,29 @@ class TestPorts(unittest.TestCase):
         self.assertEqual(st, 200, body)
         self.assertEqual(json.loads(body), {"n": BIG, "sha256": hashlib.sha256(up).hexdigest()})
 
-    def ws_open(self, path):
+    @staticmethod
+    def ws_frame(data):
+        mask = os.urandom(4)
+        n = len(data)
+        hdr = bytes([0x82]) + (bytes([0x80 | n]) if n < 126 else
+                               bytes([0x80 | 126]) + n.to_bytes(2, "big"))
+        return hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+    def ws_read(self, s, n):
+        got = b""
+        need = 2 + (2 if n >= 126 else 0) + n
+        while len(got) < need:
+            b = s.recv(65536)
+            self.assertTrue(b)
+            got += b
+        return got[need - n:]
+
+    def ws_open(self, path, early=b""):
         s = socket.create_connection(("127.0.0.1", self.w.port), timeout=60)
         key = base64.b64encode(os.urandom(16)).decode()
         s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {self.w.key}\r\n"
                    f"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
-                   f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
+                   f"Sec-WebSocket-Key: {key}\r\n\r\n").encode() + early)
         head = b""
         while b"\r\n\r\n" not in head:
             b = s.recv(1)
@@ -373,22 +390,14 @@ class TestPorts(unittest.TestCase):
         return s
 
     def ws_roundtrip(self, s, data):
-        mask = os.urandom(4)
-        n = len(data)
-        hdr = bytes([0x82]) + (bytes([0x80 | n]) if n < 126 else
-                               bytes([0x80 | 126]) + n.to_bytes(2, "big"))
-        s.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-        got = b""
-        need = 2 + (2 if n >= 126 else 0) + n
-        while len(got) < need:
-            b = s.recv(65536)
-            self.assertTrue(b)
-            got += b
-        return got[need - n:]
+        s.sendall(self.ws_frame(data))
+        return self.ws_read(s, len(data))
 
     def test_6_websocket(self):
-        s = self.ws_open(f"/v1/sandboxes/{self.a}/ports/{PORT}/ws")
+        # a frame sent with the handshake, before the 101: held, then delivered
+        s = self.ws_open(f"/v1/sandboxes/{self.a}/ports/{PORT}/ws", self.ws_frame(b"early"))
         try:
+            self.assertEqual(self.ws_read(s, 5), b"early")
             for msg in (b"hello", os.urandom(1000), os.urandom(30000)):
                 self.assertEqual(self.ws_roundtrip(s, msg), msg)
         finally:
