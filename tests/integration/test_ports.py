@@ -355,6 +355,33 @@ class TestPorts(unittest.TestCase):
         self.assertEqual(st, 200, body)
         self.assertEqual(json.loads(body), {"n": BIG, "sha256": hashlib.sha256(up).hexdigest()})
 
+    def rss_kib(self):
+        with open(f"/proc/{self.w.proc.pid}/status") as f:
+            return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+    def test_5b_backpressure(self):
+        """A client that does not read a 64 MiB answer: warrend stops reading the guest
+        once its buffer towards the client is full (port_buffer_bytes), so its memory
+        does not grow with what the guest has to send; then everything arrives intact."""
+        before = self.rss_kib()
+        s = socket.create_connection(("127.0.0.1", self.w.port), timeout=120)
+        s.sendall((f"GET /v1/sandboxes/{self.a}/ports/{PORT}/big/{BIG} HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {self.w.key}\r\n\r\n").encode())
+        time.sleep(5)  # the guest could send all 64 MiB in ~2 s if nothing held it back
+        grown = self.rss_kib() - before
+        data = b""
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            data += b
+        s.close()
+        self.assertLess(grown, 16 * 1024, f"warrend grew {grown} KiB while the client slept")
+        body = data.partition(b"\r\n\r\n")[2]
+        chunk = bytes(range(256)) * 256
+        self.assertEqual(hashlib.sha256(body).hexdigest(),
+                         hashlib.sha256(chunk * (BIG // len(chunk))).hexdigest())
+
     @staticmethod
     def ws_frame(data):
         mask = os.urandom(4)
