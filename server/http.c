@@ -1,7 +1,9 @@
 /*
  * http.c - the REST API on libwebsockets 4.1 (h1), on the app's libev loop:
  * the lws glue (context, vhost, the protocols list, connections and their
- * caps, the callback). The REST router and handlers are in rest.c, the
+ * caps, the callback), and warrend's own listener, which sends a
+ * connection whose first request is for a sandbox port to the port proxy
+ * (ports.h) and every other one to lws. The REST router and handlers are in rest.c, the
  * response writer and NDJSON encoder in resp.c (shared: http_int.h).
  *
  * One lws protocol serves every route. lws owns the per-transaction state
@@ -41,10 +43,13 @@
  *   is refused here (400, closed), since a proxy in front may frame it the
  *   other way (request smuggling);
  * - it never answers "Expect: 100-continue" itself;
- * - FILTER_NETWORK_CONNECTION, SERVER_NEW_CLIENT_INSTANTIATED and WSI_DESTROY
- *   go to protocols[0] with `user` not a pss (the filter's is its args):
- *   connections are counted there, each one's struct conn riding on the wsi's
- *   opaque user data (which adoption resets after WSI_CREATE);
+ * - SERVER_NEW_CLIENT_INSTANTIATED and WSI_DESTROY go to protocols[0] with
+ *   `user` not a pss: a connection counted at accept (on_accept, warrend's
+ *   own listener) rides on the wsi's opaque user data from there (adoption
+ *   resets it after WSI_CREATE);
+ * - lws_adopt_socket_vhost_readbuf loops forever on a request whose body
+ *   came with its head (seen with a POST): the first head is only peeked
+ *   (MSG_PEEK) before a connection is handed to lws, never read;
  * - its timeouts (lws_set_timeout, timeout_secs_ah_idle) live on a timer
  *   list that its libev plugin reschedules only after I/O, so one set while
  *   an earlier-armed, later deadline is pending can fire long after its time:
