@@ -3,8 +3,9 @@
  * the lws glue (context, vhost, the protocols list, connections and their
  * caps, the callback), and warrend's own listener, which sends a
  * connection whose first request is for a sandbox port to the port proxy
- * (ports.h) and every other one to lws. The REST router and handlers are in rest.c, the
- * response writer and NDJSON encoder in resp.c (shared: http_int.h).
+ * (ports.h) and every other one to lws. The REST router and handlers are
+ * in rest.c, the response writer and NDJSON encoder in resp.c (shared:
+ * http_int.h).
  *
  * One lws protocol serves every route. lws owns the per-transaction state
  * (struct pss); lws frees and re-zeroes it when a keep-alive transaction
