@@ -72,7 +72,8 @@
 /* Bytes of a connection's first request read before it is routed: a head that is not
  * complete within this is not a port request and goes to lws (which caps heads lower). */
 #define PRE_MAX      8192
-#define PEEK_AGAIN_S 0.01
+#define PEEK_AGAIN_S 0.005
+#define PEEK_MAX_S   0.25
 
 /* Open connections from one address (IPv4 as v4-mapped IPv6). */
 struct client {
@@ -91,6 +92,7 @@ struct conn {
     struct conn *pnext, **pprev; /* srv->pre */
     ev_io rd;
     ev_timer repeek; /* an undecided head is peeked again */
+    double peek_s;   /* after this long (doubling: a trickling client costs little) */
     int fd;
     char *buf;
     size_t n;
@@ -286,8 +288,9 @@ static void pre_to_lws(struct conn *cn)
  * a sandbox port goes to lws untouched, which reads it as it always has (lws 4.1.6's
  * readbuf adoption loops on a request whose body came with the head). Level-triggered
  * readiness cannot wait for "more than what is there", so a head that is neither
- * complete nor decided yet is peeked again after PEEK_AGAIN_S; the header deadline
- * bounds it.
+ * complete nor decided yet is peeked again after PEEK_AGAIN_S, doubling up to
+ * PEEK_MAX_S (a head that arrives in pieces is usually whole within a few ms; a
+ * client trickling on purpose costs 4 peeks a second); the header deadline bounds it.
  */
 static void pre_check(struct conn *cn)
 {
@@ -312,7 +315,10 @@ static void pre_check(struct conn *cn)
             return;
         }
         ev_io_stop(srv->loop, &cn->rd);
-        ev_timer_set(&cn->repeek, PEEK_AGAIN_S, 0);
+        cn->peek_s = cn->peek_s ? cn->peek_s * 2 : PEEK_AGAIN_S;
+        if (cn->peek_s > PEEK_MAX_S)
+            cn->peek_s = PEEK_MAX_S;
+        ev_timer_set(&cn->repeek, cn->peek_s, 0);
         ev_timer_start(srv->loop, &cn->repeek);
         return;
     }

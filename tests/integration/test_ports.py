@@ -229,6 +229,27 @@ class TestPorts(unittest.TestCase):
         # the API on the same listener is untouched
         self.assertEqual(self.w.request("GET", f"/v1/sandboxes/{self.a}").status, 200)
 
+    def test_1b_head_in_pieces(self):
+        """Heads that arrive in pieces: warrend peeks until it can tell where they go
+        (a port request, or the API's), then each is served as if sent whole."""
+        for path, want in ((f"/v1/sandboxes/{self.a}/ports/{PORT}/split", b'"/split"'),
+                           ("/healthz", b"ok")):
+            head = (f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    f"Authorization: Bearer {self.w.key}\r\n\r\n").encode()
+            s = socket.create_connection(("127.0.0.1", self.w.port), timeout=60)
+            for piece in (head[:3], head[3:23], head[23:-2], head[-2:]):
+                s.sendall(piece)
+                time.sleep(0.4)
+            data = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                data += b
+            s.close()
+            self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
+            self.assertIn(want, data)
+
     def test_2_host_with_key(self):
         seen = self.echo("/some/page?q=1", key=True, host=f"{PORT}-{self.a}.{DOMAIN}")
         self.assertEqual(seen["path"], "/some/page?q=1")
