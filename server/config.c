@@ -116,6 +116,12 @@ static const struct opt opts[] = {
     {"paused_retention_s", T_UINT, F(paused_retention_s), "604800", 1},
     {"net_rate_mbit", T_UINT, F(net_rate_mbit), "0", 0},
     {"net_max_connections", T_UINT, F(net_max_connections), "0", 0},
+    {"port_domain", T_STR, F(port_domain), "", 0},
+    {"port_buffer_bytes", T_SIZE, F(port_buf_bytes), "262144", 4096},
+    {"port_connections_per_sandbox", T_UINT, F(port_conns_per_sbx), "64", 1},
+    {"port_connections", T_UINT, F(port_conns), "1024", 1},
+    {"port_connect_timeout_ms", T_UINT, F(port_connect_ms), "5000", 100},
+    {"port_idle_timeout_s", T_UINT, F(port_idle_s), "600", 1},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -428,5 +434,6 @@ void cfg_free(struct srv_config *c)
     free(c->net_uplink);
     free(c->net_range);
     free(c->net_dns_upstream);
+    free(c->port_domain);
     memset(c, 0, sizeof(*c));
 }

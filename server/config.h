@@ -97,6 +97,13 @@ struct srv_config {
     /* per-sandbox network limits (issue 9): a create's defaults, 0 = unlimited */
     unsigned net_rate_mbit;       /* net_rate_mbit = 0: Mbit/s each way (tc tbf) */
     unsigned net_max_connections; /* net_max_connections = 0: concurrent connections out */
+    /* sandbox ports through warrend (issue 9, server/ports.h) */
+    char *port_domain;           /* port_domain = (empty): Host {port}-{id}.{domain}; empty off */
+    size_t port_buf_bytes;       /* port_buffer_bytes = 262144: per direction per connection */
+    unsigned port_conns_per_sbx; /* port_connections_per_sandbox = 64 */
+    unsigned port_conns;         /* port_connections = 1024: proxied connections in all */
+    unsigned port_connect_ms;    /* port_connect_timeout_ms = 5000 */
+    unsigned port_idle_s;        /* port_idle_timeout_s = 600: no byte either way: closed */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

@@ -1,8 +1,11 @@
 /*
  * http.c - the REST API on libwebsockets 4.1 (h1), on the app's libev loop:
  * the lws glue (context, vhost, the protocols list, connections and their
- * caps, the callback). The REST router and handlers are in rest.c, the
- * response writer and NDJSON encoder in resp.c (shared: http_int.h).
+ * caps, the callback), and warrend's own listener, which sends a
+ * connection whose first request is for a sandbox port to the port proxy
+ * (ports.h) and every other one to lws. The REST router and handlers are
+ * in rest.c, the response writer and NDJSON encoder in resp.c (shared:
+ * http_int.h).
  *
  * One lws protocol serves every route. lws owns the per-transaction state
  * (struct pss); lws frees and re-zeroes it when a keep-alive transaction
@@ -41,10 +44,13 @@
  *   is refused here (400, closed), since a proxy in front may frame it the
  *   other way (request smuggling);
  * - it never answers "Expect: 100-continue" itself;
- * - FILTER_NETWORK_CONNECTION, SERVER_NEW_CLIENT_INSTANTIATED and WSI_DESTROY
- *   go to protocols[0] with `user` not a pss (the filter's is its args):
- *   connections are counted there, each one's struct conn riding on the wsi's
- *   opaque user data (which adoption resets after WSI_CREATE);
+ * - SERVER_NEW_CLIENT_INSTANTIATED and WSI_DESTROY go to protocols[0] with
+ *   `user` not a pss: a connection counted at accept (on_accept, warrend's
+ *   own listener) rides on the wsi's opaque user data from there (adoption
+ *   resets it after WSI_CREATE);
+ * - lws_adopt_socket_vhost_readbuf loops forever on a request whose body
+ *   came with its head (seen with a POST): the first head is only peeked
+ *   (MSG_PEEK) before a connection is handed to lws, never read;
  * - its timeouts (lws_set_timeout, timeout_secs_ah_idle) live on a timer
  *   list that its libev plugin reschedules only after I/O, so one set while
  *   an earlier-armed, later deadline is pending can fire long after its time:
@@ -54,8 +60,20 @@
  *   first, so the flush fails at once.
  */
 #include "http_int.h"
+#include "ports.h"
+#include "ports_head.h"
 #include "ws_session.h"
 #include "ws_pty.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+/* Bytes of a connection's first request read before it is routed: a head that is not
+ * complete within this is not a port request and goes to lws (which caps heads lower). */
+#define PRE_MAX      8192
+#define PEEK_AGAIN_S 0.005
+#define PEEK_MAX_S   0.25
 
 /* Open connections from one address (IPv4 as v4-mapped IPv6). */
 struct client {
@@ -70,6 +88,14 @@ struct conn {
     struct client *cl;
     struct lws *wsi;
     ev_timer deadline; /* the next request's headers must be complete by then */
+    /* Before routing (wsi NULL): the first head being read by warrend itself. */
+    struct conn *pnext, **pprev; /* srv->pre */
+    ev_io rd;
+    ev_timer repeek; /* an undecided head is peeked again */
+    double peek_s;   /* after this long (doubling: a trickling client costs little) */
+    int fd;
+    char *buf;
+    size_t n;
 };
 
 /* ----------------------------------------------------- connection caps */
@@ -130,8 +156,28 @@ static void refuse(int fd, int status, const char *code, const char *msg)
     shutdown(fd, SHUT_WR);
 }
 
+static void on_repeek(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* Leave the pre-routing list and its watcher (the fd and buffer stay). */
+static void pre_unlink(struct conn *cn)
+{
+    if (!cn->pprev)
+        return;
+    ev_io_stop(cn->srv->loop, &cn->rd);
+    *cn->pprev = cn->pnext;
+    if (cn->pnext)
+        cn->pnext->pprev = cn->pprev;
+    cn->pprev = NULL;
+}
+
 static void conn_free(struct conn *cn)
 {
+    if (cn->pprev) {
+        pre_unlink(cn);
+        close(cn->fd);
+    }
+    free(cn->buf);
+    ev_timer_stop(cn->srv->loop, &cn->repeek);
     ev_timer_stop(cn->srv->loop, &cn->deadline);
     cn->srv->conns--;
     client_put(cn->srv, cn->cl);
@@ -148,6 +194,11 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     struct lws *wsi = cn->wsi;
 
     ev_timer_stop(loop, w);
+    if (!wsi) { /* still being read by warrend (pre-routing) */
+        LOG(LOG_DEBUG, "closing a connection that sent no complete request in time");
+        conn_free(cn);
+        return;
+    }
     LOG(LOG_DEBUG, "closing a connection that sent no complete request in time");
     shutdown(lws_get_socket_fd(wsi), SHUT_RDWR);
     lws_set_timeout(wsi, PENDING_TIMEOUT_HOLDING_AH, LWS_TO_KILL_SYNC);
@@ -160,19 +211,15 @@ static void on_deadline(struct ev_loop *loop, ev_timer *w, int revents)
  * addresses then fills the cap without locking out a client that holds few (seen with
  * load/slow_clients.py: 5000 peers from 50 addresses left a well-behaved client 503 in
  * 5 of 7 probes). */
-static int conn_filter(struct http_server *srv, const struct lws_filter_network_conn_args *f)
+static int conn_filter(struct http_server *srv, int fd, const struct sockaddr_storage *ss,
+                       struct conn **out)
 {
     unsigned char a[16];
     struct client *c;
     struct conn *cn;
     size_t s;
 
-    if (srv->accepted) {
-        /* The last one accepted never became a wsi (lws failed to adopt it). */
-        conn_free(srv->accepted);
-        srv->accepted = NULL;
-    }
-    client_addr(&f->cli_addr, a);
+    client_addr(ss, a);
     s = client_slot(a);
     for (c = srv->clients[s]; c && memcmp(c->addr, a, 16); c = c->next)
         ;
@@ -180,12 +227,12 @@ static int conn_filter(struct http_server *srv, const struct lws_filter_network_
         (srv->conns >= srv->cfg->max_connections &&
          ((c && c->n >= CONN_FAIR) ||
           srv->conns >= srv->cfg->max_connections + srv->cfg->max_connections / 16 + 16))) {
-        refuse(f->accept_fd, 503, "too_many_connections",
+        refuse(fd, 503, "too_many_connections",
                "the server has too many open connections; retry later");
         return 1;
     }
     if (c && c->n >= srv->cfg->max_conn_per_client) {
-        refuse(f->accept_fd, 429, "too_many_connections",
+        refuse(fd, 429, "too_many_connections",
                "too many open connections from this address; close some and retry");
         return 1;
     }
@@ -204,9 +251,159 @@ static int conn_filter(struct http_server *srv, const struct lws_filter_network_
     srv->conns++;
     cn->srv = srv;
     cn->cl = c;
+    cn->fd = fd;
     ev_init(&cn->deadline, on_deadline);
-    srv->accepted = cn;
+    ev_init(&cn->repeek, on_repeek);
+    *out = cn;
     return 0;
+}
+
+/* Hand a connection to lws, which reads its first head itself (only peeked so far). */
+static void pre_to_lws(struct conn *cn)
+{
+    struct http_server *srv = cn->srv;
+    int fd = cn->fd;
+
+    pre_unlink(cn);
+    ev_timer_stop(srv->loop, &cn->repeek);
+    free(cn->buf);
+    cn->buf = NULL;
+    if (srv->accepted) {
+        /* The last one handed over never became a wsi (lws failed to adopt it). */
+        conn_free(srv->accepted);
+        srv->accepted = NULL;
+    }
+    srv->accepted = cn;
+    /* On failure lws closes the fd itself. */
+    lws_adopt_socket_vhost(srv->vh, fd);
+    if (srv->accepted == cn) { /* not instantiated */
+        srv->accepted = NULL;
+        cn->fd = -1;
+        conn_free(cn);
+    }
+}
+
+/*
+ * Look at the first head without taking it (MSG_PEEK): a connection that is not for
+ * a sandbox port goes to lws untouched, which reads it as it always has (lws 4.1.6's
+ * readbuf adoption loops on a request whose body came with the head). Level-triggered
+ * readiness cannot wait for "more than what is there", so a head that is neither
+ * complete nor decided yet is peeked again after PEEK_AGAIN_S, doubling up to
+ * PEEK_MAX_S (a head that arrives in pieces is usually whole within a few ms; a
+ * client trickling on purpose costs 4 peeks a second); the header deadline bounds it.
+ */
+static void pre_check(struct conn *cn)
+{
+    struct http_server *srv = cn->srv;
+    struct ports_head h;
+    struct ports_dest d;
+    ssize_t r;
+    int hl, route;
+
+    r = recv(cn->fd, cn->buf, PRE_MAX, MSG_PEEK);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (r <= 0) {
+        conn_free(cn);
+        return;
+    }
+    cn->n = (size_t)r;
+    hl = ports_head_parse(cn->buf, cn->n, PRE_MAX, &h);
+    if (hl == 0) {
+        if (!ports_head_maybe(cn->buf, cn->n, srv->cfg->port_domain)) {
+            pre_to_lws(cn);
+            return;
+        }
+        ev_io_stop(srv->loop, &cn->rd);
+        cn->peek_s = cn->peek_s ? cn->peek_s * 2 : PEEK_AGAIN_S;
+        if (cn->peek_s > PEEK_MAX_S)
+            cn->peek_s = PEEK_MAX_S;
+        ev_timer_set(&cn->repeek, cn->peek_s, 0);
+        ev_timer_start(srv->loop, &cn->repeek);
+        return;
+    }
+    route = hl > 0 ? ports_route(&h, srv->cfg->port_domain, &d) : PORTS_NOT;
+    if (route == PORTS_NOT) {
+        pre_to_lws(cn);
+        return;
+    }
+    /* A port request: take what was peeked (it is still there), then the proxy owns
+     * the fd and the buffer; the connection stays counted until http_conn_release. */
+    if (recv(cn->fd, cn->buf, cn->n, 0) != r) {
+        conn_free(cn);
+        return;
+    }
+    pre_unlink(cn);
+    ev_timer_stop(srv->loop, &cn->deadline);
+    ev_timer_stop(srv->loop, &cn->repeek);
+    {
+        int fd = cn->fd;
+        char *buf = cn->buf;
+        size_t n = cn->n;
+        cn->buf = NULL;
+        cn->fd = -1;
+        ports_take(srv->ports, fd, buf, n, PRE_MAX, &h, route, &d, cn);
+    }
+}
+
+static void on_pre_read(struct ev_loop *loop, ev_io *w, int revents)
+{
+    (void)loop;
+    (void)revents;
+    pre_check((struct conn *)((char *)w - offsetof(struct conn, rd)));
+}
+
+static void on_repeek(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    struct conn *cn = (struct conn *)((char *)w - offsetof(struct conn, repeek));
+
+    (void)revents;
+    ev_io_start(loop, &cn->rd); /* fires at once: bytes are waiting */
+}
+
+void http_conn_release(void *ud)
+{
+    conn_free(ud);
+}
+
+/* New connections on warrend's listener: counted and capped, then read until
+ * their first head says where they go. */
+static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct http_server *srv = (struct http_server *)((char *)w - offsetof(struct http_server, lw));
+
+    (void)revents;
+    for (int i = 0; i < 64; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        struct conn *cn = NULL;
+        int fd = accept4(srv->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE)
+                LOG(LOG_WARN, "accept: %s", strerror(errno));
+            return;
+        }
+        if (conn_filter(srv, fd, &ss, &cn) != 0) {
+            close(fd);
+            continue;
+        }
+        if (!(cn->buf = malloc(PRE_MAX))) {
+            cn->fd = -1;
+            close(fd);
+            conn_free(cn);
+            continue;
+        }
+        cn->pnext = srv->pre;
+        if (srv->pre)
+            srv->pre->pprev = &cn->pnext;
+        srv->pre = cn;
+        cn->pprev = &srv->pre;
+        ev_io_init(&cn->rd, on_pre_read, fd, EV_READ);
+        ev_io_start(loop, &cn->rd);
+        cn->deadline.repeat = srv->cfg->header_timeout_s;
+        ev_timer_again(loop, &cn->deadline);
+    }
 }
 
 /* Arm (or stop, s == 0) the connection's header deadline. */
@@ -239,8 +436,6 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     if (!srv)
         return 0; /* not one of ours (lws calls some reasons without a wsi) */
     switch (reason) {
-    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
-        return conn_filter(srv, user);
     case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
         /* The filter's fd, adopted (lws_adopt_descriptor_vhost2). Not at WSI_CREATE:
          * adoption sets the opaque user data to NULL after that. */
@@ -248,7 +443,7 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
             srv->accepted->wsi = wsi;
             lws_set_opaque_user_data(wsi, srv->accepted);
             srv->accepted = NULL;
-            conn_deadline(wsi, srv->cfg->header_timeout_s);
+            /* Its header deadline has run since accept: it is not restarted. */
         }
         return 0;
     case LWS_CALLBACK_WSI_DESTROY: {
@@ -363,6 +558,47 @@ static unsigned fd_limit(const struct srv_config *cfg)
     return lim > reserve + 64 ? (unsigned)(lim - reserve) : 64;
 }
 
+/* warrend's listening socket on listen_addr:listen_port, watched by on_accept. 0 or -errno. */
+static int listen_on(struct http_server *h, bool v6)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int one = 1, r;
+
+    memset(&ss, 0, sizeof(ss));
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)h->cfg->listen_port);
+        inet_pton(AF_INET6, h->cfg->listen_addr, &a->sin6_addr);
+        sl = sizeof(*a);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)h->cfg->listen_port);
+        if (inet_pton(AF_INET, h->cfg->listen_addr, &a->sin_addr) != 1)
+            return -EINVAL;
+        sl = sizeof(*a);
+    }
+    h->lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (h->lfd < 0)
+        return -errno;
+    setsockopt(h->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(h->lfd, (struct sockaddr *)&ss, sl) != 0 || listen(h->lfd, SOMAXCONN) != 0) {
+        r = -errno;
+        close(h->lfd);
+        h->lfd = -1;
+        return r;
+    }
+    sl = sizeof(ss);
+    if (getsockname(h->lfd, (struct sockaddr *)&ss, &sl) == 0)
+        h->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    ev_io_init(&h->lw, on_accept, h->lfd, EV_READ);
+    ev_io_start(h->loop, &h->lw);
+    return 0;
+}
+
 int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table *t,
                const char *api_key, struct http_server **out)
 {
@@ -371,6 +607,7 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     struct http_server *h;
     unsigned char a6[16];
     bool v6 = inet_pton(AF_INET6, cfg->listen_addr, a6) == 1;
+    int r;
 
     h = calloc(1, sizeof(*h));
     if (!h || !(h->key = strdup(api_key))) {
@@ -380,6 +617,7 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     h->loop = loop;
     h->cfg = cfg;
     h->t = t;
+    h->lfd = -1;
 
     /* The libev plugin logs every I/O event at NOTICE: errors and warnings only. */
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_line);
@@ -403,9 +641,9 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
         return -ENOENT;
     }
 
-    /* Vhost options: an IPv4 address on lws's IPv6 socket path is mis-bound in 4.1. */
-    info.port = (int)cfg->listen_port;
-    info.iface = cfg->listen_addr;
+    /* No listener of lws's: warrend accepts (on_accept) and hands lws the connections
+     * that are not for a sandbox port, with the bytes it read. */
+    info.port = CONTEXT_PORT_NO_LISTEN_SERVER;
     for (size_t i = 0; i < N_WS; i++)
         protocols[1 + i] = *ws_protocols[i];
     info.protocols = protocols;
@@ -416,12 +654,20 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     info.timeout_secs_ah_idle = cfg->header_timeout_s;
     h->vh = lws_create_vhost(h->ctx, &info);
     if (!h->vh) {
+        LOG(LOG_ERR, "cannot create the libwebsockets vhost");
+        http_stop(h);
+        return -ENOMEM;
+    }
+    if ((r = listen_on(h, v6)) != 0) {
         LOG(LOG_ERR, "cannot listen on %s%s%s:%u (in use, or not an address of this host)",
             v6 ? "[" : "", cfg->listen_addr, v6 ? "]" : "", cfg->listen_port);
         http_stop(h);
         return -EADDRNOTAVAIL;
     }
-    h->port = (unsigned)lws_get_vhost_listen_port(h->vh);
+    if ((r = ports_new(h, &h->ports)) != 0) {
+        http_stop(h);
+        return r;
+    }
     h->fd_conns = fd_limit(cfg);
     LOG(LOG_DEBUG, "%u fds for connections", h->fd_conns);
     *out = h;
@@ -437,6 +683,13 @@ void http_stop(struct http_server *h)
 {
     if (!h)
         return;
+    if (h->lfd >= 0) {
+        ev_io_stop(h->loop, &h->lw);
+        close(h->lfd);
+    }
+    while (h->pre)
+        conn_free(h->pre);
+    ports_free(h->ports); /* its connections are released (counted in clients) */
     /* Closing every connection runs rest_req_end, which cancels what is in flight. */
     if (h->ctx)
         lws_context_destroy(h->ctx);

@@ -140,6 +140,7 @@ struct pss {
     bool resuming;
     json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
+    char *location;    /* a Location header for the answer (malloc'd), or NULL */
 };
 
 struct http_server {
@@ -160,6 +161,12 @@ struct http_server {
     /* access tokens (issue 7): the HMAC key, once http_set_token_secret gave it */
     unsigned char token_key[TOKEN_SECRET_LEN];
     bool token_key_set;
+    /* warrend's own listener (http.c): it reads each connection's first head to
+     * route it to the port proxy or to lws */
+    int lfd;
+    ev_io lw;
+    struct conn *pre;    /* connections whose first head is being read */
+    struct ports *ports; /* the port proxy (ports.h) */
 };
 
 /* ---- resp.c: the response writer ---- */
@@ -195,6 +202,8 @@ int resp_writeable(struct pss *p);
 
 /* The connection became a WebSocket: no header deadline any more. */
 void http_conn_upgraded(struct lws *wsi);
+/* A connection the port proxy took is closed: uncount it (ud: its struct conn). */
+void http_conn_release(void *ud);
 
 /* ---- rest.c: the REST router and handlers ---- */
 

@@ -388,7 +388,9 @@ char *net_vm_rules(const char *range, const char *dns, const struct net_policy *
             "  }\n"
             "  chain guard_in {\n"
             "    type filter hook input priority filter; policy drop;\n"
-            "    iifname \"lo\" accept\n");
+            "    iifname \"lo\" accept\n"
+            /* answers to warrend's port proxy connections (server/ports.c) */
+            "    iifname \"tap0\" ct state established,related accept\n");
     if (own_dns)
         /* The VM's resolver: the guest's queries, and its upstream's answers. */
         str_add(&s, &len,

@@ -365,6 +365,10 @@ static int write_headers(struct pss *p)
     case RESP_NONE:
         return 0;
     }
+    if (!r && p->location)
+        r = lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION,
+                                         (const unsigned char *)p->location,
+                                         (int)strlen(p->location), &pp, end);
     if (!r && p->close_after)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close",
                                          5, &pp, end);

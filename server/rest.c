@@ -6,6 +6,7 @@
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "http_int.h"
+#include "ports_head.h"
 #include "sbx_snap.h"
 #include "web.h"
 
@@ -242,6 +243,8 @@ void rest_req_end(struct pss *p)
         sbx_op_cancel(p->srv->t, p->op);
     }
     resp_q_free(p);
+    free(p->location);
+    p->location = NULL;
     free(p->body);
     p->body = NULL;
     json_decref(p->held);
@@ -771,6 +774,68 @@ static void query_route(struct pss *p, const struct api_query *q)
     json_decref(args);
 }
 
+/* Percent-encode s (a decoded query name or value) onto out. */
+static void put_enc(char *out, size_t cap, size_t *n, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    for (size_t i = 0; i < len && *n + 4 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            strchr("-._~/", c)) {
+            out[(*n)++] = (char)c;
+        } else {
+            out[(*n)++] = '%';
+            out[(*n)++] = hex[c >> 4];
+            out[(*n)++] = hex[c & 15];
+        }
+    }
+    out[*n] = '\0';
+}
+
+/* 307 to the same URL with Connection: close when uri (or the Host) names a sandbox
+ * port (ports_head.h). 1 when answered. */
+static int port_redirect(struct pss *p, const char *uri)
+{
+    struct ports_head h;
+    struct ports_dest d;
+    char host[256], frag[QUERY_STORE], *loc;
+    size_t n = 0, cap = 4 * QUERY_STORE + 4 * strlen(uri) + 16;
+
+    memset(&h, 0, sizeof(h));
+    h.target = (struct ports_span){uri, strlen(uri)};
+    if (hdr(p->wsi, WSI_TOKEN_HOST, host, sizeof(host)) > 0)
+        h.host = (struct ports_span){host, strlen(host)};
+    if (!h.target.n || ports_route(&h, p->srv->cfg->port_domain, &d) == PORTS_NOT)
+        return 0;
+    p->close_after = true;
+    if (!(loc = malloc(cap))) {
+        resp_code(p, 500, "internal", "out of memory");
+        return 1;
+    }
+    put_enc(loc, cap, &n, uri, strlen(uri));
+    for (int i = 0; i < QUERY_FRAGS_MAX; i++) {
+        int len =
+            lws_hdr_copy_fragment(p->wsi, frag, (int)sizeof(frag), WSI_TOKEN_HTTP_URI_ARGS, i);
+        char *eq;
+        if (len < 0 || n + 8 >= cap)
+            break;
+        loc[n++] = i ? '&' : '?';
+        eq = strchr(frag, '=');
+        put_enc(loc, cap, &n, frag, eq ? (size_t)(eq - frag) : (size_t)len);
+        if (eq && n + 1 < cap) {
+            loc[n++] = '=';
+            put_enc(loc, cap, &n, eq + 1, strlen(eq + 1));
+        }
+    }
+    loc[n] = '\0';
+    p->location = loc;
+    resp_code(p, 307, "new_connection_needed",
+              "a sandbox port is reached only by the first request of a connection: "
+              "repeat this request on a new connection");
+    return 1;
+}
+
 void rest_request(struct pss *p, const char *uri)
 {
     static const unsigned qallow[] = {
@@ -807,6 +872,12 @@ void rest_request(struct pss *p, const char *uri)
         return;
     }
     if (transfer_encoding(p, has_cl))
+        return;
+
+    /* A sandbox port asked for on a connection lws already serves (a keep-alive one):
+     * only the first request of a connection can go to the port proxy (http.c), so the
+     * client is sent to the same URL on a new one. */
+    if (port_redirect(p, uri))
         return;
 
     /* The browser terminal's page and files (web.h): no key, a fixed allow-list. */

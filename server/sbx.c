@@ -158,6 +158,15 @@ static json_t *iso_time(int64_t ms)
     return json_string(buf);
 }
 
+static json_t *public_ports_json(const struct sandbox *sb)
+{
+    json_t *a = json_array();
+
+    for (unsigned i = 0; a && i < sb->npublic; i++)
+        json_array_append_new(a, json_integer(sb->public_ports[i]));
+    return a;
+}
+
 json_t *sbx_json(const struct sandbox *sb)
 {
     json_t *o =
@@ -177,6 +186,7 @@ json_t *sbx_json(const struct sandbox *sb)
             json_object_set_new(o, "network", n);
     }
     json_object_set_new(o, "persistent", json_boolean(sb->persistent));
+    json_object_set_new(o, "public_ports", public_ports_json(sb));
     if (sb->state == ST_PAUSED)
         json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
     /* Where its VM came from: handed out by the warm pool, or booted for it. */
@@ -211,6 +221,8 @@ int sbx_save(struct sandbox *sb)
 
     if (o && sb->keep_running)
         json_object_set_new(o, "keep_running", json_true());
+    if (o && sb->npublic)
+        json_object_set_new(o, "public_ports", public_ports_json(sb));
     if (o && sb->snap_id[0])
         json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
     if (o && sb->persistent)
@@ -1079,13 +1091,43 @@ int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, s
     return sbx_net_policy_parse(t, json_object_get(body, "network"), pol, err);
 }
 
+/* Create option public_ports: distinct ports 1..65535, at most SBX_PUBLIC_PORTS_MAX. */
+static int public_ports_get(json_t *body, uint16_t *out, unsigned *n, struct sbx_err *err)
+{
+    json_t *a = json_object_get(body, "public_ports"), *v;
+    size_t i;
+
+    *n = 0;
+    if (!a || json_is_null(a))
+        return 0;
+    if (!json_is_array(a) || json_array_size(a) > SBX_PUBLIC_PORTS_MAX)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "public_ports must be an array of at most %d ports",
+                           SBX_PUBLIC_PORTS_MAX);
+    json_array_foreach(a, i, v)
+    {
+        json_int_t p = json_integer_value(v);
+        if (!json_is_integer(v) || p < 1 || p > 65535)
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "public_ports: %s is not a port (1 to 65535)",
+                               json_is_integer(v) ? "a number" : "an entry");
+        for (unsigned k = 0; k < *n; k++)
+            if (out[k] == p)
+                return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "public_ports: %d is given twice",
+                                   (int)p);
+        out[(*n)++] = (uint16_t)p;
+    }
+    return 0;
+}
+
 int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
                sbx_op_t *opid, struct sbx_err *err)
 {
     static const char *const fields[] = {"template",    "ttl_seconds",  "idle_timeout_seconds",
                                          "memory_mb",   "vcpus",        "env",
                                          "metadata",    "keep_running", "network",
-                                         "snapshot_id", "persistent",   NULL};
+                                         "snapshot_id", "persistent",   "public_ports",
+                                         NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl, *snap_id = NULL;
     unsigned ttl, idle, mem, vcpus;
@@ -1098,6 +1140,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     uint8_t rnd[8];
     struct op *op;
     struct net_policy pol;
+    uint16_t pub[SBX_PUBLIC_PORTS_MAX] = {0};
+    unsigned npub = 0;
     int status, r;
 
     if ((status = sbx_check_fields(body, fields, err)))
@@ -1136,6 +1180,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     keep_running = json_object_get(body, "keep_running");
     if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
+    if ((status = public_ports_get(body, pub, &npub, err)))
+        return status;
     if ((status = sbx_json_str_map(body, "env", &env, err)))
         return status;
     if ((status = sbx_json_str_map(body, "metadata", &meta, err))) {
@@ -1176,6 +1222,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->metadata = meta;
     sb->keep_running = json_is_true(keep_running);
     sb->persistent = json_is_true(json_object_get(body, "persistent"));
+    memcpy(sb->public_ports, pub, sizeof(pub));
+    sb->npublic = npub;
     if (snap_id) {
         snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", snap_id);
         return sbx_snap_start(sb, json_object_get(body, "network") ? &pol : NULL, sink, user, opid,
@@ -1414,6 +1462,16 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
     sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
+    {
+        json_t *a = json_object_get(o, "public_ports"), *v;
+        size_t i;
+        json_array_foreach(a, i, v)
+        {
+            json_int_t p = json_integer_value(v);
+            if (sb->npublic < SBX_PUBLIC_PORTS_MAX && p >= 1 && p <= 65535)
+                sb->public_ports[sb->npublic++] = (uint16_t)p;
+        }
+    }
     {
         const char *sid = json_string_value(json_object_get(o, "snapshot_id"));
         if (sid && strlen(sid) < sizeof(sb->snap_id))
@@ -1658,4 +1716,50 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     mbedtls_ctr_drbg_free(&t->drbg);
     mbedtls_entropy_free(&t->entropy);
     free(t);
+}
+
+/* ---- the port proxy (sbx.h, server/ports.c) ---- */
+
+int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, char vm[24],
+                  struct sbx_err *err)
+{
+    struct sandbox *sb;
+    int status;
+
+    if (!t->net)
+        return sbx_err_set(err, SBX_E_CONFLICT,
+                           "sandbox networking is off (net_enabled in conf/): no ports to reach");
+    if ((status = sbx_usable(t, id, &sb, err)))
+        return status;
+    if (!sb->vm_id[0])
+        return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no VM yet; try again shortly",
+                           sb->id);
+    net_ns_path(t->net, sb->vm_id, ns, cap);
+    snprintf(vm, 24, "%s", sb->vm_id);
+    return 0;
+}
+
+int sbx_port_check(struct sbx_table *t, const char *id, const char *vm, bool used)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    if (!sb || sbx_state_final(sb->state) || sb->state == ST_PAUSED || strcmp(sb->vm_id, vm) != 0)
+        return -ESRCH;
+    if (used) {
+        sbx_touch(sb);
+        /* A frozen VM continues: its guest has a connection to answer. */
+        if (sbx_state_stopped(sb->state) && sb->ready && sb->ch)
+            sbx_thaw(sb, true);
+    }
+    return 0;
+}
+
+bool sbx_port_public(struct sbx_table *t, const char *id, unsigned port)
+{
+    struct sandbox *sb = sbx_find(t, id);
+
+    for (unsigned i = 0; sb && i < sb->npublic; i++)
+        if (sb->public_ports[i] == port)
+            return true;
+    return false;
 }

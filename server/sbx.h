@@ -161,4 +161,19 @@ unsigned sbx_count_live(const struct sbx_table *t);
 /* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */
 json_t *sbx_pool_stats(const struct sbx_table *t);
 
+/* ---- the port proxy (server/ports.c) ---- */
+/* Sandbox id, usable as for an operation (a paused one resumes, a frozen one
+ * continues, it counts as used), with networking on: 0 with its VM's
+ * namespace path in ns and its VM id in vm (24 bytes); or an sbx_errcode with
+ * *err (SBX_E_CONFLICT: networking is off). */
+int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, char vm[24],
+                  struct sbx_err *err);
+/* Is sandbox id still running VM vm? 0, or -ESRCH (deleted, ended, another VM).
+ * used: there was traffic: it counts as activity (idle timeout), and a frozen
+ * VM continues. */
+int sbx_port_check(struct sbx_table *t, const char *id, const char *vm, bool used);
+/* Was sandbox id created with port in public_ports (no auth needed)? false when
+ * there is no such sandbox. No side effect. */
+bool sbx_port_public(struct sbx_table *t, const char *id, unsigned port);
+
 #endif

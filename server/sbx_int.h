@@ -110,6 +110,8 @@ struct op {
     uint64_t attach_off; /* ATTACH: the offset asked for */
 };
 
+#define SBX_PUBLIC_PORTS_MAX 16 /* create option public_ports: entries */
+
 struct sandbox {
     struct sandbox *next;
     struct sbx_table *t;
@@ -154,6 +156,9 @@ struct sandbox {
     int64_t probe_mono;    /* when that PLIST was asked */
     int64_t frozen_mono;   /* when the VM was last stopped */
     int64_t thaw_us;       /* when the last thaw began (CLOCK_MONOTONIC us, for the log) */
+    /* create option public_ports: reachable through the port proxy without auth */
+    uint16_t public_ports[SBX_PUBLIC_PORTS_MAX];
+    unsigned npublic;
 };
 
 struct sbx_table {

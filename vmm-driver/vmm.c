@@ -929,7 +929,7 @@ static void vm_start(struct vmm *vm, bool our_child)
 
 /* Enter the network namespace at path on this thread: 0 and *self (this
  * thread's own, to return to), or -errno. */
-static int netns_enter(const char *path, int *self)
+int vmm_netns_enter(const char *path, int *self)
 {
     int target, r = 0;
 
@@ -946,7 +946,7 @@ static int netns_enter(const char *path, int *self)
     return r;
 }
 
-static void netns_leave(int self)
+void vmm_netns_leave(int self)
 {
     /* Staying in a VM's namespace would put every socket the loop makes from
      * now on inside it: never continue from there. */
@@ -987,14 +987,14 @@ static int spawn(struct vmm *vm, char **argv, int out_fd, const char *netns)
         (r = posix_spawnattr_setsigdefault(&at, &all)))
         goto out;
     /* The child inherits this thread's namespaces: QEMU starts in the VM's. */
-    if (netns && (r = -netns_enter(netns, &self)) != 0)
+    if (netns && (r = -vmm_netns_enter(netns, &self)) != 0)
         goto out;
     if (strchr(argv[0], '/'))
         r = posix_spawn(&vm->pid, argv[0], &fa, &at, argv, environ);
     else
         r = posix_spawnp(&vm->pid, argv[0], &fa, &at, argv, environ);
     if (netns)
-        netns_leave(self);
+        vmm_netns_leave(self);
 out:
     posix_spawnattr_destroy(&at);
     posix_spawn_file_actions_destroy(&fa);

@@ -364,4 +364,11 @@ int vmm_qcow2_backing(const char *path, char *out, size_t cap);
  * qcow2 with a backing file; -ENAMETOOLONG: the name does not fit in cluster 0). */
 int vmm_qcow2_rebase(const char *path, const char *backing);
 
+/* Enter the network namespace at path on this thread (to make a socket there, or
+ * spawn into it): 0 and *self, this thread's own namespace to return to with
+ * vmm_netns_leave (which aborts if it cannot: the loop must never continue in a
+ * VM's namespace), or -errno. */
+int vmm_netns_enter(const char *path, int *self);
+void vmm_netns_leave(int self);
+
 #endif

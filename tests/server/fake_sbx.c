@@ -21,6 +21,7 @@
  */
 #include "fake_sbx.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -771,4 +772,45 @@ bool sbx_coming_back(struct sbx_table *t, const char *id)
     (void)t;
     (void)id;
     return false;
+}
+
+/* The port proxy (sbx.h): no networking in the fake table. */
+int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, char vm[24],
+                  struct sbx_err *err)
+{
+    (void)t;
+    (void)id;
+    (void)ns;
+    (void)cap;
+    (void)vm;
+    return sbx_err_set(err, SBX_E_CONFLICT, "sandbox networking is off in the fake table");
+}
+
+int sbx_port_check(struct sbx_table *t, const char *id, const char *vm, bool used)
+{
+    (void)t;
+    (void)id;
+    (void)vm;
+    (void)used;
+    return -ESRCH;
+}
+
+bool sbx_port_public(struct sbx_table *t, const char *id, unsigned port)
+{
+    (void)t;
+    (void)id;
+    (void)port;
+    return false;
+}
+
+int vmm_netns_enter(const char *path, int *self)
+{
+    (void)path;
+    *self = -1;
+    return -ENOSYS;
+}
+
+void vmm_netns_leave(int self)
+{
+    (void)self;
 }

@@ -65,7 +65,8 @@ static void test_mint_args(void)
     CHECK(token_mint(key, "", TOKEN_SCOPE_PTY, 5, tok) == -EINVAL);
     CHECK(token_mint(key, NULL, TOKEN_SCOPE_PTY, 5, tok) == -EINVAL);
     CHECK(token_mint(key, "a", 0, 5, tok) == -EINVAL);
-    CHECK(token_mint(key, "a", 8, 5, tok) == -EINVAL);
+    CHECK(token_mint(key, "a", TOKEN_SCOPE_ALL + 1, 5, tok) == -EINVAL);
+    CHECK(token_scope_of("ports") == TOKEN_SCOPE_PORTS);
     memset(id, 'x', TOKEN_SBX_MAX + 1);
     id[TOKEN_SBX_MAX + 1] = '\0';
     CHECK(token_mint(key, id, TOKEN_SCOPE_PTY, 5, tok) == -EINVAL);
