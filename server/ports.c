@@ -226,6 +226,29 @@ static size_t body_filter(struct pconn *pc, size_t from, size_t n)
     }
 }
 
+/* Done both ways: closed; else its watchers set for what it waits for now. */
+static void pc_next(struct pconn *pc)
+{
+    if (pc_finished(pc))
+        pc_close(pc);
+    else
+        pc_arm(pc);
+}
+
+/* Send what b holds but its last hold bytes; what went is consumed. send's result. */
+static ssize_t buf_send(int fd, struct pbuf *b, size_t hold)
+{
+    ssize_t r = send(fd, b->p + b->off, b->len - hold, MSG_NOSIGNAL);
+
+    if (r > 0) {
+        b->off += (size_t)r;
+        b->len -= (size_t)r;
+        if (b->len == 0)
+            b->off = 0;
+    }
+    return r;
+}
+
 static void on_client_read(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct pconn *pc = (struct pconn *)((char *)w - offsetof(struct pconn, crd));
@@ -259,11 +282,7 @@ static void on_client_read(struct ev_loop *loop, ev_io *w, int revents)
         shutdown(pc->gfd, SHUT_WR);
         pc->g_shut = true;
     }
-    if (pc_finished(pc)) {
-        pc_close(pc);
-        return;
-    }
-    pc_arm(pc);
+    pc_next(pc);
 }
 
 static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
@@ -274,17 +293,13 @@ static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
 
     (void)loop;
     (void)revents;
-    r = send(pc->cfd, b->p + b->off, b->len, MSG_NOSIGNAL);
+    r = buf_send(pc->cfd, b, 0);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r < 0) {
         pc_close(pc);
         return;
     }
-    b->off += (size_t)r;
-    b->len -= (size_t)r;
-    if (b->len == 0)
-        b->off = 0;
     if (!pc->answered_err)
         pc_moved(pc);
     if (b->len == 0 && pc->answered_err && !pc->c_shut) {
@@ -295,11 +310,7 @@ static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
         shutdown(pc->cfd, SHUT_WR);
         pc->c_shut = true;
     }
-    if (pc_finished(pc)) {
-        pc_close(pc);
-        return;
-    }
-    pc_arm(pc);
+    pc_next(pc);
 }
 
 static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
@@ -334,11 +345,7 @@ static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
         shutdown(pc->cfd, SHUT_WR);
         pc->c_shut = true;
     }
-    if (pc_finished(pc)) {
-        pc_close(pc);
-        return;
-    }
-    pc_arm(pc);
+    pc_next(pc);
 }
 
 static void on_guest_write(struct ev_loop *loop, ev_io *w, int revents)
@@ -369,33 +376,21 @@ static void on_guest_write(struct ev_loop *loop, ev_io *w, int revents)
         pc_arm(pc);
         return;
     }
-    r = send(pc->gfd, b->p + b->off, b->len - pc->hold, MSG_NOSIGNAL);
+    r = buf_send(pc->gfd, b, pc->hold);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r < 0) {
         pc->g_eof = true; /* the guest went away: what it said still reaches the client */
         b->len = 0;
-        if (pc_finished(pc)) {
-            pc_close(pc);
-            return;
-        }
-        pc_arm(pc);
+        pc_next(pc);
         return;
     }
-    b->off += (size_t)r;
-    b->len -= (size_t)r;
-    if (b->len == 0)
-        b->off = 0;
     pc_moved(pc);
     if (b->len == 0 && pc->c_eof && !pc->g_shut) {
         shutdown(pc->gfd, SHUT_WR);
         pc->g_shut = true;
     }
-    if (pc_finished(pc)) {
-        pc_close(pc);
-        return;
-    }
-    pc_arm(pc);
+    pc_next(pc);
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)

@@ -1723,7 +1723,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
 int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, char vm[24],
                   struct sbx_err *err)
 {
-    struct sandbox *sb;
+    struct sandbox *sb = NULL;
     int status;
 
     if (!t->net)

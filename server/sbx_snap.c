@@ -636,7 +636,7 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, sb->tmpl);
     /* The VM's backing as warrend made it; a VM of an older warrend: its header's. */
     if (sb->vmr->backing[0] && strlen(sb->vmr->backing) < sizeof(backing))
-        snprintf(backing, sizeof(backing), "%s", sb->vmr->backing);
+        memcpy(backing, sb->vmr->backing, strlen(sb->vmr->backing) + 1);
     else if (vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing)) != 0)
         backing[0] = 0;
     if ((r = sbx_ident_get(&base, path)) != 0 || (!backing[0] && (r = -EINVAL))) {
