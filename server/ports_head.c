@@ -184,6 +184,19 @@ static unsigned port_of(const char *s, size_t n)
     return v <= 65535 ? v : 0;
 }
 
+/* d->sbx = the n bytes at id, if they can be a sandbox id: 0, else -ENOENT. */
+static int set_id(struct ports_dest *d, const char *id, size_t n)
+{
+    if (n == 0 || n > PORTS_ID_MAX)
+        return -ENOENT;
+    for (size_t i = 0; i < n; i++)
+        if (!id_char(id[i]))
+            return -ENOENT;
+    memcpy(d->sbx, id, n);
+    d->sbx[n] = '\0';
+    return 0;
+}
+
 int ports_route(const struct ports_head *h, const char *domain, struct ports_dest *d)
 {
     const char *t = h->target.p, *q, *id, *e;
@@ -210,13 +223,8 @@ int ports_route(const struct ports_head *h, const char *domain, struct ports_des
             idlen = (size_t)(hs + hn - dl - 1 - id);
             if (!(d->port = port_of(hs, (size_t)(dash - hs))))
                 return -EINVAL;
-            if (idlen == 0 || idlen > PORTS_ID_MAX)
+            if (set_id(d, id, idlen))
                 return -ENOENT;
-            for (size_t i = 0; i < idlen; i++)
-                if (!id_char(id[i]))
-                    return -ENOENT;
-            memcpy(d->sbx, id, idlen);
-            d->sbx[idlen] = '\0';
             d->mode = PORTS_HOST;
             d->rest = (struct ports_span){t, pl};
             return PORTS_HOST;
@@ -230,13 +238,8 @@ int ports_route(const struct ports_head *h, const char *domain, struct ports_des
         ;
     if (e - (id + idlen) < 7 || memcmp(id + idlen, "/ports/", 7) != 0)
         return PORTS_NOT; /* another route of that sandbox */
-    if (idlen == 0 || idlen > PORTS_ID_MAX)
+    if (set_id(d, id, idlen))
         return -ENOENT;
-    for (size_t i = 0; i < idlen; i++)
-        if (!id_char(id[i]))
-            return -ENOENT;
-    memcpy(d->sbx, id, idlen);
-    d->sbx[idlen] = '\0';
     {
         const char *ps = id + idlen + 7, *pe = ps;
         while (pe < e && *pe != '/')

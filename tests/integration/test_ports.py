@@ -127,18 +127,23 @@ def tearDownModule():
 NET = None
 
 
+def recv_all(s):
+    """Read s until the peer closes."""
+    data = b""
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            return data
+        data += b
+
+
 def raw(port, head, body=b"", timeout=120):
     """Send head (str, CRLFs added) and body on a fresh connection to port; read
     until the server closes. Returns (status, headers dict lowercased, body)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + body)
-        data = b""
-        while True:
-            b = s.recv(1 << 20)
-            if not b:
-                break
-            data += b
+        data = recv_all(s)
     finally:
         s.close()
     h, _, rest = data.partition(b"\r\n\r\n")
@@ -390,12 +395,7 @@ class TestPorts(unittest.TestCase):
                    f"Authorization: Bearer {self.w.key}\r\n\r\n").encode())
         time.sleep(5)  # the guest could send all 64 MiB in ~2 s if nothing held it back
         grown = self.rss_kib() - before
-        data = b""
-        while True:
-            b = s.recv(1 << 20)
-            if not b:
-                break
-            data += b
+        data = recv_all(s)
         s.close()
         self.assertLess(grown, 16 * 1024, f"warrend grew {grown} KiB while the client slept")
         body = data.partition(b"\r\n\r\n")[2]
