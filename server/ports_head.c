@@ -9,6 +9,11 @@
 #include <string.h>
 #include <strings.h>
 
+/* The longest method taken (HTTP's are at most 7 bytes): ports_head_parse refuses a
+ * longer one and ports_head_maybe gives up past it, so a head is routed the same
+ * whether it arrives whole or in pieces (fuzz_ports checks). */
+#define METHOD_MAX 32
+
 static const char path_pfx[] = "/v1/sandboxes/";
 
 static bool tchar(unsigned char c)
@@ -69,8 +74,7 @@ static int header(struct ports_head *h, const char *p, size_t n, bool *conn_upgr
     for (size_t i = vb; i < ve; i++)
         if ((unsigned char)p[i] < 0x20 && p[i] != '\t')
             return -EINVAL;
-    /* One slot stays free: the forwarded head adds its own Connection header. */
-    if (h->nhdr >= PORTS_HDRS_MAX - 1)
+    if (h->nhdr >= PORTS_HDRS_MAX)
         return -EINVAL;
     name = (struct ports_span){p, c};
     value = (struct ports_span){p + vb, ve - vb};
@@ -138,7 +142,7 @@ int ports_head_parse(const char *buf, size_t n, size_t max, struct ports_head *h
         return n >= max ? -E2BIG : 0;
     eol = memchr(buf, '\r', (size_t)(end - buf));
     sp1 = memchr(buf, ' ', (size_t)(eol - buf));
-    if (!sp1 || sp1 == buf)
+    if (!sp1 || sp1 == buf || sp1 - buf > METHOD_MAX)
         return -EINVAL;
     sp2 = memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1));
     if (!sp2 || sp2 == sp1 + 1)
@@ -372,6 +376,7 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
                         char *out, size_t cap)
 {
     struct wbuf w = {out, cap, 0, false};
+    unsigned lines = 1; /* its own Connection header */
 
     put(&w, h->method.p, h->method.n);
     puts_(&w, " ");
@@ -385,9 +390,10 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
             span_is(nm, "keep-alive") || span_is(nm, "proxy-connection") ||
             (strip_authz && span_is(nm, "authorization")))
             continue;
+        if (span_is(nm, "cookie") && !list_rest(h->value[i], ';'))
+            continue;
+        lines++;
         if (span_is(nm, "cookie")) {
-            if (!list_rest(h->value[i], ';'))
-                continue;
             put(&w, nm.p, nm.n);
             puts_(&w, ": ");
             put_list_without(&w, h->value[i], ';', "; ");
@@ -400,7 +406,9 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
         puts_(&w, "\r\n");
     }
     puts_(&w, h->upgrade ? "Connection: Upgrade\r\n\r\n" : "Connection: close\r\n\r\n");
-    return w.over ? -E2BIG : (long)w.n;
+    /* At most the header lines ports_head_parse takes: what warrend forwards, it
+     * would itself accept (fuzz_ports checks). */
+    return w.over || lines > PORTS_HDRS_MAX ? -E2BIG : (long)w.n;
 }
 
 long ports_url_without_token(const struct ports_head *h, char *out, size_t cap)
@@ -427,9 +435,9 @@ bool ports_head_maybe(const char *buf, size_t n, const char *domain)
 
     if (domain && *domain)
         return true; /* its Host may come in any line */
-    sp = memchr(buf, ' ', n < 32 ? n : 32);
+    sp = memchr(buf, ' ', n < METHOD_MAX + 1 ? n : METHOD_MAX + 1);
     if (!sp)
-        return n < 32;
+        return n <= METHOD_MAX;
     t = sp + 1;
     for (i = 0; i < sizeof(path_pfx) - 1; i++) {
         if (t + i >= e)

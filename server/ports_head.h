@@ -88,7 +88,8 @@ int ports_cookie_token(const struct ports_head *h, char *out, size_t cap);
  * X-Warren-Token header, the warren_token cookie (the Cookie header dropped
  * when nothing else is left in it) and, when strip_authz, the Authorization
  * header removed; Connection and Keep-Alive replaced by "Connection: close"
- * (or "Connection: Upgrade" for an upgrade request). Its length, or -E2BIG.
+ * (or "Connection: Upgrade" for an upgrade request). Its length, or -E2BIG (too
+ * long for cap, or more than PORTS_HDRS_MAX header lines with its Connection).
  */
 long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, bool strip_authz,
                         char *out, size_t cap);

@@ -6,7 +6,9 @@
  * given; a forwarded head parses again, keeps the method, carries no X-Warren-Token,
  * no warren_token cookie or query parameter, no Authorization when stripped, and
  * exactly one Connection header; the redirect URL carries no warren_token parameter.
+ * And the head as a sequence of growing prefixes, as warrend peeks at it (peeks()).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,24 @@ static int query_has_token(const char *t, size_t n)
     return 0;
 }
 
+/* warrend peeks at a head as it arrives, a growing prefix at a time (http.c): every
+ * prefix of a head that parses whole, of length len, must read as incomplete (never
+ * malformed: a valid head that came in pieces would be refused), and while it could
+ * be a port request (port: the whole one routes to a sandbox port) no prefix
+ * may say it cannot (it would go to lws half-read). 16 prefixes, growing. */
+static void peeks(const char *buf, size_t len, const char *domain, bool port)
+{
+    struct ports_head h;
+
+    for (size_t i = 0; i < 16; i++) {
+        size_t k = len * i / 16;
+        if (ports_head_parse(buf, k, 8192, &h) != 0)
+            abort();
+        if (port && !ports_head_maybe(buf, k, domain))
+            abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ports_head h, h2;
@@ -59,6 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if ((size_t)r != h.len || h.len > n)
             abort();
         r = ports_route(&h, data[0] & 1 ? "box.example" : "", &d);
+        peeks(copy, h.len, data[0] & 1 ? "box.example" : "", r > 0);
         if (r > 0) {
             ports_query_token(&d, tok, sizeof(tok));
             ports_cookie_token(&h, tok, sizeof(tok));
