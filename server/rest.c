@@ -13,6 +13,8 @@
 /* ----------------------------------------------------------- sink (sbx) */
 
 static void dispatch_json(struct pss *p, json_t *body);
+static void upload_open(struct pss *p, const char *path, unsigned mode, bool empty);
+static void upload_pump(struct pss *p);
 
 static void sink_done(void *user, const struct sbx_err *err, json_t *body)
 {
@@ -32,6 +34,10 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         json_decref(body);
         if (err)
             resp_sbx_err(p, err);
+        else if (p->upload)
+            upload_open(p, json_string_value(json_object_get(held, "path")),
+                        (unsigned)json_integer_value(json_object_get(held, "mode")),
+                        json_is_true(json_object_get(held, "empty")));
         else
             dispatch_json(p, held);
         json_decref(held);
@@ -214,7 +220,7 @@ static void sink_writable(void *user)
 {
     struct pss *p = user;
 
-    if (!p->upload || !p->op_live)
+    if (!p->upload || !p->op_live || p->resuming)
         return;
     if (p->in_write) {
         p->kick = true;
@@ -373,7 +379,7 @@ static void proc_ctl(struct pss *p, json_t *body)
  * but uploads) on a paused sandbox, or on one still starting (a resume or a create in
  * progress): start its resume if paused and hold the request until the sandbox is up
  * (sink_done runs it then). true if so (or if the resume was refused: then answered).
- * Uploads are not held: their body is already streaming (503 sandbox_not_ready, retry). */
+ * Uploads wait too, with their body unread (start_upload). */
 static bool resume_first(struct pss *p, json_t *body)
 {
     struct sbx_err err;
@@ -650,10 +656,33 @@ static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
     }
 }
 
+/* Open the upload's write in the guest and feed it what has arrived. */
+static void upload_open(struct pss *p, const char *path, unsigned mode, bool empty)
+{
+    struct sbx_err err;
+    int rc = sbx_file_write(p->srv->t, p->sbx, path, mode, &sink, p, &p->op, &err);
+
+    if (rc) {
+        start_op(p, rc, &err);
+        return;
+    }
+    p->op_live = true;
+    if (empty) {
+        p->finish_sent = true;
+        sbx_op_finish(p->srv->t, p->op);
+    } else if (expects_continue(p)) {
+        p->need_continue = true;
+        resp_want_write(p);
+    }
+    if (p->pend_len || p->rx_paused || p->body_done)
+        upload_pump(p); /* bytes that came while a resume was awaited, and the rest */
+}
+
 static void start_upload(struct pss *p, const struct api_query *q, int has_cl, uint64_t cl)
 {
     struct api_err e;
     struct sbx_err err;
+    json_t *out = NULL;
     int rc;
 
     if (api_path_check("path", q->path, &e)) {
@@ -667,20 +696,32 @@ static void start_upload(struct pss *p, const struct api_query *q, int has_cl, u
     }
     if (disk_full(p))
         return;
-    rc = sbx_file_write(p->srv->t, p->sbx, q->path, q->mode, &sink, p, &p->op, &err);
-    if (rc) {
-        start_op(p, rc, &err);
-        return;
-    }
-    p->op_live = true;
     p->upload = true;
-    if (has_cl && cl == 0) {
-        p->finish_sent = true;
-        sbx_op_finish(p->srv->t, p->op);
-    } else if (expects_continue(p)) {
-        p->need_continue = true;
-        resp_want_write(p);
+    if (sbx_coming_back(p->srv->t, p->sbx)) {
+        /* Paused (or starting): the body waits, unread, for the resume (sink_done). */
+        rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
+        if (rc == 0 && !out) {
+            p->held = json_pack("{s:s, s:i, s:b}", "path", q->path, "mode", (int)q->mode, "empty",
+                                has_cl && cl == 0);
+            if (!p->held) {
+                sbx_op_cancel(p->srv->t, p->op);
+                resp_code(p, 500, "internal", "out of memory");
+                return;
+            }
+            p->resuming = true;
+            p->op_live = true;
+            p->rx_paused = true;
+            lws_rx_flow_control(p->wsi, 0);
+            resp_want_write(p); /* to clear the body timeout lws arms (resp_writeable) */
+            return;
+        }
+        json_decref(out);
+        if (rc) {
+            start_op(p, rc, &err);
+            return;
+        }
     }
+    upload_open(p, q->path, q->mode, has_cl && cl == 0);
 }
 
 /* The token scope that opens a route; NULL: only the key does. */
@@ -1019,11 +1060,15 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
 
         if (!p->op_live || p->status)
             return 0; /* answered already: the rest is dropped with the connection */
-        if (p->pend_len) {
-            /* Paused, yet lws had more: keep it behind what is pending. */
+        if (p->pend_len || p->resuming) {
+            /* Paused (for credit, or for a resume), yet lws had more: keep it behind what
+             * is pending. */
+            if (!len)
+                return 0;
             if (p->pend_off + p->pend_len + len > p->pend_cap) {
                 unsigned char *np;
-                memmove(p->pend, p->pend + p->pend_off, p->pend_len);
+                if (p->pend_len)
+                    memmove(p->pend, p->pend + p->pend_off, p->pend_len);
                 p->pend_off = 0;
                 if (p->pend_len + len > p->pend_cap) {
                     np = realloc(p->pend, p->pend_len + len);
@@ -1144,7 +1189,7 @@ int rest_body_done(struct pss *p)
         return 0;
     }
     if (p->upload) {
-        if (p->op_live && !p->pend_len && !p->finish_sent) {
+        if (p->op_live && !p->resuming && !p->pend_len && !p->finish_sent) {
             p->finish_sent = true;
             sbx_op_finish(p->srv->t, p->op);
         }

@@ -19,6 +19,7 @@
  * 1008/1009 and a reason.
  */
 #include "http_int.h"
+#include "sbx_snap.h"
 #include "ws_pty.h"
 #include "ws_pty_frame.h"
 
@@ -503,12 +504,42 @@ static void on_start_done(void *user, const struct sbx_err *err, json_t *body)
 
 static const struct sbx_sink start_sink = {.done = on_start_done};
 
+static void start(struct wpty *w);
+
+/* The paused sandbox this socket opened on is back (or could not come back). */
+static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct wpty *w = user;
+
+    json_decref(body);
+    w->start_live = false;
+    if (err)
+        send_error(w, sbx_err_name(err->code), err->msg);
+    else
+        start(w);
+}
+
+static const struct sbx_sink resume_sink = {.done = on_resumed};
+
 static void start(struct wpty *w)
 {
     struct sbx_err err;
-    json_t *body;
+    json_t *body, *out = NULL;
     int rc;
 
+    if (sbx_coming_back(w->srv->t, w->sbx)) {
+        /* Paused or starting: an attach brings it back, and the PTY starts then. */
+        rc = sbx_resume(w->srv->t, w->sbx, &resume_sink, w, &w->start_op, &out, &err);
+        if (rc) {
+            send_error(w, sbx_err_name(err.code), err.msg);
+            return;
+        }
+        if (!out) {
+            w->start_live = true;
+            return;
+        }
+        json_decref(out);
+    }
     if (!w->want_new) {
         rc = sbx_proc_list(w->srv->t, w->sbx, w->pid, &start_sink, w, &w->start_op, &err);
     } else {

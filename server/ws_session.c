@@ -32,6 +32,7 @@
 #include <stdarg.h>
 
 #include "http_int.h"
+#include "sbx_snap.h"
 #include "session_frame.h"
 #include "ws_session.h"
 
@@ -82,6 +83,17 @@ struct sess {
     size_t nheld, heldcap;
     unsigned char *rx; /* a message arriving in pieces */
     size_t rxlen, rxcap;
+    /* The sandbox was paused: its resume is in flight, reading is paused, and the
+     * messages that came meanwhile wait, in order, as they arrived. */
+    bool resuming;
+    sbx_op_t resume_op;
+    struct waiting *wq, *wq_tail;
+};
+
+struct waiting {
+    struct waiting *next;
+    size_t n;
+    unsigned char b[];
 };
 
 /* Sockets per sandbox: one entry per sandbox that has sockets, not one per socket,
@@ -686,11 +698,75 @@ static void dispatch(struct sess *s, struct sf_req *q)
         feed(r);
 }
 
+/* The resume is over: the messages that waited for it run (or get its error). */
+static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct sess *s = user;
+    struct waiting *m;
+
+    json_decref(body);
+    s->resuming = false;
+    while ((m = s->wq)) {
+        struct sf_req q;
+        char why[120];
+
+        s->wq = m->next;
+        if (!sf_decode(m->b, m->n, &q, why, sizeof(why))) { /* it decoded when it came */
+            if (err)
+                send_error(s, q.id, sbx_err_name(err->code), "%s", err->msg);
+            else
+                dispatch(s, &q);
+            sf_req_clear(&q);
+        }
+        free(m);
+    }
+    s->wq_tail = NULL;
+    lws_rx_flow_control(s->wsi, 1);
+}
+
+static const struct sbx_sink resume_sink = {.done = on_resumed};
+
+/* A request on a paused (or starting) sandbox waits for its resume, as the REST routes
+ * do. 1: held (or answered), 0: go on, -1: out of memory. */
+static int wait_for_resume(struct sess *s, const void *p, size_t n, const struct sf_req *q)
+{
+    struct sbx_err err;
+    struct waiting *m;
+    json_t *out = NULL;
+
+    if (!s->resuming && (q->op == SF_OP_DETACH || !sbx_coming_back(s->srv->t, s->sbx)))
+        return 0;
+    if (!s->resuming) {
+        if (sbx_resume(s->srv->t, s->sbx, &resume_sink, s, &s->resume_op, &out, &err)) {
+            send_error(s, q->id, sbx_err_name(err.code), "%s", err.msg);
+            return 1;
+        }
+        if (out) { /* back already */
+            json_decref(out);
+            return 0;
+        }
+        s->resuming = true;
+        lws_rx_flow_control(s->wsi, 0); /* what lws read already may still come */
+    }
+    if (!(m = malloc(sizeof(*m) + n)))
+        return -1;
+    m->next = NULL;
+    m->n = n;
+    memcpy(m->b, p, n);
+    if (s->wq_tail)
+        s->wq_tail->next = m;
+    else
+        s->wq = m;
+    s->wq_tail = m;
+    return 1;
+}
+
 /* A whole message: -1 closes the socket (the close reason is set). */
 static int on_message(struct sess *s, const void *p, size_t n)
 {
     struct sf_req q;
     char why[120];
+    int w;
 
     if (sf_decode(p, n, &q, why, sizeof(why))) {
         LOG(LOG_DEBUG, "%s: agent socket: malformed message: %s", s->sbx, why);
@@ -698,9 +774,10 @@ static int on_message(struct sess *s, const void *p, size_t n)
                          strlen(why));
         return -1;
     }
-    dispatch(s, &q);
+    if (!(w = wait_for_resume(s, p, n, &q)))
+        dispatch(s, &q);
     sf_req_clear(&q);
-    return 0;
+    return w < 0 ? -1 : 0;
 }
 
 static int on_receive(struct sess *s, const void *in, size_t len)
@@ -752,6 +829,16 @@ static void sess_end(struct sess *s)
         req_unlink(r);
     }
     reap(s);
+    if (s->resuming) {
+        s->resuming = false;
+        sbx_op_cancel(s->srv->t, s->resume_op);
+    }
+    while (s->wq) {
+        struct waiting *m = s->wq;
+        s->wq = m->next;
+        free(m);
+    }
+    s->wq_tail = NULL;
     while (s->qh) {
         struct sout *o = s->qh;
         s->qh = o->next;

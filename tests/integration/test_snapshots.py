@@ -407,24 +407,32 @@ class TestSnapshots(WarrenCase):
         self.assertGreater(r.json()["expires_at"], before["expires_at"])
         self.assertTrue(self.counting(a))
         self.assertLess(time.time() - t_pause, 60)
-        # Paused again: a download, a process listing, a file stat and two execs sent at
-        # once all wait for the one resume and are answered (the first starts it, the
-        # others find the sandbox starting; before, those got 503 sandbox_not_ready).
+        # Paused again: a download, a process listing, a file stat, two execs and two
+        # uploads (one of 3 MiB, one empty) sent at once all wait for the one resume and
+        # are answered (the first starts it, the others find the sandbox starting;
+        # before, those got 503 sandbox_not_ready). An upload's body waits unread.
         self.assertEqual(w.request("POST", f"/v1/sandboxes/{a}/pause", {}).status, 200)
+        blob = os.urandom(3 << 20)
         reqs = [("GET", f"/v1/sandboxes/{a}/files?path=/root/k", None),
                 ("GET", f"/v1/sandboxes/{a}/processes", None),
                 ("GET", f"/v1/sandboxes/{a}/files/stat?path=/root/k", None),
                 ("POST", f"/v1/sandboxes/{a}/exec", {"cmd": "echo one"}),
-                ("POST", f"/v1/sandboxes/{a}/exec", {"cmd": "echo two"})]
+                ("POST", f"/v1/sandboxes/{a}/exec", {"cmd": "echo two"}),
+                ("PUT", f"/v1/sandboxes/{a}/files?path=/root/blob", blob),
+                ("PUT", f"/v1/sandboxes/{a}/files?path=/root/empty", b"")]
         with concurrent.futures.ThreadPoolExecutor(len(reqs)) as ex:
             rs = list(ex.map(lambda q: w.request(*q), reqs))
         for q, r in zip(reqs, rs):
-            self.assertEqual(r.status, 200, f"{q}: {r}\n{w.log_text()}")
+            self.assertEqual(r.status, 200, f"{q[:2]}: {r}\n{w.log_text()}")
         self.assertEqual(rs[0].body, b"fork-base\n")
         self.assertIn(pid, [x["pid"] for x in rs[1].json()["processes"]])
         self.assertEqual(rs[2].json()["size"], len(b"fork-base\n"))
         self.assertEqual(rs[3].json()["stdout"], "one\n")
         self.assertEqual(rs[4].json()["stdout"], "two\n")
+        self.assertEqual(w.request("GET", f"/v1/sandboxes/{a}/files?path=/root/blob").body,
+                         blob)
+        self.assertEqual(w.request("GET", f"/v1/sandboxes/{a}/files/stat?path=/root/empty")
+                         .json()["size"], 0)
         self.assertEqual(w.get(a).json()["state"], "running")
 
     def test_6b_pause_cycles_do_not_pile_up(self):

@@ -365,6 +365,26 @@ class PtySocketTest(WarrenCase):
             await ws.close()
         run(t())
 
+    def test_opening_on_a_paused_sandbox_resumes_it(self):
+        """A socket on a paused sandbox brings it back, and its PTY starts then, for a
+        new PTY and for an attach to one that was running before the pause (before,
+        the socket got an error frame, sandbox_not_ready, and had to be reopened)."""
+        async def t():
+            p = await Pty.open(self.w, self.path())
+            await p.send("X=before-pause\n")
+            await p.close()
+            for path, query in ((self.path(), {}), (self.path(p.pid), {"offset": p.next})):
+                r = self.w.request("POST", f"/v1/sandboxes/{self.sid}/pause", {})
+                self.assertEqual(r.status, 200, f"{r}\n{self.w.log_text()}")
+                self.assertEqual(self.w.get(self.sid).json()["state"], "paused")
+                q = await Pty.open(self.w, path, **query)
+                mark = q.next
+                await q.send("echo $X-$((6*7))\n")
+                await q.until(r"\r\n(before-pause)?-42\r\n", start=mark)
+                await q.close()
+                self.assertEqual(self.w.get(self.sid).json()["state"], "running")
+        run(t())
+
     def test_plain_get_says_why(self):
         """A browser never learns why a handshake was refused, so the terminal page asks
         with a plain GET of the same address: the same checks answer with the same

@@ -216,6 +216,27 @@ class TestWsSession(WarrenCase):
             await s.close()
         self.arun(go())
 
+    def test_requests_on_a_paused_sandbox_resume_it(self):
+        """Requests sent on a paused sandbox's socket wait for the one resume they start
+        and are answered in order (before, each got sandbox_not_ready)."""
+        async def go():
+            r = self.w.request("POST", f"/v1/sandboxes/{self.sid}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{self.w.log_text()}")
+            s = await self.connect()
+            ex = await s.send("exec", cmd="echo one")
+            wr = await s.send("write_file", path="/tmp/paused.txt", data=b"written")
+            st = await s.send("stat", path="/tmp/paused.txt")
+            f = await s.stream(ex)
+            self.assertEqual(frames_of(f), ["stdout", "exit"], f)
+            self.assertEqual((f[0]["data"], f[1]["exit_code"]), (b"one\n", 0))
+            self.assertEqual((await s.frame(wr))["type"], "result")
+            f = await s.frame(st)
+            self.assertEqual(f["type"], "result", f)
+            self.assertEqual(f["size"], 7, f)
+            await s.close()
+            self.assertEqual(self.w.get(self.sid).json()["state"], "running")
+        self.arun(go())
+
     def test_refused_before_upgrade(self):
         async def go():
             for kw, status in ((dict(key=False), 401), (dict(proto=False), 400),
