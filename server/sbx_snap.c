@@ -578,6 +578,8 @@ static void on_saved(void *ud, int err, const char *why)
         job_free(j);
         return;
     }
+    LOGS(LOG_DEBUG, sb->id, "snapshot %s: state saved in %.0f ms", j->s->id,
+         (double)(sbx_now_ms() - j->t0));
     /* The VM stays stopped until its disk is copied. */
     if (bg_run(j->t->bg, copy_work, copy_done, j) != 0) {
         if (op)
