@@ -70,12 +70,13 @@ step "ASan+UBSan build and tests"
 cmake -S . -B "$top/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWARREN_SANITIZE=ON >/dev/null
 cmake --build "$top/build-asan" -j2 >/dev/null
 # The browser terminal's test drives the same C paths as integration_ws_pty (which
-# runs here) through Chromium, and load_ws_smoke the same socket paths as
-# integration_ws_pty and integration_ws_session: under ASan they would only add
-# their minutes twice.
+# runs here) through Chromium, load_ws_smoke the same socket paths as
+# integration_ws_pty and integration_ws_session, and integration_clients (the
+# Python client and CLI) the same REST routes as the other integration tests:
+# under ASan they would only add their minutes twice.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
-  run_ctest ctest --test-dir "$top/build-asan" --output-on-failure -E '^(integration_terminal|load_ws_smoke)$'
+  run_ctest ctest --test-dir "$top/build-asan" --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients)$'
 
 step "fuzzers (20 s each, two at a time: each is one CPU-bound process)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
