@@ -138,6 +138,14 @@ refused:
     return -EACCES;
 }
 
+bool http_query_frag_spurious(struct lws *wsi, int i, const char *frag)
+{
+    char next[2];
+
+    return !strcmp(frag, "/") &&
+           lws_hdr_copy_fragment(wsi, next, (int)sizeof(next), WSI_TOKEN_HTTP_URI_ARGS, i + 1) < 0;
+}
+
 bool http_origin_allowed(const struct http_server *srv, struct lws *wsi)
 {
     char origin[512], host[512];

@@ -233,6 +233,9 @@ int http_authorize(struct pss *p, struct lws *wsi, const char *sbx_id, const cha
 /* The Origin rule for browser sockets (token_origin_allowed with the configured
  * allowed_origins and the request's Host). */
 bool http_origin_allowed(const struct http_server *srv, struct lws *wsi);
+/* true when query fragment i, frag, is lws 4.1.6's stand-in for an empty last one: a
+ * query that ends in '?' or '&' ("/healthz?", "?a=1&") gets a last fragment "/". */
+bool http_query_frag_spurious(struct lws *wsi, int i, const char *frag);
 /* POST /v1/sandboxes/{id}/tokens with its parsed body: answers 201 or an error. */
 void auth_tokens_mint(struct pss *p, json_t *body);
 

@@ -315,6 +315,8 @@ static int query_frags(struct lws *wsi, char *store, size_t cap, const char **fr
             explicit_bzero(store + used, (size_t)len);
             continue;
         }
+        if (http_query_frag_spurious(wsi, i, store + used))
+            continue;
         frags[(*n)++] = store + used;
         used += (size_t)len + 1;
     }
@@ -861,6 +863,8 @@ static int port_redirect(struct pss *p, const char *uri)
         char *eq;
         if (len < 0 || n + 8 >= cap)
             break;
+        if (http_query_frag_spurious(p->wsi, i, frag))
+            continue;
         loc[n++] = i ? '&' : '?';
         eq = strchr(frag, '=');
         put_enc(loc, cap, &n, frag, eq ? (size_t)(eq - frag) : (size_t)len);

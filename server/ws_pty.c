@@ -165,6 +165,8 @@ static int parse_query(struct lws *wsi, bool is_new, struct wq *q, struct api_er
         if (len >= (int)sizeof(frag) ||
             lws_hdr_copy_fragment(wsi, frag, (int)sizeof(frag), WSI_TOKEN_HTTP_URI_ARGS, i) < 0)
             goto bad_len;
+        if (http_query_frag_spurious(wsi, i, frag))
+            continue;
         val = strchr(frag, '=');
         val = val ? val + 1 : "";
         if (is_new && (!strncmp(frag, "cols=", 5) || !strncmp(frag, "rows=", 5))) {
