@@ -232,7 +232,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "template guest did not answer (%s)\n", t.reason);
         return 1;
     }
-    if (vmm_save(t.vm, snap, on_op, &t) != 0)
+    if (vmm_save(t.vm, snap, 0, on_op, &t) != 0)
         return 1;
     WAIT(t.op_done, 30);
     if (t.op_err) {

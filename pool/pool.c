@@ -404,7 +404,7 @@ static void tpl_synced(struct pool *p, int err, const char *why)
         return;
     }
     p->state = TPL_SAVING;
-    r = vmm_save(p->vmm, p->snap, tpl_saved, p);
+    r = vmm_save(p->vmm, p->snap, 0, tpl_saved, p);
     if (r != 0)
         tpl_failed(p, "cannot start the save");
 }

@@ -65,6 +65,7 @@ struct vmm_op {
     bool mig_done;       /* MIGRATION completed seen */
     int fd;              /* the snapshot file, or -1 */
     char *path, *tmp;    /* save: final and temporary names */
+    bool nosync;         /* save: VMM_SAVE_NOSYNC */
     struct vmm_job *job; /* running on a worker thread, or NULL */
     struct vmm_snap_info info;
 };
@@ -1370,7 +1371,7 @@ void vmm_free(struct vmm *vm)
 struct vmm_job {
     int efd;
     int refs; /* the thread and the VM; atomic */
-    bool save;
+    bool save, nosync;
     int fd; /* a duplicate of op.fd, the job's own */
     char *tmp, *path;
     struct vmm_snap_info info;
@@ -1397,7 +1398,8 @@ static void *job_main(void *arg)
     uint64_t one = 1;
 
     if (j->save)
-        j->err = vmm_snap_finalize(j->fd, j->tmp, j->path, &j->info, j->why, sizeof(j->why));
+        j->err =
+            vmm_snap_finalize(j->fd, j->tmp, j->path, !j->nosync, &j->info, j->why, sizeof(j->why));
     else
         j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why));
     (void)!write(j->efd, &one, sizeof(one));
@@ -1415,6 +1417,7 @@ static int job_start(struct vmm *vm, bool save)
     if (!j)
         return -ENOMEM;
     j->save = save;
+    j->nosync = vm->op.nosync;
     j->refs = 2;
     j->info = vm->op.info;
     j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1736,7 +1739,7 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud)
     return stop_cont(vm, false, cb, ud);
 }
 
-int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
+int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud)
 {
     struct vmm_op *op;
     int r;
@@ -1750,6 +1753,7 @@ int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
     if ((r = op_begin(vm, OP_SAVE, cb, ud)) != 0)
         return r;
     op = &vm->op;
+    op->nosync = flags & VMM_SAVE_NOSYNC;
     if (asprintf(&op->tmp, "%s.tmp", path) < 0) {
         op->tmp = NULL;
         r = -ENOMEM;

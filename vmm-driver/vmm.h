@@ -328,8 +328,12 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
  * writes the file, no callback is made but the file may still appear
  * complete at path. For a
  * TEMPLATE VM the file holds device state only (~50 KiB) and is restored
- * over the same memory file; other VMs' RAM goes into the file. */
-int vmm_save(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud);
+ * over the same memory file; other VMs' RAM goes into the file.
+ * flags: VMM_SAVE_NOSYNC leaves out the fsyncs (of the file and of its
+ * directory): for a file that need not outlive the host (a fork's), whose
+ * checksum still catches a file torn by a crash. */
+#define VMM_SAVE_NOSYNC 1u
+int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud);
 
 /* Load a snapshot into a VM launched with VMM_BOOT_RESTORE (phase WAITING):
  * on a worker thread the header and the stream's checksum are checked; then

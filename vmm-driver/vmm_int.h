@@ -331,9 +331,9 @@ int vmm_snap_match(const struct vmm_snap_info *s, const char *qemu_version, unsi
                    unsigned vcpus, bool shared_ram, char *why, size_t cap);
 /* Blocking (a worker thread's job). QEMU has written its stream into fd after
  * the header: checksum it, write the header (info's other fields as given),
- * fsync, rename tmp to path, fsync the directory. */
-int vmm_snap_finalize(int fd, const char *tmp, const char *path, struct vmm_snap_info *info,
-                      char *why, size_t cap);
+ * fsync, rename tmp to path, fsync the directory (no fsync at all unless sync). */
+int vmm_snap_finalize(int fd, const char *tmp, const char *path, bool sync,
+                      struct vmm_snap_info *info, char *why, size_t cap);
 /* Blocking: decode the header of the file open on fd and check the stream's checksum. */
 int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
 

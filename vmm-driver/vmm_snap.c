@@ -170,8 +170,8 @@ static int crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc)
     return 0;
 }
 
-int vmm_snap_finalize(int fd, const char *tmp, const char *path, struct vmm_snap_info *info,
-                      char *why, size_t cap)
+int vmm_snap_finalize(int fd, const char *tmp, const char *path, bool sync,
+                      struct vmm_snap_info *info, char *why, size_t cap)
 {
     uint8_t hdr[VMM_SNAP_HDR];
     struct stat st;
@@ -194,7 +194,7 @@ int vmm_snap_finalize(int fd, const char *tmp, const char *path, struct vmm_snap
         goto out;
     }
     vmm_snap_encode(hdr, info);
-    if (pwrite(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || fsync(fd) != 0) {
+    if (pwrite(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || (sync && fsync(fd) != 0)) {
         r = errno ? -errno : -EIO;
         snprintf(why, cap, "snapshot: writing the header: %s", strerror(-r));
         goto out;
@@ -205,7 +205,7 @@ int vmm_snap_finalize(int fd, const char *tmp, const char *path, struct vmm_snap
         goto out;
     }
     /* The rename itself must survive a crash too. */
-    if ((dcopy = strdup(path)) && (dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY)) >= 0)
+    if (sync && (dcopy = strdup(path)) && (dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY)) >= 0)
         (void)fsync(dfd);
     r = 0;
 out:

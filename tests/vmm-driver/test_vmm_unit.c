@@ -496,7 +496,7 @@ static void test_snap(void)
         fd = open(tmpf, O_RDWR | O_CREAT | O_TRUNC, 0600);
         CHECK(fd >= 0);
         CHECK(pwrite(fd, stream, sizeof(stream), VMM_SNAP_HDR) == (ssize_t)sizeof(stream));
-        CHECK(vmm_snap_finalize(fd, tmpf, fin, &fi, why, sizeof(why)) == 0);
+        CHECK(vmm_snap_finalize(fd, tmpf, fin, true, &fi, why, sizeof(why)) == 0);
         close(fd);
         CHECK(access(tmpf, F_OK) != 0 && access(fin, F_OK) == 0);
         fd = open(fin, O_RDWR);

@@ -1240,7 +1240,7 @@ static void test_snapshot_clones(void)
     CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM);
     CHECK(vmm_restore(t.vm, snap, on_op, &rb) == -EPERM);
 
-    CHECK(vmm_save(t.vm, snap, on_op, &sv) == 0);
+    CHECK(vmm_save(t.vm, snap, 0, on_op, &sv) == 0);
     CHECK(vmm_phase(t.vm) == VMM_PH_SAVING && !sv.done);
     CHECK(vmm_stop(t.vm, on_op, &rb) == -EBUSY);
     /* Mid-save nothing raw may run the guest or write its RAM either. */
@@ -1255,7 +1255,7 @@ static void test_snapshot_clones(void)
     if (sv.err)
         fprintf(stderr, "save: %s\n", sv.why);
     CHECK(vmm_phase(t.vm) == VMM_PH_SEALED); /* a saved template never runs again */
-    CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM && vmm_save(t.vm, bad, on_op, &rb) == -EPERM);
+    CHECK(vmm_cont(t.vm, on_op, &rb) == -EPERM && vmm_save(t.vm, bad, 0, on_op, &rb) == -EPERM);
     {
         /* Nor through raw QMP: nothing that could run it or write its RAM. */
         struct qreq q = {0};
