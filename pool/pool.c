@@ -87,11 +87,27 @@ struct pool {
     struct sbx_vm *spare; /* a QEMU started in restore mode over the template's files and
                            * waiting (no restore yet) for a create that finds the pool
                            * empty: it skips QEMU's start (pool_template) */
+    /* Jailed: the template's RAM as a sealed memfd (vmm_mem_seal), what every jailed
+     * clone maps in place of the RAM file (which the jail does not show); 0 until made,
+     * and when unjailed. */
+    int mem_fd;
+    struct seal_job *sealing; /* its copy in flight on the bg worker */
+    unsigned exits;           /* waiting VMs that exited since one last became ready */
+};
+
+/* A copy of the RAM file into a sealed memfd, off the loop. p NULL: the pool went
+ * meanwhile (the fd is closed). */
+struct seal_job {
+    struct pool *p;
+    char id[24];
+    char mem[128];
+    int fd; /* or -errno */
 };
 
 static void tpl_build(struct pool *p);
 static void spare_drop(struct pool *p);
 static void pool_fill(struct pool *p);
+static void tpl_failed(struct pool *p, const char *why);
 
 static void kick_soon(struct pool *p, double after)
 {
@@ -115,6 +131,13 @@ static void tpl_paths(struct pool *p)
  * files: unlinking changes nothing under them). */
 static void tpl_remove(struct pool *p)
 {
+    if (p->sealing) {
+        p->sealing->p = NULL;
+        p->sealing = NULL;
+    }
+    if (p->mem_fd > 0)
+        close(p->mem_fd); /* jailed clones running hold their own copy of it */
+    p->mem_fd = 0;
     if (!p->id[0])
         return;
     unlink(p->mem);
@@ -367,6 +390,82 @@ static void tpl_ping(struct ev_loop *loop, ev_timer *w, int revents)
     chan_flush(p->tw.ch);
 }
 
+static void seal_work(void *arg)
+{
+    struct seal_job *j = arg;
+
+    j->fd = vmm_mem_seal(j->mem);
+}
+
+static void seal_done(void *arg)
+{
+    struct seal_job *j = arg;
+    struct pool *p = j->p;
+
+    if (!p || strcmp(p->id, j->id) != 0) { /* the pool or this template went meanwhile */
+        if (j->fd >= 0)
+            close(j->fd);
+        free(j);
+        return;
+    }
+    p->sealing = NULL;
+    if (j->fd < 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "cannot seal its RAM for jailed clones: %s", strerror(-j->fd));
+        free(j);
+        tpl_failed(p, why);
+        return;
+    }
+    p->mem_fd = j->fd;
+    free(j);
+    p->state = TPL_READY;
+    p->tries = 0;
+    kick_soon(p, 0); /* ends the sealed VM, fills */
+}
+
+/* The template's snapshot and RAM file are complete: clones may be made, once (when
+ * QEMU is jailed) its RAM is sealed into a memfd, which takes a copy of it on the bg
+ * worker. */
+static void tpl_ready(struct pool *p)
+{
+    struct seal_job *j;
+
+    /* A jailed clone (its own uid) opens the template's overlay read-only through a
+     * bind mount of that one file (vmm_jail.c plan_chain); state_dir is 0700, so no
+     * other host user reaches it. */
+    if (p->t->jail && chmod(p->disk, 0644) != 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "cannot make its overlay readable to jailed clones: %s",
+                 strerror(errno));
+        tpl_failed(p, why);
+        return;
+    }
+    if (!p->t->jail) {
+        p->state = TPL_READY;
+        p->tries = 0;
+        kick_soon(p, 0); /* ends the sealed VM, fills */
+        return;
+    }
+    if (!(j = calloc(1, sizeof(*j)))) {
+        tpl_failed(p, "out of memory");
+        return;
+    }
+    j->p = p;
+    snprintf(j->id, sizeof(j->id), "%s", p->id);
+    snprintf(j->mem, sizeof(j->mem), "%s", p->mem);
+    if (bg_run(p->t->bg, seal_work, seal_done, j) != 0) {
+        free(j);
+        tpl_failed(p, "cannot start sealing its RAM");
+        return;
+    }
+    p->sealing = j;
+}
+
+int pool_mem_fd(const struct pool *p, const char *mem_path)
+{
+    return p && p->mem_fd > 0 && strcmp(mem_path, p->mem) == 0 ? p->mem_fd : 0;
+}
+
 static void tpl_saved(void *ud, int err, const char *why)
 {
     struct pool *p = ud;
@@ -383,9 +482,7 @@ static void tpl_saved(void *ud, int err, const char *why)
     }
     LOG(LOG_INFO, "pool: template %s saved (VM %s, %.0f ms from launch): %s", p->tmpl, p->id,
         (double)(sbx_now_ms() - p->t_start), p->snap);
-    p->state = TPL_READY;
-    p->tries = 0;
-    kick_soon(p, 0); /* ends the sealed VM, fills */
+    tpl_ready(p);
 }
 
 /* The template's agent answered and ran `sync`: save it. */
@@ -527,10 +624,12 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 static unsigned budget_vms(const struct pool *p)
 {
     unsigned max = p->t->cfg->pool_max_mb;
+    /* The RAM file, and when jailed its sealed copy (at most as much again). */
+    unsigned tpl = p->t->jail ? 2 * p->mem_mb : p->mem_mb;
 
-    if (max <= p->mem_mb)
+    if (max <= tpl)
         return 0;
-    return (max - p->mem_mb) / POOL_VM_MB;
+    return (max - tpl) / POOL_VM_MB;
 }
 
 /* Forget the VM being filled: its timer and warm-up channel go, the VM is the
@@ -574,6 +673,7 @@ static void fill_stopped(void *ud, int err, const char *why)
     p->fill_warming = false;
     ev_timer_stop(p->t->loop, &p->fill_timer);
     p->ready[p->nready++] = vm;
+    p->exits = 0;
     LOGS(LOG_INFO, vm->id, "pool: ready (%u of %u; %.0f ms from launch)", p->nready, p->size,
          (double)(sbx_now_ms() - p->fill_start));
     pool_fill(p);
@@ -737,6 +837,8 @@ static bool drop_from(struct sbx_vm **arr, unsigned *n, struct sbx_vm *vm)
 
 void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
 {
+    double delay;
+
     if (!p)
         return;
     if (p->spare == vm) {
@@ -746,10 +848,14 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
     } else if (!drop_from(p->ready, &p->nready, vm)) {
         return;
     }
-    LOGS(LOG_WARN, vm->id, "pool: a waiting VM exited; replacing it");
+    /* Replaced at once the first time; if they keep exiting (a VM that cannot start),
+     * after 1, 2, 4 ... 32 s: never a loop of launches. */
+    delay = p->exits ? (double)(1u << (p->exits - 1 < 5 ? p->exits - 1 : 5)) : 0;
+    p->exits++;
+    LOGS(LOG_WARN, vm->id, "pool: a waiting VM exited; replacing it in %.0f s", delay);
     if (p->ndead < POOL_MAX)
         p->dead[p->ndead++] = vm;
-    kick_soon(p, 0);
+    kick_soon(p, delay);
 }
 
 struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus)
@@ -805,7 +911,7 @@ int pool_new(struct sbx_table *t, struct pool **out)
     const char *why;
 
     *out = NULL;
-    if (c->pool_size == 0 || t->jail) {
+    if (c->pool_size == 0) {
         /* What a pool of an earlier start left after a crash. */
         tpl_sweep(t, "");
         if (idx_del(t->idx, IDX_TEMPLATES, c->default_template) == 0)
@@ -813,12 +919,6 @@ int pool_new(struct sbx_table *t, struct pool **out)
     }
     if (c->pool_size == 0)
         return 0;
-    if (t->jail) {
-        LOG(LOG_WARN, "pool: off: QEMU is jailed here and the pool's clones (a shared memory "
-                      "file) cannot be jailed yet (vmm.h, SECURITY.md); every create boots. "
-                      "jail = off enables the pool.");
-        return 0;
-    }
     if (!(p = calloc(1, sizeof(*p))))
         return -ENOMEM;
     p->t = t;
@@ -858,8 +958,7 @@ int pool_new(struct sbx_table *t, struct pool **out)
     } else {
         /* Used only if the first restore accepts it (fill_restored). */
         LOG(LOG_INFO, "pool: reusing template %s snapshot %s", p->tmpl, p->snap);
-        p->state = TPL_READY;
-        pool_fill(p);
+        tpl_ready(p);
     }
     *out = p;
     return 0;

@@ -69,4 +69,8 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm);
  * or null when off. */
 json_t *pool_stats(const struct pool *p);
 
+/* When QEMU is jailed: the sealed memfd holding the RAM file mem_path of the current
+ * template, for vmm_config.mem_fd; 0 when there is none (unjailed, or not that file). */
+int pool_mem_fd(const struct pool *p, const char *mem_path);
+
 #endif

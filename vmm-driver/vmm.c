@@ -1024,12 +1024,15 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
     if (!cfg)
         return -EINVAL;
     c = *cfg;
-    /* A jailed QEMU sees only its run dir and the images: a template's memory
-     * file is not in its mount namespace (and would be writable by every
-     * clone: vmm.h). A restore without one gets its RAM from the stream (an
-     * fd) and its disk chain read-only: allowed. */
-    if (c.jail && (c.boot == VMM_BOOT_TEMPLATE || (c.boot == VMM_BOOT_RESTORE && c.mem_path)))
+    /* A jailed QEMU sees only its run dir and the images. A template writes its
+     * memory file: not jailed. A clone maps the template's memory file: only as a
+     * sealed memfd (mem_fd), which no clone can write. A restore without one gets
+     * its RAM from the stream (an fd) and its disk chain read-only. */
+    if (c.jail && (c.boot == VMM_BOOT_TEMPLATE ||
+                   (c.boot == VMM_BOOT_RESTORE && c.mem_path && c.mem_fd <= 0)))
         return -ENOTSUP;
+    if (c.jail && c.mem_path && c.mem_fd > 0 && vmm_mem_sealed(c.mem_fd) != 0)
+        return -EPERM;
     /* Jailed, the child enters the namespace itself (it runs the set-up
      * first when net_wrap is given too): it must be named. */
     if (c.jail && c.net_wrap && !c.netns)

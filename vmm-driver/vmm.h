@@ -140,7 +140,8 @@ struct vmm_config {
     enum vmm_boot boot;
     const char *mem_path; /* TEMPLATE, RESTORE (optional there): guest RAM file, e.g.
                            * /dev/shm/warren-<t>.mem (no commas). TEMPLATE creates it (mem_mb long);
-                           * RESTORE needs the one its snapshot was saved over, unchanged. */
+                           * RESTORE needs the one its snapshot was saved over, unchanged.
+                           * A jailed RESTORE over a mem_path needs mem_fd. */
     /* Appended for networking (issue 9); NULL keeps the VM without a NIC. */
     const char *const *net_wrap; /* NULL-terminated argv spawned in QEMU's place, QEMU's own
                                   * argv appended: it sets up the VM's network namespace
@@ -163,6 +164,12 @@ struct vmm_config {
                                   * root, attaches to tap0 and hands it to QEMU as fd 3
                                   * (-netdev tap,fd=3): QEMU itself never has root,
                                   * CAP_NET_ADMIN or /dev/net/tun. */
+    /* Appended for jailed clones: a memfd holding mem_path's contents, sealed against
+     * writes (vmm_mem_seal). The jail shows it at mem_path (a link to the fd QEMU
+     * inherits), so QEMU, the guest's side, can map it privately but never write the
+     * template's RAM that other clones map. 0: none (a jailed RESTORE with a mem_path
+     * is then refused). */
+    int mem_fd;
 };
 
 /* ---- jail: each QEMU under its own uid, mount namespace and cgroup ---- */
@@ -334,6 +341,14 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
  * checksum still catches a file torn by a crash. */
 #define VMM_SAVE_NOSYNC 1u
 int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud);
+
+/* A copy of the file at path (the template's RAM file) in a new memfd, sealed so that
+ * nobody can write, grow or shrink it (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK,
+ * F_SEAL_SEAL) while private mappings of it stay writable: for vmm_config.mem_fd.
+ * Holes are kept. Blocking (reads and writes the file's data once). The fd, or -errno. */
+int vmm_mem_seal(const char *path);
+/* 0 if fd is a memfd sealed as vmm_mem_seal seals it, else -EPERM. */
+int vmm_mem_sealed(int fd);
 
 /* Load a snapshot into a VM launched with VMM_BOOT_RESTORE (phase WAITING):
  * on a worker thread the header and the stream's checksum are checked; then

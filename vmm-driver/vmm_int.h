@@ -190,6 +190,9 @@ int vmm_jail_adopt(struct vmm_jail *j, const struct vmm_config *cfg, pid_t pid,
 /* The fd a jailed QEMU finds its tap on (-netdev tap,fd=3). */
 #define VMM_TAP_FD     3
 #define VMM_TAP_FD_STR "3"
+/* The fd a jailed clone finds its template's sealed RAM on (vmm_config.mem_fd). */
+#define VMM_MEM_FD     4
+#define VMM_MEM_FD_STR "4"
 
 /* Fork, jail, exec argv with stdout/stderr on out_fd. Blocks only until the
  * child has exec'd (or failed: -errno, and why says at which step).

@@ -613,7 +613,7 @@ bool vmm_jail_oom_killed(const struct vmm_jail *j, const struct vmm_jail_vm *jv)
 
 /* ---- the child: build the root, join the group, drop privileges, exec ---- */
 
-enum mnt_kind { M_DIR_RO, M_FILE_RO, M_DEV, M_DIR_RW, M_LINK };
+enum mnt_kind { M_DIR_RO, M_FILE_RO, M_DEV, M_DIR_RW, M_LINK, M_PROC };
 
 struct mnt {
     enum mnt_kind kind;
@@ -635,6 +635,7 @@ struct plan {
     const char *exe;
     char *const *argv;
     int null_fd, out_fd, err_pipe; /* err_pipe -1: forked (set-up first), report to out_fd */
+    int mem_fd;                    /* > 0: left on VMM_MEM_FD for QEMU (cfg->mem_fd) */
     const char *netns;             /* NULL: no network; else the namespace to enter */
     char *const *wrap;             /* NULL, or the set-up to run (and wait for) first */
 };
@@ -741,6 +742,15 @@ int vmm_jail_plan_build(const char *root, const struct vmm_config *cfg, const ch
         return r;
     if ((r = plan_chain(pl, cfg->disk)))
         return r;
+    if (cfg->mem_path && cfg->mem_fd > 0) {
+        /* A clone's template RAM: the sealed memfd QEMU inherits on VMM_MEM_FD, at the
+         * path its argv names, through /proc/self/fd (a proc of its own: only the
+         * processes of its uid, no system files). */
+        pl->mem_fd = cfg->mem_fd;
+        if ((r = plan_add(pl, M_PROC, "proc", "/proc")) ||
+            (r = plan_add(pl, M_LINK, "/proc/self/fd/" VMM_MEM_FD_STR, cfg->mem_path)))
+            return r;
+    }
     return plan_add(pl, M_DIR_RW, cfg->run_dir, cfg->run_dir);
 }
 
@@ -775,7 +785,7 @@ static const char *const step_names[] = {
     "setrlimit",      "setgroups",           "setresgid",
     "setresuid",      "PR_SET_NO_NEW_PRIVS", "dup2",
     "exec",           "network set-up",      "enter the network namespace",
-    "attach to tap0",
+    "attach to tap0", "mount proc",
 };
 
 enum {
@@ -801,6 +811,7 @@ enum {
     S_NETSETUP,
     S_NETNS,
     S_TAP,
+    S_PROC,
 };
 
 static __attribute__((noreturn)) void child_fail(const struct plan *pl, int step)
@@ -826,14 +837,16 @@ static __attribute__((noreturn)) void child_fail(const struct plan *pl, int step
  * the set-up runs. */
 static void close_others(const struct plan *pl)
 {
-    int keep[VMM_CG_V1_N + 2], n = 0;
+    int keep[VMM_CG_V1_N + 3], n = 0;
     unsigned lo = 3;
 
     for (int i = 0; i < pl->nprocs; i++)
         keep[n++] = pl->procs_fd[i];
     keep[n++] = pl->null_fd;
     keep[n++] = pl->out_fd;
-    /* Ascending (at most five: insertion sort). */
+    if (pl->mem_fd > 0)
+        keep[n++] = pl->mem_fd;
+    /* Ascending (at most six: insertion sort). */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
             int t = keep[j];
@@ -923,7 +936,7 @@ static int mkparents(const char *path, size_t skip)
 
 static __attribute__((noreturn)) void child(const struct plan *pl)
 {
-    int tap = -1;
+    int tap = -1, mem;
     size_t rl = strlen(pl->root);
     struct rlimit core = {0, 0};
     sigset_t none;
@@ -963,6 +976,13 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
 
         if (mkparents(m->dst, rl) != 0)
             child_fail(pl, S_MKDIR);
+        if (m->kind == M_PROC) {
+            if ((mkdir(m->dst, 0555) != 0 && errno != EEXIST) ||
+                mount("proc", m->dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                      "hidepid=invisible,subset=pid") != 0)
+                child_fail(pl, S_PROC);
+            continue;
+        }
         if (m->kind == M_LINK) {
             if (symlink(m->src, m->dst) != 0)
                 child_fail(pl, S_LINK);
@@ -1017,11 +1037,18 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
         child_fail(pl, S_SETUID);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         child_fail(pl, S_NNP);
-    if (dup2(pl->null_fd, 0) < 0 || dup2(pl->out_fd, 1) < 0 || dup2(pl->out_fd, 2) < 0 ||
-        (tap >= 0 && dup2(tap, VMM_TAP_FD) < 0))
+    /* The memfd out of the way of the tap's number first (dup2 onto 3 would close it). */
+    mem = pl->mem_fd > 0 ? fcntl(pl->mem_fd, F_DUPFD, VMM_MEM_FD + 1) : -1;
+    if (pl->mem_fd > 0 && mem < 0)
         child_fail(pl, S_DUP);
-    /* Every other descriptor is close-on-exec except these three (and the tap). */
-    syscall(SYS_close_range, tap >= 0 ? VMM_TAP_FD + 1 : 3, ~0u, 0x4 /* CLOSE_RANGE_CLOEXEC */);
+    /* Every descriptor from 3 on is close-on-exec, but the tap and the memfd at their
+     * numbers (dup2 clears the flag; a tap already at its number gets it cleared). */
+    syscall(SYS_close_range, 3, ~0u, 0x4 /* CLOSE_RANGE_CLOEXEC */);
+    if (dup2(pl->null_fd, 0) < 0 || dup2(pl->out_fd, 1) < 0 || dup2(pl->out_fd, 2) < 0 ||
+        (tap >= 0 && tap != VMM_TAP_FD && dup2(tap, VMM_TAP_FD) < 0) ||
+        (tap == VMM_TAP_FD && fcntl(tap, F_SETFD, 0) != 0) ||
+        (mem >= 0 && dup2(mem, VMM_MEM_FD) < 0))
+        child_fail(pl, S_DUP);
     execve(pl->exe, pl->argv, envp);
     child_fail(pl, S_EXEC);
 }

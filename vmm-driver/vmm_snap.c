@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -244,4 +245,77 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap)
         return -EINVAL;
     }
     return 0;
+}
+
+/* ---- a template's RAM, sealed for jailed clones ---- */
+
+#define MEM_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
+
+int vmm_mem_seal(const char *path)
+{
+    static __thread uint8_t buf[1 << 20];
+    int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), fd = -1, r = 0;
+    off_t end, data = 0, hole;
+    struct stat st;
+
+    if (in < 0)
+        return -errno;
+    if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+        r = errno ? -errno : -EINVAL;
+        goto out;
+    }
+    if ((fd = memfd_create("warren-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0 ||
+        ftruncate(fd, st.st_size) != 0) {
+        r = -errno;
+        goto out;
+    }
+    end = st.st_size;
+    /* Only the data: a hole stays a hole (no memory), as in the file. */
+    while (data < end) {
+        if ((data = lseek(in, data, SEEK_DATA)) < 0) {
+            if (errno == ENXIO)
+                break;
+            r = -errno;
+            goto out;
+        }
+        if ((hole = lseek(in, data, SEEK_HOLE)) < 0) {
+            r = -errno;
+            goto out;
+        }
+        while (data < hole) {
+            size_t want = (size_t)(hole - data) < sizeof(buf) ? (size_t)(hole - data) : sizeof(buf);
+            ssize_t n = pread(in, buf, want, data);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                r = n < 0 ? -errno : -EIO;
+                goto out;
+            }
+            for (ssize_t w = 0; w < n;) {
+                ssize_t k = pwrite(fd, buf + w, (size_t)(n - w), data + w);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k <= 0) {
+                    r = k < 0 ? -errno : -EIO;
+                    goto out;
+                }
+                w += k;
+            }
+            data += n;
+        }
+    }
+    if (fcntl(fd, F_ADD_SEALS, MEM_SEALS) != 0)
+        r = -errno;
+out:
+    close(in);
+    if (r != 0 && fd >= 0)
+        close(fd);
+    return r != 0 ? r : fd;
+}
+
+int vmm_mem_sealed(int fd)
+{
+    int s = fcntl(fd, F_GET_SEALS);
+
+    return s >= 0 && (s & MEM_SEALS) == MEM_SEALS ? 0 : -EPERM;
 }

@@ -312,7 +312,7 @@ class StartupTest(unittest.TestCase):
         d = Warren().state_dir
         conf = os.path.join(d, "t.conf")
         with open(conf, "w") as f:
-            f.write(f"accel = tcg\njail = {jail}\n" + conf_lines)
+            f.write(f"accel = tcg\njail = {jail}\npool_size = 0\n" + conf_lines)
         p = subprocess.Popen([warrend_path(), "--config", conf, "--listen",
                               f"{addr}:{free_port()}", "--state-dir", d, "--image-dir",
                               image_dir()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -5,8 +5,8 @@ a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
 refused and rebuilt (while that sandbox, a clone of the old one, runs on); a
 template image replaced on disk invalidates the snapshot; create/delete cycles
 and a kill -9 leave nothing behind (load/churn.py runs 500); nothing is left once
-everything is deleted and warrend stops; with QEMU jailed the pool stays off
-and says so.
+everything is deleted and warrend stops; with QEMU jailed the clones are jailed
+too, over a sealed copy of the template's RAM.
 
 One warrend for the class (its template is built twice: at start and after the
 corruption); the methods run in name order and build on each other."""
@@ -308,15 +308,60 @@ class TestPool(unittest.TestCase):
 
 
 class TestPoolJailed(unittest.TestCase):
-    def test_pool_off_when_jailed(self):
-        conf = dict(POOL_CONF, jail="required", jail_uid_base="230000", jail_uid_count="10",
-                    jail_cgroup="warren-it")
+    """With QEMU jailed, the pool's clones are jailed too: each maps the template's RAM
+    as a memfd sealed against writes, which its jail shows at the RAM file's path (a
+    link to the fd it inherits) in place of the file itself. Before, the pool stayed
+    off when jailed: QEMU 7.2 opens its RAM file read-write, and the file is every
+    clone's."""
+    UID_BASE = 230000
+
+    def test_jailed_clones_map_a_sealed_template(self):
+        conf = dict(POOL_CONF, jail="required", jail_uid_base=str(self.UID_BASE),
+                    jail_uid_count="10", jail_cgroup="warren-it")
         w = Warren(conf)
         try:
             w.start()
-            self.assertIsNone(pool(w))
-            self.assertIn("pool: off: QEMU is jailed", w.log_text())
-            self.assertEqual(template_ids(w), [])
+            wait_pool_ready(w, 2)
+            tid = template_ids(w)[0]
+            mem = f"/dev/shm/warren-{tid}.mem"
+            sids = [w.create() for _ in range(3)]  # the third finds the pool empty
+            recs = [w.get(s).json() for s in sids]
+            self.assertEqual([r["source"] for r in recs[:2]], ["pool", "pool"], recs)
+            self.assertIn(recs[2]["source"], ("pool", "clone"), recs[2])
+            for sid, rec in zip(sids, recs):
+                pids = qemu_pids(rec["vm_id"])
+                self.assertEqual(len(pids), 1, pids)
+                q = pids[0]
+                with open(f"/proc/{q}/status") as f:
+                    st = dict(line.split(":", 1) for line in f if ":" in line)
+                uid = int(st["Uid"].split()[0])
+                self.assertTrue(self.UID_BASE <= uid < self.UID_BASE + 10, uid)
+                self.assertEqual(int(st["CapEff"], 16), 0)
+                # Its RAM is the sealed memfd, found at the RAM file's path in its jail.
+                self.assertEqual(os.readlink(f"/proc/{q}/fd/4"),
+                                 "/memfd:warren-template-ram (deleted)")
+                self.assertEqual(os.readlink(f"/proc/{q}/root{mem}"), "/proc/self/fd/4")
+                with open(f"/proc/{q}/maps") as f:
+                    self.assertIn("/memfd:warren-template-ram", f.read())
+                # Nobody can write it: not QEMU, not even root through QEMU's fd.
+                fd = os.open(f"/proc/{q}/fd/4", os.O_RDWR)
+                try:
+                    with self.assertRaises(PermissionError):
+                        os.pwrite(fd, b"x", 0)
+                    with self.assertRaises(PermissionError):
+                        os.ftruncate(fd, 4096)
+                finally:
+                    os.close(fd)
+                self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+            # Writes stay each clone's own, and a jailed pool sandbox pauses and resumes.
+            w.run(sids[0], "echo mine > /root/f")
+            self.assertIn("rc=1", w.run(sids[1], "cat /root/f 2>&1; echo rc=$?")["stdout"])
+            for op in ("pause", "resume"):
+                r = w.request("POST", f"/v1/sandboxes/{sids[0]}/{op}", {})
+                self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            self.assertEqual(w.run(sids[0], "cat /root/f")["stdout"], "mine\n")
+            for sid in sids:
+                self.assertEqual(w.delete(sid).status, 200)
         finally:
             w.cleanup()
 

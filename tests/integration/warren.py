@@ -182,8 +182,14 @@ class Warren:
     # -- process --
     def start(self, timeout=60):
         conf_path = os.path.join(self.state_dir, "test.conf")
+        conf = dict(self.conf)
+        if self.binary is None:
+            # The warm pool is on by default (a template built at start, 2 VMs): a test
+            # that is not about it runs without it, so its VMs and timings are its own.
+            # (An older warrend, run by an upgrade test, has no such option.)
+            conf.setdefault("pool_size", "0")
         with open(conf_path, "w") as f:
-            for k, v in self.conf.items():
+            for k, v in conf.items():
                 f.write(f"{k} = {v}\n")
         if self.log:
             self.log.close()

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -875,10 +876,87 @@ static void test_jail_plan(void)
         vc.disk = NULL;
         vc.backing = NULL;
     }
+    /* A clone over a template's RAM: the sealed memfd is shown at the RAM file's path
+     * as a link to the fd QEMU inherits, beside a proc of the jail's own; nothing of
+     * the RAM file itself. Without a memfd nothing of it is shown. */
+    {
+        bool proc = false, link = false;
+        vc.mem_path = "/dev/shm/warren-vm-1.mem";
+        vc.mem_fd = 7;
+        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+        for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++) {
+            proc |= strcmp(dst, "/jr/proc") == 0 && kind == 5;
+            if (strcmp(dst, "/jr/dev/shm/warren-vm-1.mem") == 0)
+                link = kind == 4 && strcmp(src, "/proc/self/fd/" VMM_MEM_FD_STR) == 0;
+        }
+        CHECK(proc && link);
+        vc.mem_fd = 0;
+        CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == 0);
+        for (int i = 0; vmm_jail_plan_entry(pv, i, &kind, &src, &dst) == 0; i++)
+            CHECK(strstr(dst, "warren-vm-1.mem") == NULL && strcmp(dst, "/jr/proc") != 0);
+        vc.mem_path = NULL;
+    }
     /* A template that does not exist fails the plan, not the child. */
     vc.backing = "/nonexistent/base.ext4";
     CHECK(vmm_jail_plan_build("/jr", &vc, "/usr/bin/qemu-system-x86_64", pv) == -ENOENT);
     free(pv);
+}
+
+/* vmm_mem_seal: the file's bytes (holes kept), and nobody can write the copy, grow or
+ * shrink it, or map it shared and writable, while a private writable mapping works and
+ * stays private; reopened through /proc (as a jailed QEMU opens it) the same holds. */
+static void test_mem_seal(void)
+{
+    char path[300], proc[64];
+    const size_t sz = 8u << 20;
+    unsigned char *m, *p2;
+    struct stat st;
+    int fd, fd2;
+
+    snprintf(path, sizeof(path), "%s/ram.mem", dir);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)sz) == 0);
+    CHECK(pwrite(fd, "head", 4, 0) == 4 && pwrite(fd, "tail", 4, (off_t)sz - 4) == 4);
+    close(fd);
+    fd = vmm_mem_seal(path);
+    CHECK(fd > 2);
+    if (fd < 0)
+        return;
+    CHECK(vmm_mem_sealed(fd) == 0);
+    CHECK(fstat(fd, &st) == 0 && (size_t)st.st_size == sz);
+    CHECK((size_t)st.st_blocks * 512 < sz / 2); /* the hole between stayed a hole */
+    m = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    CHECK(m != MAP_FAILED);
+    if (m != MAP_FAILED) {
+        CHECK(!memcmp(m, "head", 4) && !memcmp(m + sz - 4, "tail", 4) && m[sz / 2] == 0);
+        m[0] = 'X'; /* private: the memfd keeps its byte */
+        munmap(m, sz);
+    }
+    CHECK(pwrite(fd, "w", 1, 0) < 0 && errno == EPERM);
+    CHECK(ftruncate(fd, (off_t)sz * 2) < 0 && errno == EPERM);
+    CHECK(ftruncate(fd, 4096) < 0 && errno == EPERM);
+    CHECK(mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED &&
+          errno == EPERM);
+    CHECK(fcntl(fd, F_ADD_SEALS, 0) < 0 && errno == EPERM); /* F_SEAL_SEAL */
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    fd2 = open(proc, O_RDWR);
+    CHECK(fd2 >= 0);
+    if (fd2 >= 0) {
+        unsigned char c = 0;
+        CHECK(pwrite(fd2, "w", 1, 0) < 0 && errno == EPERM);
+        CHECK(pread(fd2, &c, 1, 0) == 1 && c == 'h');
+        p2 = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd2, 0);
+        CHECK(p2 != MAP_FAILED);
+        if (p2 != MAP_FAILED)
+            munmap(p2, sz);
+        close(fd2);
+    }
+    close(fd);
+    /* An unsealed fd is refused by the check. */
+    fd = open(path, O_RDONLY);
+    CHECK(fd >= 0 && vmm_mem_sealed(fd) == -EPERM);
+    close(fd);
+    CHECK(vmm_mem_seal("/nonexistent/ram.mem") == -ENOENT);
 }
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
@@ -904,6 +982,7 @@ int main(void)
     test_cgroup_paths();
     test_jail_uids();
     test_jail_plan();
+    test_mem_seal();
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
