@@ -1,9 +1,9 @@
 """The warm pool against a cold boot, side by side in one run (issue 8).
 
-    load/run --pool [--creates N] [--boots N] [--execs N] [--pool-size N]
+    load/run --pool [--creates N] [--boots N] [--execs N] [--pool-size N] [--jail auto|off]
 
-One warrend with pool_size N (jail off: clones cannot be jailed yet), the
-minimal template as default. Measures:
+One warrend with pool_size N (jailed as by default, or --jail off), the minimal
+template as default. Measures:
   - create from the pool, the pool refilled before each (N creates, each deleted):
     server side (warrend's "running (X ms after create)" log line: request in to
     guest ready, the 201 follows at once) and client side (POST to 201);
@@ -85,11 +85,14 @@ def main():
     ap.add_argument("--boots", type=int, default=5)
     ap.add_argument("--execs", type=int, default=30)
     ap.add_argument("--pool-size", type=int, default=4)
+    ap.add_argument("--jail", choices=("auto", "off"), default="auto")
     a = ap.parse_args()
     n = a.pool_size
 
-    w = Warren({"pool_size": n, "jail": "off", "default_template": "minimal",
-                "pool_max_mb": 256 + 48 * n, "max_sandboxes": 2 * n + 8}).start()
+    # Jailed, the template's RAM is held twice (the file and its sealed copy).
+    w = Warren({"pool_size": n, "jail": a.jail, "default_template": "minimal",
+                "pool_max_mb": (512 if a.jail != "off" else 256) + 48 * (n + 1),
+                "max_sandboxes": 2 * n + 8}).start()
     rows = []
     try:
         t0 = time.perf_counter()
@@ -219,7 +222,7 @@ def main():
 
     la = os.getloadavg()
     print(f"warren pool benchmark: {platform.node()}, {os.cpu_count()} CPUs, "
-          f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, pool_size {n}")
+          f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, pool_size {n}, jail {a.jail}")
     print("| measure | p50 / value | p99 | max |")
     print("|---|---|---|---|")
     for r in rows:

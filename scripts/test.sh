@@ -78,7 +78,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
   run_ctest ctest --test-dir "$top/build-asan" --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients)$'
 
-step "fuzzers (20 s each, two at a time: each is one CPU-bound process)"
+step "fuzzers (15 s each, two at a time: each is one CPU-bound process)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
 cmake --build "$top/build-fuzz" -j2 --target fuzzers >/dev/null
 run_ctest ctest --test-dir "$top/build-fuzz" -L fuzz -j2 --output-on-failure

@@ -387,7 +387,7 @@ static struct op *find_op(struct sbx_table *t, sbx_op_t id)
 static int sparse_copy(const char *src, const char *dst, bool sync)
 {
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, r = 0;
-    off_t end, data = 0, hole;
+    off_t end;
     struct stat st;
 
     if (in < 0)
@@ -401,29 +401,8 @@ static int sparse_copy(const char *src, const char *dst, bool sync)
         goto out;
     }
     end = st.st_size;
-    while (data < end) {
-        if ((data = lseek(in, data, SEEK_DATA)) < 0) {
-            if (errno == ENXIO)
-                break; /* only a hole is left */
-            r = -errno;
-            goto out;
-        }
-        if ((hole = lseek(in, data, SEEK_HOLE)) < 0) {
-            r = -errno;
-            goto out;
-        }
-        while (data < hole) {
-            off_t io = data, oo = data;
-            ssize_t n = copy_file_range(in, &io, out, &oo, (size_t)(hole - data), 0);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                r = n < 0 ? -errno : -EIO;
-                goto out;
-            }
-            data += n;
-        }
-    }
+    if ((r = vmm_copy_sparse(in, out, end)) != 0)
+        goto out;
     if (ftruncate(out, end) != 0 || (sync && fsync(out) != 0))
         r = -errno;
 out:

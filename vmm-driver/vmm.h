@@ -342,6 +342,10 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
 #define VMM_SAVE_NOSYNC 1u
 int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud);
 
+/* Copy the data of in's first end bytes into out at the same offsets; holes stay
+ * holes (out must be long enough already, or be made so after). Blocking. 0 or
+ * -errno. */
+int vmm_copy_sparse(int in, int out, off_t end);
 /* A copy of the file at path (the template's RAM file) in a new memfd, sealed so that
  * nobody can write, grow or shrink it (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK,
  * F_SEAL_SEAL) while private mappings of it stay writable: for vmm_config.mem_fd.

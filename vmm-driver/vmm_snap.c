@@ -251,11 +251,64 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap)
 
 #define MEM_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 
+/* pwrite all of n bytes at off. 0 or -errno. */
+static int pwrite_all(int fd, const uint8_t *b, size_t n, off_t off)
+{
+    while (n > 0) {
+        ssize_t k = pwrite(fd, b, n, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        b += k;
+        n -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
+int vmm_copy_sparse(int in, int out, off_t end)
+{
+    static __thread uint8_t buf[1 << 16];
+    off_t data = 0, hole;
+    bool cfr = true; /* copy_file_range, until it says it cannot between these two */
+
+    while (data < end) {
+        if ((data = lseek(in, data, SEEK_DATA)) < 0)
+            return errno == ENXIO ? 0 : -errno; /* ENXIO: only a hole is left */
+        if ((hole = lseek(in, data, SEEK_HOLE)) < 0)
+            return -errno;
+        while (data < hole) {
+            size_t want = (size_t)(hole - data);
+            ssize_t n;
+            int r;
+
+            if (cfr) {
+                off_t io = data, oo = data;
+                n = copy_file_range(in, &io, out, &oo, want, 0);
+                if (n < 0 &&
+                    (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) {
+                    cfr = false;
+                    continue;
+                }
+            } else {
+                n = pread(in, buf, want < sizeof(buf) ? want : sizeof(buf), data);
+                if (n > 0 && (r = pwrite_all(out, buf, (size_t)n, data)) != 0)
+                    return r;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return n < 0 ? -errno : -EIO;
+            data += n;
+        }
+    }
+    return 0;
+}
+
 int vmm_mem_seal(const char *path)
 {
-    static __thread uint8_t buf[1 << 20];
     int in = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), fd = -1, r = 0;
-    off_t end, data = 0, hole;
     struct stat st;
 
     if (in < 0)
@@ -269,42 +322,8 @@ int vmm_mem_seal(const char *path)
         r = -errno;
         goto out;
     }
-    end = st.st_size;
     /* Only the data: a hole stays a hole (no memory), as in the file. */
-    while (data < end) {
-        if ((data = lseek(in, data, SEEK_DATA)) < 0) {
-            if (errno == ENXIO)
-                break;
-            r = -errno;
-            goto out;
-        }
-        if ((hole = lseek(in, data, SEEK_HOLE)) < 0) {
-            r = -errno;
-            goto out;
-        }
-        while (data < hole) {
-            size_t want = (size_t)(hole - data) < sizeof(buf) ? (size_t)(hole - data) : sizeof(buf);
-            ssize_t n = pread(in, buf, want, data);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                r = n < 0 ? -errno : -EIO;
-                goto out;
-            }
-            for (ssize_t w = 0; w < n;) {
-                ssize_t k = pwrite(fd, buf + w, (size_t)(n - w), data + w);
-                if (k < 0 && errno == EINTR)
-                    continue;
-                if (k <= 0) {
-                    r = k < 0 ? -errno : -EIO;
-                    goto out;
-                }
-                w += k;
-            }
-            data += n;
-        }
-    }
-    if (fcntl(fd, F_ADD_SEALS, MEM_SEALS) != 0)
+    if ((r = vmm_copy_sparse(in, fd, st.st_size)) == 0 && fcntl(fd, F_ADD_SEALS, MEM_SEALS) != 0)
         r = -errno;
 out:
     close(in);
