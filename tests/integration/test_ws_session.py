@@ -487,18 +487,23 @@ class TestWsSession(WarrenCase):
             self.assertEqual(f["exit_code"], 0)
             self.assertEqual(got, total)
             self.assertTrue(waiters[0].done())
-            # A ping while output still streams is acknowledged while it streams.
+            # A ping while output still streams is acknowledged before the stream ends.
+            # The stream is read to its end: with max_queue=1 this client stops reading
+            # the socket while a message waits, so a pong behind unread output would
+            # never be seen.
             await ws.send(mp_pack({"id": 2, "op": "exec", "cmd": "yes | head -c 3000000"}))
             during = await ws.ping()
-            n = 0
+            n, acked_at = 0, None
             while True:
                 f = mp_unpack(await asyncio.wait_for(ws.recv(), 600))
+                if acked_at is None and during.done():
+                    acked_at = n
                 if f["type"] != "stdout":
                     break
                 n += len(f["data"])
-                if during.done():
-                    break
-            self.assertTrue(during.done(), f"no pong while {n} bytes streamed")
+            self.assertEqual((f["type"], f["exit_code"]), ("exit", 0), f)
+            self.assertEqual(n, 3000000)
+            self.assertIsNotNone(acked_at, f"no pong while {n} bytes streamed")
             self.assertTrue(all(x.done() for x in waiters))
             await asyncio.wait_for(await ws.ping(), 120)
             self.assertFalse(ws.closed)
