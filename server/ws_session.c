@@ -88,6 +88,7 @@ struct sess {
     bool resuming;
     sbx_op_t resume_op;
     struct waiting *wq, *wq_tail;
+    unsigned nwq; /* held messages: at most session_max_requests, as requests in flight */
 };
 
 struct waiting {
@@ -721,6 +722,7 @@ static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
         free(m);
     }
     s->wq_tail = NULL;
+    s->nwq = 0;
     lws_rx_flow_control(s->wsi, 1);
 }
 
@@ -748,6 +750,13 @@ static int wait_for_resume(struct sess *s, const void *p, size_t n, const struct
         s->resuming = true;
         lws_rx_flow_control(s->wsi, 0); /* what lws read already may still come */
     }
+    if (s->nwq >= s->srv->cfg->sess_max_requests) {
+        send_error(s, q->id, "too_many_requests",
+                   "%u requests wait for the sandbox's resume on this socket "
+                   "(session_max_requests): wait for their answers",
+                   s->nwq);
+        return 1;
+    }
     if (!(m = malloc(sizeof(*m) + n)))
         return -1;
     m->next = NULL;
@@ -758,6 +767,7 @@ static int wait_for_resume(struct sess *s, const void *p, size_t n, const struct
     else
         s->wq = m;
     s->wq_tail = m;
+    s->nwq++;
     return 1;
 }
 

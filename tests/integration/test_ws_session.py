@@ -540,6 +540,45 @@ class TestWsSessionLimits(WarrenCase):
             await t.close()
         asyncio.run(asyncio.wait_for(go(), 600))
 
+    def test_held_requests_bounded_while_resuming(self):
+        """Requests that reach a paused sandbox's socket in one read wait for its resume:
+        session_max_requests of them run, each one past that gets too_many_requests
+        (lws delivers them once reading resumes, so it is the in-flight bound that
+        answers here; the held queue has the same bound for an lws that delivers them
+        earlier), and every request gets exactly one answer."""
+        sid = self.w.create()
+        r = self.w.request("POST", f"/v1/sandboxes/{sid}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{self.w.log_text()}")
+
+        async def go():
+            h = {"Authorization": f"Bearer {self.w.key}"}
+            url = f"ws://127.0.0.1:{self.w.port}/v1/sandboxes/{sid}/session"
+            s = Session(await websockets.connect(url, extra_headers=h, subprotocols=[PROTO],
+                                                 ping_interval=None))
+            # Six stat requests in one write, so one read of warrend's takes them all:
+            # client frames, masked with a zero key (RFC 6455 5.3: the payload as is).
+            raw, ids = b"", []
+            for rid in range(100, 106):
+                m = mp_pack(dict(id=rid, op="stat", path="/"))
+                self.assertLess(len(m), 126)
+                raw += bytes([0x82, 0x80 | len(m)]) + b"\0\0\0\0" + m
+                ids.append(rid)
+                s.queues[rid] = asyncio.Queue()
+            s.ws.transport.write(raw)
+            got = {rid: await s.frame(rid) for rid in ids}
+            kinds = [got[rid]["type"] for rid in ids]
+            codes = [got[rid].get("code") for rid in ids]
+            self.assertEqual(kinds[:2], ["result", "result"], got)
+            self.assertEqual(kinds[2:], ["error"] * 4, got)
+            self.assertEqual(codes[2:], ["too_many_requests"] * 4, got)
+            await asyncio.sleep(0.5)
+            self.assertTrue(all(q.empty() for q in s.queues.values()), "a second answer")
+            self.assertEqual(self.w.get(sid).json()["state"], "running")
+            out, _, ex = await s.run(cmd="echo after")  # the socket still works
+            self.assertEqual((out, ex["exit_code"]), (b"after\n", 0))
+            await s.close()
+        asyncio.run(asyncio.wait_for(go(), 600))
+
 
 if __name__ == "__main__":
     unittest.main()
