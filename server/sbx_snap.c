@@ -42,6 +42,9 @@ struct sbx_snap {
                    * nothing depends on it: sbx_snap_tick) */
     char disk_backing[4096 + 16]; /* what its disk.qcow2 is backed by, as warrend named it (and
                                    * wrote it there: copy_work); "" from an older warrend */
+    /* A delta (a fork's, VMM_SAVE_DELTA): the template RAM file its pages go over, which
+     * every sandbox restored from it maps; "" when its state file holds all the RAM. */
+    char mem[4096];
     bool has_pol;          /* networking was on: the sandbox's egress policy, which every sandbox */
     struct net_policy pol; /* restored from it keeps unless its create names another */
 };
@@ -195,6 +198,8 @@ static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
         json_object_set_new(o, "type", json_string(s->type));
     if (o && s->disk_backing[0])
         json_object_set_new(o, "disk_backing", json_string(s->disk_backing));
+    if (o && s->mem[0])
+        json_object_set_new(o, "mem", json_string(s->mem));
     if (o && s->has_pol)
         json_object_set_new(o, "network", sbx_net_policy_json(&s->pol));
     str = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -250,8 +255,11 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
         const char *db = json_string_value(json_object_get(o, "disk_backing"));
         snprintf(s->type, sizeof(s->type), "%s",
                  type && (!strcmp(type, "fork") || !strcmp(type, "pause")) ? type : "sandbox");
+        const char *ram = json_string_value(json_object_get(o, "mem"));
         if (db && strlen(db) < sizeof(s->disk_backing))
             snprintf(s->disk_backing, sizeof(s->disk_backing), "%s", db);
+        if (ram && strlen(ram) < sizeof(s->mem))
+            snprintf(s->mem, sizeof(s->mem), "%s", ram);
     }
     if (json_object_get(o, "network")) {
         struct sbx_err e;
@@ -666,7 +674,18 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         goto fail;
     }
     path_in(s, "state.snap", path, sizeof(path));
-    if ((r = vmm_save(sb->vm, path, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) != 0)
+    /* A fork of a clone of the pool's template: its state is the pages the parent
+     * owns over the template's RAM, which its forks map too (vmm.h VMM_SAVE_DELTA).
+     * Anything else (a booted VM, one adopted after a restart) saves all its RAM. */
+    r = -ENOTSUP;
+    if (fork && sb->vmr->mem[0]) {
+        snprintf(s->mem, sizeof(s->mem), "%s", sb->vmr->mem);
+        if ((r = vmm_save(sb->vm, path, VMM_SAVE_NOSYNC | VMM_SAVE_DELTA, on_saved, j)) != 0)
+            s->mem[0] = 0;
+    }
+    if (r == -ENOTSUP && (r = vmm_save(sb->vm, path, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) != 0)
+        goto fail;
+    if (r != 0)
         goto fail;
     if (!(op = ops_new(sb, OP_SNAP, sink ? sink : &no_sink, user))) {
         /* The save goes on; its end finds no op and continues the VM. */
@@ -991,7 +1010,7 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
                           !strcmp(boot, "resume") && !strcmp(s->type, "pause") && s->disk_backing[0]
                               ? s->disk_backing
                               : NULL,
-                          state, NULL,
+                          state, s->mem[0] ? s->mem : NULL,
                           pol          ? pol
                           : s->has_pol ? &s->pol
                                        : NULL,

@@ -302,6 +302,7 @@ int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
     vc.kernel = vc.initrd = vc.append = NULL; /* no boot: the snapshot has the guest */
     vc.boot = VMM_BOOT_RESTORE;
     vc.mem_path = mem_path;
+    snprintf(vm->mem, sizeof(vm->mem), "%s", mem_path ? mem_path : "");
     if (mem_path && vc.jail)
         vc.mem_fd = pool_mem_fd(vm->t->pool, mem_path);
     return launch(vm, &vc);

@@ -45,7 +45,7 @@ extern char **environ;
 
 enum op_kind { OP_NONE = 0, OP_STOP, OP_CONT, OP_SAVE, OP_RESTORE };
 /* Where a save or restore is: which step answers next. */
-enum op_stage { STG_QMP = 0, STG_JOB, STG_VERSION, STG_LOAD };
+enum op_stage { STG_QMP = 0, STG_JOB, STG_QVER, STG_LOAD };
 
 struct vmm_job;
 
@@ -66,6 +66,7 @@ struct vmm_op {
     int fd;              /* the snapshot file, or -1 */
     char *path, *tmp;    /* save: final and temporary names */
     bool nosync;         /* save: VMM_SAVE_NOSYNC */
+    bool delta;          /* save: VMM_SAVE_DELTA */
     struct vmm_job *job; /* running on a worker thread, or NULL */
     struct vmm_snap_info info;
 };
@@ -111,7 +112,9 @@ struct vmm {
     struct vmm_jail_vm jv; /* jv.on: uid and cgroups to give back when the process is gone */
     struct vmm *next_orphan;
     enum vmm_boot boot;
-    bool mem_file; /* guest RAM maps cfg->mem_path (else anonymous) */
+    bool mem_file;     /* guest RAM maps cfg->mem_path (else anonymous) */
+    char mem_base[64]; /* launched in restore mode over a RAM file: its name (deltas) */
+    ino_t map_ino;     /* and the inode QEMU maps it by (the sealed memfd's, jailed); 0 */
     unsigned mem_mb, vcpus;
     char qemu_version[64]; /* from query-version, once asked */
     struct vmm_op op;
@@ -868,6 +871,15 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->jail = vmm_jail_ref(cfg->jail);
     vm->boot = cfg->boot;
     vm->mem_file = cfg->mem_path != NULL;
+    if (cfg->boot == VMM_BOOT_RESTORE && cfg->mem_path) {
+        const char *slash = strrchr(cfg->mem_path, '/');
+        struct stat st;
+        if ((cfg->mem_fd > 0 ? fstat(cfg->mem_fd, &st) : stat(cfg->mem_path, &st)) == 0 &&
+            strlen(slash ? slash + 1 : cfg->mem_path) < sizeof(vm->mem_base)) {
+            vm->map_ino = st.st_ino;
+            snprintf(vm->mem_base, sizeof(vm->mem_base), "%s", slash ? slash + 1 : cfg->mem_path);
+        }
+    }
     vm->mem_mb = cfg->mem_mb ? cfg->mem_mb : 256;
     vm->vcpus = cfg->vcpus ? cfg->vcpus : 1;
     vm->phase = cfg->boot == VMM_BOOT_RESTORE ? VMM_PH_WAITING : VMM_PH_BOOTING;
@@ -1374,8 +1386,16 @@ void vmm_free(struct vmm *vm)
 struct vmm_job {
     int efd;
     int refs; /* the thread and the VM; atomic */
-    bool save, nosync;
-    int fd; /* a duplicate of op.fd, the job's own */
+    bool save, nosync, delta;
+    /* the VM as the thread needs it: QEMU's pid, the inode its RAM file is mapped by
+     * and that file's name, its QEMU version, size and RAM kind */
+    pid_t pid;
+    ino_t map_ino;
+    char mem_base[64], qemu_version[64];
+    unsigned mem_mb, vcpus;
+    bool mem_file;
+    bool touched; /* restore: pages were written into QEMU's RAM */
+    int fd;       /* a duplicate of op.fd, the job's own */
     char *tmp, *path;
     struct vmm_snap_info info;
     int err;
@@ -1400,11 +1420,30 @@ static void *job_main(void *arg)
     struct vmm_job *j = arg;
     uint64_t one = 1;
 
-    if (j->save)
-        j->err =
-            vmm_snap_finalize(j->fd, j->tmp, j->path, !j->nosync, &j->info, j->why, sizeof(j->why));
-    else
-        j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why));
+    if (j->save) {
+        if (j->delta) {
+            snprintf(j->info.base, sizeof(j->info.base), "%s", j->mem_base);
+            j->err = vmm_delta_write(j->fd, j->pid, j->map_ino, j->mem_mb, &j->info, j->why,
+                                     sizeof(j->why));
+        }
+        if (!j->err)
+            j->err = vmm_snap_finalize(j->fd, j->tmp, j->path, !j->nosync, &j->info, j->why,
+                                       sizeof(j->why));
+    } else if (!(j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why))) &&
+               !(j->err = vmm_snap_match(&j->info, j->qemu_version, j->mem_mb, j->vcpus,
+                                         j->mem_file, j->why, sizeof(j->why))) &&
+               (j->info.flags & VMM_SNAP_F_DELTA)) {
+        /* The pages go over the very RAM file they were taken over, or nowhere. */
+        if (!j->map_ino || strcmp(j->info.base, j->mem_base) != 0) {
+            snprintf(j->why, sizeof(j->why),
+                     "snapshot holds pages over the RAM file %s, this VM maps %s", j->info.base,
+                     j->mem_base[0] ? j->mem_base : "none it can name");
+            j->err = -EINVAL;
+        } else {
+            j->err = vmm_delta_load(j->fd, &j->info, j->pid, j->map_ino, &j->touched, j->why,
+                                    sizeof(j->why));
+        }
+    }
     (void)!write(j->efd, &one, sizeof(one));
     job_unref(j);
     return NULL;
@@ -1421,6 +1460,14 @@ static int job_start(struct vmm *vm, bool save)
         return -ENOMEM;
     j->save = save;
     j->nosync = vm->op.nosync;
+    j->delta = vm->op.delta;
+    j->pid = vm->pid;
+    j->map_ino = vm->map_ino;
+    j->mem_mb = vm->mem_mb;
+    j->vcpus = vm->vcpus;
+    j->mem_file = vm->mem_file;
+    snprintf(j->mem_base, sizeof(j->mem_base), "%s", vm->mem_base);
+    snprintf(j->qemu_version, sizeof(j->qemu_version), "%s", vm->qemu_version);
     j->refs = 2;
     j->info = vm->op.info;
     j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1572,7 +1619,6 @@ static int restore_load(struct vmm *vm)
 static void op_step(struct vmm *vm)
 {
     struct vmm_op *op = &vm->op;
-    char why[240];
     int r;
 
     if (op->replies > 0 || op->job)
@@ -1614,17 +1660,13 @@ static void op_step(struct vmm *vm)
             op_finish(vm, op->err, op->why);
             return;
         }
-        if (op->stage == STG_VERSION) {
-            if (vmm_snap_match(&op->info, vm->qemu_version, vm->mem_mb, vm->vcpus, vm->mem_file,
-                               why, sizeof(why)) != 0) {
+        if (op->stage == STG_QVER) {
+            /* The version known: the worker checks the file against this VM (and
+             * writes a delta's pages) before QEMU sees a byte of it. */
+            op->stage = STG_JOB;
+            if ((r = job_start(vm, false)) != 0) {
                 phase_set(vm, VMM_PH_WAITING);
-                op_finish(vm, -EINVAL, why);
-                return;
-            }
-            if ((r = restore_load(vm)) != 0) {
-                op_fail(vm, r, "restore: %s", strerror(-r));
-                if (op->replies == 0)
-                    op_step(vm);
+                op_finish(vm, r, "restore: could not start the reader thread");
             }
             return;
         }
@@ -1656,14 +1698,17 @@ static void on_job(struct ev_loop *loop, ev_io *w, int revents)
             unlink(vm->op.tmp);
         op_finish(vm, j->err, j->err ? j->why : NULL);
     } else if (j->err) {
+        /* Half a delta's pages in its RAM: this QEMU can never be restored right. */
+        if (j->touched)
+            vmm_kill(vm);
         phase_set(vm, VMM_PH_WAITING);
         op_finish(vm, j->err, j->why);
     } else {
         vm->op.info = j->info;
-        vm->op.stage = STG_VERSION;
-        if ((r = op_send(vm, "{\"execute\":\"query-version\"}", on_version)) != 0) {
-            phase_set(vm, VMM_PH_WAITING);
-            op_finish(vm, r, "restore: QMP unavailable");
+        if ((r = restore_load(vm)) != 0) {
+            op_fail(vm, r, "restore: %s", strerror(-r));
+            if (vm->op.replies == 0)
+                op_step(vm);
         }
     }
     job_unref(j);
@@ -1742,6 +1787,57 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud)
     return stop_cont(vm, false, cb, ud);
 }
 
+/* xen-save-devices-state's answer: the device state is in the file (no MIGRATION
+ * event comes for it). */
+static void on_dev_saved(void *ud, int err, const char *json)
+{
+    struct vmm *vm = ud;
+
+    if (vm->op.kind == OP_SAVE && !err)
+        vm->op.mig_done = true;
+    on_op_reply(ud, err, json);
+}
+
+/* A delta save's commands: stop, the device state (no RAM) written by QEMU into the
+ * file through an fd set (its path is all xen-save-devices-state takes), the fd set
+ * dropped again. The worker then appends the pages (vmm_delta_write). */
+#define DELTA_FDSET "7007"
+static int save_delta(struct vmm *vm)
+{
+    int wfd, r;
+
+    /* QEMU opens the set's fd write-only: it must be one (the access modes must
+     * match); it shares the offset after the header with op.fd. */
+    if ((wfd = open(vm->op.tmp, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        return -errno;
+    if (lseek(wfd, VMM_SNAP_HDR, SEEK_SET) < 0) {
+        r = -errno;
+        close(wfd);
+        return r;
+    }
+    if ((r = op_send(vm, "{\"execute\":\"stop\"}", on_op_reply)) ||
+        (r = op_send(vm, "{\"execute\":\"query-version\"}", on_version))) {
+        close(wfd);
+        return r;
+    }
+    r = vmm_qmp_send_fd(vm, &vm->qmp,
+                        "{\"execute\":\"add-fd\",\"arguments\":{\"fdset-id\":" DELTA_FDSET "}}",
+                        wfd, on_op_reply, vm);
+    close(wfd);
+    if (r != 0)
+        return r;
+    vm->op.replies++;
+    /* live false: the disks stay active (true would hand them to a migration target). */
+    if ((r = vmm_qmp_send(vm, &vm->qmp,
+                          "{\"execute\":\"xen-save-devices-state\",\"arguments\":"
+                          "{\"filename\":\"/dev/fdset/" DELTA_FDSET "\",\"live\":false}}",
+                          on_dev_saved, vm)) != 0)
+        return r;
+    vm->op.replies++;
+    return op_send(vm, "{\"execute\":\"remove-fd\",\"arguments\":{\"fdset-id\":" DELTA_FDSET "}}",
+                   on_op_reply);
+}
+
 int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud)
 {
     struct vmm_op *op;
@@ -1753,10 +1849,14 @@ int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, voi
         return -EBUSY;
     if (vmm_phase_live(vm->phase) && !vmm_phase_can_save(vm->phase))
         return -EPERM;
+    /* A delta is the pages a clone owns over its template's RAM file. */
+    if ((flags & VMM_SAVE_DELTA) && (vm->boot != VMM_BOOT_RESTORE || !vm->map_ino || vm->pid <= 0))
+        return -ENOTSUP;
     if ((r = op_begin(vm, OP_SAVE, cb, ud)) != 0)
         return r;
     op = &vm->op;
     op->nosync = flags & VMM_SAVE_NOSYNC;
+    op->delta = flags & VMM_SAVE_DELTA;
     if (asprintf(&op->tmp, "%s.tmp", path) < 0) {
         op->tmp = NULL;
         r = -ENOMEM;
@@ -1772,6 +1872,12 @@ int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, voi
     if (op->fd < 0 || lseek(op->fd, VMM_SNAP_HDR, SEEK_SET) < 0) {
         r = -errno;
         goto fail;
+    }
+    if (op->delta) {
+        if ((r = save_delta(vm)) != 0)
+            goto sent_fail;
+        phase_set(vm, VMM_PH_SAVING);
+        return 0;
     }
     /* Stop first: the file must hold one consistent instant. The default 128
      * MiB/s bandwidth cap would make a full-RAM save 4x slower. */
@@ -1826,8 +1932,8 @@ int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
         op_clear(vm);
         return r;
     }
-    vm->op.stage = STG_JOB;
-    if ((r = job_start(vm, false)) != 0) {
+    vm->op.stage = STG_QVER;
+    if ((r = op_send(vm, "{\"execute\":\"query-version\"}", on_version)) != 0) {
         op_clear(vm);
         return r;
     }

@@ -340,6 +340,15 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
  * directory): for a file that need not outlive the host (a fork's), whose
  * checksum still catches a file torn by a crash. */
 #define VMM_SAVE_NOSYNC 1u
+/* VMM_SAVE_DELTA, for a VM launched in restore mode over a RAM file (a clone): the
+ * file holds QEMU's device state (xen-save-devices-state, no RAM) and the guest pages
+ * the clone owns (written since the template: /proc/PID/pagemap), read out of QEMU
+ * (process_vm_readv) on the worker. Its size and cost follow what the guest dirtied.
+ * It restores only into a VM launched over a RAM file of the same name (the header
+ * records it; such a file never changes: see Boot modes), whose QEMU gets the pages
+ * (process_vm_writev) before the device state. -ENOTSUP for any other VM (booted, or
+ * adopted after a restart: the driver does not know its RAM file). */
+#define VMM_SAVE_DELTA 2u
 int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud);
 
 /* Copy the data of in's first end bytes into out at the same offsets; holes stay

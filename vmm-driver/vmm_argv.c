@@ -147,6 +147,11 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
      * the LAPIC timer and IOAPIC; measured to boot reliably under TCG here. */
     av_add(a, "-M");
     av_add(a, "microvm,x-option-roms=off,isa-serial=on,rtc=on,pit=off,pic=off,memory-backend=mem");
+    /* Streams without a configuration section, saved and loaded: a delta snapshot's
+     * device state (xen-save-devices-state) has none, and a VM must load every kind
+     * of stream (vmm_snap.c, version 2). The header checks QEMU's version instead. */
+    av_add(a, "-global");
+    av_add(a, "migration.send-configuration=off");
     av_add(a, "-accel");
     /* TCG: MTTCG (thread=multi) even for one vCPU: the vCPU thread then runs
      * without the big QEMU lock, so QMP answers during boot in ~40 ms where the
@@ -223,6 +228,9 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
         /* No guest until vmm_restore sends migrate-incoming. */
         av_add(a, "-incoming");
         av_add(a, "defer");
+        /* And none after it until vmm_cont: a delta's device state says "running"
+         * (xen-save-devices-state stores it so), which would start the guest at once. */
+        av_add(a, "-S");
         break;
     case VMM_BOOT_KERNEL:
     case VMM_BOOT_TEMPLATE: {

@@ -315,12 +315,21 @@ int vmm_qcow2_backing_name(const uint8_t *h, size_t len, char *out, size_t cap);
 
 #define VMM_SNAP_HDR          4096u
 #define VMM_SNAP_F_SHARED_RAM 1u /* RAM not in the stream: it lives in the memory file */
+#define VMM_SNAP_F_DELTA      2u /* device state, then the pages the VM owned over its RAM file */
 
 struct vmm_snap_info {
-    uint64_t stream_len;
+    uint64_t stream_len; /* everything after the header (a delta's pages included) */
     uint32_t stream_crc, mem_mb, vcpus, flags;
     char qemu_version[64]; /* "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" */
+    /* VMM_SNAP_F_DELTA: the device stream's length (from the header's end), the pages
+     * that follow it (vmm_delta_layout) and the name of the RAM file they go over. */
+    uint64_t dev_len, npages;
+    char base[64];
 };
+
+/* Where a delta's parts lie: the page numbers (npages little-endian u32) at *idx_off,
+ * the pages (4 KiB each, in that order) at *data_off, the file's end at the return. */
+uint64_t vmm_delta_layout(uint64_t dev_len, uint64_t npages, uint64_t *idx_off, uint64_t *data_off);
 
 uint32_t vmm_crc32(uint32_t crc, const void *buf, size_t n);
 /* Pure: the header for in (VMM_SNAP_HDR bytes into hdr). */
@@ -339,5 +348,20 @@ int vmm_snap_finalize(int fd, const char *tmp, const char *path, bool sync,
                       struct vmm_snap_info *info, char *why, size_t cap);
 /* Blocking: decode the header of the file open on fd and check the stream's checksum. */
 int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
+
+/* ---- a delta's pages (vmm_delta.c): blocking, for the worker thread ---- */
+
+/* QEMU (pid) has written its device state into fd after the header: end that stream
+ * (an empty vmdescription section, which the loader looks for), then append the pages
+ * of its guest-RAM mapping (the mapping of the file with inode ino, mem_mb long) that
+ * the process owns: present and not the file's, or swapped out (/proc/pid/pagemap).
+ * Sets info->dev_len and npages. 0 or -errno with why. */
+int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
+                    char *why, size_t cap);
+/* The delta on fd (verified: info) written into the guest RAM of QEMU pid (its mapping
+ * of inode ino), each page at its place. *touched tells whether a byte was written (a
+ * failure after that leaves the VM's RAM half-made). 0 or -errno with why. */
+int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t ino, bool *touched,
+                   char *why, size_t cap);
 
 #endif

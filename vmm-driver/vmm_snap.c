@@ -26,11 +26,31 @@
 
 #include "vmm_int.h"
 
-#define MAGIC       "WARRENSN"
-#define VERSION     1u
+#define MAGIC "WARRENSN"
+/* 2: streams carry no configuration section (QEMU runs with
+ * migration.send-configuration=off, which a device-state-only stream needs); a
+ * version-1 stream has one, which such a QEMU cannot read. */
+#define VERSION     2u
 #define OFF_CRC     (VMM_SNAP_HDR - 4)
 #define OFF_VER_STR 48
+#define OFF_DEV_LEN (OFF_VER_STR + 64)
+#define OFF_NPAGES  (OFF_DEV_LEN + 8)
+#define OFF_BASE    (OFF_NPAGES + 8)
+#define OFF_RSVD    (OFF_BASE + 64)
 #define MAX_STREAM  (64ull << 30)
+#define PAGE        4096ull
+
+static uint64_t align_page(uint64_t v)
+{
+    return (v + PAGE - 1) & ~(PAGE - 1);
+}
+
+uint64_t vmm_delta_layout(uint64_t dev_len, uint64_t npages, uint64_t *idx_off, uint64_t *data_off)
+{
+    *idx_off = align_page(VMM_SNAP_HDR + dev_len);
+    *data_off = align_page(*idx_off + 4 * npages);
+    return *data_off + npages * PAGE;
+}
 
 static void le32(uint8_t *p, uint32_t v)
 {
@@ -67,6 +87,11 @@ void vmm_snap_encode(uint8_t *hdr, const struct vmm_snap_info *in)
     le32(hdr + 40, in->vcpus);
     le32(hdr + 44, in->flags);
     memcpy(hdr + OFF_VER_STR, in->qemu_version, strnlen(in->qemu_version, 63));
+    if (in->flags & VMM_SNAP_F_DELTA) {
+        le64(hdr + OFF_DEV_LEN, in->dev_len);
+        le64(hdr + OFF_NPAGES, in->npages);
+        memcpy(hdr + OFF_BASE, in->base, strnlen(in->base, 63));
+    }
     le32(hdr + OFF_CRC, vmm_crc32(0, hdr, OFF_CRC));
 }
 
@@ -113,7 +138,7 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
     for (size_t i = OFF_VER_STR + vlen; i < OFF_VER_STR + 64; i++)
         if (buf[i])
             BAD("snapshot QEMU version field has bytes after its end");
-    for (size_t i = OFF_VER_STR + 64; i < OFF_CRC; i++)
+    for (size_t i = OFF_RSVD; i < OFF_CRC; i++)
         if (buf[i])
             BAD("snapshot header reserved bytes not zero");
     memset(out, 0, sizeof(*out));
@@ -124,10 +149,45 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
     out->flags = rd32(buf + 44);
     if (out->mem_mb == 0 || out->mem_mb > (1u << 20) || out->vcpus == 0 || out->vcpus > 1024)
         BAD("snapshot guest size out of bounds (%u MiB, %u vCPUs)", out->mem_mb, out->vcpus);
-    if (out->flags & ~VMM_SNAP_F_SHARED_RAM)
+    if (out->flags & ~(VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA))
         BAD("snapshot flags 0x%x unknown", out->flags);
+    if ((out->flags & VMM_SNAP_F_SHARED_RAM) && (out->flags & VMM_SNAP_F_DELTA))
+        BAD("snapshot flags 0x%x contradict each other", out->flags);
     memcpy(out->qemu_version, buf + OFF_VER_STR, vlen);
     out->qemu_version[vlen] = 0;
+    if (!(out->flags & VMM_SNAP_F_DELTA)) {
+        for (size_t i = OFF_DEV_LEN; i < OFF_RSVD; i++)
+            if (buf[i])
+                BAD("snapshot header delta fields set without the delta flag");
+        return 0;
+    }
+    {
+        uint64_t idx, data, end;
+        size_t blen = strnlen((const char *)buf + OFF_BASE, 64);
+
+        out->dev_len = rd64(buf + OFF_DEV_LEN);
+        out->npages = rd64(buf + OFF_NPAGES);
+        if (out->dev_len == 0 || out->dev_len > slen)
+            BAD("snapshot device state length %llu out of bounds",
+                (unsigned long long)out->dev_len);
+        if (out->npages > (uint64_t)out->mem_mb * (1048576 / PAGE))
+            BAD("snapshot holds %llu pages, more than a %u MiB guest has",
+                (unsigned long long)out->npages, out->mem_mb);
+        end = vmm_delta_layout(out->dev_len, out->npages, &idx, &data);
+        if (end != off + slen)
+            BAD("snapshot delta layout ends at %llu, the stream at %llu", (unsigned long long)end,
+                (unsigned long long)(off + slen));
+        if (blen == 0 || blen == 64)
+            BAD("snapshot RAM file name missing or unterminated");
+        for (size_t i = 0; i < blen; i++)
+            if (buf[OFF_BASE + i] <= 0x20 || buf[OFF_BASE + i] > 0x7e || buf[OFF_BASE + i] == '/')
+                BAD("snapshot RAM file name not a printable file name");
+        for (size_t i = OFF_BASE + blen; i < OFF_BASE + 64; i++)
+            if (buf[i])
+                BAD("snapshot RAM file name field has bytes after its end");
+        memcpy(out->base, buf + OFF_BASE, blen);
+        out->base[blen] = 0;
+    }
     return 0;
 }
 
@@ -139,9 +199,11 @@ int vmm_snap_match(const struct vmm_snap_info *s, const char *qemu_version, unsi
     if (s->mem_mb != mem_mb || s->vcpus != vcpus)
         BAD("snapshot of a %u MiB / %u vCPU guest, this VM is %u MiB / %u vCPU", s->mem_mb,
             s->vcpus, mem_mb, vcpus);
-    if (!!(s->flags & VMM_SNAP_F_SHARED_RAM) != shared_ram)
+    /* A template's state and a delta go over a memory file; a full stream holds it all. */
+    if (!!(s->flags & (VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA)) != shared_ram)
         BAD("snapshot %s guest RAM, this VM %s a memory file",
-            s->flags & VMM_SNAP_F_SHARED_RAM ? "does not hold" : "holds",
+            s->flags & (VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA) ? "does not hold all its"
+                                                                  : "holds",
             shared_ram ? "maps" : "has no");
     return 0;
 }
@@ -190,6 +252,13 @@ int vmm_snap_finalize(int fd, const char *tmp, const char *path, bool sync,
         goto out;
     }
     info->stream_len = (uint64_t)st.st_size - VMM_SNAP_HDR;
+    if ((info->flags & VMM_SNAP_F_DELTA) &&
+        vmm_delta_layout(info->dev_len, info->npages, &(uint64_t){0}, &(uint64_t){0}) !=
+            (uint64_t)st.st_size) {
+        r = -EIO;
+        snprintf(why, cap, "snapshot: the delta's pages do not end the file");
+        goto out;
+    }
     if ((r = crc_range(fd, VMM_SNAP_HDR, info->stream_len, &info->stream_crc)) != 0) {
         snprintf(why, cap, "snapshot: reading the stream back: %s", strerror(-r));
         goto out;

@@ -1,0 +1,229 @@
+/*
+ * vmm_delta.c - a delta snapshot's pages: what a clone owns over its template's RAM.
+ *
+ * A clone maps the template's RAM file privately: a page it never wrote is the
+ * file's, and a page it wrote is its own anonymous copy. /proc/PID/pagemap tells
+ * them apart (bit 63 present, bit 61 file-page or shared, bit 62 swapped), so the
+ * clone's memory is the file plus exactly the pages it owns. A delta snapshot holds
+ * QEMU's device state (xen-save-devices-state: no RAM section) and those pages; a
+ * restore writes them into a QEMU started over the same file, before its device
+ * state is loaded. The cost follows what the guest dirtied, not its size.
+ *
+ * Pages move with process_vm_readv/writev (root, as warrend is; a jailed QEMU has
+ * another uid and no way to stop it). Every count and offset is bounded by what the
+ * host knows: the mapping's length from mem_mb, the page numbers from the header,
+ * checked below before any write.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "vmm_int.h"
+
+#define PAGE      4096u
+#define RUN_PAGES 256u /* pages per read or write of a run: 1 MiB buffers */
+
+#define FAIL(r_, ...)                                                                              \
+    do {                                                                                           \
+        snprintf(why, cap, __VA_ARGS__);                                                           \
+        r = (r_);                                                                                  \
+        goto out;                                                                                  \
+    } while (0)
+
+/* The start of pid's mapping of inode ino at offset 0, len bytes long; 0 if none. */
+static uintptr_t find_mapping(pid_t pid, ino_t ino, uint64_t len)
+{
+    char path[64], line[4096 + 128];
+    uintptr_t found = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+    if (!(f = fopen(path, "re")))
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long lo, hi, off, node;
+        unsigned maj, mnr;
+
+        if (sscanf(line, "%llx-%llx %*4s %llx %x:%x %llu", &lo, &hi, &off, &maj, &mnr, &node) != 6)
+            continue;
+        if (node == (unsigned long long)ino && off == 0 && hi - lo == len) {
+            found = (uintptr_t)lo;
+            break;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static int pwrite_full(int fd, const void *b, size_t n, uint64_t off)
+{
+    const uint8_t *p = b;
+
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return 0;
+}
+
+static int pread_full(int fd, void *b, size_t n, uint64_t off)
+{
+    uint8_t *p = b;
+
+    while (n > 0) {
+        ssize_t k = pread(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return 0;
+}
+
+/* Move n pages (consecutive in the guest from page `first`) between the buffer and
+ * pid's mapping at base: out of it (read) or into it. 0 or -errno. */
+static int move_run(pid_t pid, uintptr_t base, uint32_t first, uint32_t n, uint8_t *buf, bool read)
+{
+    size_t want = (size_t)n * PAGE, done = 0;
+
+    while (done < want) {
+        struct iovec l = {buf + done, want - done};
+        struct iovec rem = {(void *)(base + (uintptr_t)first * PAGE + done), want - done};
+        ssize_t k = read ? process_vm_readv(pid, &l, 1, &rem, 1, 0)
+                         : process_vm_writev(pid, &l, 1, &rem, 1, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
+                    char *why, size_t cap)
+{
+    static const uint8_t vmdesc[5] = {0x06, 0, 0, 0, 0}; /* QEMU_VM_VMDESCRIPTION, 0 bytes */
+    uint64_t len = (uint64_t)mem_mb << 20, total = len / PAGE, idx_off, data_off, end;
+    uint64_t *pm = NULL;
+    uint32_t *idx = NULL;
+    uint8_t *buf = NULL, le[4];
+    uintptr_t base;
+    struct stat st;
+    uint64_t n = 0;
+    char path[64];
+    int pmfd = -1, r = 0;
+
+    if (fstat(fd, &st) != 0)
+        FAIL(-errno, "delta: fstat: %s", strerror(errno));
+    if ((uint64_t)st.st_size <= VMM_SNAP_HDR)
+        FAIL(-EIO, "delta: QEMU wrote no device state");
+    if ((r = pwrite_full(fd, vmdesc, sizeof(vmdesc), (uint64_t)st.st_size)) != 0)
+        FAIL(r, "delta: ending the device state: %s", strerror(-r));
+    info->dev_len = (uint64_t)st.st_size + sizeof(vmdesc) - VMM_SNAP_HDR;
+    if (!(base = find_mapping(pid, ino, len)))
+        FAIL(-ENOENT, "delta: QEMU (pid %d) maps no %u MiB RAM file", (int)pid, mem_mb);
+    pm = malloc(total * sizeof(*pm));
+    idx = malloc(total * sizeof(*idx));
+    buf = malloc((size_t)RUN_PAGES * PAGE);
+    if (!pm || !idx || !buf)
+        FAIL(-ENOMEM, "delta: out of memory");
+    snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+    if ((pmfd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        FAIL(-errno, "delta: %s: %s", path, strerror(errno));
+    if ((r = pread_full(pmfd, pm, total * sizeof(*pm), (uint64_t)(base / PAGE) * sizeof(*pm))))
+        FAIL(r, "delta: reading QEMU's pagemap: %s", strerror(-r));
+    for (uint64_t i = 0; i < total; i++) {
+        bool present = pm[i] >> 63 & 1, swapped = pm[i] >> 62 & 1, file = pm[i] >> 61 & 1;
+        if ((present && !file) || swapped)
+            idx[n++] = (uint32_t)i;
+    }
+    end = vmm_delta_layout(info->dev_len, n, &idx_off, &data_off);
+    for (uint64_t i = 0; i < n; i++) { /* little-endian on every host */
+        for (int b = 0; b < 4; b++)
+            le[b] = (uint8_t)(idx[i] >> (8 * b));
+        memcpy((uint8_t *)pm + 4 * i, le, 4); /* pm is free now: reuse it */
+    }
+    if (n && (r = pwrite_full(fd, pm, 4 * n, idx_off)) != 0)
+        FAIL(r, "delta: writing the page list: %s", strerror(-r));
+    for (uint64_t i = 0; i < n;) {
+        uint32_t k = 1;
+        while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
+            k++;
+        if ((r = move_run(pid, base, idx[i], k, buf, true)) != 0)
+            FAIL(r, "delta: reading QEMU's RAM: %s", strerror(-r));
+        if ((r = pwrite_full(fd, buf, (size_t)k * PAGE, data_off + i * PAGE)) != 0)
+            FAIL(r, "delta: writing the pages: %s", strerror(-r));
+        i += k;
+    }
+    if (ftruncate(fd, (off_t)end) != 0) /* the pads up to the page list and the pages */
+        FAIL(-errno, "delta: sizing the file: %s", strerror(errno));
+    info->npages = n;
+    info->flags |= VMM_SNAP_F_DELTA;
+out:
+    if (pmfd >= 0)
+        close(pmfd);
+    free(pm);
+    free(idx);
+    free(buf);
+    return r;
+}
+
+int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t ino, bool *touched,
+                   char *why, size_t cap)
+{
+    uint64_t len = (uint64_t)info->mem_mb << 20, total = len / PAGE, idx_off, data_off;
+    uint64_t n = info->npages;
+    uint32_t *idx = NULL;
+    uint8_t *buf = NULL;
+    uintptr_t base;
+    int r = 0;
+
+    *touched = false;
+    vmm_delta_layout(info->dev_len, n, &idx_off, &data_off);
+    if (!(base = find_mapping(pid, ino, len)))
+        FAIL(-ENOENT, "delta: QEMU (pid %d) maps no %u MiB RAM file", (int)pid, info->mem_mb);
+    if (!(idx = malloc((n ? n : 1) * sizeof(*idx))) || !(buf = malloc((size_t)RUN_PAGES * PAGE)))
+        FAIL(-ENOMEM, "delta: out of memory");
+    if (n && (r = pread_full(fd, idx, 4 * n, idx_off)) != 0)
+        FAIL(r, "delta: reading the page list: %s", strerror(-r));
+    /* Check the whole list before the first write: ascending, inside the guest. */
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = (const uint8_t *)&idx[i];
+        idx[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (idx[i] >= total || (i > 0 && idx[i] <= idx[i - 1]))
+            FAIL(-EINVAL, "delta: page list entry %" PRIu64 " (%u) out of order or bounds", i,
+                 idx[i]);
+    }
+    for (uint64_t i = 0; i < n;) {
+        uint32_t k = 1;
+        while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
+            k++;
+        if ((r = pread_full(fd, buf, (size_t)k * PAGE, data_off + i * PAGE)) != 0)
+            FAIL(r, "delta: reading the pages: %s", strerror(-r));
+        *touched = true;
+        if ((r = move_run(pid, base, idx[i], k, buf, false)) != 0)
+            FAIL(r, "delta: writing QEMU's RAM: %s", strerror(-r));
+        i += k;
+    }
+out:
+    free(idx);
+    free(buf);
+    return r;
+}
