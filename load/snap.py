@@ -12,6 +12,11 @@ a background loop running:
   restores);
 - pause (POST /pause until 200: save + disk copy + QEMU ended) and resume
   (POST /resume until 200: restore + session).
+Then the same forks of a sandbox from the pool (a second warrend, pool on,
+pool_spares --spares): its fork snapshot is a delta (device state and the pages
+it owns over the template's RAM), with the delta's size beside it, and each fork
+is restored into a spare QEMU started ahead (the spares are back before each
+round).
 Every sandbox and snapshot made is deleted before the next round. Printed,
 not asserted.
 """
@@ -24,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 from warren import Warren  # noqa: E402
 from bench import pct, print_table  # noqa: E402
+from test_pool import wait_pool_ready  # noqa: E402
 
 
 def ms(x):
@@ -36,10 +42,41 @@ def timed(fn):
     return time.perf_counter() - t0, r
 
 
+def wait_spares(w, n, timeout=120):
+    """Until the pool has n spare QEMUs again (started one per loop turn)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if w.request("GET", "/healthz").json()["pool"].get("spares", 0) >= n:
+            return
+        time.sleep(0.1)
+
+
+def forks(w, sid, a, rows, what):
+    """Fork count 1 and 8 of sid, each fork deleted before the next round."""
+    size = []
+    for count, rounds in ((1, a.n), (8, a.fork8)):
+        xs = []
+        for _ in range(rounds):
+            dt, r = timed(lambda: w.request("POST", f"/v1/sandboxes/{sid}/fork",
+                                            {"count": count, "ttl_seconds": 600}))
+            assert r.status == 201, (r, w.log_text())
+            xs.append(dt)
+            s = w.request("GET", f"/v1/snapshots/{r.json()['snapshot_id']}").json()
+            size.append(s["size_bytes"])
+            for f in r.json()["sandboxes"]:
+                w.delete(f["id"])
+            if "spares" in what:
+                wait_spares(w, a.spares)
+        rows.append((f"{what}: count {count} (n={rounds})", ms(pct(xs, 50)), ms(pct(xs, 99))))
+    rows.append((f"{what}: its snapshot's files", f"{pct(size, 50) / 2**20:.1f} MiB", ""))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5, help="rounds of each (fork 8: --fork8)")
     ap.add_argument("--fork8", type=int, default=2, help="rounds of fork count 8")
+    ap.add_argument("--spares", type=int, default=8,
+                    help="pool_spares of the pool's warrend (a fork of 8 takes 8)")
     a = ap.parse_args()
 
     w = Warren({"jail": "off", "max_sandboxes": "64"}).start()
@@ -72,16 +109,7 @@ def main():
         rows.append((f"create from a snapshot (n={a.n})", ms(pct(create, 50)),
                      ms(pct(create, 99))))
 
-        for count, rounds in ((1, a.n), (8, a.fork8)):
-            xs = []
-            for _ in range(rounds):
-                dt, r = timed(lambda: w.request("POST", f"/v1/sandboxes/{sid}/fork",
-                                                {"count": count, "ttl_seconds": 600}))
-                assert r.status == 201, (r, w.log_text())
-                xs.append(dt)
-                for f in r.json()["sandboxes"]:
-                    w.delete(f["id"])
-            rows.append((f"fork count {count} (n={rounds})", ms(pct(xs, 50)), ms(pct(xs, 99))))
+        forks(w, sid, a, rows, "fork of a booted sandbox (all RAM)")
 
         pause, resume = [], []
         for _ in range(a.n):
@@ -96,6 +124,20 @@ def main():
         rows.append((f"resume (n={a.n})", ms(pct(resume, 50)), ms(pct(resume, 99))))
         with open("/proc/loadavg") as f:
             load = f.read().split()[:3]
+    finally:
+        w.cleanup()
+    w = Warren({"jail": "off", "max_sandboxes": "64", "pool_size": "2",
+                "pool_spares": str(a.spares), "default_template": "minimal"}).start()
+    try:
+        wait_pool_ready(w, 2)
+        sid = w.create()
+        r = w.request("POST", f"/v1/sandboxes/{sid}/exec",
+                      {"cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done",
+                       "background": True})
+        assert r.status == 201, r
+        w.run(sid, "true")
+        wait_spares(w, a.spares)
+        forks(w, sid, a, rows, f"fork of a pool sandbox (delta, {a.spares} spares)")
     finally:
         w.cleanup()
     print_table("Snapshots, fork, pause, resume (256 MiB guest, client side)", "p50 / p99",

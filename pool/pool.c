@@ -83,10 +83,12 @@ struct pool {
     struct sbx_vm *dead[POOL_MAX]; /* exited while unbound: destroyed from kick */
     unsigned ndead;
     unsigned handed_out, rebuilds;
-    bool verified;        /* a restore from this template's snapshot succeeded (pool_template) */
-    struct sbx_vm *spare; /* a QEMU started in restore mode over the template's files and
-                           * waiting (no restore yet) for a create that finds the pool
-                           * empty: it skips QEMU's start (pool_template) */
+    bool verified; /* a restore from this template's snapshot succeeded (pool_template) */
+    /* QEMUs started in restore mode over the template's files and waiting (no restore
+     * yet) for a create that finds the pool empty or a fork's restore: each skips a
+     * QEMU start (pool_template, pool_spare_take). At most pool_spares. */
+    struct sbx_vm *spares[POOL_MAX];
+    unsigned nspares;
     /* Jailed: the template's RAM as a sealed memfd (vmm_mem_seal), what every jailed
      * clone maps in place of the RAM file (which the jail does not show); 0 until made,
      * and when unjailed. */
@@ -749,14 +751,16 @@ bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd)
     return true;
 }
 
-/* The pool is full: start the spare QEMU, if the budget has room for one more VM and
- * a restore from this template has worked. */
+/* The pool is full: start one more spare QEMU, if pool_spares wants it, the budget
+ * has room for one more VM and a restore from this template has worked. The next is
+ * started from the loop's next turn (each launch is spent on the loop). */
 static void spare_start(struct pool *p)
 {
     struct sbx_vm *vm;
+    unsigned want = p->t->cfg->pool_spares < POOL_MAX ? p->t->cfg->pool_spares : POOL_MAX;
     int r;
 
-    if (p->spare || !p->verified || budget_vms(p) <= p->size)
+    if (p->nspares >= want || !p->verified || budget_vms(p) <= p->size + p->nspares)
         return;
     if (sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm) != 0)
         return;
@@ -767,14 +771,24 @@ static void spare_start(struct pool *p)
         sbx_vm_destroy(vm);
         return;
     }
-    p->spare = vm;
+    p->spares[p->nspares++] = vm;
+    if (p->nspares < want)
+        kick_soon(p, 0.05);
 }
 
 static void spare_drop(struct pool *p)
 {
-    if (p->spare)
-        sbx_vm_destroy(p->spare);
-    p->spare = NULL;
+    while (p->nspares)
+        sbx_vm_destroy(p->spares[--p->nspares]);
+}
+
+/* The newest spare (the caller's from then on), or NULL; another follows. */
+static struct sbx_vm *spare_pop(struct pool *p)
+{
+    if (!p->nspares)
+        return NULL;
+    kick_soon(p, 0.05);
+    return p->spares[--p->nspares];
 }
 
 /* Start one more VM if the pool is short and nothing else is filling it; the spare
@@ -841,13 +855,10 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
 
     if (!p)
         return;
-    if (p->spare == vm) {
-        p->spare = NULL;
-    } else if (p->filling == vm) {
+    if (p->filling == vm)
         fill_forget(p);
-    } else if (!drop_from(p->ready, &p->nready, vm)) {
+    else if (!drop_from(p->spares, &p->nspares, vm) && !drop_from(p->ready, &p->nready, vm))
         return;
-    }
     /* Replaced at once the first time; if they keep exiting (a VM that cannot start),
      * after 1, 2, 4 ... 32 s: never a loop of launches. */
     delay = p->exits ? (double)(1u << (p->exits - 1 < 5 ? p->exits - 1 : 5)) : 0;
@@ -883,24 +894,33 @@ bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned v
     *snap = p->snap;
     *disk = p->disk;
     *mem = p->mem;
-    if (spare) {
-        *spare = p->spare;
-        p->spare = NULL;
-        if (*spare)
-            kick_soon(p, 0.05);
-    }
+    if (spare)
+        *spare = spare_pop(p);
     return true;
+}
+
+struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *backing)
+{
+    struct sbx_vm *vm;
+    struct stat a, b;
+
+    if (!p || p->state != TPL_READY || !p->verified || !p->nspares || strcmp(mem, p->mem) != 0 ||
+        stat(backing, &a) != 0 || stat(p->disk, &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino)
+        return NULL;
+    vm = spare_pop(p);
+    return vm;
 }
 
 json_t *pool_stats(const struct pool *p)
 {
     if (!p)
         return json_null();
-    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b}", "template", p->tmpl, "state",
+    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I}", "template", p->tmpl, "state",
                      tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
                      (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
                      (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds, "spare",
-                     p->spare != NULL);
+                     p->nspares > 0, "spares", (json_int_t)p->nspares);
 }
 
 int pool_new(struct sbx_table *t, struct pool **out)

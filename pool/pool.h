@@ -60,6 +60,11 @@ struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsi
  * from then on; another is started in the background. */
 bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
                    const char **snap, const char **disk, const char **mem, struct sbx_vm **spare);
+/* The spare QEMU (see pool_template), if it was started over the RAM file mem (of the
+ * current template) with an overlay backed by the file backing names (the template's
+ * frozen overlay, or a link to it): the caller's to bind from then on; another is
+ * started in the background. NULL if there is none or it does not fit. */
+struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *backing);
 /* An unbound VM's guest channel connected: true if the pool takes fd (the VM is
  * warming up), else the caller closes it. */
 bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);

@@ -105,6 +105,7 @@ static const struct opt opts[] = {
     {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
     {"pool_size", T_UINT, F(pool_size), "2", 0},
     {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
+    {"pool_spares", T_UINT, F(pool_spares), "1", 0},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
     {"net_enabled", T_BOOL, F(net_enabled), "false", 0},
     {"net_default_internet", T_BOOL, F(net_default_internet), "true", 0},

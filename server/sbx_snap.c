@@ -16,6 +16,7 @@
 #include "sbx_snap.h"
 #include "sbx_int.h"
 #include "log.h"
+#include "pool.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -986,6 +987,50 @@ static int restore_launch(struct sandbox *sb, const char *boot, const char *from
     return restore_into(sb, vm, boot, from, state, err);
 }
 
+/* Up to this much of a delta snapshot's disk is copied into a spare QEMU's overlay on
+ * the loop (a larger one gets a QEMU of its own, backed by it). */
+#define SPARE_DISK_MAX (64ull << 20)
+
+/* A delta snapshot s over the pool's current template, its disk backed by the
+ * template's frozen overlay: restore it into the pool's spare QEMU (started ahead over
+ * the same RAM file and overlay chain), which saves a QEMU start (~90 ms of CPU, most
+ * of a fork's time under TCG). The spare opened its overlay inactive (-incoming): QEMU
+ * reads it afresh when the restore completes, as for a migration over shared storage,
+ * so the snapshot's disk is copied into it now and named back onto the same backing
+ * file. 1: not possible (the caller launches a QEMU), else restore_into's result. */
+static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const char *boot,
+                         const char *from, const char *disk, const char *state,
+                         const struct net_policy *pol, struct sbx_err *err)
+{
+    struct sbx_vm *vm;
+    struct stat st;
+    int in = -1, out = -1, r;
+
+    if (!s->mem[0] || !s->disk_backing[0] || (pol && !sbx_net_is_default(sb->t->cfg, pol)) ||
+        stat(disk, &st) != 0 || (uint64_t)st.st_blocks * 512 > SPARE_DISK_MAX ||
+        !(vm = pool_spare_take(sb->t->pool, s->mem, s->disk_backing)))
+        return 1;
+    if ((in = open(disk, O_RDONLY | O_CLOEXEC)) < 0 ||
+        (out = open(vm->disk, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        r = -errno;
+    else if ((r = vmm_copy_sparse(in, out, st.st_size)) == 0 && ftruncate(out, st.st_size) != 0)
+        r = -errno;
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) != 0 && r == 0)
+        r = -errno;
+    if (r == 0)
+        r = vmm_qcow2_rebase(vm->disk, vm->backing);
+    if (r != 0) {
+        LOGS(LOG_WARN, sb->id, "cannot give the spare QEMU snapshot %s's disk: %s", s->id,
+             strerror(-r));
+        sbx_vm_destroy(vm);
+        return 1;
+    }
+    sbx_vm_bind(vm, sb);
+    return restore_into(sb, vm, boot, from, state, err);
+}
+
 /* A VM for sb restored from its snapshot sb->snap_id (see restore_launch). Its policy:
  * pol, else the snapshot's (networking was on), else the default. */
 static int snap_launch(struct sandbox *sb, const char *boot, const struct net_policy *pol,
@@ -1006,6 +1051,15 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
      * reaches it, and no other VM's jail shows it. A failure shows as QEMU's. */
     if (sb->t->jail && chmod(disk, 0644) != 0)
         LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
+    if (s->mem[0] && strcmp(boot, "resume") != 0) {
+        int r = spare_restore(sb, s, boot, from, disk, state,
+                              pol          ? pol
+                              : s->has_pol ? &s->pol
+                                           : NULL,
+                              err);
+        if (r != 1)
+            return r;
+    }
     return restore_launch(sb, boot, from, disk,
                           !strcmp(boot, "resume") && !strcmp(s->type, "pause") && s->disk_backing[0]
                               ? s->disk_backing
