@@ -1051,6 +1051,16 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
      * reaches it, and no other VM's jail shows it. A failure shows as QEMU's. */
     if (sb->t->jail && chmod(disk, 0644) != 0)
         LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
+    /* A delta goes over its template's RAM file, unchanged (vmm.h): a rebuilt template
+     * removed it, and a jailed QEMU maps only the current one's sealed copy. */
+    if (s->mem[0] &&
+        (access(s->mem, F_OK) != 0 || (sb->t->jail && pool_mem_fd(sb->t->pool, s->mem) <= 0))) {
+        sbx_die(sb, "snapshot_invalid: its template's RAM file is gone");
+        return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
+                           "snapshot %s cannot be used: it holds the pages of a sandbox over "
+                           "template %s's RAM file %s, which was rebuilt since",
+                           s->id, s->tmpl, s->mem);
+    }
     if (s->mem[0] && strcmp(boot, "resume") != 0) {
         int r = spare_restore(sb, s, boot, from, disk, state,
                               pol          ? pol
