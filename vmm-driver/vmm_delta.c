@@ -185,6 +185,23 @@ out:
     return r;
 }
 
+int vmm_delta_pages(const uint8_t *raw, uint64_t n, uint64_t total, uint32_t *out, char *why,
+                    size_t cap)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *p = raw + 4 * i;
+        uint32_t v =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (v >= total || (i > 0 && v <= out[i - 1])) {
+            snprintf(why, cap, "delta: page list entry %" PRIu64 " (%u) out of order or bounds", i,
+                     v);
+            return -EINVAL;
+        }
+        out[i] = v; /* raw may be out itself: entry i is read before it is written */
+    }
+    return 0;
+}
+
 int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t ino, bool *touched,
                    char *why, size_t cap)
 {
@@ -203,14 +220,9 @@ int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t in
         FAIL(-ENOMEM, "delta: out of memory");
     if (n && (r = pread_full(fd, idx, 4 * n, idx_off)) != 0)
         FAIL(r, "delta: reading the page list: %s", strerror(-r));
-    /* Check the whole list before the first write: ascending, inside the guest. */
-    for (uint64_t i = 0; i < n; i++) {
-        const uint8_t *p = (const uint8_t *)&idx[i];
-        idx[i] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (idx[i] >= total || (i > 0 && idx[i] <= idx[i - 1]))
-            FAIL(-EINVAL, "delta: page list entry %" PRIu64 " (%u) out of order or bounds", i,
-                 idx[i]);
-    }
+    /* The whole list checked before the first write. */
+    if ((r = vmm_delta_pages((const uint8_t *)idx, n, total, idx, why, cap)) != 0)
+        goto out;
     for (uint64_t i = 0; i < n;) {
         uint32_t k = 1;
         while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)

@@ -358,6 +358,11 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
  * Sets info->dev_len and npages. 0 or -errno with why. */
 int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
                     char *why, size_t cap);
+/* Pure: decode a delta's page list (n little-endian u32 at raw) into out (raw may be
+ * out): each page inside the guest's total pages, strictly ascending. 0, or -EINVAL
+ * with why. */
+int vmm_delta_pages(const uint8_t *raw, uint64_t n, uint64_t total, uint32_t *out, char *why,
+                    size_t cap);
 /* The delta on fd (verified: info) written into the guest RAM of QEMU pid (its mapping
  * of inode ino), each page at its place. *touched tells whether a byte was written (a
  * failure after that leaves the VM's RAM half-made). 0 or -errno with why. */
