@@ -42,6 +42,17 @@ def timed(fn):
     return time.perf_counter() - t0, r
 
 
+def counting_sandbox(w):
+    """A sandbox with a background loop counting in /tmp/c."""
+    sid = w.create()
+    r = w.request("POST", f"/v1/sandboxes/{sid}/exec",
+                  {"cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done",
+                   "background": True})
+    assert r.status == 201, r
+    w.run(sid, "true")
+    return sid
+
+
 def wait_spares(w, n, timeout=120):
     """Until the pool has n spare QEMUs again (started one per loop turn)."""
     deadline = time.time() + timeout
@@ -82,12 +93,7 @@ def main():
     w = Warren({"jail": "off", "max_sandboxes": "64"}).start()
     rows = []
     try:
-        sid = w.create()
-        r = w.request("POST", f"/v1/sandboxes/{sid}/exec",
-                      {"cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done",
-                       "background": True})
-        assert r.status == 201, r
-        w.run(sid, "true")
+        sid = counting_sandbox(w)
 
         snap, create, size = [], [], []
         for _ in range(a.n):
@@ -130,12 +136,7 @@ def main():
                 "pool_spares": str(a.spares), "default_template": "minimal"}).start()
     try:
         wait_pool_ready(w, 2)
-        sid = w.create()
-        r = w.request("POST", f"/v1/sandboxes/{sid}/exec",
-                      {"cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done",
-                       "background": True})
-        assert r.status == 201, r
-        w.run(sid, "true")
+        sid = counting_sandbox(w)
         wait_spares(w, a.spares)
         forks(w, sid, a, rows, f"fork of a pool sandbox (delta, {a.spares} spares)")
     finally:

@@ -62,40 +62,6 @@ static uintptr_t find_mapping(pid_t pid, ino_t ino, uint64_t len)
     return found;
 }
 
-static int pwrite_full(int fd, const void *b, size_t n, uint64_t off)
-{
-    const uint8_t *p = b;
-
-    while (n > 0) {
-        ssize_t k = pwrite(fd, p, n, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        p += k;
-        n -= (size_t)k;
-        off += (uint64_t)k;
-    }
-    return 0;
-}
-
-static int pread_full(int fd, void *b, size_t n, uint64_t off)
-{
-    uint8_t *p = b;
-
-    while (n > 0) {
-        ssize_t k = pread(fd, p, n, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return k < 0 ? -errno : -EIO;
-        p += k;
-        n -= (size_t)k;
-        off += (uint64_t)k;
-    }
-    return 0;
-}
-
 /* Move n pages (consecutive in the guest from page `first`) between the buffer and
  * pid's mapping at base: out of it (read) or into it. 0 or -errno. */
 static int move_run(pid_t pid, uintptr_t base, uint32_t first, uint32_t n, uint8_t *buf, bool read)
@@ -119,7 +85,7 @@ static int move_run(pid_t pid, uintptr_t base, uint32_t first, uint32_t n, uint8
 int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
                     char *why, size_t cap)
 {
-    static const uint8_t vmdesc[5] = {0x06, 0, 0, 0, 0}; /* QEMU_VM_VMDESCRIPTION, 0 bytes */
+    uint8_t vmdesc[5] = {0x06, 0, 0, 0, 0}; /* QEMU_VM_VMDESCRIPTION, 0 bytes */
     uint64_t len = (uint64_t)mem_mb << 20, total = len / PAGE, idx_off, data_off, end;
     uint64_t *pm = NULL;
     uint32_t *idx = NULL;
@@ -134,7 +100,7 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
         FAIL(-errno, "delta: fstat: %s", strerror(errno));
     if ((uint64_t)st.st_size <= VMM_SNAP_HDR)
         FAIL(-EIO, "delta: QEMU wrote no device state");
-    if ((r = pwrite_full(fd, vmdesc, sizeof(vmdesc), (uint64_t)st.st_size)) != 0)
+    if ((r = vmm_pio_all(fd, vmdesc, sizeof(vmdesc), (uint64_t)st.st_size, true)) != 0)
         FAIL(r, "delta: ending the device state: %s", strerror(-r));
     info->dev_len = (uint64_t)st.st_size + sizeof(vmdesc) - VMM_SNAP_HDR;
     if (!(base = find_mapping(pid, ino, len)))
@@ -147,7 +113,8 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
     snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
     if ((pmfd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         FAIL(-errno, "delta: %s: %s", path, strerror(errno));
-    if ((r = pread_full(pmfd, pm, total * sizeof(*pm), (uint64_t)(base / PAGE) * sizeof(*pm))))
+    if ((r = vmm_pio_all(pmfd, pm, total * sizeof(*pm), (uint64_t)(base / PAGE) * sizeof(*pm),
+                         false)))
         FAIL(r, "delta: reading QEMU's pagemap: %s", strerror(-r));
     for (uint64_t i = 0; i < total; i++) {
         bool present = pm[i] >> 63 & 1, swapped = pm[i] >> 62 & 1, file = pm[i] >> 61 & 1;
@@ -160,7 +127,7 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
             le[b] = (uint8_t)(idx[i] >> (8 * b));
         memcpy((uint8_t *)pm + 4 * i, le, 4); /* pm is free now: reuse it */
     }
-    if (n && (r = pwrite_full(fd, pm, 4 * n, idx_off)) != 0)
+    if (n && (r = vmm_pio_all(fd, pm, 4 * n, idx_off, true)) != 0)
         FAIL(r, "delta: writing the page list: %s", strerror(-r));
     for (uint64_t i = 0; i < n;) {
         uint32_t k = 1;
@@ -168,7 +135,7 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
             k++;
         if ((r = move_run(pid, base, idx[i], k, buf, true)) != 0)
             FAIL(r, "delta: reading QEMU's RAM: %s", strerror(-r));
-        if ((r = pwrite_full(fd, buf, (size_t)k * PAGE, data_off + i * PAGE)) != 0)
+        if ((r = vmm_pio_all(fd, buf, (size_t)k * PAGE, data_off + i * PAGE, true)) != 0)
             FAIL(r, "delta: writing the pages: %s", strerror(-r));
         i += k;
     }
@@ -218,7 +185,7 @@ int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t in
         FAIL(-ENOENT, "delta: QEMU (pid %d) maps no %u MiB RAM file", (int)pid, info->mem_mb);
     if (!(idx = malloc((n ? n : 1) * sizeof(*idx))) || !(buf = malloc((size_t)RUN_PAGES * PAGE)))
         FAIL(-ENOMEM, "delta: out of memory");
-    if (n && (r = pread_full(fd, idx, 4 * n, idx_off)) != 0)
+    if (n && (r = vmm_pio_all(fd, idx, 4 * n, idx_off, false)) != 0)
         FAIL(r, "delta: reading the page list: %s", strerror(-r));
     /* The whole list checked before the first write. */
     if ((r = vmm_delta_pages((const uint8_t *)idx, n, total, idx, why, cap)) != 0)
@@ -227,7 +194,7 @@ int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t in
         uint32_t k = 1;
         while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
             k++;
-        if ((r = pread_full(fd, buf, (size_t)k * PAGE, data_off + i * PAGE)) != 0)
+        if ((r = vmm_pio_all(fd, buf, (size_t)k * PAGE, data_off + i * PAGE, false)) != 0)
             FAIL(r, "delta: reading the pages: %s", strerror(-r));
         *touched = true;
         if ((r = move_run(pid, base, idx[i], k, buf, false)) != 0)

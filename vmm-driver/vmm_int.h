@@ -346,6 +346,9 @@ int vmm_snap_match(const struct vmm_snap_info *s, const char *qemu_version, unsi
  * fsync, rename tmp to path, fsync the directory (no fsync at all unless sync). */
 int vmm_snap_finalize(int fd, const char *tmp, const char *path, bool sync,
                       struct vmm_snap_info *info, char *why, size_t cap);
+/* All of n bytes at off written from b (write) or read into b: 0, or -errno (-EIO for
+ * a file that ends first). Blocking. */
+int vmm_pio_all(int fd, void *b, size_t n, uint64_t off, bool write);
 /* Blocking: decode the header of the file open on fd and check the stream's checksum. */
 int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
 

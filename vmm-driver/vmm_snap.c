@@ -320,18 +320,19 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap)
 
 #define MEM_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 
-/* pwrite all of n bytes at off. 0 or -errno. */
-static int pwrite_all(int fd, const uint8_t *b, size_t n, off_t off)
+int vmm_pio_all(int fd, void *b, size_t n, uint64_t off, bool write)
 {
+    uint8_t *p = b;
+
     while (n > 0) {
-        ssize_t k = pwrite(fd, b, n, off);
+        ssize_t k = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
             return k < 0 ? -errno : -EIO;
-        b += k;
+        p += k;
         n -= (size_t)k;
-        off += k;
+        off += (uint64_t)k;
     }
     return 0;
 }
@@ -362,7 +363,7 @@ int vmm_copy_sparse(int in, int out, off_t end)
                 }
             } else {
                 n = pread(in, buf, want < sizeof(buf) ? want : sizeof(buf), data);
-                if (n > 0 && (r = pwrite_all(out, buf, (size_t)n, data)) != 0)
+                if (n > 0 && (r = vmm_pio_all(out, buf, (size_t)n, (uint64_t)data, true)) != 0)
                     return r;
             }
             if (n < 0 && errno == EINTR)
