@@ -26,8 +26,13 @@
  * and the next start checks and reuses them. Sandboxes handed out keep
  * running across a restart: their QEMUs hold the RAM file and overlay open.
  *
- * Off when pool_size is 0 or QEMU is jailed (clones over the template's
- * memory file cannot be jailed yet: vmm.h); creates then boot as before.
+ * Once full, and with room in pool_max_mb, it also keeps up to pool_spares QEMUs
+ * started ahead in restore mode over the template's files, waiting: a create that
+ * finds the pool empty restores the template into one (pool_template), and each fork
+ * of a pool sandbox restores its delta into one (pool_spare_take), skipping a QEMU
+ * start. Jailed, every clone maps a sealed copy of the template's RAM (pool_mem_fd).
+ *
+ * Off when pool_size is 0; creates then boot as before.
  *
  * Ownership: the pool belongs to the sbx_table (t->pool) and is freed by
  * pool_free before the table's VMs. A VM returned by pool_take is the

@@ -48,8 +48,9 @@
  *   VM, a clone, a VM restored so: their streams hold all RAM); else
  *   cfg->mem_path mapped share=off (a private
  *   copy-on-write view of the template's RAM: a clone costs only the pages it
- *   writes), QEMU started with -incoming defer (phase WAITING) until
- *   vmm_restore loads a snapshot saved from that template. mem_mb, vcpus, the
+ *   writes), QEMU started with -incoming defer and -S (phase WAITING) until
+ *   vmm_restore loads a snapshot saved from that template, or a delta
+ *   (VMM_SAVE_DELTA) of a clone over the same file. mem_mb, vcpus, the
  *   disk's presence and the QEMU version must match the template's (the
  *   snapshot header is checked for all but the disk).
  * The memory file is the caller's: the driver never creates (QEMU does, in
