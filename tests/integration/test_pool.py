@@ -300,6 +300,10 @@ class TestPool(unittest.TestCase):
         keep, jk = self.create()
         self.assertEqual(jk["source"], "pool", jk)
         w.run(keep, "echo kept > /root/k")
+        # And a fork of it (a delta over the template's RAM file, which the rebuild
+        # below removes): it runs on like any sandbox.
+        fsnap, (fk,) = self.fork(keep, 1)
+        self.assertEqual(w.run(fk, "cat /root/k")["stdout"], "kept\n")
         w.kill9()
         # Flip bytes in the middle of the device state: the checksum no longer holds.
         with open(snap, "r+b") as f:
@@ -327,6 +331,47 @@ class TestPool(unittest.TestCase):
         self.assertEqual(j["source"], "pool", j)
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         w.delete(sid)
+        # The fork was adopted: it knows no RAM file now, so its own fork saves all
+        # its RAM (a full snapshot, version 2, no flags) and still sees the file.
+        w.wait_state(fk, ["running"])
+        fsnap2, (g,) = self.fork(fk, 1)
+        with open(os.path.join(w.state_dir, "snapshots", fsnap2, "state.snap"), "rb") as f:
+            h = f.read(4096)
+        self.assertEqual(struct.unpack_from("<I", h, 8)[0], 2)  # version
+        self.assertEqual(struct.unpack_from("<I", h, 44)[0], 0)  # flags
+        self.assertEqual(w.run(g, "cat /root/k")["stdout"], "kept\n")
+        w.delete(g)
+        # Kept for test_2a: the fork's delta snapshot over the removed RAM file.
+        type(self).stale = (fsnap, fk, f"/dev/shm/warren-{old[0]}.mem")
+
+    # A create from a fork's delta snapshot whose template RAM file is gone (the template
+    # was rebuilt) is refused, but the QEMU started for it creates the missing RAM file
+    # (memory-backend-file opens it O_CREAT) and nothing removes it: a 256 MiB
+    # /dev/shm/warren-<old template>.mem outlives even warrend. Remove this decorator
+    # once the create is refused before a QEMU is started (or the file is removed).
+    @unittest.expectedFailure
+    def test_2a_stale_delta_snapshot_refused_cleanly(self):
+        w = self.w
+        snap, fk, mem = self.stale
+        self.addCleanup(lambda: os.path.exists(mem) and os.unlink(mem))
+        try:
+            self.assertFalse(os.path.exists(mem))
+            r = w.request("POST", "/v1/sandboxes", {"snapshot_id": snap,
+                                                    "ttl_seconds": w.TEST_TTL_S})
+            self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+            self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
+            # Whatever is left of the failed create goes: nothing may recreate the file.
+            time.sleep(1)
+            self.assertFalse(os.path.exists(mem), f"{mem} recreated by the create")
+        finally:
+            # The sandbox the create was for is dead, its QEMU gone; its run dir keeps
+            # its logs for ended_retention_seconds (test_3 knows).
+            dead = [x for x in w.request("GET", "/v1/sandboxes?state=dead").json()["sandboxes"]
+                    if x.get("snapshot_id") == snap]
+            for x in dead:
+                self.assertEqual(wait_no_qemu(x["vm_id"]), [])
+            type(self).dead_vms = [x["vm_id"] for x in dead]
+            self.assertEqual(w.delete(fk).status, 200)
 
     def test_2b_snapshot_reused_after_kill9(self):
         w = self.w
@@ -391,6 +436,9 @@ class TestPool(unittest.TestCase):
             while True:
                 p = wait_pool_ready(w, 2)
                 h = held(w, gone)
+                # test_2a's dead sandbox keeps its run dir (its logs) until purged.
+                h["run_dirs"] -= len(set(getattr(self, "dead_vms", []))
+                                     & set(os.listdir(os.path.join(w.state_dir, "vms"))))
                 ok = (h["qemu"] == h["run_dirs"] == p["ready"] + p["spare"] and not p["filling"]
                       and not h["leaked"] and h["fds"] <= expect_fds)
                 if ok or time.time() > deadline:
@@ -426,13 +474,18 @@ class TestPool(unittest.TestCase):
         w.delete(sid)
         w.stop()
         # Pool VMs and deleted sandboxes' VMs are gone; on a clean shutdown the
-        # template's snapshot, overlay and RAM file go too.
+        # template's snapshot, overlay and RAM file go too. A dead sandbox's run dir
+        # (test_2a's) keeps only its logs until its record is purged.
         self.assertEqual(wait_no_qemu(w.state_dir), [])
         deadline = time.time() + 10
         vms = os.path.join(w.state_dir, "vms")
-        while time.time() < deadline and os.listdir(vms):
+        dead = set(getattr(self, "dead_vms", []))
+        while time.time() < deadline and set(os.listdir(vms)) - dead:
             time.sleep(0.1)
-        self.assertEqual(os.listdir(vms), [])
+        self.assertEqual(sorted(set(os.listdir(vms)) - dead), [])
+        for v in dead & set(os.listdir(vms)):
+            self.assertLessEqual(set(os.listdir(os.path.join(vms, v))),
+                                 {"console.log", "qemu.log"})
         self.assertEqual(template_ids(w), [])
         for t in tid:
             self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
