@@ -10,8 +10,10 @@ too, over a sealed copy of the template's RAM.
 
 One warrend for the class (its template is built twice: at start and after the
 corruption); the methods run in name order and build on each other."""
+import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import time
@@ -20,6 +22,11 @@ import unittest
 from warren import Warren, held, image_dir, qemu_pids, wait_no_qemu
 
 POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal"}
+
+# A background loop (as in test_snapshots): the count is written beside and renamed
+# into place, so a fork never sees a truncated file.
+COUNTER = ("i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; "
+           "mv /tmp/count.new /tmp/count; sleep 0.2; done")
 
 
 def pool(w):
@@ -159,6 +166,130 @@ class TestPool(unittest.TestCase):
         for sid in sids:
             self.assertEqual(w.delete(sid).status, 200)
 
+    # -- forks of pool clones: delta snapshots over the template's RAM file --
+
+    def count(self, sid):
+        """The background counter's value (the file exists after its first tick)."""
+        deadline = time.time() + 10
+        while True:
+            out = self.w.run(sid, "cat /tmp/count 2>/dev/null")["stdout"]
+            if out or time.time() > deadline:
+                return int(out)
+            time.sleep(0.2)
+
+    def counting(self, sid):
+        """The counter runs: its value grows (it ticks every 0.2 s)."""
+        c0 = self.count(sid)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            time.sleep(0.3)
+            if self.count(sid) > c0:
+                return True
+        return False
+
+    def fork(self, sid, count):
+        r = self.w.request("POST", f"/v1/sandboxes/{sid}/fork", {"count": count})
+        self.assertEqual(r.status, 201, f"{r}\n{self.w.log_text()}")
+        body = r.json()
+        self.assertEqual(len(body["sandboxes"]), count, body)
+        return body["snapshot_id"], [x["id"] for x in body["sandboxes"]]
+
+    def assert_delta(self, snap_id, parent, min_pages):
+        """The fork's snapshot is a delta over the template's RAM file: its header
+        (vmm-driver/vmm_snap.c) says version 2, flag DELTA, npages pages over
+        warren-<template>.mem, and the file is far smaller than the guest's 256 MiB."""
+        w = self.w
+        r = w.request("GET", f"/v1/snapshots/{snap_id}")
+        self.assertEqual(r.status, 200, r)
+        snap = r.json()
+        self.assertEqual(snap["type"], "fork", snap)
+        self.assertEqual(snap["parent"], parent, snap)
+        path = os.path.join(w.state_dir, "snapshots", snap_id, "state.snap")
+        with open(path, "rb") as f:
+            h = f.read(4096)
+        size = os.path.getsize(path)
+        self.assertEqual(h[:8], b"WARRENSN")
+        version, = struct.unpack_from("<I", h, 8)
+        flags, = struct.unpack_from("<I", h, 44)
+        dev_len, npages = struct.unpack_from("<QQ", h, 112)
+        base = h[128:192].split(b"\0", 1)[0].decode()
+        self.assertEqual(version, 2)
+        self.assertEqual(flags, 2, f"flags {flags:#x}: not DELTA alone")
+        self.assertGreater(dev_len, 0)
+        self.assertGreater(npages, min_pages)
+        self.assertLess(npages, 65536)
+        self.assertRegex(base, r"^warren-vm-[0-9a-f]+\.mem$")
+        tid = template_ids(w)
+        self.assertEqual(len(tid), 1, tid)
+        self.assertEqual(base, f"warren-{tid[0]}.mem")
+        self.assertTrue(os.path.exists(os.path.join("/dev/shm", base)))
+        # The device state, the page index and the pages end the file (vmm_delta_layout).
+        idx = (4096 + dev_len + 4095) // 4096 * 4096
+        data = (idx + 4 * npages + 4095) // 4096 * 4096
+        self.assertEqual(size, data + npages * 4096)
+        self.assertLess(size, 64 << 20, size)
+        return npages
+
+    def test_1c_fork_of_a_pool_sandbox_is_a_delta(self):
+        w = self.w
+        wait_pool_ready(w, 1)
+        a, ja = self.create()
+        self.assertEqual(ja["source"], "pool", ja)
+        r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
+        self.assertEqual(r.status, 201, r)
+        w.run(a, "echo pool-parent > /root/f && sync")
+        # 8 MiB in /tmp (a tmpfs: guest RAM, pages the parent now owns).
+        blob = os.urandom(8 << 20)
+        r = w.request("PUT", f"/v1/sandboxes/{a}/files?path=/tmp/blob", body=blob)
+        self.assertEqual(r.status, 200, r)
+        md5 = hashlib.md5(blob).hexdigest()
+        self.assertEqual(w.run(a, "md5sum /tmp/blob")["stdout"].split()[0], md5)
+        self.assertTrue(self.counting(a))
+
+        snap, forks = self.fork(a, 2)
+        npages = self.assert_delta(snap, a, 2048)
+        check = "cat /root/f; md5sum /tmp/blob"
+        for f in forks:
+            self.assertEqual(w.get(f).json()["state"], "running")
+            out = w.run(f, check)["stdout"].split()
+            self.assertEqual(out[:2], ["pool-parent", md5], f"{out}\n{w.log_text()}")
+            self.assertTrue(self.counting(f))
+        # Each is a VM of its own: boot id, hostname, RNG.
+        ids = "cat /proc/sys/kernel/random/boot_id; hostname; head -c 16 /dev/urandom | od -An -tx1"
+        seen = [w.run(x, ids)["stdout"].split("\n") for x in [a] + forks]
+        for col in range(3):
+            vals = [x[col] for x in seen]
+            self.assertEqual(len(set(vals)), 3, seen)
+        # A write in one fork (disk and RAM) is seen by neither the parent nor the other fork.
+        w.run(forks[0], "echo only-0 > /root/only && echo only-0 > /tmp/only && sync")
+        for other in (a, forks[1]):
+            r = w.run(other, "cat /root/only /tmp/only 2>&1; echo rc=$?")
+            self.assertIn("rc=1", r["stdout"], r)
+            self.assertNotIn("only-0", r["stdout"], r)
+        self.assertTrue(self.counting(a))
+        self.assertEqual(w.run(a, "md5sum /tmp/blob")["stdout"].split()[0], md5)
+
+        # A fork is itself a clone over the template's RAM: its own fork is a delta too.
+        w.run(forks[1], "echo second > /root/g && sync")
+        snap2, (g,) = self.fork(forks[1], 1)
+        self.assertGreater(self.assert_delta(snap2, forks[1], 2048), npages // 2)
+        out = w.run(g, "cat /root/f /root/g; md5sum /tmp/blob")["stdout"].split()
+        self.assertEqual(out[:3], ["pool-parent", "second", md5], out)
+        self.assertTrue(self.counting(g))
+        self.assertIn("rc=1", w.run(g, "cat /tmp/only 2>&1; echo rc=$?")["stdout"])
+
+        # The forks' snapshots go by themselves with their last fork.
+        for sid in [g] + forks + [a]:
+            self.assertEqual(w.delete(sid).status, 200)
+        deadline = time.time() + 15
+        while time.time() < deadline and any(
+                w.request("GET", f"/v1/snapshots/{s}").status != 404
+                or os.path.exists(os.path.join(w.state_dir, "snapshots", s)) for s in (snap, snap2)):
+            time.sleep(0.2)
+        for s in (snap, snap2):
+            self.assertEqual(w.request("GET", f"/v1/snapshots/{s}").status, 404)
+            self.assertFalse(os.path.exists(os.path.join(w.state_dir, "snapshots", s)))
+
     def test_2_corrupt_snapshot_rebuilt(self):
         w = self.w
         wait_pool_ready(w, 2)
@@ -169,6 +300,10 @@ class TestPool(unittest.TestCase):
         keep, jk = self.create()
         self.assertEqual(jk["source"], "pool", jk)
         w.run(keep, "echo kept > /root/k")
+        # And a fork of it (a delta over the template's RAM file, which the rebuild
+        # below removes): it runs on like any sandbox.
+        fsnap, (fk,) = self.fork(keep, 1)
+        self.assertEqual(w.run(fk, "cat /root/k")["stdout"], "kept\n")
         w.kill9()
         # Flip bytes in the middle of the device state: the checksum no longer holds.
         with open(snap, "r+b") as f:
@@ -196,6 +331,47 @@ class TestPool(unittest.TestCase):
         self.assertEqual(j["source"], "pool", j)
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         w.delete(sid)
+        # The fork was adopted: it knows no RAM file now, so its own fork saves all
+        # its RAM (a full snapshot, version 2, no flags) and still sees the file.
+        w.wait_state(fk, ["running"])
+        fsnap2, (g,) = self.fork(fk, 1)
+        with open(os.path.join(w.state_dir, "snapshots", fsnap2, "state.snap"), "rb") as f:
+            h = f.read(4096)
+        self.assertEqual(struct.unpack_from("<I", h, 8)[0], 2)  # version
+        self.assertEqual(struct.unpack_from("<I", h, 44)[0], 0)  # flags
+        self.assertEqual(w.run(g, "cat /root/k")["stdout"], "kept\n")
+        w.delete(g)
+        # Kept for test_2a: the fork's delta snapshot over the removed RAM file.
+        type(self).stale = (fsnap, fk, f"/dev/shm/warren-{old[0]}.mem")
+
+    # A create from a fork's delta snapshot whose template RAM file is gone (the template
+    # was rebuilt) is refused, but the QEMU started for it creates the missing RAM file
+    # (memory-backend-file opens it O_CREAT) and nothing removes it: a 256 MiB
+    # /dev/shm/warren-<old template>.mem outlives even warrend. Remove this decorator
+    # once the create is refused before a QEMU is started (or the file is removed).
+    @unittest.expectedFailure
+    def test_2a_stale_delta_snapshot_refused_cleanly(self):
+        w = self.w
+        snap, fk, mem = self.stale
+        self.addCleanup(lambda: os.path.exists(mem) and os.unlink(mem))
+        try:
+            self.assertFalse(os.path.exists(mem))
+            r = w.request("POST", "/v1/sandboxes", {"snapshot_id": snap,
+                                                    "ttl_seconds": w.TEST_TTL_S})
+            self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+            self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
+            # Whatever is left of the failed create goes: nothing may recreate the file.
+            time.sleep(1)
+            self.assertFalse(os.path.exists(mem), f"{mem} recreated by the create")
+        finally:
+            # The sandbox the create was for is dead, its QEMU gone; its run dir keeps
+            # its logs for ended_retention_seconds (test_3 knows).
+            dead = [x for x in w.request("GET", "/v1/sandboxes?state=dead").json()["sandboxes"]
+                    if x.get("snapshot_id") == snap]
+            for x in dead:
+                self.assertEqual(wait_no_qemu(x["vm_id"]), [])
+            type(self).dead_vms = [x["vm_id"] for x in dead]
+            self.assertEqual(w.delete(fk).status, 200)
 
     def test_2b_snapshot_reused_after_kill9(self):
         w = self.w
@@ -260,6 +436,9 @@ class TestPool(unittest.TestCase):
             while True:
                 p = wait_pool_ready(w, 2)
                 h = held(w, gone)
+                # test_2a's dead sandbox keeps its run dir (its logs) until purged.
+                h["run_dirs"] -= len(set(getattr(self, "dead_vms", []))
+                                     & set(os.listdir(os.path.join(w.state_dir, "vms"))))
                 ok = (h["qemu"] == h["run_dirs"] == p["ready"] + p["spare"] and not p["filling"]
                       and not h["leaked"] and h["fds"] <= expect_fds)
                 if ok or time.time() > deadline:
@@ -295,13 +474,18 @@ class TestPool(unittest.TestCase):
         w.delete(sid)
         w.stop()
         # Pool VMs and deleted sandboxes' VMs are gone; on a clean shutdown the
-        # template's snapshot, overlay and RAM file go too.
+        # template's snapshot, overlay and RAM file go too. A dead sandbox's run dir
+        # (test_2a's) keeps only its logs until its record is purged.
         self.assertEqual(wait_no_qemu(w.state_dir), [])
         deadline = time.time() + 10
         vms = os.path.join(w.state_dir, "vms")
-        while time.time() < deadline and os.listdir(vms):
+        dead = set(getattr(self, "dead_vms", []))
+        while time.time() < deadline and set(os.listdir(vms)) - dead:
             time.sleep(0.1)
-        self.assertEqual(os.listdir(vms), [])
+        self.assertEqual(sorted(set(os.listdir(vms)) - dead), [])
+        for v in dead & set(os.listdir(vms)):
+            self.assertLessEqual(set(os.listdir(os.path.join(vms, v))),
+                                 {"console.log", "qemu.log"})
         self.assertEqual(template_ids(w), [])
         for t in tid:
             self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
@@ -360,6 +544,28 @@ class TestPoolJailed(unittest.TestCase):
                 r = w.request("POST", f"/v1/sandboxes/{sids[0]}/{op}", {})
                 self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
             self.assertEqual(w.run(sids[0], "cat /root/f")["stdout"], "mine\n")
+            # A fork of a jailed clone: a delta over the sealed template, restored
+            # into a jailed QEMU of its own.
+            w.run(sids[1], "echo from-parent > /root/p && echo ram > /tmp/r")
+            r = w.request("POST", f"/v1/sandboxes/{sids[1]}/fork", {"count": 1})
+            self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+            body = r.json()
+            fk = body["sandboxes"][0]["id"]
+            with open(os.path.join(w.state_dir, "snapshots", body["snapshot_id"], "state.snap"),
+                      "rb") as f:
+                h = f.read(4096)
+            self.assertEqual(struct.unpack_from("<I", h, 44)[0], 2, "not a delta")
+            self.assertEqual(h[128:192].split(b"\0", 1)[0].decode(), os.path.basename(mem))
+            self.assertEqual(w.run(fk, "cat /root/p /tmp/r")["stdout"], "from-parent\nram\n")
+            pids = qemu_pids(w.get(fk).json()["vm_id"])
+            self.assertEqual(len(pids), 1, pids)
+            with open(f"/proc/{pids[0]}/status") as f:
+                st = dict(line.split(":", 1) for line in f if ":" in line)
+            uid = int(st["Uid"].split()[0])
+            self.assertTrue(self.UID_BASE <= uid < self.UID_BASE + 10, uid)
+            self.assertEqual(int(st["CapEff"], 16), 0)
+            self.assertEqual(os.readlink(f"/proc/{pids[0]}/root{mem}"), "/proc/self/fd/4")
+            self.assertEqual(w.delete(fk).status, 200)
             for sid in sids:
                 self.assertEqual(w.delete(sid).status, 200)
         finally:

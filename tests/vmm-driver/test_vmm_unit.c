@@ -514,6 +514,256 @@ static void test_snap(void)
     }
 }
 
+/* Re-seal a hand-edited header: its CRC-32 in the last 4 bytes. */
+static void snap_fix_crc(uint8_t *h)
+{
+    uint32_t c = vmm_crc32(0, h, VMM_SNAP_HDR - 4);
+
+    for (int i = 0; i < 4; i++)
+        h[VMM_SNAP_HDR - 4 + i] = (uint8_t)(c >> (8 * i));
+}
+
+static void snap_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A delta info whose stream ends where its layout does; the file size at the return. */
+static uint64_t delta_info(struct vmm_snap_info *d, uint64_t dev_len, uint64_t npages,
+                           const char *base)
+{
+    uint64_t idx, data, end;
+
+    memset(d, 0, sizeof(*d));
+    d->stream_crc = 0xdeadbeef;
+    d->mem_mb = 256;
+    d->vcpus = 1;
+    d->flags = VMM_SNAP_F_DELTA;
+    snprintf(d->qemu_version, sizeof(d->qemu_version), "7.2.22 (Debian)");
+    d->dev_len = dev_len;
+    d->npages = npages;
+    snprintf(d->base, sizeof(d->base), "%s", base);
+    end = vmm_delta_layout(dev_len, npages, &idx, &data);
+    d->stream_len = end - VMM_SNAP_HDR;
+    return end;
+}
+
+/* Delta snapshot header (a fork of a pool clone): device state, then the pages
+ * the VM owned over its template's RAM file. Round trip, layout, every refusal. */
+static void test_snap_delta(void)
+{
+    struct vmm_snap_info in, out;
+    uint8_t h[VMM_SNAP_HDR], bad[VMM_SNAP_HDR];
+    uint64_t idx, data, fsz, bsz;
+    char why[256];
+
+    /* The layout: the index on the page after the device state, the pages after it. */
+    CHECK(vmm_delta_layout(1, 0, &idx, &data) == 8192 && idx == 8192 && data == 8192);
+    CHECK(vmm_delta_layout(4096, 1, &idx, &data) == 16384 && idx == 8192 && data == 12288);
+    CHECK(vmm_delta_layout(10000, 3000, &idx, &data) == 28672 + 3000 * 4096ull);
+    CHECK(idx == 16384 && data == 28672);
+    CHECK(vmm_delta_layout(10000, 1025, &idx, &data) == 24576 + 1025 * 4096ull);
+    CHECK(idx == 16384 && data == 24576);
+
+    /* Round trip: dev_len, npages and base kept. */
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-0123abcd.mem");
+    vmm_snap_encode(h, &in);
+    CHECK(vmm_snap_decode(h, sizeof(h), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(out.flags == VMM_SNAP_F_DELTA && out.dev_len == 10000 && out.npages == 3000 &&
+          strcmp(out.base, "warren-vm-0123abcd.mem") == 0);
+    CHECK(out.stream_len == fsz - VMM_SNAP_HDR && out.stream_crc == 0xdeadbeef &&
+          out.mem_mb == 256 && out.vcpus == 1 && strcmp(out.qemu_version, "7.2.22 (Debian)") == 0);
+    /* Re-encoding gives the same bytes (one encoding per header). */
+    vmm_snap_encode(bad, &out);
+    CHECK(memcmp(bad, h, sizeof(h)) == 0);
+    /* No pages (a parent that wrote nothing yet) and a full guest (mem_mb * 256 pages). */
+    fsz = delta_info(&in, 4096, 0, "m");
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(out.npages == 0 && out.dev_len == 4096 && strcmp(out.base, "m") == 0);
+    fsz = delta_info(&in, 300000, 256 * 256, "warren-vm-1.mem");
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(out.npages == 65536);
+    /* The device state may be the whole stream: no pages, a page-aligned state. */
+    fsz = delta_info(&in, 8192, 0, "m");
+    CHECK(in.stream_len == 8192);
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == 0);
+
+    /* A full or template header carries no delta fields... */
+    {
+        struct vmm_snap_info f = {.stream_len = 50000,
+                                  .mem_mb = 256,
+                                  .vcpus = 1,
+                                  .flags = VMM_SNAP_F_SHARED_RAM,
+                                  .dev_len = 77,
+                                  .npages = 5,
+                                  .base = "ignored"};
+        uint64_t ffsz = VMM_SNAP_HDR + 50000;
+        snprintf(f.qemu_version, sizeof(f.qemu_version), "7.2.22");
+        vmm_snap_encode(bad, &f); /* ...encode leaves them out without the flag */
+        CHECK(vmm_snap_decode(bad, sizeof(bad), ffsz, &out, why, sizeof(why)) == 0);
+        CHECK(out.dev_len == 0 && out.npages == 0 && out.base[0] == 0);
+        /* and decode refuses each one set without the flag. */
+        for (int which = 0; which < 4; which++) {
+            for (unsigned fl = 0; fl <= VMM_SNAP_F_SHARED_RAM; fl++) {
+                f.flags = fl;
+                vmm_snap_encode(bad, &f);
+                if (which == 0)
+                    snap_put64(bad + 112, 10000);
+                else if (which == 1)
+                    snap_put64(bad + 120, 1);
+                else if (which == 2)
+                    memcpy(bad + 128, "warren-vm-1.mem", 15);
+                else
+                    bad[128 + 63] = 'x';
+                snap_fix_crc(bad);
+                CHECK(vmm_snap_decode(bad, sizeof(bad), ffsz, &out, why, sizeof(why)) == -EINVAL);
+                CHECK(strstr(why, "without the delta flag") != NULL);
+            }
+        }
+    }
+
+    /* dev_len 0, or longer than the stream. */
+    fsz = delta_info(&in, 0, 10, "warren-vm-1.mem");
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "device state length 0") != NULL);
+    fsz = delta_info(&in, 10000, 10, "warren-vm-1.mem");
+    in.dev_len = in.stream_len + 1;
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "device state length") != NULL);
+    /* More pages than the guest has (mem_mb * 256), with the layout consistent. */
+    fsz = delta_info(&in, 10000, 256 * 256 + 1, "warren-vm-1.mem");
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "65537 pages") != NULL && strstr(why, "256 MiB") != NULL);
+    fsz = delta_info(&in, 10000, 4097, "warren-vm-1.mem");
+    in.mem_mb = 16; /* 4096 pages */
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "more than a 16 MiB guest") != NULL);
+    /* The layout's end differs from the file's: a page more or less, a byte more. */
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-1.mem");
+    for (int k = 0; k < 3; k++) {
+        struct vmm_snap_info d = in;
+        d.stream_len = k == 0   ? in.stream_len + 4096
+                       : k == 1 ? in.stream_len - 4096
+                                : in.stream_len + 1;
+        bsz = VMM_SNAP_HDR + d.stream_len;
+        vmm_snap_encode(bad, &d);
+        CHECK(vmm_snap_decode(bad, sizeof(bad), bsz, &out, why, sizeof(why)) == -EINVAL);
+        CHECK(strstr(why, "layout") != NULL);
+    }
+    {
+        /* npages one off for the same file; dev_len crossing into the index's page. */
+        struct vmm_snap_info d = in;
+        d.npages = 2999;
+        vmm_snap_encode(bad, &d);
+        CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+        CHECK(strstr(why, "layout") != NULL);
+        d = in;
+        d.dev_len = 16384 - 4096 + 1; /* the index moves a page on */
+        vmm_snap_encode(bad, &d);
+        CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+        CHECK(strstr(why, "layout") != NULL);
+        d.dev_len = 16384 - 4096; /* the same pages as 10000: accepted */
+        vmm_snap_encode(bad, &d);
+        CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == 0);
+    }
+
+    /* The RAM file name: empty, unterminated, not printable, a path. */
+    fsz = delta_info(&in, 10000, 3000, "");
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "RAM file name missing") != NULL);
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-1.mem");
+    vmm_snap_encode(bad, &in);
+    memset(bad + 128, 'a', 64); /* all 64 bytes: no NUL */
+    snap_fix_crc(bad);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "unterminated") != NULL);
+    memset(bad + 128 + 63, 0, 1); /* 63 bytes and the NUL: the longest accepted */
+    snap_fix_crc(bad);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(strlen(out.base) == 63);
+    {
+        static const char *const names[] = {"warren\x01.mem",
+                                            "a b",
+                                            "warren-vm-\x7f",
+                                            "../warren.mem",
+                                            "/dev/shm/warren-vm-1.mem",
+                                            "warren\xc3\xa9.mem",
+                                            "x/",
+                                            "\t"};
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            fsz = delta_info(&in, 10000, 3000, names[i]);
+            vmm_snap_encode(bad, &in);
+            CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+            CHECK(strstr(why, "not a printable file name") != NULL);
+        }
+    }
+    /* Bytes after the name's NUL, with a valid header checksum. */
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-1.mem");
+    vmm_snap_encode(bad, &in);
+    bad[128 + 20] = 'z';
+    snap_fix_crc(bad);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "after its end") != NULL);
+
+    /* SHARED_RAM and DELTA together contradict each other. */
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-1.mem");
+    in.flags = VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA;
+    vmm_snap_encode(bad, &in);
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "contradict") != NULL);
+    in.flags = VMM_SNAP_F_DELTA;
+
+    /* A version-1 file (its stream has a configuration section): refused by name. */
+    memcpy(bad, h, sizeof(h));
+    bad[8] = 1;
+    snap_fix_crc(bad);
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-0123abcd.mem");
+    CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "version 1") != NULL && strstr(why, "reads 2") != NULL);
+    printf("snapshot refused: \"%s\"\n", why);
+    {
+        /* And a version-1 full header as an older warrend wrote it. */
+        struct vmm_snap_info f = {.stream_len = 50000, .mem_mb = 256, .vcpus = 1};
+        snprintf(f.qemu_version, sizeof(f.qemu_version), "7.2.22");
+        vmm_snap_encode(bad, &f);
+        bad[8] = 1;
+        snap_fix_crc(bad);
+        CHECK(vmm_snap_decode(bad, sizeof(bad), VMM_SNAP_HDR + 50000, &out, why, sizeof(why)) ==
+              -EINVAL);
+        CHECK(strstr(why, "version 1") != NULL);
+    }
+    CHECK(h[8] == 2 && h[9] == 0 && h[10] == 0 && h[11] == 0);
+
+    /* Restore: a delta goes over a memory file (the template's), never into a VM
+     * without one. */
+    fsz = delta_info(&in, 10000, 3000, "warren-vm-0123abcd.mem");
+    CHECK(vmm_snap_decode(h, sizeof(h), fsz, &out, why, sizeof(why)) == 0);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 1, true, why, sizeof(why)) == 0);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 1, false, why, sizeof(why)) == -EINVAL);
+    CHECK(strstr(why, "does not hold all its") != NULL && strstr(why, "has no") != NULL);
+    CHECK(vmm_snap_match(&out, "8.2.0", 256, 1, true, why, sizeof(why)) == -EINVAL);
+    CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 512, 1, true, why, sizeof(why)) == -EINVAL);
+    /* A full stream is refused by a VM over a memory file. */
+    {
+        struct vmm_snap_info f = {.stream_len = 50000, .mem_mb = 256, .vcpus = 1};
+        snprintf(f.qemu_version, sizeof(f.qemu_version), "7.2.22 (Debian)");
+        vmm_snap_encode(bad, &f);
+        CHECK(vmm_snap_decode(bad, sizeof(bad), VMM_SNAP_HDR + 50000, &out, why, sizeof(why)) == 0);
+        CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 1, false, why, sizeof(why)) == 0);
+        CHECK(vmm_snap_match(&out, "7.2.22 (Debian)", 256, 1, true, why, sizeof(why)) == -EINVAL);
+        CHECK(strstr(why, "holds") != NULL && strstr(why, "maps") != NULL);
+    }
+}
+
 /* A qcow2 backing: overlays over the template's frozen overlay. */
 static void test_qcow2_backing(void)
 {
@@ -978,6 +1228,7 @@ int main(void)
     test_argv_net();
     test_phase();
     test_snap();
+    test_snap_delta();
     test_qcow2_backing();
     test_cgroup_paths();
     test_jail_uids();
