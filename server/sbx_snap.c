@@ -996,8 +996,9 @@ static int restore_launch(struct sandbox *sb, const char *boot, const char *from
  * the same RAM file and overlay chain), which saves a QEMU start (~90 ms of CPU, most
  * of a fork's time under TCG). The spare opened its overlay inactive (-incoming): QEMU
  * reads it afresh when the restore completes, as for a migration over shared storage,
- * so the snapshot's disk is copied into it now and named back onto the same backing
- * file. 1: not possible (the caller launches a QEMU), else restore_into's result. */
+ * so the snapshot's disk is copied into it now, backed by the same file under the
+ * snapshot's name for it. 1: not possible (the caller launches a QEMU), else restore_into's result.
+ */
 static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const char *boot,
                          const char *from, const char *disk, const char *state,
                          const struct net_policy *pol, struct sbx_err *err)
@@ -1019,8 +1020,11 @@ static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const cha
         close(in);
     if (out >= 0 && close(out) != 0 && r == 0)
         r = -errno;
-    if (r == 0)
-        r = vmm_qcow2_rebase(vm->disk, vm->backing);
+    /* Named onto the snapshot's link to the template's overlay (the same file the
+     * spare opened): a rebuilt template removes its own name, not the link, which lives
+     * as long as the fork snapshot does, as the disk of a fork in a QEMU of its own. */
+    if (r == 0 && (r = vmm_qcow2_rebase(vm->disk, s->disk_backing)) == 0)
+        snprintf(vm->backing, sizeof(vm->backing), "%s", s->disk_backing);
     if (r != 0) {
         LOGS(LOG_WARN, sb->id, "cannot give the spare QEMU snapshot %s's disk: %s", s->id,
              strerror(-r));
