@@ -59,6 +59,8 @@ struct snap_job {
     struct sbx_snap *s;      /* not in t->snaps until recorded */
     char src[4096];          /* the sandbox's overlay */
     char link_src[4096];     /* the pool template's frozen overlay to link ("" none) */
+    pid_t qemu;              /* the VM's QEMU, which holds that overlay open */
+    bool backing_copied;     /* it was removed: copied from QEMU's fd, not linked */
     char backing[4096 + 16]; /* what the copy is backed by (the VM's, as warrend named it) */
     int err;                 /* of the copy */
     char why[256];
@@ -428,6 +430,32 @@ static uint64_t file_bytes(const char *path)
     return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
 
+/* The /proc path of an fd of pid open on path, a file since removed: true and out. */
+static bool held_open(pid_t pid, const char *path, char *out, size_t cap)
+{
+    char dir[64], fd[64 + 256 + 2], target[4096 + 16];
+    struct dirent *e;
+    bool found = false;
+    DIR *d;
+
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    if (pid <= 0 || !(d = opendir(dir)))
+        return false;
+    while (!found && (e = readdir(d))) {
+        ssize_t n;
+        snprintf(fd, sizeof(fd), "%s/%s", dir, e->d_name);
+        if ((n = readlink(fd, target, sizeof(target) - 1)) <= 0)
+            continue;
+        target[n] = 0;
+        if (strncmp(target, path, strlen(path)) == 0 &&
+            !strcmp(target + strlen(path), " (deleted)")) {
+            found = (size_t)snprintf(out, cap, "%s", fd) < cap;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 /* On the bg worker: the disk copy, and the template's overlay linked and named. */
 static void copy_work(void *arg)
 {
@@ -445,12 +473,24 @@ static void copy_work(void *arg)
         goto out;
     }
     if (j->link_src[0]) {
-        /* Same file system (both under state_dir): a link, not a copy of the template. */
+        /* Same file system (both under state_dir): a link, not a copy of the template.
+         * A rebuilt template's overlay is gone by name (the pool removed it), not for
+         * the QEMUs that still read it: copied from the VM's QEMU's own fd then. */
         if (link(j->link_src, link_dst) != 0) {
-            r = -errno;
-            snprintf(j->why, sizeof(j->why), "cannot link the template's disk: %s",
-                     strerror(errno));
-            goto out;
+            int e = errno;
+            char held[64 + 256 + 2];
+            if (e != ENOENT || !held_open(j->qemu, j->link_src, held, sizeof(held))) {
+                r = -e;
+                snprintf(j->why, sizeof(j->why), "cannot link the template's disk: %s",
+                         strerror(e));
+                goto out;
+            }
+            if ((r = sparse_copy(held, link_dst, !j->fork)) != 0) {
+                snprintf(j->why, sizeof(j->why),
+                         "cannot copy the rebuilt template's old disk from QEMU: %s", strerror(-r));
+                goto out;
+            }
+            j->backing_copied = true;
         }
         snprintf(j->backing, sizeof(j->backing), "%s", link_dst);
     }
@@ -533,6 +573,11 @@ static void copy_done(void *arg)
     s->next = t->snaps->list;
     t->snaps->list = s;
     j->s = NULL;
+    if (j->backing_copied)
+        LOGS(LOG_INFO, sb->id,
+             "snapshot %s: the template's overlay %s was removed by a rebuild: "
+             "copied from the VM's QEMU",
+             s->id, j->link_src);
     LOGS(LOG_INFO, sb->id, "snapshot %s taken in %.0f ms (%.1f MiB), %s", s->id,
          (double)(sbx_now_ms() - j->t0), (double)s->size / 1048576.0,
          j->pause ? "pausing" : "continuing");
@@ -670,6 +715,7 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     snprintf(j->backing, sizeof(j->backing), "%s", backing);
     if (backed_by_template(t, backing))
         snprintf(j->link_src, sizeof(j->link_src), "%s", backing);
+    j->qemu = sb->vmr->pid;
     if (mkdir(s->dir, 0700) != 0) {
         r = -errno;
         goto fail;

@@ -326,6 +326,17 @@ class TestPool(unittest.TestCase):
         self.assertEqual(jk2["source"], "pool", jk2)
         self.assertEqual(jk2["vm_id"], jk["vm_id"])
         self.assertEqual(w.run(keep, "cat /root/k")["stdout"], "kept\n")
+        # Its disk is layered on the old template's overlay, which the rebuild removed:
+        # a snapshot of it still works (the overlay is copied from its QEMU's fd), and a
+        # sandbox restored from that snapshot sees its files.
+        r = w.request("POST", f"/v1/sandboxes/{keep}/snapshot", {})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        ks = r.json()["id"]
+        self.assertIn(f"snapshot {ks}: the template's overlay", w.log_text())
+        kc = w.create(snapshot_id=ks)
+        self.assertEqual(w.run(kc, "cat /root/k")["stdout"], "kept\n")
+        w.delete(kc)
+        self.assertEqual(w.request("DELETE", f"/v1/snapshots/{ks}").status, 200)
         w.delete(keep)
         sid, j = self.create()
         self.assertEqual(j["source"], "pool", j)
