@@ -45,7 +45,7 @@ extern char **environ;
 
 enum op_kind { OP_NONE = 0, OP_STOP, OP_CONT, OP_SAVE, OP_RESTORE };
 /* Where a save or restore is: which step answers next. */
-enum op_stage { STG_QMP = 0, STG_JOB, STG_QVER, STG_LOAD };
+enum op_stage { STG_QMP = 0, STG_JOB, STG_PAGES, STG_LOAD };
 
 struct vmm_job;
 
@@ -1394,6 +1394,7 @@ struct vmm_job {
     char mem_base[64], qemu_version[64];
     unsigned mem_mb, vcpus;
     bool mem_file;
+    bool pages;   /* restore: write a delta's pages (else: check the file) */
     bool touched; /* restore: pages were written into QEMU's RAM */
     int fd;       /* a duplicate of op.fd, the job's own */
     char *tmp, *path;
@@ -1429,10 +1430,9 @@ static void *job_main(void *arg)
         if (!j->err)
             j->err = vmm_snap_finalize(j->fd, j->tmp, j->path, !j->nosync, &j->info, j->why,
                                        sizeof(j->why));
-    } else if (!(j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why))) &&
-               !(j->err = vmm_snap_match(&j->info, j->qemu_version, j->mem_mb, j->vcpus,
-                                         j->mem_file, j->why, sizeof(j->why))) &&
-               (j->info.flags & VMM_SNAP_F_DELTA)) {
+    } else if (!j->pages) {
+        j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why));
+    } else {
         /* The pages go over the very RAM file they were taken over, or nowhere. */
         if (!j->map_ino || strcmp(j->info.base, j->mem_base) != 0) {
             snprintf(j->why, sizeof(j->why),
@@ -1459,6 +1459,8 @@ static int job_start(struct vmm *vm, bool save)
     if (!j)
         return -ENOMEM;
     j->save = save;
+    j->pages = vm->op.stage == STG_PAGES;
+    j->info = vm->op.info;
     j->nosync = vm->op.nosync;
     j->delta = vm->op.delta;
     j->pid = vm->pid;
@@ -1660,13 +1662,26 @@ static void op_step(struct vmm *vm)
             op_finish(vm, op->err, op->why);
             return;
         }
-        if (op->stage == STG_QVER) {
-            /* The version known: the worker checks the file against this VM (and
-             * writes a delta's pages) before QEMU sees a byte of it. */
-            op->stage = STG_JOB;
-            if ((r = job_start(vm, false)) != 0) {
+        if (op->stage == STG_JOB) {
+            /* The file checked out (the worker) and QEMU's version is known (QMP), the
+             * two done side by side: does the file fit this VM? A delta's pages then go
+             * into its RAM (the worker again) before QEMU reads the device state. */
+            if (vmm_snap_match(&op->info, vm->qemu_version, vm->mem_mb, vm->vcpus, vm->mem_file,
+                               op->why, sizeof(op->why)) != 0) {
                 phase_set(vm, VMM_PH_WAITING);
-                op_finish(vm, r, "restore: could not start the reader thread");
+                op_finish(vm, -EINVAL, op->why);
+                return;
+            }
+            if (op->info.flags & VMM_SNAP_F_DELTA) {
+                op->stage = STG_PAGES;
+                r = job_start(vm, false);
+            } else {
+                r = restore_load(vm);
+            }
+            if (r != 0) {
+                op_fail(vm, r, "restore: %s", strerror(-r));
+                if (op->replies == 0 && !op->job)
+                    op_step(vm);
             }
             return;
         }
@@ -1701,15 +1716,16 @@ static void on_job(struct ev_loop *loop, ev_io *w, int revents)
         /* Half a delta's pages in its RAM: this QEMU can never be restored right. */
         if (j->touched)
             vmm_kill(vm);
-        phase_set(vm, VMM_PH_WAITING);
-        op_finish(vm, j->err, j->why);
-    } else {
-        vm->op.info = j->info;
-        if ((r = restore_load(vm)) != 0) {
-            op_fail(vm, r, "restore: %s", strerror(-r));
-            if (vm->op.replies == 0)
-                op_step(vm);
-        }
+        op_fail(vm, j->err, "%s", j->why);
+        if (vm->op.replies == 0) /* else the version's reply finishes it (op_step) */
+            op_step(vm);
+    } else if (!j->pages) {
+        vm->op.info = j->info; /* checked: op_step matches it once QEMU's version is in */
+        op_step(vm);
+    } else if ((r = restore_load(vm)) != 0) {
+        op_fail(vm, r, "restore: %s", strerror(-r));
+        if (vm->op.replies == 0)
+            op_step(vm);
     }
     job_unref(j);
     vmm_leave(vm);
@@ -1932,10 +1948,16 @@ int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
         op_clear(vm);
         return r;
     }
-    vm->op.stage = STG_QVER;
-    if ((r = op_send(vm, "{\"execute\":\"query-version\"}", on_version)) != 0) {
-        op_clear(vm);
-        return r;
+    /* The file's check (the worker) and QEMU's version (QMP, which may still be
+     * connecting) side by side: op_step goes on once both are in. */
+    vm->op.stage = STG_JOB;
+    if ((r = op_send(vm, "{\"execute\":\"query-version\"}", on_version)) != 0 ||
+        (r = job_start(vm, false)) != 0) {
+        if (vm->op.replies == 0) {
+            op_clear(vm);
+            return r;
+        }
+        op_fail(vm, r, "restore: %s", strerror(-r)); /* the reply finishes it */
     }
     phase_set(vm, VMM_PH_RESTORING);
     return 0;
