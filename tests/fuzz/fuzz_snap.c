@@ -157,6 +157,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             for (size_t i = 0; i < blen; i++)
                 if (a.base[i] <= 0x20 || a.base[i] > 0x7e || a.base[i] == '/')
                     abort();
+            /* Its page list, as a restore reads it before writing any page: accepted
+             * only strictly ascending and inside the guest. */
+            if (a.npages <= 65536 && idx + 4 * a.npages <= flen) {
+                uint32_t *pg = malloc((a.npages ? a.npages : 1) * sizeof(*pg));
+                uint64_t total = (uint64_t)a.mem_mb * 256;
+                if (!pg)
+                    abort();
+                if (vmm_delta_pages(file + idx, a.npages, total, pg, why, sizeof(why)) == 0)
+                    for (uint64_t i = 0; i < a.npages; i++)
+                        if (pg[i] >= total || (i && pg[i] <= pg[i - 1]))
+                            abort();
+                free(pg);
+            }
         } else if (a.dev_len != 0 || a.npages != 0 || blen != 0) {
             abort();
         }
