@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from warren import Warren, held, image_dir, qemu_pids, wait_no_qemu
+from warren import Warren, counter_runs, counter_value, held, image_dir, qemu_pids, wait_no_qemu
 
 POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal"}
 
@@ -169,23 +169,10 @@ class TestPool(unittest.TestCase):
     # -- forks of pool clones: delta snapshots over the template's RAM file --
 
     def count(self, sid):
-        """The background counter's value (the file exists after its first tick)."""
-        deadline = time.time() + 10
-        while True:
-            out = self.w.run(sid, "cat /tmp/count 2>/dev/null")["stdout"]
-            if out or time.time() > deadline:
-                return int(out)
-            time.sleep(0.2)
+        return counter_value(self.w, sid)
 
     def counting(self, sid):
-        """The counter runs: its value grows (it ticks every 0.2 s)."""
-        c0 = self.count(sid)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            time.sleep(0.3)
-            if self.count(sid) > c0:
-                return True
-        return False
+        return counter_runs(self.w, sid)
 
     def fork(self, sid, count):
         r = self.w.request("POST", f"/v1/sandboxes/{sid}/fork", {"count": count})

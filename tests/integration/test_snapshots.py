@@ -24,7 +24,8 @@ import tempfile
 import time
 import unittest
 
-from warren import Warren, WarrenCase, image_dir, qemu_pids, wait_no_qemu
+from warren import (Warren, WarrenCase, counter_runs, counter_value, image_dir, qemu_pids,
+                    wait_no_qemu)
 from test_pool import POOL_CONF, wait_pool_ready
 
 # The count is written beside and renamed into place: a plain `echo > file`
@@ -114,23 +115,10 @@ class TestSnapshots(WarrenCase):
         return r.json()
 
     def count(self, sid):
-        """The counter's value; the file exists only after its first tick."""
-        deadline = time.time() + 10
-        while True:
-            out = self.w.run(sid, "cat /tmp/count 2>/dev/null")["stdout"]
-            if out or time.time() > deadline:
-                return int(out)
-            time.sleep(0.2)
+        return counter_value(self.w, sid)
 
     def counting(self, sid):
-        """The background loop runs: its count grows (it ticks every 0.2 s)."""
-        c0 = self.count(sid)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if self.count(sid) > c0:
-                return True
-            time.sleep(0.3)
-        return False
+        return counter_runs(self.w, sid)
 
     def test_1_snapshot_then_create_from_it(self):
         w, a = self.w, self.parent

@@ -126,6 +126,28 @@ def held(w, gone_vms=()):
             "leaked": leaked, "fds": open_fds(w.proc.pid) if w.proc else 0}
 
 
+def counter_value(w, sid, path="/tmp/count"):
+    """The value a background counter loop wrote to path (the file exists only after
+    its first tick: waited for, up to 10 s)."""
+    deadline = time.time() + 10
+    while True:
+        out = w.run(sid, f"cat {path} 2>/dev/null")["stdout"]
+        if out or time.time() > deadline:
+            return int(out)
+        time.sleep(0.2)
+
+
+def counter_runs(w, sid, path="/tmp/count"):
+    """The counter still runs: its value grows within 10 s."""
+    c0 = counter_value(w, sid, path)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        time.sleep(0.3)
+        if counter_value(w, sid, path) > c0:
+            return True
+    return False
+
+
 class RssPeak:
     """Samples a process's RSS every 20 ms in a thread, as a context manager;
     .kib is the highest seen (it starts at the RSS on creation)."""
