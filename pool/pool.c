@@ -908,19 +908,33 @@ struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *back
         stat(backing, &a) != 0 || stat(p->disk, &b) != 0 || a.st_dev != b.st_dev ||
         a.st_ino != b.st_ino)
         return NULL;
-    vm = spare_pop(p);
-    return vm;
+    /* The oldest spare past its start-up: the caller rewrites its overlay, which a
+     * QEMU still starting may be reading (a torn header: measured). */
+    for (unsigned i = 0; i < p->nspares; i++) {
+        vm = p->spares[i];
+        if (vm->vmm && !vm->gone && vmm_qmp_ready(vm->vmm)) {
+            drop_from(p->spares, &p->nspares, vm);
+            kick_soon(p, 0.05);
+            return vm;
+        }
+    }
+    return NULL;
 }
 
 json_t *pool_stats(const struct pool *p)
 {
+    unsigned up = 0; /* spares past their start-up (pool_spare_take) */
+
     if (!p)
         return json_null();
-    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I}", "template", p->tmpl, "state",
+    for (unsigned i = 0; i < p->nspares; i++)
+        up += p->spares[i]->vmm && vmm_qmp_ready(p->spares[i]->vmm);
+    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I}", "template", p->tmpl, "state",
                      tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
                      (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
                      (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds, "spare",
-                     p->nspares > 0, "spares", (json_int_t)p->nspares);
+                     p->nspares > 0, "spares", (json_int_t)p->nspares, "spares_ready",
+                     (json_int_t)up);
 }
 
 int pool_new(struct sbx_table *t, struct pool **out)

@@ -168,6 +168,11 @@ pid_t vmm_pid(const struct vmm *vm)
     return vm->pid;
 }
 
+bool vmm_qmp_ready(const struct vmm *vm)
+{
+    return vm && vmm_phase_live(vm->phase) && vm->qmp.state == VMM_QMP_READY;
+}
+
 const char *vmm_console_path(const struct vmm *vm)
 {
     return vm->log_path;

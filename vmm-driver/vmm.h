@@ -86,6 +86,7 @@
 #ifndef WARREN_VMM_H
 #define WARREN_VMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -236,6 +237,9 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
               const struct vmm_cbs *cbs, void *ud, struct vmm **out);
 
 pid_t vmm_pid(const struct vmm *vm);
+/* QEMU has answered the QMP handshake: it is past its start-up, its drives (the whole
+ * backing chain) opened. Until then it may still be reading its files. */
+bool vmm_qmp_ready(const struct vmm *vm);
 
 /* SIGKILL every QEMU that vmm_launch started for this id and run_dir and that nobody
  * watches any more (e.g. its index record was lost). Returns how many, or -errno. */
