@@ -1393,12 +1393,11 @@ struct vmm_job {
     int refs; /* the thread and the VM; atomic */
     bool save, nosync, delta;
     /* the VM as the thread needs it: QEMU's pid, the inode its RAM file is mapped by
-     * and that file's name, its QEMU version, size and RAM kind */
+     * and that file's name, its guest size */
     pid_t pid;
     ino_t map_ino;
-    char mem_base[64], qemu_version[64];
-    unsigned mem_mb, vcpus;
-    bool mem_file;
+    char mem_base[64];
+    unsigned mem_mb;
     bool pages;   /* restore: write a delta's pages (else: check the file) */
     bool touched; /* restore: pages were written into QEMU's RAM */
     int fd;       /* a duplicate of op.fd, the job's own */
@@ -1465,16 +1464,12 @@ static int job_start(struct vmm *vm, bool save)
         return -ENOMEM;
     j->save = save;
     j->pages = vm->op.stage == STG_PAGES;
-    j->info = vm->op.info;
     j->nosync = vm->op.nosync;
     j->delta = vm->op.delta;
     j->pid = vm->pid;
     j->map_ino = vm->map_ino;
     j->mem_mb = vm->mem_mb;
-    j->vcpus = vm->vcpus;
-    j->mem_file = vm->mem_file;
     snprintf(j->mem_base, sizeof(j->mem_base), "%s", vm->mem_base);
-    snprintf(j->qemu_version, sizeof(j->qemu_version), "%s", vm->qemu_version);
     j->refs = 2;
     j->info = vm->op.info;
     j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
