@@ -43,8 +43,10 @@ struct sbx_snap {
                    * nothing depends on it: sbx_snap_tick) */
     char disk_backing[4096 + 16]; /* what its disk.qcow2 is backed by, as warrend named it (and
                                    * wrote it there: copy_work); "" from an older warrend */
-    /* A delta (a fork's, VMM_SAVE_DELTA): the template RAM file its pages go over, which
-     * every sandbox restored from it maps; "" when its state file holds all the RAM. */
+    /* A delta (VMM_SAVE_DELTA: a fork's, or an unjailed pause's): the template RAM file
+     * its pages go over, which every sandbox restored from it maps; "" when its state
+     * file holds all the RAM. A pause's outlives that file in /dev/shm through a copy
+     * in state_dir/bases/ (base_keep). */
     char mem[4096];
     bool has_pol;          /* networking was on: the sandbox's egress policy, which every sandbox */
     struct net_policy pol; /* restored from it keeps unless its create names another */
@@ -88,6 +90,7 @@ struct sbx_snaps {
 
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
 static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op);
+static void bases_sweep(struct sbx_table *t);
 
 static void no_done(void *user, const struct sbx_err *err, json_t *body)
 {
@@ -341,6 +344,7 @@ int sbx_snap_restore_all(struct sbx_table *t)
         rm_later(t, path);
     }
     closedir(d);
+    bases_sweep(t);
     return 0;
 }
 
@@ -430,6 +434,63 @@ static uint64_t file_bytes(const char *path)
     return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
 
+/* ---- durable copies of template RAM files ----
+ *
+ * A pause delta holds only the pages its sandbox owns over a template's RAM file,
+ * which lives in /dev/shm: a rebuild of the template or a host reboot removes it, and
+ * a paused sandbox is kept for days. So its first pause copies that file (sparse,
+ * synced) into state_dir/bases/ under the same name, which a delta's header records;
+ * the file never changes (vmm.h, Boot modes). A restore maps the /dev/shm file while it
+ * is there (the pool's spare QEMUs map it too), else the copy. A copy goes with the
+ * last pause snapshot that names its file (bases_sweep); a fork's delta, whose forks
+ * do not outlive the host, uses one while it is there but does not keep it. */
+
+static void base_path(struct sbx_table *t, const char *mem, char *out, size_t cap)
+{
+    const char *slash = strrchr(mem, '/');
+
+    snprintf(out, cap, "%s/bases/%s", t->cfg->state_dir, slash ? slash + 1 : mem);
+}
+
+/* The RAM file a delta s restores over: its own, else its durable copy. 0 or -ENOENT. */
+static int snap_mem(struct sbx_table *t, const struct sbx_snap *s, char *out, size_t cap)
+{
+    if (access(s->mem, F_OK) == 0) {
+        snprintf(out, cap, "%s", s->mem);
+        return 0;
+    }
+    base_path(t, s->mem, out, cap);
+    return access(out, F_OK) == 0 ? 0 : -ENOENT;
+}
+
+/* Remove the copies no pause snapshot names. */
+static void bases_sweep(struct sbx_table *t)
+{
+    char dir[4096], want[4096 + 300];
+    struct dirent *e;
+    DIR *d;
+
+    snprintf(dir, sizeof(dir), "%s/bases", t->cfg->state_dir);
+    if (!(d = opendir(dir)))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        bool named = false;
+        if (e->d_name[0] == '.')
+            continue;
+        for (struct sbx_snap *s = t->snaps->list; s && !named; s = s->next) {
+            if (s->mem[0] && !strcmp(s->type, "pause")) {
+                base_path(t, s->mem, want, sizeof(want));
+                named = strcmp(want + strlen(dir) + 1, e->d_name) == 0;
+            }
+        }
+        if (!named) {
+            LOG(LOG_INFO, "removing %s/%s: no paused sandbox goes over it now", dir, e->d_name);
+            unlinkat(dirfd(d), e->d_name, 0);
+        }
+    }
+    closedir(d);
+}
+
 /* The /proc path of an fd of pid open on path, a file since removed: true and out. */
 static bool held_open(pid_t pid, const char *path, char *out, size_t cap)
 {
@@ -456,6 +517,41 @@ static bool held_open(pid_t pid, const char *path, char *out, size_t cap)
     return found;
 }
 
+/* On the bg worker: the durable copy of a pause delta's RAM file, made once (see
+ * base_path). The file may be gone by name already (a rebuild): QEMU maps it and
+ * holds it open. 0 or -errno, with j->why. */
+static int base_keep(struct snap_job *j)
+{
+    char path[4096 + 300], tmp[4096 + 310], held[64 + 256 + 2], dir[4096 + 16];
+    const char *src = j->s->mem;
+    int fd, r;
+
+    base_path(j->t, j->s->mem, path, sizeof(path));
+    if (access(path, F_OK) == 0)
+        return 0;
+    snprintf(dir, sizeof(dir), "%s/bases", j->t->cfg->state_dir);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        r = -errno;
+        snprintf(j->why, sizeof(j->why), "cannot make state_dir/bases: %s", strerror(errno));
+        return r;
+    }
+    if (access(src, F_OK) != 0 && held_open(j->qemu, src, held, sizeof(held)))
+        src = held;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    unlink(tmp); /* a crash's */
+    if ((r = sparse_copy(src, tmp, true)) != 0 || (rename(tmp, path) != 0 && (r = -errno))) {
+        unlink(tmp);
+        snprintf(j->why, sizeof(j->why), "cannot keep a copy of its template's RAM file: %s",
+                 strerror(-r));
+        return r;
+    }
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return 0;
+}
+
 /* On the bg worker: the disk copy, and the template's overlay linked and named. */
 static void copy_work(void *arg)
 {
@@ -466,6 +562,8 @@ static void copy_work(void *arg)
     path_in(j->s, "disk.qcow2", disk, sizeof(disk));
     path_in(j->s, "backing.qcow2", link_dst, sizeof(link_dst));
     path_in(j->s, "state.snap", state, sizeof(state));
+    if (j->pause && j->s->mem[0] && (r = base_keep(j)) != 0)
+        goto out;
     /* A fork's snapshot lives as long as its forks, which do not outlive the host: it
      * is not synced to disk (its state file's checksum catches one torn by a crash). */
     if ((r = sparse_copy(j->src, disk, !j->fork)) != 0) {
@@ -721,13 +819,17 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         goto fail;
     }
     path_in(s, "state.snap", path, sizeof(path));
-    /* A fork of a clone of the pool's template: its state is the pages the parent
-     * owns over the template's RAM, which its forks map too (vmm.h VMM_SAVE_DELTA).
-     * Anything else (a booted VM, one adopted after a restart) saves all its RAM. */
+    /* A fork or a pause of a clone of the pool's template: its state is the pages the
+     * sandbox owns over the template's RAM, which its forks map too (vmm.h
+     * VMM_SAVE_DELTA); a pause's keeps a copy of that file (base_keep). Jailed, a
+     * restore maps only the current template's sealed copy, which a paused sandbox may
+     * outlive: a jailed pause saves all the RAM, as does anything else (a booted VM,
+     * one adopted after a restart). */
     r = -ENOTSUP;
-    if (fork && sb->vmr->mem[0]) {
+    if ((fork || (pause && !t->jail)) && sb->vmr->mem[0]) {
         snprintf(s->mem, sizeof(s->mem), "%s", sb->vmr->mem);
-        if ((r = vmm_save(sb->vm, path, VMM_SAVE_NOSYNC | VMM_SAVE_DELTA, on_saved, j)) != 0)
+        if ((r = vmm_save(sb->vm, path, VMM_SAVE_DELTA | (fork ? VMM_SAVE_NOSYNC : 0), on_saved,
+                          j)) != 0)
             s->mem[0] = 0;
     }
     if (r == -ENOTSUP && (r = vmm_save(sb->vm, path, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) != 0)
@@ -1051,6 +1153,7 @@ static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const cha
 {
     struct sbx_vm *vm;
     struct stat st;
+    char into[128];
     int in = -1, out = -1, r;
 
     if (!s->mem[0] || !s->disk_backing[0] || (pol && !sbx_net_is_default(sb->t->cfg, pol)) ||
@@ -1078,7 +1181,8 @@ static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const cha
         return 1;
     }
     sbx_vm_bind(vm, sb);
-    return restore_into(sb, vm, boot, from, state, err);
+    snprintf(into, sizeof(into), "%s, into a QEMU started ahead", from);
+    return restore_into(sb, vm, boot, into, state, err);
 }
 
 /* A VM for sb restored from its snapshot sb->snap_id (see restore_launch). Its policy:
@@ -1087,7 +1191,7 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
                        struct sbx_err *err)
 {
     struct sbx_snap *s = snap_find(sb->t, sb->snap_id);
-    char disk[4096 + 16], state[4096 + 16], from[64];
+    char disk[4096 + 16], state[4096 + 16], from[64], mem[4096 + 300];
 
     if (!s) {
         sbx_die(sb, "vm_start_failed: its snapshot is gone");
@@ -1102,16 +1206,19 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
     if (sb->t->jail && chmod(disk, 0644) != 0)
         LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
     /* A delta goes over its template's RAM file, unchanged (vmm.h): a rebuilt template
-     * removed it, and a jailed QEMU maps only the current one's sealed copy. */
-    if (s->mem[0] &&
-        (access(s->mem, F_OK) != 0 || (sb->t->jail && pool_mem_fd(sb->t->pool, s->mem) <= 0))) {
+     * removed it (a pause's has a copy), and a jailed QEMU maps only the current one's
+     * sealed copy. */
+    if (s->mem[0] && (snap_mem(sb->t, s, mem, sizeof(mem)) != 0 ||
+                      (sb->t->jail && pool_mem_fd(sb->t->pool, mem) <= 0))) {
         sbx_die(sb, "snapshot_invalid: its template's RAM file is gone");
         return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
                            "snapshot %s cannot be used: it holds the pages of a sandbox over "
                            "template %s's RAM file %s, which was rebuilt since",
                            s->id, s->tmpl, s->mem);
     }
-    if (s->mem[0] && strcmp(boot, "resume") != 0) {
+    /* Into a spare QEMU where one maps the same files (a resume too: its disk is then
+     * copied, not taken). */
+    if (s->mem[0]) {
         int r = spare_restore(sb, s, boot, from, disk, state,
                               pol          ? pol
                               : s->has_pol ? &s->pol
@@ -1124,7 +1231,7 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
                           !strcmp(boot, "resume") && !strcmp(s->type, "pause") && s->disk_backing[0]
                               ? s->disk_backing
                               : NULL,
-                          state, s->mem[0] ? s->mem : NULL,
+                          state, s->mem[0] ? mem : NULL,
                           pol          ? pol
                           : s->has_pol ? &s->pol
                                        : NULL,
@@ -1469,7 +1576,10 @@ static int snap_remove(struct sbx_table *t, struct sbx_snap *s)
     }
     rm_later(t, s->dir);
     LOGS(LOG_INFO, s->id, "snapshot deleted");
+    bool kept_base = s->mem[0] && !strcmp(s->type, "pause");
     snap_free(s);
+    if (kept_base)
+        bases_sweep(t);
     return 0;
 }
 

@@ -181,15 +181,15 @@ class TestPool(unittest.TestCase):
         self.assertEqual(len(body["sandboxes"]), count, body)
         return body["snapshot_id"], [x["id"] for x in body["sandboxes"]]
 
-    def assert_delta(self, snap_id, parent, min_pages):
-        """The fork's snapshot is a delta over the template's RAM file: its header
+    def assert_delta(self, snap_id, parent, min_pages, kind="fork"):
+        """The fork's (or pause's) snapshot is a delta over the template's RAM file: its header
         (vmm-driver/vmm_snap.c) says version 2, flag DELTA, npages pages over
         warren-<template>.mem, and the file is far smaller than the guest's 256 MiB."""
         w = self.w
         r = w.request("GET", f"/v1/snapshots/{snap_id}")
         self.assertEqual(r.status, 200, r)
         snap = r.json()
-        self.assertEqual(snap["type"], "fork", snap)
+        self.assertEqual(snap["type"], kind, snap)
         self.assertEqual(snap["parent"], parent, snap)
         path = os.path.join(w.state_dir, "snapshots", snap_id, "state.snap")
         with open(path, "rb") as f:
@@ -277,6 +277,46 @@ class TestPool(unittest.TestCase):
             self.assertEqual(w.request("GET", f"/v1/snapshots/{s}").status, 404)
             self.assertFalse(os.path.exists(os.path.join(w.state_dir, "snapshots", s)))
 
+    def test_1d_pause_of_a_pool_sandbox_is_a_delta(self):
+        """A pool sandbox's pause saves the pages it owns (a delta, synced) and keeps a
+        copy of the template's RAM file in state_dir/bases/, which a paused sandbox may
+        need after a rebuild or a reboot removed the /dev/shm file (test_2 resumes this
+        one then). Its resume goes into a QEMU the pool started ahead."""
+        w = self.w
+        wait_pool_ready(w, 1)
+        a, ja = self.create()
+        self.assertEqual(ja["source"], "pool", ja)
+        r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
+        self.assertEqual(r.status, 201, r)
+        blob = os.urandom(4 << 20)
+        r = w.request("PUT", f"/v1/sandboxes/{a}/files?path=/tmp/blob", body=blob)
+        self.assertEqual(r.status, 200, r)
+        md5 = hashlib.md5(blob).hexdigest()
+        w.run(a, "echo paused-pool > /root/pz && sync")
+        self.assertTrue(self.counting(a))
+        tid = template_ids(w)[0]
+        base = os.path.join(w.state_dir, "bases", f"warren-{tid}.mem")
+        for round_ in range(2):
+            r = w.request("POST", f"/v1/sandboxes/{a}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            snap = r.json()["snapshot_id"]
+            self.assertEqual(r.json()["state"], "paused", r.json())
+            self.assert_delta(snap, a, 1024, kind="pause")
+            # The copy: the same bytes as the template's RAM file, under the same name.
+            self.assertTrue(os.path.exists(base), os.listdir(w.state_dir))
+            with open(base, "rb") as f1, open(f"/dev/shm/warren-{tid}.mem", "rb") as f2:
+                self.assertEqual(hashlib.md5(f1.read()).digest(), hashlib.md5(f2.read()).digest())
+            if round_ == 1:
+                break
+            r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            self.assertIn(f"restored from snapshot {snap}, into a QEMU started ahead (resume)",
+                          w.log_text())
+            out = w.run(a, "cat /root/pz; md5sum /tmp/blob")["stdout"].split()
+            self.assertEqual(out[:2], ["paused-pool", md5], out)
+            self.assertTrue(self.counting(a))
+        type(self).paused = (a, md5, base)
+
     def test_2_corrupt_snapshot_rebuilt(self):
         w = self.w
         wait_pool_ready(w, 2)
@@ -309,6 +349,35 @@ class TestPool(unittest.TestCase):
         self.assertEqual(len(new), 1, new)
         self.assertNotEqual(new, old)
         self.assertFalse(os.path.exists(f"/dev/shm/warren-{old[0]}.mem"))
+        # test_1d's paused sandbox: its delta goes over the old template's RAM file, which
+        # the rebuild removed; it resumes over the copy in state_dir/bases/, processes,
+        # memory and disk as they were, and pauses and resumes again over it.
+        pa, pmd5, base = self.paused
+        for _ in range(2):
+            r = w.request("POST", f"/v1/sandboxes/{pa}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            out = w.run(pa, "cat /root/pz; md5sum /tmp/blob")["stdout"].split()
+            self.assertEqual(out[:2], ["paused-pool", pmd5], out)
+            self.assertTrue(self.counting(pa))
+            (q,) = qemu_pids(w.get(pa).json()["vm_id"])
+            with open(f"/proc/{q}/maps") as f:
+                self.assertIn(base, f.read())
+            r = w.request("POST", f"/v1/sandboxes/{pa}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            with open(os.path.join(w.state_dir, "snapshots", r.json()["snapshot_id"],
+                                   "state.snap"), "rb") as f:
+                h = f.read(4096)
+            self.assertEqual(struct.unpack_from("<I", h, 44)[0], 2, "not a delta")
+            self.assertEqual(h[128:192].split(b"\0", 1)[0].decode(), os.path.basename(base))
+        r = w.request("POST", f"/v1/sandboxes/{pa}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(w.run(pa, "cat /root/pz")["stdout"], "paused-pool\n")
+        # The copy goes with the last snapshot over it.
+        self.assertEqual(w.delete(pa).status, 200)
+        deadline = time.time() + 15
+        while time.time() < deadline and os.path.exists(base):
+            time.sleep(0.2)
+        self.assertFalse(os.path.exists(base), os.listdir(os.path.dirname(base)))
         jk2 = w.wait_state(keep, ["running"])
         self.assertEqual(jk2["source"], "pool", jk2)
         self.assertEqual(jk2["vm_id"], jk["vm_id"])
@@ -483,6 +552,8 @@ class TestPool(unittest.TestCase):
             self.assertLessEqual(set(os.listdir(os.path.join(vms, v))),
                                  {"console.log", "qemu.log"})
         self.assertEqual(template_ids(w), [])
+        bases = os.path.join(w.state_dir, "bases")
+        self.assertEqual(os.listdir(bases) if os.path.isdir(bases) else [], [])
         for t in tid:
             self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
 
