@@ -398,8 +398,9 @@ static struct op *find_op(struct sbx_table *t, sbx_op_t id)
     return id ? ops_by_id(t, id) : NULL;
 }
 
-/* Copy src to dst keeping holes (a qcow2 overlay is mostly holes past its metadata). */
-static int sparse_copy(const char *src, const char *dst, bool sync)
+/* Copy src to dst keeping holes (a qcow2 overlay is mostly holes past its metadata);
+ * zero_holes: pages of zeros too (a RAM file). */
+static int sparse_copy(const char *src, const char *dst, bool sync, bool zero_holes)
 {
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, r = 0;
     off_t end;
@@ -416,7 +417,7 @@ static int sparse_copy(const char *src, const char *dst, bool sync)
         goto out;
     }
     end = st.st_size;
-    if ((r = vmm_copy_sparse(in, out, end)) != 0)
+    if ((r = zero_holes ? vmm_copy_nonzero(in, out, end) : vmm_copy_sparse(in, out, end)) != 0)
         goto out;
     if (ftruncate(out, end) != 0 || (sync && fsync(out) != 0))
         r = -errno;
@@ -539,7 +540,7 @@ static int base_keep(struct snap_job *j)
         src = held;
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     unlink(tmp); /* a crash's */
-    if ((r = sparse_copy(src, tmp, true)) != 0 || (rename(tmp, path) != 0 && (r = -errno))) {
+    if ((r = sparse_copy(src, tmp, true, true)) != 0 || (rename(tmp, path) != 0 && (r = -errno))) {
         unlink(tmp);
         snprintf(j->why, sizeof(j->why), "cannot keep a copy of its template's RAM file: %s",
                  strerror(-r));
@@ -566,7 +567,7 @@ static void copy_work(void *arg)
         goto out;
     /* A fork's snapshot lives as long as its forks, which do not outlive the host: it
      * is not synced to disk (its state file's checksum catches one torn by a crash). */
-    if ((r = sparse_copy(j->src, disk, !j->fork)) != 0) {
+    if ((r = sparse_copy(j->src, disk, !j->fork, false)) != 0) {
         snprintf(j->why, sizeof(j->why), "cannot copy its disk: %s", strerror(-r));
         goto out;
     }
@@ -583,7 +584,7 @@ static void copy_work(void *arg)
                          strerror(e));
                 goto out;
             }
-            if ((r = sparse_copy(held, link_dst, !j->fork)) != 0) {
+            if ((r = sparse_copy(held, link_dst, !j->fork, false)) != 0) {
                 snprintf(j->why, sizeof(j->why),
                          "cannot copy the rebuilt template's old disk from QEMU: %s", strerror(-r));
                 goto out;

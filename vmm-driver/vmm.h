@@ -360,6 +360,9 @@ int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, voi
  * holes (out must be long enough already, or be made so after). Blocking. 0 or
  * -errno. */
 int vmm_copy_sparse(int in, int out, off_t end);
+/* The same, leaving pages of zeros (4 KiB) holes as well: for a guest's RAM file,
+ * where a third of what a booted guest touched reads as zeros. */
+int vmm_copy_nonzero(int in, int out, off_t end);
 /* A copy of the file at path (the template's RAM file) in a new memfd, sealed so that
  * nobody can write, grow or shrink it (F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK,
  * F_SEAL_SEAL) while private mappings of it stay writable: for vmm_config.mem_fd.

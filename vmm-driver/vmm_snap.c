@@ -337,11 +337,18 @@ int vmm_pio_all(int fd, void *b, size_t n, uint64_t off, bool write)
     return 0;
 }
 
-int vmm_copy_sparse(int in, int out, off_t end)
+static bool page_zero(const uint8_t *p, size_t n)
+{
+    return n > 0 && p[0] == 0 && memcmp(p, p + 1, n - 1) == 0;
+}
+
+/* skip_zero: pages (4 KiB, at 4 KiB offsets) of zeros inside in's data are left
+ * holes too, and everything goes through buf. */
+static int copy_sparse(int in, int out, off_t end, bool skip_zero)
 {
     static __thread uint8_t buf[1 << 16];
     off_t data = 0, hole;
-    bool cfr = true; /* copy_file_range, until it says it cannot between these two */
+    bool cfr = !skip_zero; /* copy_file_range, until it says it cannot between these two */
 
     while (data < end) {
         if ((data = lseek(in, data, SEEK_DATA)) < 0)
@@ -363,8 +370,16 @@ int vmm_copy_sparse(int in, int out, off_t end)
                 }
             } else {
                 n = pread(in, buf, want < sizeof(buf) ? want : sizeof(buf), data);
-                if (n > 0 && (r = vmm_pio_all(out, buf, (size_t)n, (uint64_t)data, true)) != 0)
-                    return r;
+                for (ssize_t at = 0; n > 0 && at < n;) {
+                    /* One page at a time to the next page boundary, or all at once. */
+                    size_t len = skip_zero ? 4096 - (size_t)((data + at) % 4096) : (size_t)n;
+                    if (len > (size_t)(n - at))
+                        len = (size_t)(n - at);
+                    if (!(skip_zero && page_zero(buf + at, len)) &&
+                        (r = vmm_pio_all(out, buf + at, len, (uint64_t)(data + at), true)) != 0)
+                        return r;
+                    at += (ssize_t)len;
+                }
             }
             if (n < 0 && errno == EINTR)
                 continue;
@@ -374,6 +389,16 @@ int vmm_copy_sparse(int in, int out, off_t end)
         }
     }
     return 0;
+}
+
+int vmm_copy_sparse(int in, int out, off_t end)
+{
+    return copy_sparse(in, out, end, false);
+}
+
+int vmm_copy_nonzero(int in, int out, off_t end)
+{
+    return copy_sparse(in, out, end, true);
 }
 
 int vmm_mem_seal(const char *path)

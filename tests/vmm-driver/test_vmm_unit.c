@@ -1209,6 +1209,51 @@ static void test_mem_seal(void)
     CHECK(vmm_mem_seal("/nonexistent/ram.mem") == -ENOENT);
 }
 
+/* vmm_copy_nonzero: the same bytes as vmm_copy_sparse, and the pages of zeros inside
+ * the data (written zeros, across the copy's 64 KiB reads) are holes in the copy. */
+static void test_copy_nonzero(void)
+{
+    char src[300], dst[2][300];
+    static unsigned char page[4096], back[4096];
+    const off_t sz = 4 << 20;
+    int in, out;
+
+    snprintf(src, sizeof(src), "%s/ram-src.mem", dir);
+    in = open(src, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(in >= 0 && ftruncate(in, sz) == 0);
+    /* 64 pages of data from 0 (every 5th zeros, 15 of them before 64 KiB), a hole, 2 pages
+     * at 1 MiB (the first zeros), and the last page with one byte at its end. */
+    for (int i = 0; i < 64; i++) {
+        memset(page, i % 5 ? 'a' + i % 26 : 0, sizeof(page));
+        CHECK(pwrite(in, page, sizeof(page), (off_t)i * 4096) == (ssize_t)sizeof(page));
+    }
+    memset(page, 0, sizeof(page));
+    CHECK(pwrite(in, page, sizeof(page), 1 << 20) == (ssize_t)sizeof(page));
+    memset(page, 'z', sizeof(page));
+    CHECK(pwrite(in, page, sizeof(page), (1 << 20) + 4096) == (ssize_t)sizeof(page));
+    CHECK(pwrite(in, "!", 1, sz - 1) == 1);
+    for (int k = 0; k < 2; k++) {
+        snprintf(dst[k], sizeof(dst[k]), "%s/ram-dst%d.mem", dir, k);
+        out = open(dst[k], O_RDWR | O_CREAT | O_TRUNC, 0600);
+        CHECK(out >= 0 && ftruncate(out, sz) == 0);
+        CHECK((k ? vmm_copy_nonzero(in, out, sz) : vmm_copy_sparse(in, out, sz)) == 0);
+        for (off_t at = 0; at < sz; at += 4096) {
+            CHECK(pread(in, page, sizeof(page), at) == (ssize_t)sizeof(page));
+            CHECK(pread(out, back, sizeof(back), at) == (ssize_t)sizeof(back));
+            CHECK(memcmp(page, back, sizeof(page)) == 0);
+        }
+        if (k == 1) {
+            for (int i = 0; i < 64; i++)
+                CHECK((lseek(out, (off_t)i * 4096, SEEK_HOLE) == (off_t)i * 4096) == !(i % 5));
+            CHECK(lseek(out, 1 << 20, SEEK_HOLE) == 1 << 20);
+            CHECK(lseek(out, 1 << 20, SEEK_DATA) == (1 << 20) + 4096);
+            CHECK(lseek(out, sz - 4096, SEEK_DATA) == sz - 4096);
+        }
+        close(out);
+    }
+    close(in);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -1234,6 +1279,7 @@ int main(void)
     test_jail_uids();
     test_jail_plan();
     test_mem_seal();
+    test_copy_nonzero();
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
