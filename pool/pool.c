@@ -765,8 +765,8 @@ static void spare_start(struct pool *p)
     if (sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm) != 0)
         return;
     snprintf(vm->boot, sizeof(vm->boot), "pool"); /* unbound at a restart: removed */
-    if ((r = sbx_vm_overlay(vm, p->disk, 0)) != 0 || (r = sbx_vm_launch_restore(vm, p->mem)) != 0 ||
-        (r = sbx_vm_save(vm)) != 0) {
+    if ((r = sbx_vm_overlay(vm, p->disk, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, p->mem, 0)) != 0 || (r = sbx_vm_save(vm)) != 0) {
         LOGS(LOG_WARN, vm->id, "pool: cannot start the spare QEMU: %s", strerror(r < 0 ? -r : r));
         sbx_vm_destroy(vm);
         return;
@@ -813,8 +813,9 @@ static void pool_fill(struct pool *p)
     }
     snprintf(vm->boot, sizeof(vm->boot), "pool");
     p->fill_start = sbx_now_ms();
-    if ((r = sbx_vm_overlay(vm, p->disk, 0)) != 0 || (r = sbx_vm_launch_restore(vm, p->mem)) != 0 ||
-        (r = sbx_vm_save(vm)) != 0 || (r = vmm_restore(vm->vmm, p->snap, fill_restored, p)) != 0) {
+    if ((r = sbx_vm_overlay(vm, p->disk, 0)) != 0 ||
+        (r = sbx_vm_launch_restore(vm, p->mem, 0)) != 0 || (r = sbx_vm_save(vm)) != 0 ||
+        (r = vmm_restore(vm->vmm, p->snap, fill_restored, p)) != 0) {
         LOGS(LOG_WARN, vm->id, "pool: cannot start a VM: %s", strerror(r < 0 ? -r : r));
         sbx_vm_destroy(vm);
         kick_soon(p, 5.0);

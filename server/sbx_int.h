@@ -266,8 +266,10 @@ void sbx_net_ahead_free(struct sbx_table *t);
 /* Kill the policy changes still running (shutdown). */
 void sbx_net_apply_free(struct sbx_table *t);
 /* Start QEMU for a pool VM: restore mode over the template's RAM file mem_path (its
- * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno. */
-int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path);
+ * disk an overlay of the template's frozen one), WAITING for vmm_restore: 0 or -errno.
+ * Jailed, QEMU maps mem_fd, a sealed copy of that file (vmm_mem_seal), in its place;
+ * 0: the pool's. */
+int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path, int mem_fd);
 /* Re-attach to vm's QEMU after a restart: 0 or -errno (-ESRCH: it is gone). */
 int sbx_vm_adopt(struct sbx_vm *vm);
 /* Write vm's record to the vms table: 0, or the idx_* error (logged). */

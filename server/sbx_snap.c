@@ -822,12 +822,10 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     path_in(s, "state.snap", path, sizeof(path));
     /* A fork or a pause of a clone of the pool's template: its state is the pages the
      * sandbox owns over the template's RAM, which its forks map too (vmm.h
-     * VMM_SAVE_DELTA); a pause's keeps a copy of that file (base_keep). Jailed, a
-     * restore maps only the current template's sealed copy, which a paused sandbox may
-     * outlive: a jailed pause saves all the RAM, as does anything else (a booted VM,
-     * one adopted after a restart). */
+     * VMM_SAVE_DELTA); a pause's keeps a copy of that file (base_keep). Anything else
+     * (a booted VM, one adopted after a restart) saves all its RAM. */
     r = -ENOTSUP;
-    if ((fork || (pause && !t->jail)) && sb->vmr->mem[0]) {
+    if ((fork || pause) && sb->vmr->mem[0]) {
         snprintf(s->mem, sizeof(s->mem), "%s", sb->vmr->mem);
         if ((r = vmm_save(sb->vm, path, VMM_SAVE_DELTA | (fork ? VMM_SAVE_NOSYNC : 0), on_saved,
                           j)) != 0)
@@ -1111,7 +1109,8 @@ static int restore_into(struct sandbox *sb, struct sbx_vm *vm, const char *boot,
 
 static int restore_launch(struct sandbox *sb, const char *boot, const char *from,
                           const char *backing, const char *taken, const char *state,
-                          const char *mem_path, const struct net_policy *pol, struct sbx_err *err)
+                          const char *mem_path, int mem_fd, const struct net_policy *pol,
+                          struct sbx_err *err)
 {
     struct sbx_vm *vm;
     int r;
@@ -1131,7 +1130,7 @@ static int restore_launch(struct sandbox *sb, const char *boot, const char *from
     } else {
         r = sbx_vm_overlay(vm, backing, 0);
     }
-    if (r != 0 || (r = sbx_vm_launch_restore(vm, mem_path)) != 0)
+    if (r != 0 || (r = sbx_vm_launch_restore(vm, mem_path, mem_fd)) != 0)
         return launch_failed(sb, from, r, err);
     return restore_into(sb, vm, boot, from, state, err);
 }
@@ -1186,10 +1185,87 @@ static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const cha
     return restore_into(sb, vm, boot, into, state, err);
 }
 
+/* A jailed restore of a delta over a RAM file that is not the pool's current
+ * template's (a pause's copy after a rebuild or a reboot): the jail shows QEMU a
+ * sealed memfd in place of the file (vmm.h mem_fd), made first on the bg worker. */
+struct reseal {
+    struct sbx_table *t;
+    char sb_id[24];
+    char boot[16];
+    char mem[4096 + 300];
+    bool has_pol;
+    struct net_policy pol;
+    int fd; /* or -errno */
+};
+
+static int snap_launch_fd(struct sandbox *sb, const char *boot, const struct net_policy *pol,
+                          int mem_fd, struct sbx_err *err);
+
+static void reseal_work(void *arg)
+{
+    struct reseal *j = arg;
+
+    j->fd = vmm_mem_seal(j->mem);
+}
+
+static void reseal_done(void *arg)
+{
+    struct reseal *j = arg;
+    struct sandbox *sb = sbx_find(j->t, j->sb_id);
+    struct sbx_err err;
+    char reason[200];
+
+    if (!sb || sb->state != ST_STARTING || sb->vmr) {
+        /* Ended meanwhile: its ops went with it. */
+    } else if (j->fd < 0) {
+        LOGS(LOG_ERR, sb->id, "cannot seal %s for its jailed QEMU: %s", j->mem, strerror(-j->fd));
+        fail_create(sb, SBX_E_VM_START_FAILED, "cannot restore %s: %s", sb->id,
+                    "cannot seal its template's RAM for the jail");
+        snprintf(reason, sizeof(reason), "vm_start_failed: cannot seal its RAM file: %s",
+                 strerror(-j->fd));
+        sbx_die(sb, reason);
+    } else {
+        LOGS(LOG_DEBUG, sb->id, "sealed %s for its jailed QEMU", j->mem);
+        /* Failures end it dead, failing its ops (launch_failed). */
+        snap_launch_fd(sb, j->boot, j->has_pol ? &j->pol : NULL, j->fd, &err);
+    }
+    if (j->fd >= 0)
+        close(j->fd); /* QEMU has its own */
+    free(j);
+}
+
+static int reseal_start(struct sandbox *sb, const char *boot, const char *mem,
+                        const struct net_policy *pol, struct sbx_err *err)
+{
+    struct reseal *j = calloc(1, sizeof(*j));
+
+    if (!j) {
+        sbx_die(sb, "vm_start_failed: out of memory");
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    j->t = sb->t;
+    snprintf(j->sb_id, sizeof(j->sb_id), "%s", sb->id);
+    snprintf(j->boot, sizeof(j->boot), "%s", boot);
+    snprintf(j->mem, sizeof(j->mem), "%s", mem);
+    if (pol) {
+        j->has_pol = true;
+        j->pol = *pol;
+    }
+    j->fd = -1;
+    if (bg_run(sb->t->bg, reseal_work, reseal_done, j) != 0) {
+        free(j);
+        sbx_die(sb, "vm_start_failed: out of memory");
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    LOGS(LOG_INFO, sb->id, "starting: sealing %s for its jailed QEMU first", mem);
+    return 0;
+}
+
 /* A VM for sb restored from its snapshot sb->snap_id (see restore_launch). Its policy:
- * pol, else the snapshot's (networking was on), else the default. */
-static int snap_launch(struct sandbox *sb, const char *boot, const struct net_policy *pol,
-                       struct sbx_err *err)
+ * pol, else the snapshot's (networking was on), else the default. mem_fd: a sealed
+ * copy of a delta's RAM file for a jailed QEMU (0: the pool's, or one is made). */
+static int snap_launch_fd(struct sandbox *sb, const char *boot, const struct net_policy *pol,
+                          int mem_fd, struct sbx_err *err)
 {
     struct sbx_snap *s = snap_find(sb->t, sb->snap_id);
     char disk[4096 + 16], state[4096 + 16], from[64], mem[4096 + 300];
@@ -1201,30 +1277,29 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
     path_in(s, "disk.qcow2", disk, sizeof(disk));
     path_in(s, "state.snap", state, sizeof(state));
     snprintf(from, sizeof(from), "snapshot %s", s->id);
+    if (!pol && s->has_pol)
+        pol = &s->pol;
     /* A jailed QEMU (its own uid) opens the disk read-only through a bind mount of
      * this one file (vmm_jail.c plan_chain); state_dir is 0700, so no other host user
      * reaches it, and no other VM's jail shows it. A failure shows as QEMU's. */
     if (sb->t->jail && chmod(disk, 0644) != 0)
         LOGS(LOG_WARN, sb->id, "cannot make %s readable to the jail: %s", disk, strerror(errno));
     /* A delta goes over its template's RAM file, unchanged (vmm.h): a rebuilt template
-     * removed it (a pause's has a copy), and a jailed QEMU maps only the current one's
-     * sealed copy. */
-    if (s->mem[0] && (snap_mem(sb->t, s, mem, sizeof(mem)) != 0 ||
-                      (sb->t->jail && pool_mem_fd(sb->t->pool, mem) <= 0))) {
+     * removed it (a pause keeps a copy). A jailed QEMU maps a sealed copy of it: the
+     * pool's for its current template, else one made now. */
+    if (s->mem[0] && snap_mem(sb->t, s, mem, sizeof(mem)) != 0) {
         sbx_die(sb, "snapshot_invalid: its template's RAM file is gone");
         return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
                            "snapshot %s cannot be used: it holds the pages of a sandbox over "
                            "template %s's RAM file %s, which was rebuilt since",
                            s->id, s->tmpl, s->mem);
     }
+    if (s->mem[0] && sb->t->jail && mem_fd <= 0 && pool_mem_fd(sb->t->pool, mem) <= 0)
+        return reseal_start(sb, boot, mem, pol, err);
     /* Into a spare QEMU where one maps the same files (a resume too: its disk is then
      * copied, not taken). */
-    if (s->mem[0]) {
-        int r = spare_restore(sb, s, boot, from, disk, state,
-                              pol          ? pol
-                              : s->has_pol ? &s->pol
-                                           : NULL,
-                              err);
+    if (s->mem[0] && mem_fd <= 0) {
+        int r = spare_restore(sb, s, boot, from, disk, state, pol, err);
         if (r != 1)
             return r;
     }
@@ -1232,11 +1307,13 @@ static int snap_launch(struct sandbox *sb, const char *boot, const struct net_po
                           !strcmp(boot, "resume") && !strcmp(s->type, "pause") && s->disk_backing[0]
                               ? s->disk_backing
                               : NULL,
-                          state, s->mem[0] ? mem : NULL,
-                          pol          ? pol
-                          : s->has_pol ? &s->pol
-                                       : NULL,
-                          err);
+                          state, s->mem[0] ? mem : NULL, mem_fd, pol, err);
+}
+
+static int snap_launch(struct sandbox *sb, const char *boot, const struct net_policy *pol,
+                       struct sbx_err *err)
+{
+    return snap_launch_fd(sb, boot, pol, 0, err);
 }
 
 /* The create's op, once its VM is on its way (status 0). */
@@ -1274,8 +1351,8 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
         return create_op(sb, restore_into(sb, spare, "clone", from, snap, err), sink, user, opid,
                          err);
     }
-    return create_op(sb, restore_launch(sb, "clone", from, disk, NULL, snap, mem, pol, err), sink,
-                     user, opid, err);
+    return create_op(sb, restore_launch(sb, "clone", from, disk, NULL, snap, mem, 0, pol, err),
+                     sink, user, opid, err);
 }
 
 /* ---- pause and resume ---- */

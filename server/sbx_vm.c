@@ -294,7 +294,7 @@ int sbx_vm_overlay(struct sbx_vm *vm, const char *backing, uint64_t size)
     return vmm_qcow2_create(vm->disk, backing, size);
 }
 
-int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
+int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path, int mem_fd)
 {
     struct vmm_config vc;
 
@@ -304,7 +304,7 @@ int sbx_vm_launch_restore(struct sbx_vm *vm, const char *mem_path)
     vc.mem_path = mem_path;
     snprintf(vm->mem, sizeof(vm->mem), "%s", mem_path ? mem_path : "");
     if (mem_path && vc.jail)
-        vc.mem_fd = pool_mem_fd(vm->t->pool, mem_path);
+        vc.mem_fd = mem_fd > 0 ? mem_fd : pool_mem_fd(vm->t->pool, mem_path);
     return launch(vm, &vc);
 }
 

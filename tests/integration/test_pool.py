@@ -633,6 +633,32 @@ class TestPoolJailed(unittest.TestCase):
             self.assertEqual(int(st["CapEff"], 16), 0)
             self.assertEqual(os.readlink(f"/proc/{pids[0]}/root{mem}"), "/proc/self/fd/4")
             self.assertEqual(w.delete(fk).status, 200)
+            # A jailed pool sandbox's pause is a delta too, and resumes after a rebuild
+            # removed the template's RAM file: over a sealed copy of the copy in bases/.
+            w.run(sids[0], "echo ram-mine > /tmp/m")
+            r = w.request("POST", f"/v1/sandboxes/{sids[0]}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            with open(os.path.join(w.state_dir, "snapshots", r.json()["snapshot_id"],
+                                   "state.snap"), "rb") as f:
+                h = f.read(4096)
+            self.assertEqual(struct.unpack_from("<I", h, 44)[0], 2, "not a delta")
+            base = os.path.join(w.state_dir, "bases", os.path.basename(mem))
+            self.assertTrue(os.path.exists(base))
+            w.kill9()
+            with open(os.path.join(w.state_dir, "templates", tid, "state.snap"), "r+b") as f:
+                f.seek(8)
+                f.write(b"\xff\xff\xff\xff")  # the version: refused, rebuilt
+            w.start()
+            wait_pool_ready(w, 2)
+            self.assertNotEqual(template_ids(w), [tid])
+            self.assertFalse(os.path.exists(mem))
+            r = w.request("POST", f"/v1/sandboxes/{sids[0]}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            self.assertIn(f"sealing {base} for its jailed QEMU first", w.log_text())
+            self.assertEqual(w.run(sids[0], "cat /root/f /tmp/m")["stdout"], "mine\nram-mine\n")
+            (q,) = qemu_pids(w.get(sids[0]).json()["vm_id"])
+            self.assertEqual(os.readlink(f"/proc/{q}/root{base}"), "/proc/self/fd/4")
+            self.assertEqual(os.readlink(f"/proc/{q}/fd/4"), "/memfd:warren-template-ram (deleted)")
             for sid in sids:
                 self.assertEqual(w.delete(sid).status, 200)
         finally:
