@@ -147,8 +147,10 @@ def main():
         csrv, ccli, cfirst, fsrv, fcli = [], [], [], [], []
         for _ in range(a.boots):
             wait_ready(w, n)
-            deadline = time.time() + 30  # its spare QEMU started, and up (not timed)
-            while not pool(w)["spare"] and time.time() < deadline:
+            # Its spare QEMU started and past its QMP handshake (not timed): only such a
+            # spare is taken; one still starting would put its start into the create.
+            deadline = time.time() + 30
+            while not pool(w).get("spares_ready") and time.time() < deadline:
                 time.sleep(0.02)
             time.sleep(0.5)
             sids = []

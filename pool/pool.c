@@ -782,15 +782,6 @@ static void spare_drop(struct pool *p)
         sbx_vm_destroy(p->spares[--p->nspares]);
 }
 
-/* The newest spare (the caller's from then on), or NULL; another follows. */
-static struct sbx_vm *spare_pop(struct pool *p)
-{
-    if (!p->nspares)
-        return NULL;
-    kick_soon(p, 0.05);
-    return p->spares[--p->nspares];
-}
-
 /* Start one more VM if the pool is short and nothing else is filling it; the spare
  * QEMU once it is full. */
 static void pool_fill(struct pool *p)
@@ -850,6 +841,35 @@ static bool drop_from(struct sbx_vm **arr, unsigned *n, struct sbx_vm *vm)
     return false;
 }
 
+/* The oldest spare past its start-up (QMP ready: QEMU has opened its files), the
+ * caller's from then on, or NULL; another follows. */
+static struct sbx_vm *spare_up_take(struct pool *p)
+{
+    for (unsigned i = 0; i < p->nspares; i++) {
+        struct sbx_vm *vm = p->spares[i];
+        if (vm->vmm && !vm->gone && vmm_qmp_ready(vm->vmm)) {
+            drop_from(p->spares, &p->nspares, vm);
+            kick_soon(p, 0.05);
+            return vm;
+        }
+    }
+    return NULL;
+}
+
+/* A spare for a clone: one past its start-up, else the newest (its start then goes
+ * into the create), or NULL. */
+static struct sbx_vm *spare_pop(struct pool *p)
+{
+    struct sbx_vm *vm;
+
+    if (!p->nspares)
+        return NULL;
+    if ((vm = spare_up_take(p)))
+        return vm;
+    kick_soon(p, 0.05);
+    return p->spares[--p->nspares];
+}
+
 void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
 {
     double delay;
@@ -902,24 +922,15 @@ bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned v
 
 struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *backing)
 {
-    struct sbx_vm *vm;
     struct stat a, b;
 
     if (!p || p->state != TPL_READY || !p->verified || !p->nspares || strcmp(mem, p->mem) != 0 ||
         stat(backing, &a) != 0 || stat(p->disk, &b) != 0 || a.st_dev != b.st_dev ||
         a.st_ino != b.st_ino)
         return NULL;
-    /* The oldest spare past its start-up: the caller rewrites its overlay, which a
-     * QEMU still starting may be reading (a torn header: measured). */
-    for (unsigned i = 0; i < p->nspares; i++) {
-        vm = p->spares[i];
-        if (vm->vmm && !vm->gone && vmm_qmp_ready(vm->vmm)) {
-            drop_from(p->spares, &p->nspares, vm);
-            kick_soon(p, 0.05);
-            return vm;
-        }
-    }
-    return NULL;
+    /* Only one past its start-up: the caller rewrites its overlay, which a QEMU still
+     * starting may be reading (a torn header: measured). */
+    return spare_up_take(p);
 }
 
 json_t *pool_stats(const struct pool *p)
