@@ -46,6 +46,25 @@ def wait_pool_ready(w, n, timeout=90):
     raise AssertionError(f"pool never had {n} ready: {pool(w)}\n{w.log_text()}")
 
 
+def snap_header(w, snap_id):
+    """A snapshot's state file header (vmm-driver/vmm_snap.c): its flags and the RAM
+    file a delta goes over."""
+    with open(os.path.join(w.state_dir, "snapshots", snap_id, "state.snap"), "rb") as f:
+        h = f.read(4096)
+    return struct.unpack_from("<I", h, 44)[0], h[128:192].split(b"\0", 1)[0].decode()
+
+
+def pause_delta(tc, w, sid):
+    """Pause sid: it is answered paused and its snapshot is a delta (flags DELTA); the
+    RAM file it goes over."""
+    r = w.request("POST", f"/v1/sandboxes/{sid}/pause", {})
+    tc.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+    tc.assertEqual(r.json()["state"], "paused", r.json())
+    flags, base = snap_header(w, r.json()["snapshot_id"])
+    tc.assertEqual(flags, 2, "not a delta")
+    return base
+
+
 def template_ids(w):
     d = os.path.join(w.state_dir, "templates")
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -181,6 +200,21 @@ class TestPool(unittest.TestCase):
         self.assertEqual(len(body["sandboxes"]), count, body)
         return body["snapshot_id"], [x["id"] for x in body["sandboxes"]]
 
+    def busy_pool_sandbox(self, blob_mb, path, marker):
+        """A sandbox from the pool running COUNTER, with blob_mb MiB of random bytes in
+        /tmp/blob and marker in the file path: its id and the blob's md5."""
+        w = self.w
+        wait_pool_ready(w, 1)
+        a, ja = self.create()
+        self.assertEqual(ja["source"], "pool", ja)
+        r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
+        self.assertEqual(r.status, 201, r)
+        w.run(a, f"echo {marker} > {path} && sync")
+        blob = os.urandom(blob_mb << 20)
+        r = w.request("PUT", f"/v1/sandboxes/{a}/files?path=/tmp/blob", body=blob)
+        self.assertEqual(r.status, 200, r)
+        return a, hashlib.md5(blob).hexdigest()
+
     def assert_delta(self, snap_id, parent, min_pages, kind="fork"):
         """The fork's (or pause's) snapshot is a delta over the template's RAM file: its header
         (vmm-driver/vmm_snap.c) says version 2, flag DELTA, npages pages over
@@ -219,17 +253,8 @@ class TestPool(unittest.TestCase):
 
     def test_1c_fork_of_a_pool_sandbox_is_a_delta(self):
         w = self.w
-        wait_pool_ready(w, 1)
-        a, ja = self.create()
-        self.assertEqual(ja["source"], "pool", ja)
-        r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
-        self.assertEqual(r.status, 201, r)
-        w.run(a, "echo pool-parent > /root/f && sync")
         # 8 MiB in /tmp (a tmpfs: guest RAM, pages the parent now owns).
-        blob = os.urandom(8 << 20)
-        r = w.request("PUT", f"/v1/sandboxes/{a}/files?path=/tmp/blob", body=blob)
-        self.assertEqual(r.status, 200, r)
-        md5 = hashlib.md5(blob).hexdigest()
+        a, md5 = self.busy_pool_sandbox(8, "/root/f", "pool-parent")
         self.assertEqual(w.run(a, "md5sum /tmp/blob")["stdout"].split()[0], md5)
         self.assertTrue(self.counting(a))
 
@@ -283,16 +308,7 @@ class TestPool(unittest.TestCase):
         need after a rebuild or a reboot removed the /dev/shm file (test_2 resumes this
         one then). Its resume goes into a QEMU the pool started ahead."""
         w = self.w
-        wait_pool_ready(w, 1)
-        a, ja = self.create()
-        self.assertEqual(ja["source"], "pool", ja)
-        r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
-        self.assertEqual(r.status, 201, r)
-        blob = os.urandom(4 << 20)
-        r = w.request("PUT", f"/v1/sandboxes/{a}/files?path=/tmp/blob", body=blob)
-        self.assertEqual(r.status, 200, r)
-        md5 = hashlib.md5(blob).hexdigest()
-        w.run(a, "echo paused-pool > /root/pz && sync")
+        a, md5 = self.busy_pool_sandbox(4, "/root/pz", "paused-pool")
         self.assertTrue(self.counting(a))
         tid = template_ids(w)[0]
         base = os.path.join(w.state_dir, "bases", f"warren-{tid}.mem")
@@ -362,13 +378,7 @@ class TestPool(unittest.TestCase):
             (q,) = qemu_pids(w.get(pa).json()["vm_id"])
             with open(f"/proc/{q}/maps") as f:
                 self.assertIn(base, f.read())
-            r = w.request("POST", f"/v1/sandboxes/{pa}/pause", {})
-            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
-            with open(os.path.join(w.state_dir, "snapshots", r.json()["snapshot_id"],
-                                   "state.snap"), "rb") as f:
-                h = f.read(4096)
-            self.assertEqual(struct.unpack_from("<I", h, 44)[0], 2, "not a delta")
-            self.assertEqual(h[128:192].split(b"\0", 1)[0].decode(), os.path.basename(base))
+            self.assertEqual(pause_delta(self, w, pa), os.path.basename(base))
         r = w.request("POST", f"/v1/sandboxes/{pa}/resume", {})
         self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
         self.assertEqual(w.run(pa, "cat /root/pz")["stdout"], "paused-pool\n")
@@ -618,11 +628,7 @@ class TestPoolJailed(unittest.TestCase):
             self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
             body = r.json()
             fk = body["sandboxes"][0]["id"]
-            with open(os.path.join(w.state_dir, "snapshots", body["snapshot_id"], "state.snap"),
-                      "rb") as f:
-                h = f.read(4096)
-            self.assertEqual(struct.unpack_from("<I", h, 44)[0], 2, "not a delta")
-            self.assertEqual(h[128:192].split(b"\0", 1)[0].decode(), os.path.basename(mem))
+            self.assertEqual(snap_header(w, body["snapshot_id"]), (2, os.path.basename(mem)))
             self.assertEqual(w.run(fk, "cat /root/p /tmp/r")["stdout"], "from-parent\nram\n")
             pids = qemu_pids(w.get(fk).json()["vm_id"])
             self.assertEqual(len(pids), 1, pids)
@@ -636,12 +642,7 @@ class TestPoolJailed(unittest.TestCase):
             # A jailed pool sandbox's pause is a delta too, and resumes after a rebuild
             # removed the template's RAM file: over a sealed copy of the copy in bases/.
             w.run(sids[0], "echo ram-mine > /tmp/m")
-            r = w.request("POST", f"/v1/sandboxes/{sids[0]}/pause", {})
-            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
-            with open(os.path.join(w.state_dir, "snapshots", r.json()["snapshot_id"],
-                                   "state.snap"), "rb") as f:
-                h = f.read(4096)
-            self.assertEqual(struct.unpack_from("<I", h, 44)[0], 2, "not a delta")
+            self.assertEqual(pause_delta(self, w, sids[0]), os.path.basename(mem))
             base = os.path.join(w.state_dir, "bases", os.path.basename(mem))
             self.assertTrue(os.path.exists(base))
             w.kill9()
