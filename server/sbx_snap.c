@@ -827,6 +827,13 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     r = -ENOTSUP;
     if ((fork || pause) && sb->vmr->mem[0]) {
         snprintf(s->mem, sizeof(s->mem), "%s", sb->vmr->mem);
+        /* A fork restores over the file (or a pause's copy of it), which a rebuilt
+         * template removed: all the RAM then. A pause copies it from QEMU's fd. */
+        char mem[4096 + 300];
+        if (fork && snap_mem(t, s, mem, sizeof(mem)) != 0)
+            s->mem[0] = 0;
+    }
+    if (s->mem[0]) {
         if ((r = vmm_save(sb->vm, path, VMM_SAVE_DELTA | (fork ? VMM_SAVE_NOSYNC : 0), on_saved,
                           j)) != 0)
             s->mem[0] = 0;

@@ -541,6 +541,44 @@ class TestPool(unittest.TestCase):
         self.assertEqual((h["templates"], h["template_mem"]), (1, 1), h)
         self.assertEqual(h["leaked"], [], h)
 
+    def test_2e_fork_and_pause_after_a_rebuild_while_running(self):
+        """The template is rebuilt while a pool sandbox runs (its snapshot refused at a
+        refill): the RAM file the sandbox maps is gone by name. Its fork then takes all
+        its RAM (a delta would need that file); its pause is still a delta, its copy of
+        the RAM file made from QEMU's open fd, and it resumes over that copy."""
+        w = self.w
+        wait_pool_ready(w, 2)
+        (tid,) = template_ids(w)
+        mem = f"/dev/shm/warren-{tid}.mem"
+        a, md5 = self.busy_pool_sandbox(2, "/root/live", "before-rebuild")
+        with open(os.path.join(w.state_dir, "templates", tid, "state.snap"), "r+b") as f:
+            f.seek(8)
+            f.write(b"\xff\xff\xff\xff")  # the version: the next restore refuses it
+        b = w.create()  # its refill is refused and rebuilds the template
+        deadline = time.time() + 60
+        while time.time() < deadline and (os.path.exists(mem) or template_ids(w) == [tid]):
+            time.sleep(0.2)
+        self.assertFalse(os.path.exists(mem), w.log_text())
+        snap, (f1,) = self.fork(a, 1)
+        self.assertEqual(snap_header(w, snap), (0, ""))  # all the RAM
+        self.assertEqual(w.run(f1, "cat /root/live; md5sum /tmp/blob")["stdout"].split()[:2],
+                         ["before-rebuild", md5])
+        self.assertTrue(self.counting(f1))
+        base = os.path.join(w.state_dir, "bases", os.path.basename(mem))
+        self.assertEqual(pause_delta(self, w, a), os.path.basename(mem))
+        self.assertTrue(os.path.exists(base))
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(w.run(a, "cat /root/live; md5sum /tmp/blob")["stdout"].split()[:2],
+                         ["before-rebuild", md5])
+        self.assertTrue(self.counting(a))
+        for x in (f1, a, b):
+            self.assertEqual(w.delete(x).status, 200)
+        deadline = time.time() + 15
+        while time.time() < deadline and os.path.exists(base):
+            time.sleep(0.2)
+        self.assertFalse(os.path.exists(base))
+
     def test_3_nothing_left(self):
         w = self.w
         wait_pool_ready(w, 2)
