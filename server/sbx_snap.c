@@ -827,10 +827,12 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     r = -ENOTSUP;
     if ((fork || pause) && sb->vmr->mem[0]) {
         snprintf(s->mem, sizeof(s->mem), "%s", sb->vmr->mem);
-        /* A fork restores over the file (or a pause's copy of it), which a rebuilt
-         * template removed: all the RAM then. A pause copies it from QEMU's fd. */
-        char mem[4096 + 300];
-        if (fork && snap_mem(t, s, mem, sizeof(mem)) != 0)
+        /* A delta restores over the file (or a pause's copy of it), which a rebuilt
+         * template removed: all the RAM then, unless (a pause) QEMU holds the file
+         * open to copy it from (base_keep; a jailed QEMU holds a memfd instead). */
+        char mem[4096 + 300], held[64 + 256 + 2];
+        if (snap_mem(t, s, mem, sizeof(mem)) != 0 &&
+            (fork || !held_open(sb->vmr->pid, s->mem, held, sizeof(held))))
             s->mem[0] = 0;
     }
     if (s->mem[0]) {

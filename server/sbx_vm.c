@@ -154,6 +154,8 @@ int sbx_vm_save(struct sbx_vm *vm)
         json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
     if (o && vm->backing[0])
         json_object_set_new(o, "backing", json_string(vm->backing));
+    if (o && vm->mem[0])
+        json_object_set_new(o, "mem_path", json_string(vm->mem));
     if (o && vm->t->net) {
         json_object_set_new(o, "internet", json_boolean(vm->pol.internet));
         if (vm->pol.allow_out[0])
@@ -317,6 +319,10 @@ int sbx_vm_adopt(struct sbx_vm *vm)
     if (vm->pid <= 0)
         return -ESRCH;
     vm_config(vm, &vc);
+    if (vm->mem[0]) { /* restored over a RAM file: the driver finds it mapped */
+        vc.boot = VMM_BOOT_RESTORE;
+        vc.mem_path = vm->mem;
+    }
     r = vmm_adopt(vm->t->loop, &vc, vm->pid, &vm_cbs, vm, &vmm);
     if (r != 0)
         return r;
@@ -404,8 +410,11 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     vm->pid = (pid_t)pid;
     {
         const char *backing = json_string_value(json_object_get(o, "backing"));
+        const char *mem_path = json_string_value(json_object_get(o, "mem_path"));
         if (backing && strlen(backing) < sizeof(vm->backing))
             snprintf(vm->backing, sizeof(vm->backing), "%s", backing);
+        if (mem_path && strlen(mem_path) < sizeof(vm->mem))
+            snprintf(vm->mem, sizeof(vm->mem), "%s", mem_path);
     }
     {
         json_t *slot = json_object_get(o, "net_slot");

@@ -879,10 +879,11 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     if (cfg->boot == VMM_BOOT_RESTORE && cfg->mem_path) {
         const char *slash = strrchr(cfg->mem_path, '/');
         struct stat st;
-        if ((cfg->mem_fd > 0 ? fstat(cfg->mem_fd, &st) : stat(cfg->mem_path, &st)) == 0 &&
-            strlen(slash ? slash + 1 : cfg->mem_path) < sizeof(vm->mem_base)) {
-            vm->map_ino = st.st_ino;
+        if (strlen(slash ? slash + 1 : cfg->mem_path) < sizeof(vm->mem_base)) {
             snprintf(vm->mem_base, sizeof(vm->mem_base), "%s", slash ? slash + 1 : cfg->mem_path);
+            /* An adopted VM's is looked up in its maps instead (vmm_adopt). */
+            if ((cfg->mem_fd > 0 ? fstat(cfg->mem_fd, &st) : stat(cfg->mem_path, &st)) == 0)
+                vm->map_ino = st.st_ino;
         }
     }
     vm->mem_mb = cfg->mem_mb ? cfg->mem_mb : 256;
@@ -1238,6 +1239,7 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
         goto fail;
     /* A VM started before qemu.log was bounded has no pipe: nothing to read. */
     (void)qout_open(vm);
+    vm->map_ino = vm->mem_base[0] ? vmm_delta_map_ino(pid, cfg->mem_path, vm->mem_mb) : 0;
     vm->pid = pid;
     vm->pidfd = pidfd;
     /* Whatever it was doing: the first query-status says (running, paused, inmigrate). */

@@ -232,7 +232,10 @@ int vmm_launch(struct ev_loop *loop, const struct vmm_config *cfg, const struct 
  * cfg->run_dir) and is still running as pid: its /proc cmdline must carry that
  * VM's -name and QMP socket (pid reuse cannot pass). QMP, console (appended to
  * the existing log) and channel are reconnected. -ESRCH if it is gone or is
- * not that VM. */
+ * not that VM. A VM launched in restore mode over a RAM file (cfg->boot
+ * VMM_BOOT_RESTORE, cfg->mem_path as at launch) is found mapping it (or, jailed,
+ * its sealed memfd) in /proc/pid/maps, so that its deltas can be taken again
+ * (VMM_SAVE_DELTA); found nowhere, it saves all its RAM. */
 int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
               const struct vmm_cbs *cbs, void *ud, struct vmm **out);
 
@@ -352,7 +355,7 @@ int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
  * It restores only into a VM launched over a RAM file of the same name (the header
  * records it; such a file never changes: see Boot modes), whose QEMU gets the pages
  * (process_vm_writev) before the device state. -ENOTSUP for any other VM (booted, or
- * adopted after a restart: the driver does not know its RAM file). */
+ * adopted without a RAM file found mapped: vmm_adopt). */
 #define VMM_SAVE_DELTA 2u
 int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud);
 

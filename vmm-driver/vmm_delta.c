@@ -62,6 +62,36 @@ static uintptr_t find_mapping(pid_t pid, ino_t ino, uint64_t len)
     return found;
 }
 
+ino_t vmm_delta_map_ino(pid_t pid, const char *path, unsigned mem_mb)
+{
+    char maps[64], line[4096 + 128];
+    uint64_t len = (uint64_t)mem_mb << 20;
+    size_t plen = strlen(path);
+    ino_t found = 0;
+    FILE *f;
+
+    snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+    if (!(f = fopen(maps, "re")))
+        return 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        unsigned long long lo, hi, off, node;
+        unsigned maj, mnr;
+        int name = 0;
+
+        line[strcspn(line, "\n")] = 0;
+        if (sscanf(line, "%llx-%llx %*4s %llx %x:%x %llu %n", &lo, &hi, &off, &maj, &mnr, &node,
+                   &name) != 6 ||
+            !name || off != 0 || hi - lo != len || !node)
+            continue;
+        const char *n = line + name;
+        if ((!strncmp(n, path, plen) && (!n[plen] || !strcmp(n + plen, " (deleted)"))) ||
+            !strncmp(n, "/memfd:" VMM_MEM_MEMFD_NAME " ", strlen("/memfd:" VMM_MEM_MEMFD_NAME " ")))
+            found = (ino_t)node;
+    }
+    fclose(f);
+    return found;
+}
+
 /* Move n pages (consecutive in the guest from page `first`) between the buffer and
  * pid's mapping at base: out of it (read) or into it. 0 or -errno. */
 static int move_run(pid_t pid, uintptr_t base, uint32_t first, uint32_t n, uint8_t *buf, bool read)

@@ -361,6 +361,11 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
  * Sets info->dev_len and npages. 0 or -errno with why. */
 int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
                     char *why, size_t cap);
+/* The name of the memfd vmm_mem_seal makes (shown as "/memfd:<name> (deleted)"). */
+#define VMM_MEM_MEMFD_NAME "warren-template-ram"
+/* The inode of pid's guest-RAM mapping (offset 0, mem_mb long) of the file path (also
+ * once removed) or of a memfd warrend sealed (vmm_mem_seal), or 0 if none. */
+ino_t vmm_delta_map_ino(pid_t pid, const char *path, unsigned mem_mb);
 /* Pure: decode a delta's page list (n little-endian u32 at raw) into out (raw may be
  * out): each page inside the guest's total pages, strictly ascending. 0, or -EINVAL
  * with why. */

@@ -412,7 +412,7 @@ int vmm_mem_seal(const char *path)
         r = errno ? -errno : -EINVAL;
         goto out;
     }
-    if ((fd = memfd_create("warren-template-ram", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0 ||
+    if ((fd = memfd_create(VMM_MEM_MEMFD_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0 ||
         ftruncate(fd, st.st_size) != 0) {
         r = -errno;
         goto out;

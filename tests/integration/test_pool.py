@@ -408,8 +408,9 @@ class TestPool(unittest.TestCase):
         self.assertEqual(j["source"], "pool", j)
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         w.delete(sid)
-        # The fork was adopted: it knows no RAM file now, so its own fork saves all
-        # its RAM (a full snapshot, version 2, no flags) and still sees the file.
+        # The fork was adopted over the old template's RAM file, which the rebuild
+        # removed: its own fork saves all its RAM (a full snapshot, version 2, no
+        # flags) and still sees the file.
         w.wait_state(fk, ["running"])
         fsnap2, (g,) = self.fork(fk, 1)
         with open(os.path.join(w.state_dir, "snapshots", fsnap2, "state.snap"), "rb") as f:
@@ -452,10 +453,24 @@ class TestPool(unittest.TestCase):
         w = self.w
         wait_pool_ready(w, 2)
         tid = template_ids(w)
+        # A pool sandbox adopted by the restart still forks and pauses as deltas: its
+        # VM's record names its RAM file, which the driver finds mapped in QEMU.
+        a, md5 = self.busy_pool_sandbox(1, "/root/adopted", "adopted")
         w.kill9()
         w.start()
         p = wait_pool_ready(w, 2)
         self.assertEqual(p["rebuilds"], 0, p)
+        w.wait_state(a, ["running"])
+        snap, (f1,) = self.fork(a, 1)
+        self.assertEqual(snap_header(w, snap), (2, f"warren-{tid[0]}.mem"))
+        self.assertEqual(w.run(f1, "cat /root/adopted; md5sum /tmp/blob")["stdout"].split()[:2],
+                         ["adopted", md5])
+        self.assertEqual(pause_delta(self, w, a), f"warren-{tid[0]}.mem")
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertTrue(self.counting(a))
+        for x in (f1, a):
+            self.assertEqual(w.delete(x).status, 200)
         self.assertEqual(template_ids(w), tid)
         self.assertIn("pool: reusing template minimal snapshot", w.log_text())
         self.assertIn("pool VM of an earlier warrend: removing it", w.log_text())
@@ -698,6 +713,13 @@ class TestPoolJailed(unittest.TestCase):
             (q,) = qemu_pids(w.get(sids[0]).json()["vm_id"])
             self.assertEqual(os.readlink(f"/proc/{q}/root{base}"), "/proc/self/fd/4")
             self.assertEqual(os.readlink(f"/proc/{q}/fd/4"), "/memfd:warren-template-ram (deleted)")
+            # A jailed clone adopted by that restart maps a memfd of the removed file: the
+            # driver finds it mapped, and its pause is a delta over the copy sids[0]'s
+            # pause keeps.
+            self.assertEqual(pause_delta(self, w, sids[1]), os.path.basename(mem))
+            r = w.request("POST", f"/v1/sandboxes/{sids[1]}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            self.assertEqual(w.run(sids[1], "cat /root/p /tmp/r")["stdout"], "from-parent\nram\n")
             for sid in sids:
                 self.assertEqual(w.delete(sid).status, 200)
         finally:

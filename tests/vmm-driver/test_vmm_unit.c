@@ -1254,6 +1254,47 @@ static void test_copy_nonzero(void)
     close(in);
 }
 
+/* vmm_delta_map_ino finds a process's guest-RAM mapping by its file's path (also once
+ * removed) and size, or a sealed memfd of that name; nothing else. */
+static void test_map_ino(void)
+{
+    char path[300], other[300];
+    const size_t sz = 1u << 20;
+    struct stat st;
+    void *m, *m2 = MAP_FAILED;
+    int fd, mfd;
+
+    snprintf(path, sizeof(path), "%s/warren-vm-unit.mem", dir);
+    snprintf(other, sizeof(other), "%s/warren-vm-unit.mem2", dir);
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)sz) == 0 && fstat(fd, &st) == 0);
+    m = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    CHECK(m != MAP_FAILED);
+    close(fd);
+    CHECK(vmm_delta_map_ino(getpid(), path, 1) == st.st_ino);
+    CHECK(vmm_delta_map_ino(getpid(), path, 2) == 0); /* not that size */
+    CHECK(vmm_delta_map_ino(getpid(), other, 1) == 0);
+    CHECK(unlink(path) == 0);
+    CHECK(vmm_delta_map_ino(getpid(), path, 1) == st.st_ino); /* "(deleted)" */
+    if (m != MAP_FAILED)
+        munmap(m, sz);
+    CHECK(vmm_delta_map_ino(getpid(), path, 1) == 0);
+    /* A sealed memfd (what a jailed QEMU maps), whatever path the VM was given. */
+    fd = open(other, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, (off_t)sz) == 0);
+    close(fd);
+    mfd = vmm_mem_seal(other);
+    CHECK(mfd > 0);
+    if (mfd > 0 && fstat(mfd, &st) == 0 && (size_t)st.st_size >= sz)
+        m2 = mmap(NULL, sz, PROT_READ, MAP_PRIVATE, mfd, 0);
+    CHECK(m2 != MAP_FAILED);
+    CHECK(vmm_delta_map_ino(getpid(), path, 1) == st.st_ino);
+    if (m2 != MAP_FAILED)
+        munmap(m2, sz);
+    if (mfd > 0)
+        close(mfd);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -1280,6 +1321,7 @@ int main(void)
     test_jail_plan();
     test_mem_seal();
     test_copy_nonzero();
+    test_map_ino();
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
