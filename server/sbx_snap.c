@@ -43,7 +43,7 @@ struct sbx_snap {
                    * nothing depends on it: sbx_snap_tick) */
     char disk_backing[4096 + 16]; /* what its disk.qcow2 is backed by, as warrend named it (and
                                    * wrote it there: copy_work); "" from an older warrend */
-    /* A delta (VMM_SAVE_DELTA: a fork's, or an unjailed pause's): the template RAM file
+    /* A delta (VMM_SAVE_DELTA: a fork's or a pause's): the template RAM file
      * its pages go over, which every sandbox restored from it maps; "" when its state
      * file holds all the RAM. A pause's outlives that file in /dev/shm through a copy
      * in state_dir/bases/ (base_keep). */
@@ -823,7 +823,8 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     /* A fork or a pause of a clone of the pool's template: its state is the pages the
      * sandbox owns over the template's RAM, which its forks map too (vmm.h
      * VMM_SAVE_DELTA); a pause's keeps a copy of that file (base_keep). Anything else
-     * (a booted VM, one adopted after a restart) saves all its RAM. */
+     * (a booted VM, one adopted without its RAM file found: vmm_adopt) saves all its
+     * RAM. */
     r = -ENOTSUP;
     if ((fork || pause) && sb->vmr->mem[0]) {
         snprintf(s->mem, sizeof(s->mem), "%s", sb->vmr->mem);
