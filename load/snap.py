@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 from warren import Warren  # noqa: E402
 from bench import pct, print_table  # noqa: E402
-from test_pool import wait_pool_ready  # noqa: E402
+from test_pool import wait_pool_ready, wait_spares_ready as wait_spares  # noqa: E402
 
 
 def ms(x):
@@ -53,16 +53,6 @@ def counting_sandbox(w):
     assert r.status == 201, r
     w.run(sid, "true")
     return sid
-
-
-def wait_spares(w, n, timeout=120):
-    """Until the pool has n spare QEMUs past their start-up again (started one per
-    loop turn; a fork takes only those)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if w.request("GET", "/healthz").json()["pool"].get("spares_ready", 0) >= n:
-            return
-        time.sleep(0.1)
 
 
 def forks(w, sid, a, rows, what):

@@ -1056,6 +1056,35 @@ static void fail_create(struct sandbox *sb, enum sbx_errcode code, const char *f
     }
 }
 
+static void paused_now(struct sandbox *sb, struct op *op);
+
+/* A resume of sb failed before its guest came back (the restore refused, QEMU not
+ * started): its pause snapshot is intact, so it is PAUSED again rather than dead, the
+ * resume's ops failed with code and message (the caller's). A disk the VM took from
+ * the snapshot goes back first. true if so; false: not a resume, or it cannot be
+ * undone (the caller ends it dead). */
+static bool resume_undo(struct sandbox *sb, enum sbx_errcode code, const char *msg)
+{
+    struct sbx_snap *s = snap_find(sb->t, sb->snap_id);
+    char disk[4096 + 16];
+
+    if (sb->state != ST_STARTING || !sb->vmr || strcmp(sb->vmr->boot, "resume") != 0 || !s ||
+        strcmp(s->type, "pause") != 0)
+        return false;
+    path_in(s, "disk.qcow2", disk, sizeof(disk));
+    if (access(disk, F_OK) != 0 && rename(sb->vmr->disk, disk) != 0) {
+        LOGS(LOG_ERR, sb->id, "cannot give its disk back to snapshot %s: %s", s->id,
+             strerror(errno));
+        return false;
+    }
+    if (sbx_state_set(sb, ST_PAUSED) != 0)
+        return false;
+    fail_create(sb, code, "%s%s", msg, "");
+    paused_now(sb, NULL);
+    LOGS(LOG_WARN, sb->id, "the resume failed (%s): paused again (snapshot %s)", msg, s->id);
+    return true;
+}
+
 static void on_restored(void *ud, int err, const char *why)
 {
     struct sandbox *sb = ud;
@@ -1067,6 +1096,10 @@ static void on_restored(void *ud, int err, const char *why)
     if (sbx_state_final(sb->state))
         return;
     if (err != 0) {
+        snprintf(reason, sizeof(reason), "snapshot %s cannot be restored: %s", src, why);
+        if (resume_undo(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED,
+                        reason))
+            return;
         /* -EINVAL: the file itself was refused (corrupt, truncated, another QEMU). */
         fail_create(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED,
                     "snapshot %s cannot be restored: %s", src, why);
@@ -1096,6 +1129,11 @@ static int launch_failed(struct sandbox *sb, const char *from, int r, struct sbx
 {
     LOGS(LOG_ERR, sb->id, "cannot start from %s: %s", from, strerror(-r));
     sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
+    if (resume_undo(sb, SBX_E_VM_START_FAILED, err->msg)) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof(err->msg) - n, ": sandbox %s stays paused", sb->id);
+        return SBX_E_VM_START_FAILED;
+    }
     sbx_die(sb, "vm_start_failed");
     return SBX_E_VM_START_FAILED;
 }
@@ -1367,32 +1405,21 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
 
 /* ---- pause and resume ---- */
 
-/* The pause's snapshot s is recorded: the sandbox is PAUSED from now on (the index
- * first), then its VM goes. */
-static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op)
+/* sb has just become PAUSED: recorded so (the index first), op (if any) answered with
+ * its record, every other op failed, then its VM goes. */
+static void paused_now(struct sandbox *sb, struct op *op)
 {
-    struct sbx_table *t = sb->t;
-    struct sbx_vm *vm;
-    char old[24];
+    struct sbx_vm *vm = sb->vmr;
 
-    snprintf(old, sizeof(old), "%s", sb->snap_id);
-    snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", s->id);
-    if (sbx_state_set(sb, ST_PAUSED) != 0) {
-        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", old);
-        if (op)
-            ops_fail(op, SBX_E_CONFLICT, "sandbox %s cannot be paused now", sb->id);
-        sandbox_continue(sb);
-        return;
-    }
     sb->paused_ms = sbx_wall_ms();
     sb->paused_mono = sbx_now_ms();
     sb->ready = false;
-    vm = sb->vmr;
     sb->vm_id[0] = 0;
     /* Paused in the index (naming no VM) before the VM and its record go: a kill -9 in
      * between finds a paused sandbox and a VM no sandbox names, which it removes. */
     sbx_save(sb);
-    ev_timer_stop(t->loop, &sb->backoff_timer);
+    ev_timer_stop(sb->t->loop, &sb->backoff_timer);
+    ev_timer_stop(sb->t->loop, &sb->boot_timer);
     if (op)
         ops_finish(op, NULL, sbx_json(sb));
     ops_fail_all(sb, SBX_E_CHANNEL_LOST, "the sandbox was paused");
@@ -1406,6 +1433,24 @@ static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op
     sb->vmr = NULL;
     sb->vm = NULL;
     sb->vm_gone = false;
+}
+
+/* The pause's snapshot s is recorded: the sandbox is PAUSED from now on (the index
+ * first), then its VM goes. */
+static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op)
+{
+    char old[24];
+
+    snprintf(old, sizeof(old), "%s", sb->snap_id);
+    snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", s->id);
+    if (sbx_state_set(sb, ST_PAUSED) != 0) {
+        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", old);
+        if (op)
+            ops_fail(op, SBX_E_CONFLICT, "sandbox %s cannot be paused now", sb->id);
+        sandbox_continue(sb);
+        return;
+    }
+    paused_now(sb, op);
     LOGS(LOG_INFO, sb->id, "paused (snapshot %s)", s->id);
 }
 

@@ -16,7 +16,8 @@ static const struct {
     unsigned flags;
     unsigned to; /* TO() of each state it may go to */
 } states[ST__COUNT] = {
-    [ST_STARTING] = {"starting", F_LIVE, TO(ST_RUNNING) | TO(ST_ENDED) | TO(ST_DEAD)},
+    [ST_STARTING] = {"starting", F_LIVE,
+                     TO(ST_RUNNING) | TO(ST_PAUSED) | TO(ST_ENDED) | TO(ST_DEAD)},
     [ST_RUNNING] = {"running", F_LIVE | F_OPS | F_EXPIRES,
                     TO(ST_FROZEN) | TO(ST_PAUSED) | TO(ST_ENDED) | TO(ST_DEAD)},
     [ST_ENDED] = {"ended", F_FINAL, 0},

@@ -65,6 +65,15 @@ def pause_delta(tc, w, sid):
     return base
 
 
+def wait_spares_ready(w, n=1, timeout=120):
+    """Until the pool has n spare QEMUs past their start-up (a fork or resume takes only
+    those; they start one per loop turn)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and pool(w).get("spares_ready", 0) < n:
+        time.sleep(0.05)
+    assert pool(w).get("spares_ready", 0) >= n, pool(w)
+
+
 def template_ids(w):
     d = os.path.join(w.state_dir, "templates")
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -331,6 +340,24 @@ class TestPool(unittest.TestCase):
             out = w.run(a, "cat /root/pz; md5sum /tmp/blob")["stdout"].split()
             self.assertEqual(out[:2], ["paused-pool", md5], out)
             self.assertTrue(self.counting(a))
+        # A resume into a spare whose restore fails (the pause file damaged) leaves it
+        # paused, the file and disk intact (the spare is spent); mended, it stays paused
+        # for test_2.
+        path = os.path.join(w.state_dir, "snapshots", snap, "state.snap")
+        with open(path, "r+b") as f:
+            f.seek(8192)
+            orig = f.read(64)
+            f.seek(8192)
+            f.write(bytes(x ^ 0xFF for x in orig))
+        wait_spares_ready(w)
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+        self.assertIn(f"restored from snapshot {snap}, into a QEMU started ahead (resume)",
+                      w.log_text())
+        self.assertEqual(w.get(a).json()["state"], "paused")
+        with open(path, "r+b") as f:
+            f.seek(8192)
+            f.write(orig)
         type(self).paused = (a, md5, base)
 
     def test_2_corrupt_snapshot_rebuilt(self):

@@ -453,6 +453,44 @@ class TestSnapshots(WarrenCase):
         self.assertEqual(w.run(b, "cat /root/c3")["stdout"], "late\n")
         w.delete(b)
 
+    def test_6d_failed_resume_stays_paused(self):
+        """A resume whose restore fails (here its pause file is damaged) leaves the
+        sandbox paused, its pause snapshot and disk intact; requests waiting on that
+        resume get its error. Once the file is mended, a resume brings it back with its
+        processes and files. Before, the sandbox ended dead and its pause snapshot went
+        with it."""
+        w = self.w
+        b = w.create()
+        w.run(b, "echo kept > /root/k")
+        r = w.request("POST", f"/v1/sandboxes/{b}/exec", {"cmd": COUNTER, "background": True})
+        self.assertEqual(r.status, 201, r)
+        self.assertTrue(self.counting(b))
+        r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        snap = r.json()["snapshot_id"]
+        path = os.path.join(w.state_dir, "snapshots", snap, "state.snap")
+        with open(path, "r+b") as f:
+            f.seek(os.fstat(f.fileno()).st_size // 2)
+            orig = f.read(64)
+            f.seek(-64, os.SEEK_CUR)
+            f.write(bytes(x ^ 0xFF for x in orig))
+        for req in (("POST", f"/v1/sandboxes/{b}/resume", {}),
+                    ("POST", f"/v1/sandboxes/{b}/exec", {"cmd": "true"})):
+            r = w.request(*req)
+            self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+            self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
+            j = w.get(b).json()
+            self.assertEqual((j["state"], j.get("snapshot_id")), ("paused", snap), j)
+            self.assertTrue(os.path.exists(os.path.join(os.path.dirname(path), "disk.qcow2")))
+        with open(path, "r+b") as f:
+            f.seek(os.fstat(f.fileno()).st_size // 2)
+            f.write(orig)
+        r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(w.run(b, "cat /root/k")["stdout"], "kept\n")
+        self.assertTrue(self.counting(b))
+        self.assertEqual(w.delete(b).status, 200)
+
     def pause_snaps(self, sid):
         snaps = self.w.request("GET", "/v1/snapshots").json()["snapshots"]
         return [x["id"] for x in snaps if x["type"] == "pause" and x["parent"] == sid]

@@ -16,7 +16,9 @@ static void test_transitions(void)
 {
     /* allowed[from][to] */
     static const bool allowed[ST__COUNT][ST__COUNT] = {
-        [ST_STARTING] = {[ST_RUNNING] = true, [ST_ENDED] = true, [ST_DEAD] = true},
+        /* starting -> paused: a resume that failed before its guest came back. */
+        [ST_STARTING] =
+            {[ST_RUNNING] = true, [ST_PAUSED] = true, [ST_ENDED] = true, [ST_DEAD] = true},
         [ST_RUNNING] =
             {[ST_FROZEN] = true, [ST_PAUSED] = true, [ST_ENDED] = true, [ST_DEAD] = true},
         [ST_FROZEN] =
