@@ -77,8 +77,9 @@ struct sbx_vm {
     int net_slot;
     struct net_policy pol; /* set before launch, replaced by PATCH .../network; in the record */
     bool net_made;         /* its namespace was made ahead: QEMU is spawned inside it */
-    /* Launched in restore mode over a template's RAM file: its path (a fork of it saves
-     * a delta over it). "" otherwise, and for a VM adopted after a restart. */
+    /* Launched in restore mode over a template's RAM file: its path (a fork or pause of
+     * it saves a delta over it; in the record, so an adopted VM keeps it). "" otherwise,
+     * and for a VM recorded by an earlier warrend. */
     char mem[4096];
 };
 
