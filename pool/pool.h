@@ -30,7 +30,8 @@
  * started ahead in restore mode over the template's files, waiting: a create that
  * finds the pool empty restores the template into one (pool_template), and each fork
  * of a pool sandbox, or resume of a paused one, restores its delta into one
- * (pool_spare_take), skipping a QEMU start. Jailed, every clone maps a sealed copy of the template's RAM (pool_mem_fd).
+ * (pool_spare_take), skipping a QEMU start. Jailed, every clone maps a sealed copy of the
+ * template's RAM (pool_mem_fd).
  *
  * Off when pool_size is 0; creates then boot as before.
  *
