@@ -37,39 +37,18 @@
         goto out;                                                                                  \
     } while (0)
 
-/* The start of pid's mapping of inode ino at offset 0, len bytes long; 0 if none. */
-static uintptr_t find_mapping(pid_t pid, ino_t ino, uint64_t len)
+/* The first of pid's mappings at offset 0, len bytes long, of inode ino (ino not 0), or
+ * else of the file path (also once removed) or of a memfd vmm_mem_seal made: its start
+ * and inode; 0 and 0 if none. */
+static uintptr_t map_find(pid_t pid, uint64_t len, ino_t ino, const char *path, ino_t *node_out)
 {
-    char path[64], line[4096 + 128];
+    char maps[64], line[4096 + 128];
+    static const char memfd[] = "/memfd:" VMM_MEM_MEMFD_NAME " ";
+    size_t plen = path ? strlen(path) : 0;
     uintptr_t found = 0;
     FILE *f;
 
-    snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-    if (!(f = fopen(path, "re")))
-        return 0;
-    while (fgets(line, sizeof(line), f)) {
-        unsigned long long lo, hi, off, node;
-        unsigned maj, mnr;
-
-        if (sscanf(line, "%llx-%llx %*4s %llx %x:%x %llu", &lo, &hi, &off, &maj, &mnr, &node) != 6)
-            continue;
-        if (node == (unsigned long long)ino && off == 0 && hi - lo == len) {
-            found = (uintptr_t)lo;
-            break;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
-ino_t vmm_delta_map_ino(pid_t pid, const char *path, unsigned mem_mb)
-{
-    char maps[64], line[4096 + 128];
-    uint64_t len = (uint64_t)mem_mb << 20;
-    size_t plen = strlen(path);
-    ino_t found = 0;
-    FILE *f;
-
+    *node_out = 0;
     snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
     if (!(f = fopen(maps, "re")))
         return 0;
@@ -77,19 +56,40 @@ ino_t vmm_delta_map_ino(pid_t pid, const char *path, unsigned mem_mb)
         unsigned long long lo, hi, off, node;
         unsigned maj, mnr;
         int name = 0;
+        const char *n;
 
         line[strcspn(line, "\n")] = 0;
         if (sscanf(line, "%llx-%llx %*4s %llx %x:%x %llu %n", &lo, &hi, &off, &maj, &mnr, &node,
                    &name) != 6 ||
-            !name || off != 0 || hi - lo != len || !node)
+            off != 0 || hi - lo != len || !node)
             continue;
-        const char *n = line + name;
-        if ((!strncmp(n, path, plen) && (!n[plen] || !strcmp(n + plen, " (deleted)"))) ||
-            !strncmp(n, "/memfd:" VMM_MEM_MEMFD_NAME " ", strlen("/memfd:" VMM_MEM_MEMFD_NAME " ")))
-            found = (ino_t)node;
+        n = line + name;
+        if (ino ? node == (unsigned long long)ino
+                : name &&
+                      ((!strncmp(n, path, plen) && (!n[plen] || !strcmp(n + plen, " (deleted)"))) ||
+                       !strncmp(n, memfd, sizeof(memfd) - 1))) {
+            found = (uintptr_t)lo;
+            *node_out = (ino_t)node;
+        }
     }
     fclose(f);
     return found;
+}
+
+/* The start of pid's mapping of inode ino at offset 0, len bytes long; 0 if none. */
+static uintptr_t find_mapping(pid_t pid, ino_t ino, uint64_t len)
+{
+    ino_t node;
+
+    return ino ? map_find(pid, len, ino, NULL, &node) : 0;
+}
+
+ino_t vmm_delta_map_ino(pid_t pid, const char *path, unsigned mem_mb)
+{
+    ino_t node;
+
+    map_find(pid, (uint64_t)mem_mb << 20, 0, path, &node);
+    return node;
 }
 
 /* Move n pages (consecutive in the guest from page `first`) between the buffer and
