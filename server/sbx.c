@@ -622,6 +622,8 @@ void sbx_on_vm_exited(struct sandbox *sb, int status, const char *reason)
         return;
     snprintf(why, sizeof(why), "vm_exited: %s", reason);
     LOGS(LOG_WARN, sb->id, "VM exited unexpectedly: %s", reason);
+    if (sbx_snap_resume_failed(sb, why))
+        return;
     sandbox_end(sb, ST_DEAD, why);
 }
 
@@ -634,6 +636,8 @@ static void on_boot_timeout(struct ev_loop *loop, ev_timer *w, int revents)
              sb->t->cfg->boot_timeout_s);
     LOGS(LOG_WARN, sb->id, "%s (console log: %s/console.log)", why,
          sb->vmr ? sb->vmr->run_dir : "gone");
+    if (sbx_snap_resume_failed(sb, why))
+        return;
     sandbox_end(sb, ST_DEAD, why);
 }
 

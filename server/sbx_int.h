@@ -333,6 +333,10 @@ void sbx_snap_tick(struct sbx_table *t);
  * snapshot that owns its disk's backing file now (the pause snapshot's disk became
  * its own), so the pause snapshot can go (sbx_snap.c). */
 void sbx_snap_resumed(struct sandbox *sb);
+/* A resume's guest was continued and then failed (no answer within boot_timeout, or its
+ * QEMU ended): PAUSED again, as it was, if its pause snapshot is untouched (the disk was
+ * copied, not taken); true if so, false: the caller ends it. */
+bool sbx_snap_resume_failed(struct sandbox *sb, const char *why);
 /* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not
  * ask for others), its base image unchanged. 0, or an sbx_errcode with *err. */
 int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,

@@ -1059,11 +1059,14 @@ static void fail_create(struct sandbox *sb, enum sbx_errcode code, const char *f
 static void paused_now(struct sandbox *sb, struct op *op);
 
 /* A resume of sb failed before its guest came back (the restore refused, QEMU not
- * started): its pause snapshot is intact, so it is PAUSED again rather than dead, the
- * resume's ops failed with code and message (the caller's). A disk the VM took from
- * the snapshot goes back first. true if so; false: not a resume, or it cannot be
- * undone (the caller ends it dead). */
-static bool resume_undo(struct sandbox *sb, enum sbx_errcode code, const char *msg)
+ * started, or, guest_ran, a guest continued that never answered or whose QEMU ended):
+ * its pause snapshot is intact, so it is PAUSED again rather than dead, the resume's
+ * ops failed with code and message (the caller's), the VM gone. A disk the VM took from
+ * the snapshot goes back first, unless the guest ran: it may have written to it what
+ * the paused memory does not know, so only a resume whose disk was copied (into a
+ * spare QEMU: the snapshot's own is still there) can be undone then. true if so;
+ * false: not a resume, or it cannot be undone (the caller ends it dead). */
+static bool resume_undo(struct sandbox *sb, enum sbx_errcode code, const char *msg, bool guest_ran)
 {
     struct sbx_snap *s = snap_find(sb->t, sb->snap_id);
     char disk[4096 + 16];
@@ -1072,6 +1075,8 @@ static bool resume_undo(struct sandbox *sb, enum sbx_errcode code, const char *m
         strcmp(s->type, "pause") != 0)
         return false;
     path_in(s, "disk.qcow2", disk, sizeof(disk));
+    if (guest_ran && access(disk, F_OK) != 0)
+        return false;
     if (access(disk, F_OK) != 0 && rename(sb->vmr->disk, disk) != 0) {
         LOGS(LOG_ERR, sb->id, "cannot give its disk back to snapshot %s: %s", s->id,
              strerror(errno));
@@ -1083,6 +1088,11 @@ static bool resume_undo(struct sandbox *sb, enum sbx_errcode code, const char *m
     paused_now(sb, NULL);
     LOGS(LOG_WARN, sb->id, "the resume failed (%s): paused again (snapshot %s)", msg, s->id);
     return true;
+}
+
+bool sbx_snap_resume_failed(struct sandbox *sb, const char *why)
+{
+    return resume_undo(sb, SBX_E_VM_START_FAILED, why, true);
 }
 
 static void on_restored(void *ud, int err, const char *why)
@@ -1097,8 +1107,8 @@ static void on_restored(void *ud, int err, const char *why)
         return;
     if (err != 0) {
         snprintf(reason, sizeof(reason), "snapshot %s cannot be restored: %s", src, why);
-        if (resume_undo(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED,
-                        reason))
+        if (resume_undo(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED, reason,
+                        false))
             return;
         /* -EINVAL: the file itself was refused (corrupt, truncated, another QEMU). */
         fail_create(sb, err == -EINVAL ? SBX_E_SNAPSHOT_INVALID : SBX_E_VM_START_FAILED,
@@ -1129,7 +1139,7 @@ static int launch_failed(struct sandbox *sb, const char *from, int r, struct sbx
 {
     LOGS(LOG_ERR, sb->id, "cannot start from %s: %s", from, strerror(-r));
     sbx_err_set(err, SBX_E_VM_START_FAILED, "cannot start the VM: %s", strerror(-r));
-    if (resume_undo(sb, SBX_E_VM_START_FAILED, err->msg)) {
+    if (resume_undo(sb, SBX_E_VM_START_FAILED, err->msg, false)) {
         size_t n = strlen(err->msg);
         snprintf(err->msg + n, sizeof(err->msg) - n, ": sandbox %s stays paused", sb->id);
         return SBX_E_VM_START_FAILED;

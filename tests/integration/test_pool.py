@@ -12,10 +12,13 @@ One warrend for the class (its template is built twice: at start and after the
 corruption); the methods run in name order and build on each other."""
 import hashlib
 import os
+import re
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -359,6 +362,63 @@ class TestPool(unittest.TestCase):
             f.seek(8192)
             f.write(orig)
         type(self).paused = (a, md5, base)
+
+    def test_1e_resume_whose_qemu_dies_stays_paused(self):
+        """A resume whose QEMU ends before the guest answers (here: the spare it went into
+        is killed while its restore waits) leaves the sandbox paused with its snapshot:
+        the disk was copied into the spare, not taken, so nothing the guest could have
+        written is lost. The next resume brings back its files and counter."""
+        w = self.w
+        a, md5 = self.busy_pool_sandbox(1, "/root/pe", "resume-dies")
+        r = w.request("POST", f"/v1/sandboxes/{a}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        snap = r.json()["snapshot_id"]
+        wait_spares_ready(w)
+        owned = set()
+        for s in w.request("GET", "/v1/sandboxes").json()["sandboxes"]:
+            if s.get("vm_id"):
+                owned.update(qemu_pids(s["vm_id"]))
+        pool_pids = [p for p in qemu_pids(w.state_dir) if p not in owned]
+        self.assertTrue(pool_pids)
+        def log():  # the whole log: w.log_text() is its last 6,000 characters
+            with open(w.log_path, errors="replace") as f:
+                return f.read()
+
+        n0 = len(log())
+        got = {}
+        for p in pool_pids:
+            os.kill(p, signal.SIGSTOP)
+        try:
+            th = threading.Thread(target=lambda: got.update(
+                r=w.request("POST", f"/v1/sandboxes/{a}/resume", {})))
+            th.start()
+            pat = re.compile(rf"{a}: starting: VM \S+ restored from snapshot {snap}, into a "
+                             rf"QEMU started ahead \(resume\), pid (\d+)")
+            deadline = time.time() + 30
+            while not (m := pat.search(log()[n0:])):
+                self.assertLess(time.time(), deadline, log()[n0:])
+                time.sleep(0.02)
+            self.assertIn(int(m.group(1)), pool_pids)
+            os.kill(int(m.group(1)), signal.SIGKILL)
+            th.join(60)
+        finally:
+            for p in pool_pids:
+                try:
+                    os.kill(p, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+        self.assertIn("r", got)
+        self.assertEqual(got["r"].status, 500, got["r"])
+        self.assertEqual(got["r"].json()["error"]["code"], "vm_start_failed", got["r"])
+        self.assertEqual(w.get(a).json()["state"], "paused")
+        self.assertIn(f"{a}: the resume failed", log()[n0:])
+        wait_spares_ready(w)
+        r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{log()[n0:]}")
+        out = w.run(a, "cat /root/pe; md5sum /tmp/blob")["stdout"].split()
+        self.assertEqual(out[:2], ["resume-dies", md5], out)
+        self.assertTrue(self.counting(a))
+        w.delete(a)
 
     def test_2_corrupt_snapshot_rebuilt(self):
         w = self.w
