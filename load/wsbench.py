@@ -129,6 +129,9 @@ def main():
     ap.add_argument("--sandboxes", type=int, default=8)
     ap.add_argument("--echo-sockets", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=200, help="keystrokes per PTY")
+    ap.add_argument("--key-ms", type=float, default=100,
+                    help="echo paced as a typist: a key per PTY every 0.5-1.5x this (0: only "
+                         "back to back)")
     ap.add_argument("--pty-mib", type=float, default=8)
     ap.add_argument("--flood-secs", type=float, default=60)
     ap.add_argument("--flood-rate", type=int, default=65536, help="slow reader, bytes/s")
@@ -205,11 +208,24 @@ def main():
 
         # 2. Keystroke echo among ~1,000 sockets; pings beside it that stay in warrend.
         if "echo" in ph:
-            res, _ = r.run("echo", "-n", nidle, "-r", a.rounds)
             total = nidle + 2 * a.sandboxes
+            if a.key_ms > 0:
+                # A typist's pace in every PTY at once, each on its own phase.
+                res, _ = r.run("echo", "-n", nidle, "-r", a.rounds, "-i", a.key_ms)
+                e = res["echo_pty"]
+                rows.append((f"keystroke echo, a key per PTY every {a.key_ms / 2:g}-"
+                             f"{a.key_ms * 1.5:g} ms, {a.sandboxes} PTYs, {total} sockets "
+                             f"(n={int(e['n'])})", us(e["p50_us"]), us(e["p99_us"])))
+                paced_end = res.get("echo_end", {})
+                rows.append(("  sockets still open / echo errors / keys without echo in 10 s",
+                             f"{int(paced_end.get('idle_still_open', 0)) + 2 * a.sandboxes} / "
+                             f"{int(paced_end.get('errors', -1))} / "
+                             f"{int(paced_end.get('lost', -1))}", ""))
+            # Back to back: every PTY keeps a key in flight, all at once (the cores saturate).
+            res, _ = r.run("echo", "-n", nidle, "-r", a.rounds)
             e, pg, er = res["echo_pty"], res["ws_ping"], res["session_error"]
-            rows.append((f"keystroke echo, tty of `cat`, {a.sandboxes} PTYs, {total} sockets "
-                         f"(n={int(e['n'])})", us(e["p50_us"]), us(e["p99_us"])))
+            rows.append((f"keystroke echo back to back, {a.sandboxes} PTYs at once, {total} "
+                         f"sockets (n={int(e['n'])})", us(e["p50_us"]), us(e["p99_us"])))
             rows.append((f"  WebSocket ping -> pong (lws, no guest; n={int(pg['n'])})",
                          us(pg["p50_us"]), us(pg["p99_us"])))
             rows.append((f"  agent request answered by warrend (bad detach; n={int(er['n'])})",
@@ -221,6 +237,7 @@ def main():
 
         if a.smoke:
             assert int(end.get("errors", -1)) == 0 and e["n"] > 0 and pg["n"] > 0, res
+            assert a.key_ms <= 0 or int(paced_end.get("errors", -1)) == 0, paced_end
             print_table("Warren WebSocket smoke check (not a benchmark)", "p50 / value", rows,
                         width=74)
             return

@@ -5,6 +5,8 @@
  *   wsload idle   -p PORT -k KEY -s SID,SID.. -n N [-j WORKERS]
  *   wsload echo   -p PORT -k KEY -s SID,SID.. -n IDLE -r ROUNDS [-y SID -Y CMD -t SECS -R BPS]
  *                 [-w SECS: from the PTYs' hello to the first key, default 2]
+ *                 [-i MS: a typist's pace: each PTY's next key 0.5-1.5 x MS after its last
+ *                  (and after that key's echo); pingers one per 10 ms. 0: back to back]
  *   wsload tput   -p PORT -k KEY -s SID,SID.. -b BYTES [-x]
  *   wsload exec   -p PORT -k KEY -s SID -r N
  *
@@ -71,7 +73,7 @@ struct conn {
     int role;         /* R_* below */
     uint64_t got;     /* PTY output payload bytes received */
     uint64_t unacked; /* ... not yet acknowledged */
-    double t_open, t_first, t_end, t_sent;
+    double t_open, t_first, t_end, t_sent, t_next;
     bool exited, pending, failed;
     bool untimed;          /* echo: the key in flight is a newline (not timed) */
     unsigned char *expect; /* echo: bytes the PTY must still show, in order */
@@ -729,6 +731,7 @@ static void echo_key(struct conn *c)
 }
 
 static double first_wait = 2; /* -w: seconds from the PTYs' hello to the first key */
+static double key_every;      /* -i (in seconds): a typist's mean pace; 0: back to back */
 
 static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, const char *ycmd)
 {
@@ -780,6 +783,9 @@ static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, 
      * was seen to get no echo at all). */
     for (double t1 = now(); now() - t1 < first_wait;)
         poll_once(50);
+    for (int i = 0; i < nsids && key_every > 0; i++)
+        if (i != yes_sbx)
+            pty[i]->t_next = now() + key_every * rand() / RAND_MAX;
 
     /* Each PTY and each pinger keeps one request in flight; the pingers alternate a
      * WebSocket ping (answered by lws) and a `detach` of an unknown id (answered by
@@ -787,7 +793,9 @@ static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, 
     t0 = now();
     tend = secs > 0 ? t0 + secs : t0 + 3600;
     while (now() < tend) {
-        bool busy = false;
+        bool busy = false, typing = false;
+        for (int i = 0; i < nsids; i++)
+            typing |= i != yes_sbx && pty[i]->st == S_OPEN && (long)pty[i]->keys < rounds;
         for (int i = 0; i < nsids; i++) {
             if (i == yes_sbx)
                 continue;
@@ -801,14 +809,19 @@ static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, 
             }
             if (pty[i]->st == S_OPEN && (secs > 0 || (long)pty[i]->keys < rounds)) {
                 busy = true;
-                if (!pty[i]->pending)
+                if (!pty[i]->pending && now() >= pty[i]->t_next) {
                     echo_key(pty[i]);
+                    /* Each typist on its own random phase: no lockstep bursts. */
+                    if (key_every > 0)
+                        pty[i]->t_next = now() + key_every * (0.5 + (double)rand() / RAND_MAX);
+                }
             }
             /* Timed (beside a producer): one round trip per 10 ms per pinger, a probe
              * rather than a load of its own (back to back they made ~3,700 a second). */
             if (ping[i]->st == S_OPEN && !ping[i]->pending &&
-                (secs > 0 ? now() - ping[i]->t_sent >= 0.01
-                          : (long)(s_ping.n + s_err.n) < 2L * rounds * (nsids - (yes ? 1 : 0)))) {
+                (secs > 0 || key_every > 0
+                     ? now() - ping[i]->t_sent >= 0.01 && (secs > 0 || typing)
+                     : (long)(s_ping.n + s_err.n) < 2L * rounds * (nsids - (yes ? 1 : 0)))) {
                 busy = true;
                 ping[i]->pending = true;
                 ping[i]->t_sent = now();
@@ -822,7 +835,7 @@ static int run_echo(int nidle, int rounds, int yes_sbx, double secs, long rate, 
         }
         if (!busy && secs <= 0)
             break;
-        poll_once(yes ? 10 : 50);
+        poll_once(yes || key_every > 0 ? (key_every > 0 ? 1 : 10) : 50);
         if (yes && now() - last_tick >= 0.1) {
             /* The slow reader: a tenth of its per-second rate each 100 ms. */
             last_tick = now();
@@ -997,7 +1010,7 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     optind = 2;
-    while ((opt = getopt(argc, argv, "p:k:s:n:j:r:y:Y:t:R:b:xw:")) != -1) {
+    while ((opt = getopt(argc, argv, "p:k:s:n:j:r:y:Y:t:R:b:xw:i:")) != -1) {
         switch (opt) {
         case 'p':
             port = atoi(optarg);
@@ -1025,6 +1038,9 @@ int main(int argc, char **argv)
             break;
         case 'w':
             first_wait = atof(optarg);
+            break;
+        case 'i':
+            key_every = atof(optarg) / 1000;
             break;
         case 'Y':
             ycmd = optarg;
