@@ -603,6 +603,7 @@ static void tpl_build(struct pool *p)
     net_wrap_free(wrap);
     if (r != 0) {
         char why[128];
+    vc.tcg_tb_mib = t->cfg->tcg_tb_mib;
         snprintf(why, sizeof(why), "cannot launch the template VM: %s", strerror(-r));
         tpl_failed(p, why);
         return;

@@ -52,6 +52,7 @@ static const struct opt opts[] = {
     {"image_dir", T_DIR_IMAGE, F(image_dir), "", 0},
     {"qemu", T_STR, F(qemu), "qemu-system-x86_64", 0},
     {"accel", T_ACCEL, F(accel), "auto", 0},
+    {"tcg_translation_cache_mb", T_UINT, F(tcg_tb_mib), "128", 1},
     {"log_level", T_LEVEL, F(log_level), "info", 0},
     {"max_sandboxes", T_UINT, F(max_sandboxes), "32", 1},
     {"default_memory_mb", T_UINT, F(default_memory_mb), "256", 1},

@@ -206,6 +206,7 @@ static void vm_config(struct sbx_vm *vm, struct vmm_config *vc)
     vc->mem_mb = vm->mem_mb;
     vc->vcpus = vm->vcpus;
     vc->accel = t->accel;
+    vc->tcg_tb_mib = t->cfg->tcg_tb_mib;
     vc->console_max = t->cfg->console_max_bytes;
     vc->qemu_log_max = t->cfg->qemu_log_bytes;
     vc->jail = t->jail;

@@ -128,6 +128,8 @@ struct vmm_config {
                             * "[warren: console truncated, N bytes dropped]" and the
                             * most recent output. The file is written by a thread, never
                             * on the loop; what waits for it is held in memory, at most
+    unsigned tcg_tb_mib;   /* TCG only: translation cache size in MiB (0: 128). QEMU touches
+                            * at most this much for translated code, then flushes it. */
                             * max(cap, 64 KiB) per log: past that the output is dropped
                             * and the file says "[warren: N bytes of console output
                             * dropped]" where it was. */

@@ -159,7 +159,10 @@ int vmm_argv_build(struct vmm_argv *a, const struct vmm_config *cfg, unsigned lo
      * The translation cache defaults to 1 GiB per VM; a boot touches ~37 MiB
      * and 128 MiB bounds what a long-running guest can make QEMU touch
      * (64 and 128 MiB measured to boot as fast as the default). */
-    av_add(a, kvm ? "kvm" : "tcg,thread=multi,tb-size=128");
+    if (kvm)
+        av_add(a, "kvm");
+    else
+        av_addf(a, "tcg,thread=multi,tb-size=%u", cfg->tcg_tb_mib ? cfg->tcg_tb_mib : 128);
     av_add(a, "-cpu");
     av_add(a, kvm ? "host" : "max");
     av_add(a, "-m");
