@@ -3,15 +3,16 @@
     load/run --freeze [--n N] [--watch S]
 
 - exec `true` round trip on a running sandbox beside the same exec on the same
-  sandbox while frozen (the thaw: QMP cont + RESYNC, then the exec), interleaved
+  sandbox while frozen (the thaw: SIGCONT to its QEMU + RESYNC, then the exec), interleaved
   so both see the same machine;
 - the same exec on a running sandbox that has been idle as long (a keep_running
   one, never frozen), right before or after each thaw: an exec after ~1.3 s of
   idling pays for caches gone cold (the host's and TCG's), which an exec right
   after another does not, so this is the fair baseline for what the thaw adds;
-- warrend's own view of each thaw (debug log): from the thaw to QEMU's answer
-  to cont, and to the guest's answer to the RESYNC, which the request that woke
-  the sandbox was queued right behind (so at most what the thaw added to it);
+- warrend's own view of each thaw (debug log): from the thaw to the guest's
+  answer to the RESYNC, which the request that woke the sandbox was queued
+  right behind (and to QEMU's answer to a QMP cont, for a VM frozen by QMP
+  stop: an older warrend's, or before 2026-12-03);
 - CPU used by an idle running VM's QEMU (a keep_running sandbox with a
   background `sleep`, never frozen) beside a frozen one's, over the same seconds.
 

@@ -173,6 +173,12 @@ static void tpl_sweep(struct sbx_table *t, const char *keep)
     closedir(d);
 }
 
+static json_t *cmdline_json(const struct sbx_table *t)
+{
+    return json_pack("{s:i,s:s}", "rev", VMM_CMDLINE_REV, "append",
+                     t->cfg->kernel_append ? t->cfg->kernel_append : "");
+}
+
 static int tpl_record(struct pool *p)
 {
     json_t *o =
@@ -187,6 +193,9 @@ static int tpl_record(struct pool *p)
     /* A NIC or none: clones must match the template's devices. */
     if (o)
         json_object_set_new(o, "net", json_boolean(p->t->net != NULL));
+    /* The kernel command line it booted with: every clone keeps it. */
+    if (o)
+        json_object_set_new(o, "cmdline", cmdline_json(p->t));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
     if (r == 0)
@@ -218,6 +227,7 @@ static const char *tpl_check_record(struct pool *p)
     struct find_rec f = {p->tmpl, NULL};
     const char *id, *why = NULL;
     json_int_t mem, vcpus;
+    json_t *cl = NULL;
     struct stat st;
 
     idx_foreach(p->t->idx, IDX_TEMPLATES, find_one, &f);
@@ -234,6 +244,8 @@ static const char *tpl_check_record(struct pool *p)
         why = "saved with another memory size or vCPU count";
     else if (json_is_true(json_object_get(f.rec, "net")) != (p->t->net != NULL))
         why = "saved with networking turned the other way";
+    else if (!json_equal(json_object_get(f.rec, "cmdline"), (cl = cmdline_json(p->t))))
+        why = "booted with another kernel command line";
     else if ((why = sbx_ident_differs(json_object_get(f.rec, "base"), &p->base)))
         why = "its base image changed";
     else if ((why = sbx_ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
@@ -244,6 +256,7 @@ static const char *tpl_check_record(struct pool *p)
         why = "its snapshot or overlay is missing";
     else if (stat(p->mem, &st) != 0 || (uint64_t)st.st_size != (uint64_t)p->mem_mb << 20)
         why = "its memory file is missing or of another size";
+    json_decref(cl);
     json_decref(f.rec);
     return why;
 }
@@ -590,6 +603,7 @@ static void tpl_build(struct pool *p)
     vc.mem_mb = p->mem_mb;
     vc.vcpus = p->vcpus;
     vc.accel = t->accel;
+    vc.tcg_tb_mib = t->cfg->tcg_tb_mib;
     vc.console_max = t->cfg->console_max_bytes;
     vc.qemu_log_max = t->cfg->qemu_log_bytes;
     vc.boot = VMM_BOOT_TEMPLATE;
@@ -603,7 +617,6 @@ static void tpl_build(struct pool *p)
     net_wrap_free(wrap);
     if (r != 0) {
         char why[128];
-    vc.tcg_tb_mib = t->cfg->tcg_tb_mib;
         snprintf(why, sizeof(why), "cannot launch the template VM: %s", strerror(-r));
         tpl_failed(p, why);
         return;

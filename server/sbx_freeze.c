@@ -4,20 +4,28 @@
  *
  * Freeze: the reaper's tick finds a RUNNING sandbox with a ready channel, no
  * op in flight (an attached PTY viewer or session stream is an op) and no
- * request for freeze_after_ms; it becomes FROZEN and QEMU gets "stop"
- * (vCPUs paused, memory and device state kept, no CPU used). With
- * keep_running a PLIST is asked first and a live process holds it off.
+ * request for freeze_after_ms; it becomes FROZEN and its QEMU is stopped
+ * whole with SIGSTOP (vmm_freeze: vCPUs and everything else, memory kept, no
+ * CPU used). With keep_running a PLIST is asked first and a live process
+ * holds it off.
  *
  * Thaw: the first operation (sbx_usable), or a guest channel (re)connect,
- * sends "cont" and, on the channel, a RESYNC (time, fresh entropy) before
- * the operation's own frame. Neither waits: QMP commands are answered in
- * order ("stop" then "cont"), and the guest handles channel frames in order,
- * so the user's command runs after the clock was set, once the vCPUs run.
+ * sends SIGCONT (vmm_thaw: the VM runs before the call returns) and, on the
+ * channel, a RESYNC (time, fresh entropy) before the operation's own frame.
+ * The guest's clocks kept time while frozen; the RESYNC sets the wall clock
+ * from the host's all the same (and reseeds its RNG).
+ *
+ * Not QMP stop and cont: QEMU's monitor reads a command one byte per turn of
+ * its loop, so "cont" alone took ~0.6 ms, and the guest's first steps after
+ * it cost ~2 ms more (load/RESULTS.md); a SIGCONT'ed VM answers the next
+ * exec as fast as one that never stopped. A VM the index says is frozen but
+ * whose QEMU this warrend did not stop (adopted after a restart: vmm_adopt
+ * continues it; or stopped with QMP by an older warrend) gets a QMP "cont"
+ * instead, harmless on a running VM.
  *
  * Ordering against a kill -9 of warrend: the index says "frozen" before the
- * "stop" goes out, and "running" only after QEMU answered "cont". A restart
- * therefore finds "frozen" whenever the VM may be stopped, and continues it
- * when its channel connects (a "cont" of a running VM is harmless).
+ * SIGSTOP goes out, and "running" only after the VM was continued. A restart
+ * therefore finds "frozen" whenever the VM may be stopped, and continues it.
  *
  * Internal requests (RESYNC, the keep_running PLIST) use stream ids from
  * sb->next_stream like ops, one of each kind at a time; their answers are
@@ -29,8 +37,6 @@
 #include <errno.h>
 #include <string.h>
 #include <time.h>
-
-static const char qmp_stop[] = "{\"execute\":\"stop\"}";
 
 static int64_t now_us(void)
 {
@@ -141,6 +147,7 @@ static void on_resynced(struct sandbox *sb, int err, void *ud)
 
 int sbx_thaw(struct sandbox *sb, bool resync)
 {
+    bool sig;
     int r;
 
     if (!sbx_state_stopped(sb->state))
@@ -148,8 +155,12 @@ int sbx_thaw(struct sandbox *sb, bool resync)
     if (!sb->vm || sb->vm_gone)
         return -ESRCH;
     sb->thaw_us = now_us();
-    r = vmm_qmp(sb->vm, qmp_cont, on_cont, sb);
-    if (r != 0) {
+    if ((sig = vmm_frozen(sb->vm))) {
+        if ((r = vmm_thaw(sb->vm)) != 0) {
+            LOGS(LOG_ERR, sb->id, "cannot continue the frozen VM: %s", strerror(-r));
+            return r;
+        }
+    } else if ((r = vmm_qmp(sb->vm, qmp_cont, on_cont, sb)) != 0) {
         LOGS(LOG_ERR, sb->id, "cannot continue the frozen VM: %s", strerror(-r));
         return r;
     }
@@ -157,8 +168,11 @@ int sbx_thaw(struct sandbox *sb, bool resync)
         return r;
     LOGS(LOG_DEBUG, sb->id, "thawed after %.1f s frozen",
          (double)(sbx_now_ms() - sb->frozen_mono) / 1000.0);
-    /* The guest clock stood still while frozen: set it (and reseed the RNG) before the
-     * frame of whatever woke us. */
+    /* The VM runs now: the index may say so (with QMP, on_cont does once QEMU answered). */
+    if (sig)
+        sbx_save(sb);
+    /* Set the guest's wall clock (and reseed its RNG) before the frame of whatever woke
+     * us. */
     if (resync && (r = sbx_resync(sb, 0, on_resynced, NULL)) != 0)
         LOGS(LOG_WARN, sb->id, "cannot resync the guest after a thaw: %s", strerror(-r));
     return 0;
@@ -166,32 +180,23 @@ int sbx_thaw(struct sandbox *sb, bool resync)
 
 /* ---- freeze ---- */
 
-static void on_stop(void *ud, int err, const char *json)
-{
-    struct sandbox *sb = ud;
-
-    if (!err)
-        return;
-    LOGS(LOG_WARN, sb->id, "QEMU refused stop: %.150s", json ? json : "");
-    if (sb->state == ST_FROZEN && sbx_state_set(sb, ST_RUNNING) == 0)
-        sbx_save(sb);
-}
-
 static void freeze(struct sandbox *sb)
 {
     int r;
 
     if (sbx_state_set(sb, ST_FROZEN) != 0)
         return;
-    /* Recorded before the stop goes out (see the top): a VM stopped behind an index that
-     * says running would never answer the next warrend's INIT, so no record, no freeze. */
+    /* Recorded before the SIGSTOP (see the top): the index never calls a stopped VM
+     * running. No record, no freeze. */
     if (sbx_save(sb) != 0) {
         sbx_state_set(sb, ST_RUNNING);
         return;
     }
-    r = vmm_qmp(sb->vm, qmp_stop, on_stop, sb);
+    r = vmm_freeze(sb->vm);
     if (r != 0) {
-        LOGS(LOG_WARN, sb->id, "cannot freeze: %s", strerror(-r));
+        /* Busy (a QMP command or an operation in flight): the next tick tries again. */
+        LOGS(r == -EBUSY || r == -EPERM ? LOG_DEBUG : LOG_WARN, sb->id, "cannot freeze: %s",
+             strerror(-r));
         if (sbx_state_set(sb, ST_RUNNING) == 0)
             sbx_save(sb);
         return;

@@ -95,6 +95,7 @@ struct vmm {
     unsigned reap_tries;
     bool child_grace; /* waiting for ev_child after waitid said ECHILD */
     bool sigkilled;   /* we sent SIGKILL (says so when the status is unknown) */
+    bool frozen;      /* vmm_freeze sent SIGSTOP, vmm_thaw not yet SIGCONT */
     enum vmm_phase phase;
     int depth;
     bool free_pending;
@@ -1233,6 +1234,9 @@ int vmm_adopt(struct ev_loop *loop, const struct vmm_config *cfg, pid_t pid,
     }
     if (vm->jail && (r = vmm_jail_adopt(vm->jail, cfg, pid, &vm->jv)) != 0)
         goto fail;
+    /* A QEMU frozen by an earlier warrend (vmm_freeze) would never answer QMP: it runs
+     * again. A sandbox the index calls frozen is continued by its owner anyway. */
+    (void)sys_pidfd_signal(pidfd, SIGCONT);
     if ((r = vmm_log_open(&vm->log, vm->log_path, cfg->console_max, true)) != 0 ||
         (r = vmm_log_open_named(&vm->qlog, "qemu", vm->qemu_log_path, cfg->qemu_log_max, true)) !=
             0)
@@ -1793,6 +1797,41 @@ static int stop_cont(struct vmm *vm, bool stop, vmm_op_cb cb, void *ud)
                      on_op_reply)) != 0)
         op_clear(vm);
     return r;
+}
+
+int vmm_freeze(struct vmm *vm)
+{
+    if (!vm)
+        return -EINVAL;
+    if (!vmm_phase_live(vm->phase) || vm->pidfd < 0)
+        return -ESRCH;
+    if (vm->frozen)
+        return 0;
+    if (busy(vm) || vm->qmp.fly_head || vm->qmp.wait_head)
+        return -EBUSY;
+    if (!vmm_phase_guest_runs(vm->phase))
+        return -EPERM;
+    if (sys_pidfd_signal(vm->pidfd, SIGSTOP) != 0)
+        return -errno;
+    vm->frozen = true;
+    return 0;
+}
+
+int vmm_thaw(struct vmm *vm)
+{
+    if (!vm)
+        return -EINVAL;
+    if (!vm->frozen)
+        return 0;
+    if (vm->pidfd < 0 || sys_pidfd_signal(vm->pidfd, SIGCONT) != 0)
+        return vm->pidfd < 0 ? -ESRCH : -errno;
+    vm->frozen = false;
+    return 0;
+}
+
+bool vmm_frozen(const struct vmm *vm)
+{
+    return vm && vm->frozen;
 }
 
 int vmm_stop(struct vmm *vm, vmm_op_cb cb, void *ud)

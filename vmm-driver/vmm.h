@@ -111,6 +111,11 @@ enum vmm_boot {
     VMM_BOOT_RESTORE,    /* no boot: mem_path private (share=off), -incoming defer */
 };
 
+/* The guest kernel command line vmm_launch writes (before cfg->append) changes with
+ * this number: a template saved under another one must be booted again, so that
+ * clones restored from it have today's. */
+#define VMM_CMDLINE_REV 2
+
 struct vmm_config {
     const char *id;        /* sandbox id, 1-64 of [A-Za-z0-9_.-]: names the VM ("warren-<id>") */
     const char *qemu;      /* qemu-system-x86_64 path; NULL: found in PATH */
@@ -123,13 +128,13 @@ struct vmm_config {
     unsigned mem_mb;       /* 0: 256 */
     unsigned vcpus;        /* 0: 1 */
     enum vmm_accel accel;  /* KVM or TCG; AUTO makes vmm_launch probe (better: probe once) */
+    unsigned tcg_tb_mib;   /* TCG only: translation cache size in MiB (0: 128). QEMU touches
+                            * at most this much for translated code, then flushes it. */
     size_t console_max;    /* console.log size cap (0: 1 MiB, at least 4 KiB). Past it the
                             * file keeps the first half of the output, a marker line
                             * "[warren: console truncated, N bytes dropped]" and the
                             * most recent output. The file is written by a thread, never
                             * on the loop; what waits for it is held in memory, at most
-    unsigned tcg_tb_mib;   /* TCG only: translation cache size in MiB (0: 128). QEMU touches
-                            * at most this much for translated code, then flushes it. */
                             * max(cap, 64 KiB) per log: past that the output is dropped
                             * and the file says "[warren: N bytes of console output
                             * dropped]" where it was. */
@@ -333,6 +338,20 @@ typedef void (*vmm_op_cb)(void *ud, int err, const char *why);
  * RESUME events, and is STOPPED / RUNNING when cb runs with 0. */
 int vmm_stop(struct vmm *vm, vmm_op_cb cb, void *ud);
 int vmm_cont(struct vmm *vm, vmm_op_cb cb, void *ud);
+
+/* Idle freeze, without QEMU's help: SIGSTOP through the pidfd stops every thread of
+ * the VM's QEMU at once (vCPUs, I/O, QMP monitor): no CPU used, memory kept, and no QMP
+ * round trip either way (QEMU's monitor reads a command one byte per turn of its loop:
+ * ~0.6 ms for "cont"). The guest's clocks keep time meanwhile (its TSC is the host's),
+ * so after vmm_thaw it sees the time that passed and its expired timers fire.
+ * Only while the guest runs (RUNNING) with no operation or QMP command in flight:
+ * -EPERM, -EBUSY otherwise; -ESRCH once exited. A QMP command sent while frozen thaws
+ * first (it would never be answered otherwise), and vmm_adopt thaws whatever it
+ * adopts. The phase stays RUNNING: QEMU never sees it. */
+int vmm_freeze(struct vmm *vm);
+/* SIGCONT: the VM runs again at once. 0 also if it was not frozen. */
+int vmm_thaw(struct vmm *vm);
+bool vmm_frozen(const struct vmm *vm);
 
 /* Save the VM's device state to path (RUNNING or STOPPED): stop, set
  * x-ignore-shared (RAM that lives in a share=on memory file is not copied) and

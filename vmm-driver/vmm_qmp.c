@@ -379,6 +379,9 @@ static int send_cmd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd,
         return -EPIPE;
     if (fd >= 0 && q->fd_busy)
         return -EBUSY;
+    /* A frozen QEMU (SIGSTOP, vmm_freeze) would answer nothing: continue it. */
+    if (vmm_frozen(vm) && (r = vmm_thaw(vm)) != 0)
+        return r;
     o = json_loads(json, 0, NULL);
     /* exec-oob replies out of order and is not negotiated: only "execute". */
     if (!json_is_object(o) || !json_is_string(json_object_get(o, "execute")) ||

@@ -1098,6 +1098,58 @@ static int guest_size(struct chan *c, uint8_t id, const char *path)
  * template's frozen overlay, conted, answering the agent. */
 /* ---- phase changes pushed to the owner, raw QMP refused where it would
  * bypass the phase rules ---- */
+/* The state letter of /proc/PID/stat: R, S, T (stopped by a signal), ... */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return '?';
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* vmm_freeze stops QEMU whole (SIGSTOP) without QMP, vmm_thaw continues it; a QMP command
+ * sent meanwhile continues it first, and the phase never changes. */
+static void check_freeze(struct vmctx *a)
+{
+    struct qreq q = {0};
+    struct opres sp = {0}, ct = {0};
+    pid_t pid = vmm_pid(a->vm);
+    int n = a->nph;
+
+    CHECK(vmm_freeze(a->vm) == 0 && vmm_frozen(a->vm));
+    WAIT(proc_state(pid) == 'T', 5);
+    CHECK(proc_state(pid) == 'T');
+    CHECK(vmm_freeze(a->vm) == 0 && vmm_phase(a->vm) == VMM_PH_RUNNING);
+    CHECK(vmm_thaw(a->vm) == 0 && !vmm_frozen(a->vm));
+    WAIT(proc_state(pid) != 'T', 5);
+    CHECK(proc_state(pid) != 'T' && vmm_thaw(a->vm) == 0);
+    /* Frozen, then asked something: the command thaws it and is answered. */
+    CHECK(vmm_freeze(a->vm) == 0);
+    CHECK(vmm_qmp(a->vm, "{\"execute\":\"query-status\"}", on_qmp, &q) == 0);
+    CHECK(!vmm_frozen(a->vm));
+    WAIT(q.done || a->exited, 10);
+    CHECK(q.done && q.err == 0 && proc_state(pid) != 'T');
+    /* Not with a command in flight (its answer would wait), nor while stopped by QMP. */
+    memset(&q, 0, sizeof(q));
+    CHECK(vmm_qmp(a->vm, "{\"execute\":\"query-status\"}", on_qmp, &q) == 0);
+    CHECK(vmm_freeze(a->vm) == -EBUSY && !vmm_frozen(a->vm));
+    WAIT(q.done || a->exited, 10);
+    CHECK(vmm_stop(a->vm, on_op, &sp) == 0);
+    WAIT(sp.done || a->exited, 10);
+    CHECK(sp.done && sp.err == 0 && vmm_freeze(a->vm) == -EPERM);
+    CHECK(vmm_cont(a->vm, on_op, &ct) == 0);
+    WAIT(ct.done || a->exited, 10);
+    CHECK(ct.done && ct.err == 0 && a->nph == n + 2);
+}
+
 static void test_phase_events(void)
 {
     struct vmctx a, f;
@@ -1179,8 +1231,12 @@ static void test_phase_events(void)
         printf("burst of 40 raw stop/cont: %d changes told\n", a.nph - 5);
     }
 
-    /* The end: running -> exited is told, then cbs->exited. */
+    check_freeze(&a);
+
+    /* The end: running -> exited is told, then cbs->exited (frozen: SIGKILL stops it
+     * all the same). */
     n = a.nph;
+    CHECK(vmm_freeze(a.vm) == 0);
     vmm_kill(a.vm);
     WAIT(a.exited, 10);
     CHECK(a.exited == 1 && a.nph == n + 1 && told(&a, VMM_PH_RUNNING, VMM_PH_EXITED));
