@@ -3,7 +3,7 @@
     load/run --freeze [--n N] [--watch S]
 
 - exec `true` round trip on a running sandbox beside the same exec on the same
-  sandbox while frozen (the thaw: SIGCONT to its QEMU + RESYNC, then the exec), interleaved
+  sandbox while frozen (the thaw: SIGCONT to its QEMU, then the exec), interleaved
   so both see the same machine;
 - the same exec on a running sandbox that has been idle as long (a keep_running
   one, never frozen), right before or after each thaw: an exec after ~1.3 s of

@@ -1,6 +1,7 @@
 /*
  * sbx_freeze.c - idle freeze and thaw of a sandbox's VM, and the resync of
- * the guest's clock and RNG that follows a thaw (see sbx_int.h).
+ * the guest's clock and RNG (after a restore, a hand-out, a fork, or a thaw
+ * with QMP; see sbx_int.h).
  *
  * Freeze: the reaper's tick finds a RUNNING sandbox with a ready channel, no
  * op in flight (an attached PTY viewer or session stream is an op) and no
@@ -10,18 +11,18 @@
  * holds it off.
  *
  * Thaw: the first operation (sbx_usable), or a guest channel (re)connect,
- * sends SIGCONT (vmm_thaw: the VM runs before the call returns) and, on the
- * channel, a RESYNC (time, fresh entropy) before the operation's own frame.
- * The guest's clocks kept time while frozen; the RESYNC sets the wall clock
- * from the host's all the same (and reseeds its RNG).
+ * sends SIGCONT (vmm_thaw: the VM runs before the call returns). No RESYNC
+ * follows: the guest's clocks kept time while its QEMU was stopped (its TSC
+ * is the host's), and a VM that was not copied has an RNG state of its own.
  *
  * Not QMP stop and cont: QEMU's monitor reads a command one byte per turn of
  * its loop, so "cont" alone took ~0.6 ms, and the guest's first steps after
  * it cost ~2 ms more (load/RESULTS.md); a SIGCONT'ed VM answers the next
- * exec as fast as one that never stopped. A VM the index says is frozen but
+ * exec within ~0.5 ms of one that never stopped. A VM the index says is frozen but
  * whose QEMU this warrend did not stop (adopted after a restart: vmm_adopt
  * continues it; or stopped with QMP by an older warrend) gets a QMP "cont"
- * instead, harmless on a running VM.
+ * instead, harmless on a running VM, and a RESYNC (time, fresh entropy)
+ * ahead of the operation's frame: its clock stood still.
  *
  * Ordering against a kill -9 of warrend: the index says "frozen" before the
  * SIGSTOP goes out, and "running" only after the VM was continued. A restart
@@ -168,11 +169,16 @@ int sbx_thaw(struct sandbox *sb, bool resync)
         return r;
     LOGS(LOG_DEBUG, sb->id, "thawed after %.1f s frozen",
          (double)(sbx_now_ms() - sb->frozen_mono) / 1000.0);
-    /* The VM runs now: the index may say so (with QMP, on_cont does once QEMU answered). */
-    if (sig)
+    if (sig) {
+        /* The VM runs now: the index may say so (with QMP, on_cont does once QEMU
+         * answered). No RESYNC: the guest's clocks kept time while it was stopped, and
+         * the VM was not copied, so its RNG state is its own. One would hold up the frame
+         * of whatever woke it by ~1 ms of the guest's time under TCG (load/RESULTS.md). */
         sbx_save(sb);
-    /* Set the guest's wall clock (and reseed its RNG) before the frame of whatever woke
-     * us. */
+        return 0;
+    }
+    /* Continued with QMP: the guest's clock stood still while stopped, so it is set (and
+     * the RNG reseeded) before the frame of whatever woke us. */
     if (resync && (r = sbx_resync(sb, 0, on_resynced, NULL)) != 0)
         LOGS(LOG_WARN, sb->id, "cannot resync the guest after a thaw: %s", strerror(-r));
     return 0;

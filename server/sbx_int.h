@@ -402,8 +402,9 @@ json_t *sbx_json(const struct sandbox *sb);
 #define SBX_RESYNC_HOSTNAME (1u << 1)
 typedef void (*sbx_resync_cb)(struct sandbox *sb, int err, void *ud);
 int sbx_resync(struct sandbox *sb, unsigned flags, sbx_resync_cb cb, void *ud);
-/* FROZEN -> RUNNING: QMP cont, then (resync) a RESYNC on the channel, neither awaited (see
- * sbx_freeze.c). 0 (also when not frozen), or -ESRCH / the vmm_qmp error (still frozen). */
+/* FROZEN -> RUNNING: SIGCONT; or, for a VM this warrend did not stop, QMP cont and (resync)
+ * a RESYNC on the channel, neither awaited (see sbx_freeze.c). 0 (also when not frozen), or
+ * -ESRCH / the signal's or vmm_qmp's error (still frozen). */
 int sbx_thaw(struct sandbox *sb, bool resync);
 /* The reaper's tick: freeze sb if it has been idle for freeze_after_ms. */
 void sbx_freeze_tick(struct sandbox *sb, int64_t now);
