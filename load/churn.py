@@ -9,7 +9,8 @@ One warrend with the warm pool (jail off: clones cannot be jailed yet).
     before; then a kill -9 in the middle of a create and a restart, and the same
     check again. Any VM of a deleted sandbox still present is a leak.
   - live: N sandboxes, each from the pool (waiting for a ready VM; --live-boot:
-    back to back, booted once the pool is dry), left idle until the idle freeze stops them, then one exec each,
+    back to back, booted once the pool is dry; none past --stop-below MiB of
+    MemAvailable), left idle until the idle freeze stops them, then one exec each,
     sequentially: how many answered, the exec p50/p99 (each a thaw), the PSS of
     every QEMU and the machine's available memory before and after.
 Printed, not asserted (the integration test test_pool runs a short churn).
@@ -93,15 +94,19 @@ def live(w, a, rows):
     avail0 = mem_available_mib()
     sids, src = [], {"pool": 0, "boot": 0}
     t0 = time.time()
+    stopped = ""
     for _ in range(a.live):
         if a.live_from_pool:
             wait_ready(w, 1)
+        if mem_available_mib() < a.stop_below:
+            stopped = f" (stopped: MemAvailable below {a.stop_below} MiB)"
+            break
         sid = w.create()
         sids.append(sid)
         src[w.get(sid).json()["source"]] += 1
     took = time.time() - t0
     # Until every one is frozen (or a deadline: then the rest answer running).
-    deadline = time.time() + max(120, a.live * 2)
+    deadline = time.time() + max(120, len(sids) * 2)
     while time.time() < deadline:
         n = sum(1 for s in sids if w.get(s).json().get("frozen"))
         if n == len(sids):
@@ -119,8 +124,8 @@ def live(w, a, rows):
         r = w.exec(s, f"echo {i}")
         lat.append(time.perf_counter() - c0)
         ok += r.status == 200 and r.json().get("stdout") == f"{i}\n"
-    rows.append((f"live: {a.live} created back to back (pool {src['pool']}, boot {src['boot']})",
-                 f"{took:.0f} s", ""))
+    rows.append((f"live: {len(sids)} of {a.live} created back to back (pool {src['pool']}, "
+                 f"boot {src['boot']}){stopped}", f"{took:.0f} s", ""))
     rows.append(("live: frozen before the execs", f"{frozen} of {len(sids)}", ""))
     rows.append(("live: answered exec (sequentially)", f"{ok} of {len(sids)}", ""))
     rows.append(("live: exec on a frozen sandbox (thaw + exec)", f"{pct(lat, 50) * 1000:.1f} ms",
@@ -143,6 +148,9 @@ def main():
                     help="live: create back to back (boot once the pool is dry) instead of "
                     "waiting for a pool VM before each")
     ap.add_argument("--overcommit", type=int, default=1000, help="memory_overcommit_percent")
+    ap.add_argument("--stop-below", type=int, default=3072,
+                    help="live: create no more once the machine's MemAvailable is below this "
+                    "many MiB")
     a = ap.parse_args()
     conf = {"pool_size": str(a.pool_size), "jail": "off", "default_template": "minimal",
             "memory_overcommit_percent": str(a.overcommit),
