@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 from warren import Warren  # noqa: E402
-from bench import ms, pct, print_table  # noqa: E402
+from bench import pct, print_table  # noqa: E402
 
 def ms2(x):
     return f"{x * 1000:.2f} ms"

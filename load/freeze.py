@@ -96,8 +96,7 @@ def main():
         d = sorted(t - r for t, r in zip(thaw, warm))
         rows.append(("frozen - running right after an exec (pairwise)", ms(pct(d, 50)),
                      ms(pct(d, 99))))
-        with open(w.log_path, errors="replace") as f:
-            log = f.read()
+        log = w.log_all()
         for what in ("cont answered", "resync answered"):
             xs = [float(line.rsplit(" in ", 1)[1].split()[0]) / 1000 for line in log.splitlines()
                   if f"{sid}: thaw: {what} in " in line]

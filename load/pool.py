@@ -56,8 +56,7 @@ def wait_ready(w, n, timeout=120):
 
 def server_ms(w, sid):
     """warrend's own request-in to guest-ready time for sid, from its log."""
-    with open(w.log_path, errors="replace") as f:
-        m = re.search(re.escape(sid) + r": running \(([0-9.]+) ms after create\)", f.read())
+    m = re.search(re.escape(sid) + r": running \(([0-9.]+) ms after create\)", w.log_all())
     return float(m.group(1)) if m else float("nan")
 
 
@@ -125,7 +124,6 @@ def main():
             if src != "pool":
                 break
             bb.append(ms)
-        dry = time.perf_counter() - t0
         per_s = len(bb) / (sum(bb) / 1e3) if bb else 0
         for sid in sids:
             w.delete(sid)
@@ -136,9 +134,8 @@ def main():
         rows.append(("creates/s while the pool lasts", f"{per_s:.1f}", "", ""))
         rows.append((f"refill to {n} ready after the dry run's deletes", f"{refill:.2f} s",
                      "", ""))
-        with open(w.log_path, errors="replace") as f:
-            fills = [float(x) for x in re.findall(r"pool: ready \(\d+ of \d+; ([0-9.]+) ms from launch",
-                                                  f.read())]
+        fills = [float(x) for x in re.findall(r"pool: ready \(\d+ of \d+; ([0-9.]+) ms from launch",
+                                              w.log_all())]
         row(rows, f"one pool VM: launch, restore, warm-up, stop (n={len(fills)})", fills)
         rows.append(("first fill at start (template boot + save + pool)",
                      f"{first_fill:.2f} s", "", ""))

@@ -6,7 +6,6 @@ background process keeps it running (and frozen once that process ended).
 Needs guest images whose warren-init knows RESYNC (protocol/README.md): an
 older agent answers it with an error and the clock check below fails.
 """
-import os
 import time
 import unittest
 

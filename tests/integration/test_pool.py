@@ -380,10 +380,7 @@ class TestPool(unittest.TestCase):
                 owned.update(qemu_pids(s["vm_id"]))
         pool_pids = [p for p in qemu_pids(w.state_dir) if p not in owned]
         self.assertTrue(pool_pids)
-        def log():  # the whole log: w.log_text() is its last 6,000 characters
-            with open(w.log_path, errors="replace") as f:
-                return f.read()
-
+        log = w.log_all
         n0 = len(log())
         got = {}
         for p in pool_pids:

@@ -14,14 +14,12 @@ packet leaves the machine: the proxy's connections stay in the VM's namespace).
 One warrend, two sandboxes for the class; the methods run in name order."""
 import base64
 import hashlib
-import http.client
 import json
 import os
 import socket
 import subprocess
 import time
 import unittest
-import urllib.parse
 
 import fakenet
 from test_net import images_have_nic, net_conf, remove_namespaces

@@ -596,6 +596,7 @@ class TestSnapshotOfPoolSandbox(unittest.TestCase):
         wait_pool_ready(w, 1)
         a = w.create()
         self.assertEqual(w.get(a).json()["source"], "pool")
+        first = None  # the first cycle's snapshot
         for i in range(3):
             w.run(a, f"echo pooled-{i} > /root/p{i}")
             r = w.request("POST", f"/v1/sandboxes/{a}/pause", {})
@@ -605,7 +606,7 @@ class TestSnapshotOfPoolSandbox(unittest.TestCase):
             snaps = w.request("GET", "/v1/snapshots").json()["snapshots"]
             mine = [x["id"] for x in snaps if x["parent"] == a]
             self.assertEqual(len(mine), 1, snaps)
-            first = first if i else mine[0]
+            first = first or mine[0]
             self.assertEqual(mine, [first])
             backing = os.path.join(w.state_dir, "snapshots", first, "backing.qcow2")
             self.assertEqual(qcow2_backing(os.path.join(w.run_dir(a), "disk.qcow2")), backing)

@@ -442,7 +442,7 @@ class TestWsSession(WarrenCase):
                 await asyncio.wait_for(bad.ws.wait_closed(), 120)
                 self.assertEqual(bad.ws.close_code, code, name)
                 self.assertTrue(bad.ws.close_reason, name)
-                out, _, ex = await keep.run(cmd=f"echo still")
+                out, _, ex = await keep.run(cmd="echo still")
                 self.assertEqual((out, ex["exit_code"]), (b"still\n", 0), name)
             await keep.close()
         self.arun(go())
@@ -527,8 +527,8 @@ class TestWsSessionLimits(WarrenCase):
                 await websockets.connect(url, extra_headers=h, subprotocols=[PROTO])
             self.assertEqual(cm.exception.status_code, 429)
             s = socks[0]
-            a = await s.send("exec", cmd="sleep 1000")
-            b = await s.send("exec", cmd="sleep 1000")
+            await s.send("exec", cmd="sleep 1000")
+            await s.send("exec", cmd="sleep 1000")
             r = await s.call("exec", cmd="true")
             self.assertEqual((r["type"], r["code"]), ("error", "too_many_requests"), r)
             await socks[1].close()  # a closed socket frees its place

@@ -237,12 +237,17 @@ class Warren:
             self.key = f.read().strip()
         return self
 
-    def log_text(self):
+    def log_all(self):
+        """All that warrend has logged (every start of it, appended)."""
         try:
             with open(self.log_path, errors="replace") as f:
-                return f.read()[-6000:]
+                return f.read()
         except OSError:
             return ""
+
+    def log_text(self):
+        """The log's last 6,000 characters: enough for a failure message."""
+        return self.log_all()[-6000:]
 
     def kill9(self):
         self.proc.send_signal(signal.SIGKILL)
