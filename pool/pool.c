@@ -592,20 +592,7 @@ static void tpl_build(struct pool *p)
         tpl_failed(p, "cannot make its overlay");
         return;
     }
-    memset(&vc, 0, sizeof(vc));
-    vc.id = p->id;
-    vc.qemu = t->cfg->qemu;
-    vc.kernel = t->kernel;
-    vc.initrd = t->initrd;
-    vc.append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
-    vc.disk = p->disk;
-    vc.run_dir = p->dir;
-    vc.mem_mb = p->mem_mb;
-    vc.vcpus = p->vcpus;
-    vc.accel = t->accel;
-    vc.tcg_tb_mib = t->cfg->tcg_tb_mib;
-    vc.console_max = t->cfg->console_max_bytes;
-    vc.qemu_log_max = t->cfg->qemu_log_bytes;
+    sbx_vm_config_init(t, &vc, p->id, p->disk, p->dir, p->mem_mb, p->vcpus);
     vc.boot = VMM_BOOT_TEMPLATE;
     vc.mem_path = p->mem;
     /* With networking on, the template has the NIC and guest address every

@@ -240,6 +240,11 @@ int sbx_vm_launch(struct sbx_vm *vm, const char *backing);
 /* Make vm's overlay (vm->disk) over backing (vmm_qcow2_create; size 0: backing's)
  * and remember that name as vm->backing: 0 or -errno. */
 int sbx_vm_overlay(struct sbx_vm *vm, const char *backing, uint64_t size);
+/* *vc zeroed, then what every VM's QEMU gets from the table and conf (QEMU, kernel,
+ * initramfs, command line, accelerator, translation cache, log caps) and these. No jail:
+ * the caller's choice. */
+void sbx_vm_config_init(const struct sbx_table *t, struct vmm_config *vc, const char *id,
+                        const char *disk, const char *run_dir, unsigned mem_mb, unsigned vcpus);
 /* Networking (net.h) for a VM launched outside sbx_vm_launch (the pool's
  * template): with t->net, take a slot into *slot if it holds none (-1) and
  * point vc at the wrapper (*wrap, freed with net_wrap_free after vmm_launch),

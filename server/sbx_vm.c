@@ -191,25 +191,29 @@ void sbx_vm_bind(struct sbx_vm *vm, struct sandbox *sb)
     sb->vm_gone = vm->gone;
 }
 
-static void vm_config(struct sbx_vm *vm, struct vmm_config *vc)
+void sbx_vm_config_init(const struct sbx_table *t, struct vmm_config *vc, const char *id,
+                        const char *disk, const char *run_dir, unsigned mem_mb, unsigned vcpus)
 {
-    struct sbx_table *t = vm->t;
-
     memset(vc, 0, sizeof(*vc));
-    vc->id = vm->id;
+    vc->id = id;
     vc->qemu = t->cfg->qemu;
     vc->kernel = t->kernel;
     vc->initrd = t->initrd;
     vc->append = t->cfg->kernel_append && *t->cfg->kernel_append ? t->cfg->kernel_append : NULL;
-    vc->disk = vm->disk;
-    vc->run_dir = vm->run_dir;
-    vc->mem_mb = vm->mem_mb;
-    vc->vcpus = vm->vcpus;
+    vc->disk = disk;
+    vc->run_dir = run_dir;
+    vc->mem_mb = mem_mb;
+    vc->vcpus = vcpus;
     vc->accel = t->accel;
     vc->tcg_tb_mib = t->cfg->tcg_tb_mib;
     vc->console_max = t->cfg->console_max_bytes;
     vc->qemu_log_max = t->cfg->qemu_log_bytes;
-    vc->jail = t->jail;
+}
+
+static void vm_config(struct sbx_vm *vm, struct vmm_config *vc)
+{
+    sbx_vm_config_init(vm->t, vc, vm->id, vm->disk, vm->run_dir, vm->mem_mb, vm->vcpus);
+    vc->jail = vm->t->jail;
 }
 
 static void vmm_set(struct sbx_vm *vm, struct vmm *vmm)
