@@ -3,8 +3,8 @@
 continues it with the guest clock set again; keep_running with a live
 background process keeps it running (and frozen once that process ended).
 
-Needs guest images whose warren-init knows RESYNC (protocol/README.md): an
-older agent answers it with an error and the clock check below fails.
+The freeze stops the VM's QEMU whole (SIGSTOP): the guest's clocks keep time
+meanwhile, and the thaw (SIGCONT) sends no RESYNC.
 """
 import time
 import unittest
@@ -76,7 +76,7 @@ class TestFreeze(WarrenCase):
         time.sleep(2)
         self.assertEqual(cpu_ticks(pid), c0, "a stopped VM's QEMU must use no CPU")
         self.assertEqual(proc_state(pid), "T", "a frozen VM's QEMU is stopped whole")
-        # frozen for >= 10 s: a clock that was not set again would be that far behind
+        # frozen for >= 10 s: a guest clock that stood still would be that far behind
         time.sleep(max(0, 10.5 - (time.time() - t0)))
         before = time.time()
         r = w.run(sid, "date +%s; cat /proc/uptime")
