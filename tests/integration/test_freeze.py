@@ -1,6 +1,6 @@
 """Idle freeze against real microVMs: an idle sandbox's VM is stopped in place
 (its QEMU uses no CPU), and the next exec, file read or restart of warrend
-continues it with the guest clock set again; keep_running with a live
+continues it with the guest clock right; keep_running with a live
 background process keeps it running (and frozen once that process ended).
 
 The freeze stops the VM's QEMU whole (SIGSTOP): the guest's clocks keep time
