@@ -104,6 +104,7 @@ static const struct opt opts[] = {
     {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
     {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
     {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
+    {"freeze_pageout_after_ms", T_UINT, F(freeze_pageout_after_ms), "300000", 0},
     {"pool_size", T_UINT, F(pool_size), "2", 0},
     {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
     {"pool_spares", T_UINT, F(pool_spares), "1", 0},

@@ -178,6 +178,8 @@ json_t *sbx_json(const struct sandbox *sb)
     if (sb->vm_id[0])
         json_object_set_new(o, "vm_id", json_string(sb->vm_id));
     json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
+    json_object_set_new(o, "paged_out",
+                        json_boolean(sbx_state_stopped(sb->state) && sb->paged_out));
     json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
     /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
     if (sb->t->net && sb->vmr) {
@@ -686,6 +688,10 @@ static void sandbox_free(struct sandbox *sb)
         chan_free(sb->ch);
     if (sb->vmr) /* still bound: the VM outlives the struct only in the table's free */
         sb->vmr->sb = NULL;
+    if (sb->t->pageout_sb == sb) {
+        vmm_pageout_cancel(sb->vm); /* its callback's ud is sb */
+        sb->t->pageout_sb = NULL;
+    }
     json_decref(sb->env);
     json_decref(sb->metadata);
     free(sb);
@@ -1396,7 +1402,7 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
         } else if (sb->state == ST_PAUSED &&
                    now - sb->paused_mono >= (int64_t)t->cfg->paused_retention_s * 1000) {
             sandbox_end(sb, ST_ENDED, "paused_retention_expired");
-        } else if (sb->state == ST_RUNNING) {
+        } else if (sb->state == ST_RUNNING || sb->state == ST_FROZEN) {
             sbx_freeze_tick(sb, now);
         } else if (sbx_state_final(sb->state) &&
                    now - sb->ended_mono >= (int64_t)t->cfg->ended_keep_s * 1000) {

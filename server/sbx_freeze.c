@@ -28,6 +28,12 @@
  * SIGSTOP goes out, and "running" only after the VM was continued. A restart
  * therefore finds "frozen" whenever the VM may be stopped, and continues it.
  *
+ * Page-out: a VM frozen for freeze_pageout_after_ms has its QEMU's memory pushed
+ * out to swap (vmm_pageout: MADV_PAGEOUT on a worker thread, one VM at a time, only
+ * with free swap on the host). Its resident memory falls from ~40 to ~6 MiB under
+ * TCG; the thaw is the same SIGCONT, and the guest faults its pages back from swap
+ * as it runs (its first request takes tens of ms more: load/RESULTS.md).
+ *
  * Internal requests (RESYNC, the keep_running PLIST) use stream ids from
  * sb->next_stream like ops, one of each kind at a time; their answers are
  * taken here before ops see the frame.
@@ -156,6 +162,9 @@ int sbx_thaw(struct sandbox *sb, bool resync)
     if (!sb->vm || sb->vm_gone)
         return -ESRCH;
     sb->thaw_us = now_us();
+    if (sb->paged_out)
+        LOGS(LOG_DEBUG, sb->id, "thaw of a paged-out VM: its pages come back from swap");
+    sb->paged_out = false;
     if ((sig = vmm_frozen(sb->vm))) {
         if ((r = vmm_thaw(sb->vm)) != 0) {
             LOGS(LOG_ERR, sb->id, "cannot continue the frozen VM: %s", strerror(-r));
@@ -198,6 +207,7 @@ static void freeze(struct sandbox *sb)
         sbx_state_set(sb, ST_RUNNING);
         return;
     }
+    sb->pageout_tried = sb->paged_out = false;
     r = vmm_freeze(sb->vm);
     if (r != 0) {
         /* Busy (a QMP command or an operation in flight): the next tick tries again. */
@@ -238,8 +248,72 @@ static void probe(struct sandbox *sb, int64_t now)
     chan_flush(sb->ch);
 }
 
+/* ---- page-out of a long-frozen VM ---- */
+
+static void pageout_tick(struct sandbox *sb, int64_t now);
+
+static void on_pageout(void *ud, int err, const char *why)
+{
+    struct sandbox *sb = ud;
+    struct sbx_table *t = sb->t;
+    int64_t now = sbx_now_ms();
+
+    if (t->pageout_sb == sb)
+        t->pageout_sb = NULL;
+    if (err == 0) {
+        sb->paged_out = sb->state == ST_FROZEN;
+        LOGS(LOG_INFO, sb->id, "%s, after %.0f s frozen", why,
+             (double)(now - sb->frozen_mono) / 1000.0);
+    } else if (err != -ECANCELED) {
+        LOGS(LOG_WARN, sb->id, "cannot page out the frozen VM: %s", why);
+    }
+    /* The next one due starts now rather than at the reaper's next tick: a thousand
+     * sandboxes frozen at once are paged out in about a minute, not in a thousand ticks. */
+    for (struct sandbox *o = t->sandboxes; o && !t->pageout_sb; o = o->next)
+        if (o->state == ST_FROZEN)
+            pageout_tick(o, now);
+}
+
+/* The host's free swap, read at most once a second for all sandboxes. */
+static int64_t swap_free_kb(struct sbx_table *t, int64_t now)
+{
+    if (!t->swap_mono || now - t->swap_mono >= 1000) {
+        t->swap_kb = vmm_host_swap_free_kb();
+        t->swap_mono = now;
+    }
+    return t->swap_kb;
+}
+
+/* Frozen for freeze_pageout_after_ms: once per freeze, and one VM at a time (each costs
+ * tens of ms of a core, compressing for zram), its memory goes to swap. Without free swap
+ * nothing is tried: anonymous memory has nowhere to go. */
+static void pageout_tick(struct sandbox *sb, int64_t now)
+{
+    struct sbx_table *t = sb->t;
+    unsigned after = t->cfg->freeze_pageout_after_ms;
+    int r;
+
+    if (!after || sb->pageout_tried || !vmm_frozen(sb->vm) || sb->vm_gone ||
+        now - sb->frozen_mono < (int64_t)after)
+        return;
+    if (t->pageout_sb && vmm_pageout_busy(t->pageout_sb->vm))
+        return;
+    if (swap_free_kb(t, now) < 64 * 1024)
+        return;
+    sb->pageout_tried = true;
+    if ((r = vmm_pageout(sb->vm, on_pageout, sb)) != 0) {
+        LOGS(LOG_WARN, sb->id, "cannot page out the frozen VM: %s", strerror(-r));
+        return;
+    }
+    t->pageout_sb = sb;
+}
+
 void sbx_freeze_tick(struct sandbox *sb, int64_t now)
 {
+    if (sb->state == ST_FROZEN) {
+        pageout_tick(sb, now);
+        return;
+    }
     if (!freezable(sb, now) || sb->probe_stream)
         return;
     if (sb->keep_running) {

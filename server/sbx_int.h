@@ -160,6 +160,8 @@ struct sandbox {
     int64_t probe_mono;    /* when that PLIST was asked */
     int64_t frozen_mono;   /* when the VM was last stopped */
     int64_t thaw_us;       /* when the last thaw began (CLOCK_MONOTONIC us, for the log) */
+    bool pageout_tried;    /* this freeze's page-out was started (or could not be) */
+    bool paged_out;        /* and it pushed the VM's memory out to swap */
     /* create option public_ports: reachable through the port proxy without auth */
     uint16_t public_ports[SBX_PUBLIC_PORTS_MAX];
     unsigned npublic;
@@ -182,13 +184,16 @@ struct sbx_table {
     bool idx_flushing; /* a flush is queued or running */
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
-    struct vmm_jail *jail;     /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
-    struct pool *pool;         /* the warm pool (pool/pool.h), NULL when off */
-    struct net *net;           /* sandbox networking (net.h), NULL when off */
-    struct net_ahead *ahead;   /* namespaces made ahead (net_ahead.c) */
-    bool ahead_failed;         /* the last one failed: none made until the next create */
-    struct net_apply *applies; /* policy changes in progress (sbx_netpol.c) */
-    struct sbx_snaps *snaps;   /* snapshots and the ones being taken (sbx_snap.c) */
+    struct vmm_jail *jail;      /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
+    struct pool *pool;          /* the warm pool (pool/pool.h), NULL when off */
+    struct net *net;            /* sandbox networking (net.h), NULL when off */
+    struct net_ahead *ahead;    /* namespaces made ahead (net_ahead.c) */
+    bool ahead_failed;          /* the last one failed: none made until the next create */
+    struct net_apply *applies;  /* policy changes in progress (sbx_netpol.c) */
+    struct sbx_snaps *snaps;    /* snapshots and the ones being taken (sbx_snap.c) */
+    struct sandbox *pageout_sb; /* whose VM's page-out runs (one at a time), or NULL */
+    int64_t swap_mono;          /* when swap_kb was read (sbx_freeze.c) */
+    int64_t swap_kb;            /* the host's free swap then */
 };
 
 /* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
@@ -411,7 +416,9 @@ int sbx_resync(struct sandbox *sb, unsigned flags, sbx_resync_cb cb, void *ud);
  * a RESYNC on the channel, neither awaited (see sbx_freeze.c). 0 (also when not frozen), or
  * -ESRCH / the signal's or vmm_qmp's error (still frozen). */
 int sbx_thaw(struct sandbox *sb, bool resync);
-/* The reaper's tick: freeze sb if it has been idle for freeze_after_ms. */
+/* The reaper's tick, for a RUNNING or FROZEN sb: freeze it if it has been idle for
+ * freeze_after_ms; push its VM's memory out to swap once frozen for
+ * freeze_pageout_after_ms. */
 void sbx_freeze_tick(struct sandbox *sb, int64_t now);
 /* A guest frame on an internal stream (RESYNC, the keep_running PLIST): handled, true.
  * May call sbx_violation: return right after. */

@@ -49,6 +49,17 @@ enum op_stage { STG_QMP = 0, STG_JOB, STG_PAGES, STG_LOAD };
 
 struct vmm_job;
 
+/* vmm_pageout's worker (see there). */
+struct vmm_po {
+    int efd, pidfd;
+    int refs;   /* the thread and the VM; atomic */
+    int cancel; /* atomic: vmm_thaw or the VM's end */
+    pid_t pid;
+    int err;
+    struct vmm_pageout_stats st;
+    char why[240];
+};
+
 /* Phase changes queued for the phase callback between two deliveries. Past
  * it the newest entry absorbs the change (see vmm.h). */
 #define PHASE_Q 16
@@ -93,9 +104,13 @@ struct vmm {
     ev_timer kill_t;  /* shutdown grace, or QMP-lost watchdog */
     ev_timer ready_t; /* QMP handshake deadline */
     unsigned reap_tries;
-    bool child_grace; /* waiting for ev_child after waitid said ECHILD */
-    bool sigkilled;   /* we sent SIGKILL (says so when the status is unknown) */
-    bool frozen;      /* vmm_freeze sent SIGSTOP, vmm_thaw not yet SIGCONT */
+    bool child_grace;  /* waiting for ev_child after waitid said ECHILD */
+    bool sigkilled;    /* we sent SIGKILL (says so when the status is unknown) */
+    bool frozen;       /* vmm_freeze sent SIGSTOP, vmm_thaw not yet SIGCONT */
+    struct vmm_po *po; /* vmm_pageout's worker, or NULL */
+    ev_io po_w;        /* its eventfd */
+    vmm_op_cb po_cb;
+    void *po_ud;
     enum vmm_phase phase;
     int depth;
     bool free_pending;
@@ -345,9 +360,12 @@ void vmm_leave(struct vmm *vm)
 }
 
 /* Stop every watcher and close every fd except the pidfd. Idempotent. */
+static void po_drop(struct vmm *vm);
+
 static void teardown_io(struct vmm *vm)
 {
     op_clear(vm);
+    po_drop(vm);
     ev_timer_stop(vm->loop, &vm->qmp_c.t);
     ev_timer_stop(vm->loop, &vm->con_c.t);
     ev_timer_stop(vm->loop, &vm->chan_c.t);
@@ -849,6 +867,7 @@ static char *path_join(const char *dir, const char *name)
 }
 
 static void on_job(struct ev_loop *loop, ev_io *w, int revents);
+static void on_po(struct ev_loop *loop, ev_io *w, int revents);
 
 static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const struct vmm_cbs *cbs,
                   void *ud, struct vmm **out)
@@ -893,6 +912,8 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->op.fd = -1;
     ev_io_init(&vm->job_w, on_job, -1, EV_READ);
     vm->job_w.data = vm;
+    ev_io_init(&vm->po_w, on_po, -1, EV_READ);
+    vm->po_w.data = vm;
     vm->run_dir = strdup(cfg->run_dir);
     vm->qmp_path = path_join(cfg->run_dir, "qmp.sock");
     vm->con_path = path_join(cfg->run_dir, "console.sock");
@@ -1826,6 +1847,127 @@ int vmm_thaw(struct vmm *vm)
     if (vm->pidfd < 0 || sys_pidfd_signal(vm->pidfd, SIGCONT) != 0)
         return vm->pidfd < 0 ? -ESRCH : -errno;
     vm->frozen = false;
+    /* A page-out still going would only evict what the guest is about to touch. */
+    if (vm->po)
+        __atomic_store_n(&vm->po->cancel, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* ---- page-out of a frozen VM: a worker thread runs vmm_pageout_run ---- */
+
+static void po_unref(struct vmm_po *p)
+{
+    if (!p || __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    if (p->efd >= 0)
+        close(p->efd);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    free(p);
+}
+
+static void *po_main(void *arg)
+{
+    struct vmm_po *p = arg;
+    uint64_t one = 1;
+
+    p->err = vmm_pageout_run(p->pid, p->pidfd, &p->cancel, &p->st, p->why, sizeof(p->why));
+    (void)!write(p->efd, &one, sizeof(one));
+    po_unref(p);
+    return NULL;
+}
+
+/* The VM is going away (or its process ended): the thread stops at its next mapping
+ * and nobody is told. */
+static void po_drop(struct vmm *vm)
+{
+    if (!vm->po)
+        return;
+    ev_io_stop(vm->loop, &vm->po_w);
+    __atomic_store_n(&vm->po->cancel, 1, __ATOMIC_RELEASE);
+    po_unref(vm->po);
+    vm->po = NULL;
+}
+
+static void on_po(struct ev_loop *loop, ev_io *w, int revents)
+{
+    struct vmm *vm = w->data;
+    struct vmm_po *p = vm->po;
+    vmm_op_cb cb = vm->po_cb;
+    void *ud = vm->po_ud;
+    uint64_t v;
+    char why[240];
+    int err;
+
+    (void)revents;
+    if (!p || read(p->efd, &v, sizeof(v)) != (ssize_t)sizeof(v))
+        return;
+    ev_io_stop(loop, w);
+    err = p->err;
+    snprintf(why, sizeof(why), "%s", p->why);
+    vm->po = NULL;
+    vm->po_cb = NULL;
+    vm->po_ud = NULL;
+    po_unref(p);
+    if (cb)
+        cb(ud, err, why);
+}
+
+bool vmm_pageout_busy(const struct vmm *vm)
+{
+    return vm && vm->po;
+}
+
+void vmm_pageout_cancel(struct vmm *vm)
+{
+    if (!vm || !vm->po)
+        return;
+    __atomic_store_n(&vm->po->cancel, 1, __ATOMIC_RELEASE);
+    vm->po_cb = NULL;
+    vm->po_ud = NULL;
+}
+
+int vmm_pageout(struct vmm *vm, vmm_op_cb cb, void *ud)
+{
+    struct vmm_po *p;
+    pthread_attr_t at;
+    pthread_t th;
+    int r;
+
+    if (!vm)
+        return -EINVAL;
+    if (!vmm_phase_live(vm->phase) || vm->pidfd < 0)
+        return -ESRCH;
+    if (!vm->frozen)
+        return -EPERM;
+    if (vm->po)
+        return -EBUSY;
+    if (!(p = calloc(1, sizeof(*p))))
+        return -ENOMEM;
+    p->refs = 2;
+    p->pid = vm->pid;
+    p->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    p->pidfd = fcntl(vm->pidfd, F_DUPFD_CLOEXEC, 3);
+    if (p->efd < 0 || p->pidfd < 0) {
+        r = -errno;
+        p->refs = 1;
+        po_unref(p);
+        return r;
+    }
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    r = pthread_create(&th, &at, po_main, p);
+    pthread_attr_destroy(&at);
+    if (r != 0) {
+        p->refs = 1;
+        po_unref(p);
+        return -r;
+    }
+    vm->po = p;
+    vm->po_cb = cb;
+    vm->po_ud = ud;
+    ev_io_set(&vm->po_w, p->efd, EV_READ);
+    ev_io_start(vm->loop, &vm->po_w);
     return 0;
 }
 

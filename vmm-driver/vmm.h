@@ -104,6 +104,9 @@ enum vmm_accel vmm_detect_accel(char *why, size_t why_cap);
 /* Host TSC in kHz (from /proc/cpuinfo "cpu MHz"), 0 if unknown. */
 unsigned long vmm_tsc_khz(void);
 
+/* The host's free swap in kB (/proc/meminfo SwapFree), or -errno. */
+int64_t vmm_host_swap_free_kb(void);
+
 /* How the guest starts (see "Boot modes" above). */
 enum vmm_boot {
     VMM_BOOT_KERNEL = 0, /* -kernel/-initrd boot, anonymous guest RAM */
@@ -352,6 +355,23 @@ int vmm_freeze(struct vmm *vm);
 /* SIGCONT: the VM runs again at once. 0 also if it was not frozen. */
 int vmm_thaw(struct vmm *vm);
 bool vmm_frozen(const struct vmm *vm);
+
+/* Long idle: push a frozen VM's memory out to swap, on a worker thread
+ * (process_madvise MADV_PAGEOUT over each of its QEMU's mappings; see
+ * vmm_pageout.c). Pages the process shares with others (the template's RAM
+ * file, libraries) stay; without swap on the host next to nothing is freed.
+ * cb(ud, err, why) from the loop once done: 0 and what moved ("paged out:
+ * resident A -> B MiB, ..."), -ECANCELED if vmm_thaw came first (the thread
+ * stops between two mappings), or another -errno. Not called if the VM is freed
+ * or its process ends first. -EPERM unless frozen, -EBUSY while one runs,
+ * -ESRCH once exited. The VM needs nothing done on thaw: it faults its pages
+ * back in as it touches them (tens of ms of its first request under TCG;
+ * load/RESULTS.md). */
+int vmm_pageout(struct vmm *vm, vmm_op_cb cb, void *ud);
+/* A page-out's thread is still running (until its callback, or its cancel's end). */
+bool vmm_pageout_busy(const struct vmm *vm);
+/* Stop it at its next mapping and forget its callback (whose ud is going away). */
+void vmm_pageout_cancel(struct vmm *vm);
 
 /* Save the VM's device state to path (RUNNING or STOPPED): stop, set
  * x-ignore-shared (RAM that lives in a share=on memory file is not copied) and

@@ -1,5 +1,5 @@
 /*
- * vmm_host.c - host probes: which accelerator works, and the TSC rate.
+ * vmm_host.c - host probes: which accelerator works, the TSC rate, free swap.
  *
  * KVM needs all of: a vmx/svm CPU flag (a /dev/kvm without it is a
  * paravirtual KVM such as PVM, on which Debian's kernel does not boot), a
@@ -122,4 +122,22 @@ ssize_t vmm_read_small(const char *path, char *buf, size_t cap)
     if (n > 0)
         buf[n] = 0;
     return n;
+}
+
+/* SwapFree of /proc/meminfo. */
+int64_t vmm_host_swap_free_kb(void)
+{
+    char line[128];
+    int64_t kb = -1;
+    FILE *f = fopen("/proc/meminfo", "re");
+
+    if (!f)
+        return -errno;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "SwapFree:", 9)) {
+            kb = strtoll(line + 9, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return kb < 0 ? -ENOENT : kb;
 }

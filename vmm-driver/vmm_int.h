@@ -377,4 +377,17 @@ int vmm_delta_pages(const uint8_t *raw, uint64_t n, uint64_t total, uint32_t *ou
 int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t ino, bool *touched,
                    char *why, size_t cap);
 
+/* ---- page-out of a stopped VM (vmm_pageout.c): blocking, for a worker thread ---- */
+
+struct vmm_pageout_stats {
+    uint64_t rss_before_kb, rss_after_kb, swap_before_kb, swap_after_kb; /* /proc/pid/status */
+    unsigned mappings;                                                   /* advised */
+    int64_t us;                                                          /* wall time */
+};
+/* MADV_PAGEOUT through process_madvise over each mapping of pid (checked alive
+ * through pidfd once its maps are open), stopping between two mappings once *cancel
+ * (read atomically) is set: 0 with why telling what moved, -ECANCELED, or -errno. */
+int vmm_pageout_run(pid_t pid, int pidfd, const int *cancel, struct vmm_pageout_stats *st,
+                    char *why, size_t cap);
+
 #endif

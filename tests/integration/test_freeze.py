@@ -5,7 +5,14 @@ background process keeps it running (and frozen once that process ended).
 
 The freeze stops the VM's QEMU whole (SIGSTOP): the guest's clocks keep time
 meanwhile, and the thaw (SIGCONT) sends no RESYNC.
+
+TestPageout: a sandbox frozen long enough has its QEMU's memory pushed out to
+swap, and comes back with its files, memory and processes intact. It needs
+swap on the host: when there is none it makes some on /dev/zram0 for its run
+and takes it away after.
 """
+import os
+import subprocess
 import time
 import unittest
 
@@ -141,6 +148,99 @@ class TestFreeze(WarrenCase):
         # and it freezes again, and thaws again, under the new warrend
         self.wait_frozen(sid)
         self.assertEqual(w.run(sid, "cat /root/f")["stdout"], "frozen-file\n")
+
+
+def swap_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSwap:"):
+                return int(line.split()[1])
+    return 0
+
+
+def zram_swap_on():
+    """Swap on /dev/zram0 if the host has none. True if made here (to undo)."""
+    with open("/proc/swaps") as f:
+        if len(f.read().splitlines()) > 1:
+            return False
+    dev = "/sys/block/zram0"
+    if not os.path.exists(dev):
+        raise unittest.SkipTest("no swap on the host and no /dev/zram0 to make some")
+    with open(f"{dev}/disksize") as f:
+        if int(f.read()) != 0:
+            raise unittest.SkipTest("/dev/zram0 is in use, and the host has no swap")
+    with open(f"{dev}/disksize", "w") as f:
+        f.write("4G")
+    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
+    subprocess.run(["swapon", "/dev/zram0"], check=True, capture_output=True)
+    return True
+
+
+def zram_swap_off():
+    subprocess.run(["swapoff", "/dev/zram0"], check=True, capture_output=True)
+    with open("/sys/block/zram0/reset", "w") as f:
+        f.write("1")
+
+
+class TestPageout(WarrenCase):
+    conf = {"freeze_after_ms": FREEZE_MS, "freeze_pageout_after_ms": 500}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.made_swap = zram_swap_on()
+        try:
+            super().setUpClass()
+        except BaseException:
+            if cls.made_swap:
+                zram_swap_off()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            if cls.made_swap:
+                zram_swap_off()
+
+    def wait_paged_out(self, sid, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            sb = self.w.get(sid).json()
+            if sb["paged_out"]:
+                return sb
+            time.sleep(0.1)
+        self.fail(f"{sid} was not paged out within {timeout} s: {self.w.get(sid).json()}\n"
+                  + self.w.log_text())
+
+    def test_paged_out_sandbox_comes_back_whole(self):
+        w = self.w
+        sid = w.create()
+        # 24 MiB in the guest's RAM (tmpfs), and a process counting in its memory
+        r = w.run(sid, "head -c 25165824 /dev/urandom > /dev/shm/blob && md5sum /dev/shm/blob")
+        digest = r["stdout"].split()[0]
+        r = w.request("POST", f"/v1/sandboxes/{sid}/exec",
+                      {"cmd": "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; "
+                              "done", "background": True})
+        self.assertEqual(r.status, 201, r)
+        sb = self.wait_paged_out(sid)
+        self.assertTrue(sb["frozen"])
+        (pid,) = qemu_pids(w.vm_id(sid))
+        self.assertEqual(proc_state(pid), "T", "paged out and still stopped")
+        self.assertGreater(swap_kb(pid), 20 * 1024, "the guest's 24 MiB at least went to swap")
+        self.assertIn("paged out: resident", w.log_all())
+        # the next exec brings it back: the file, the counting process, the VM
+        c0 = int(w.run(sid, "cat /tmp/count")["stdout"])
+        self.assertFalse(w.get(sid).json()["paged_out"])
+        self.assertEqual(w.run(sid, "md5sum /dev/shm/blob")["stdout"].split()[0], digest)
+        time.sleep(1)
+        self.assertGreater(int(w.run(sid, "cat /tmp/count")["stdout"]), c0,
+                           "the background process runs again")
+        self.assertEqual(qemu_pids(w.vm_id(sid)), [pid], "the same VM, not a new one")
+        # frozen and paged out again, and back again
+        self.wait_paged_out(sid)
+        self.assertEqual(w.run(sid, "md5sum /dev/shm/blob")["stdout"].split()[0], digest)
+        w.delete(sid)
 
 
 if __name__ == "__main__":

@@ -1150,6 +1150,66 @@ static void check_freeze(struct vmctx *a)
     CHECK(ct.done && ct.err == 0 && a->nph == n + 2);
 }
 
+/* VmSwap of pid in kB, or -1. */
+static long vm_swap_kb(pid_t pid)
+{
+    char path[64], line[128];
+    long kb = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "VmSwap:", 7))
+            kb = strtol(line + 7, NULL, 10);
+    fclose(f);
+    return kb;
+}
+
+/* Page-out: only of a frozen VM, one at a time; the VM answers QMP after it. With swap
+ * on the host its memory is found there; a thaw stops one under way. */
+static void check_pageout(struct vmctx *a)
+{
+    struct opres po = {0}, po2 = {0};
+    struct qreq q = {0};
+    pid_t pid = vmm_pid(a->vm);
+    bool swap = vmm_host_swap_free_kb() > 256 * 1024;
+
+    CHECK(vmm_pageout(a->vm, on_op, &po) == -EPERM && !vmm_pageout_busy(a->vm));
+    CHECK(vmm_freeze(a->vm) == 0);
+    CHECK(vmm_pageout(a->vm, on_op, &po) == 0 && vmm_pageout_busy(a->vm));
+    CHECK(vmm_pageout(a->vm, on_op, &po2) == -EBUSY);
+    WAIT(po.done || a->exited, 30);
+    CHECK(po.done && po.err == 0 && !vmm_pageout_busy(a->vm));
+    CHECK(strncmp(po.why, "paged out: resident", 19) == 0);
+    printf("page-out: %s (host swap: %s)\n", po.why, swap ? "yes" : "none");
+    if (swap)
+        CHECK(vm_swap_kb(pid) > 1024);
+    CHECK(proc_state(pid) == 'T' && vmm_frozen(a->vm));
+    CHECK(vmm_thaw(a->vm) == 0);
+    CHECK(vmm_qmp(a->vm, "{\"execute\":\"query-status\"}", on_qmp, &q) == 0);
+    WAIT(q.done || a->exited, 30);
+    CHECK(q.done && q.err == 0);
+    /* A thaw right behind the start: cancelled between two mappings, or already done. */
+    memset(&po, 0, sizeof(po));
+    CHECK(vmm_freeze(a->vm) == 0 && vmm_pageout(a->vm, on_op, &po) == 0);
+    CHECK(vmm_thaw(a->vm) == 0);
+    WAIT(po.done || a->exited, 30);
+    CHECK(po.done && (po.err == 0 || po.err == -ECANCELED));
+    /* A cancel forgets the callback: the thread ends and nobody is called. */
+    memset(&po, 0, sizeof(po));
+    CHECK(vmm_freeze(a->vm) == 0 && vmm_pageout(a->vm, on_op, &po) == 0);
+    vmm_pageout_cancel(a->vm);
+    WAIT(!vmm_pageout_busy(a->vm) || a->exited, 30);
+    CHECK(!vmm_pageout_busy(a->vm) && !po.done);
+    CHECK(vmm_thaw(a->vm) == 0);
+    memset(&q, 0, sizeof(q));
+    CHECK(vmm_qmp(a->vm, "{\"execute\":\"query-status\"}", on_qmp, &q) == 0);
+    WAIT(q.done || a->exited, 30);
+    CHECK(q.done && q.err == 0 && !a->exited);
+}
+
 static void test_phase_events(void)
 {
     struct vmctx a, f;
@@ -1232,6 +1292,7 @@ static void test_phase_events(void)
     }
 
     check_freeze(&a);
+    check_pageout(&a);
 
     /* The end: running -> exited is told, then cbs->exited (frozen: SIGKILL stops it
      * all the same). */
