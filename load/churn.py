@@ -1,6 +1,7 @@
 """Create/delete churn, many live sandboxes, many frozen ones (issue 8).
 
     load/run --churn [--cycles N] [--live N] [--pool-size N] [--freeze-ms MS]
+                     [--pageout-ms MS [--zram SIZE]]
 
 One warrend with the warm pool (jail off: clones cannot be jailed yet).
   - churn: N cycles of create (from the pool: each waits for a ready VM), exec
@@ -13,6 +14,9 @@ One warrend with the warm pool (jail off: clones cannot be jailed yet).
     MemAvailable), left idle until the idle freeze stops them, then one exec each,
     sequentially: how many answered, the exec p50/p99 (each a thaw), the PSS of
     every QEMU and the machine's available memory before and after.
+    --pageout-ms: frozen this long, a sandbox's memory goes to swap
+    (freeze_pageout_after_ms); the execs wait until all are paged out. --zram
+    SIZE makes that swap on /dev/zram0 for the run when the host has none.
 Printed, not asserted (the integration test test_pool runs a short churn).
 """
 import argparse
@@ -22,7 +26,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren, held, qemu_pids, rss_kib  # noqa: E402
+from warren import (Warren, held, qemu_pids, rss_kib, swap_kb, zram_swap_off,  # noqa: E402
+                    zram_swap_on)
 from bench import pct, print_table  # noqa: E402
 from pool import pool, pss_kib, wait_ready  # noqa: E402
 
@@ -33,6 +38,15 @@ def mem_available_mib():
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) // 1024
     return 0
+
+
+def zram_used_mib():
+    """Memory zram holds for what was swapped to it (mm_stat mem_used_total), or 0."""
+    try:
+        with open("/sys/block/zram0/mm_stat") as f:
+            return int(f.read().split()[2]) / 2**20
+    except OSError:
+        return 0.0
 
 
 def settle(w, size, gone, timeout=300):
@@ -113,11 +127,21 @@ def live(w, a, rows):
             break
         time.sleep(2)
     frozen = sum(1 for s in sids if w.get(s).json().get("frozen"))
-    pss = []
+    paged = 0
+    if a.pageout_ms:
+        deadline = time.time() + max(120, len(sids) * 0.5)
+        while time.time() < deadline:
+            paged = sum(1 for s in sids if w.get(s).json().get("paged_out"))
+            if paged == len(sids):
+                break
+            time.sleep(2)
+    pss, swp = [], []
     for s in sids:
         for pid in qemu_pids(w.vm_id(s)):
             pss.append(pss_kib(pid) / 1024)
+            swp.append(swap_kb(pid) / 1024)
     avail1 = mem_available_mib()
+    zram1 = zram_used_mib()
     lat, ok = [], 0
     for i, s in enumerate(sids):
         c0 = time.perf_counter()
@@ -127,12 +151,22 @@ def live(w, a, rows):
     rows.append((f"live: {len(sids)} of {a.live} created back to back (pool {src['pool']}, "
                  f"boot {src['boot']}){stopped}", f"{took:.0f} s", ""))
     rows.append(("live: frozen before the execs", f"{frozen} of {len(sids)}", ""))
+    if a.pageout_ms:
+        rows.append((f"live: paged out (frozen {a.pageout_ms} ms) before the execs",
+                     f"{paged} of {len(sids)}", ""))
     rows.append(("live: answered exec (sequentially)", f"{ok} of {len(sids)}", ""))
     rows.append(("live: exec on a frozen sandbox (thaw + exec)", f"{pct(lat, 50) * 1000:.1f} ms",
                  f"{pct(lat, 99) * 1000:.1f} ms"))
     if pss:
         rows.append(("live: QEMU PSS per sandbox", f"{pct(pss, 50):.1f} MiB",
                      f"{pct(pss, 99):.1f} MiB"))
+    if a.pageout_ms and swp:
+        rows.append(("live: QEMU swapped out per sandbox (before compression)",
+                     f"{pct(swp, 50):.1f} MiB", f"{pct(swp, 99):.1f} MiB"))
+        rows.append(("live: zram memory used, per sandbox (compressed)",
+                     f"{zram1 / max(1, len(sids)):.1f} MiB", ""))
+        rows.append(("live: machine memory per sandbox (MemAvailable drop / count)",
+                     f"{(avail0 - avail1) / max(1, len(sids)):.1f} MiB", ""))
     rows.append(("live: machine MemAvailable before -> after", f"{avail0} -> {avail1} MiB", ""))
     for s in sids:
         w.delete(s)
@@ -151,11 +185,18 @@ def main():
     ap.add_argument("--stop-below", type=int, default=3072,
                     help="live: create no more once the machine's MemAvailable is below this "
                     "many MiB")
+    ap.add_argument("--pageout-ms", type=int, default=0,
+                    help="freeze_pageout_after_ms (0: off, as by default here)")
+    ap.add_argument("--zram", default="",
+                    help="with --pageout-ms: swap of this size on /dev/zram0 for the run, "
+                    "when the host has none (e.g. 32G)")
     a = ap.parse_args()
     conf = {"pool_size": str(a.pool_size), "jail": "off", "default_template": "minimal",
             "memory_overcommit_percent": str(a.overcommit),
             "freeze_after_ms": str(a.freeze_ms), "ended_retention_seconds": "5", "max_sandboxes": str(max(a.live + 16, 64)),
-            "pool_max_mb": str(max(1024, 256 * a.pool_size))}
+            "pool_max_mb": str(max(1024, 256 * a.pool_size)),
+            "freeze_pageout_after_ms": str(a.pageout_ms)}
+    made_swap = bool(a.zram) and zram_swap_on(a.zram)
     w = Warren(conf).start()
     rows = []
     try:
@@ -165,6 +206,8 @@ def main():
             live(w, a, rows)
     finally:
         w.cleanup()
+        if made_swap:
+            zram_swap_off()
     print_table(f"churn and live sandboxes (load {os.getloadavg()[0]:.1f})", "value", rows,
                 width=60)
 

@@ -11,12 +11,10 @@ swap, and comes back with its files, memory and processes intact. It needs
 swap on the host: when there is none it makes some on /dev/zram0 for its run
 and takes it away after.
 """
-import os
-import subprocess
 import time
 import unittest
 
-from warren import WarrenCase, qemu_pids
+from warren import WarrenCase, qemu_pids, swap_kb, zram_swap_off, zram_swap_on
 
 FREEZE_MS = 1500
 
@@ -148,38 +146,6 @@ class TestFreeze(WarrenCase):
         # and it freezes again, and thaws again, under the new warrend
         self.wait_frozen(sid)
         self.assertEqual(w.run(sid, "cat /root/f")["stdout"], "frozen-file\n")
-
-
-def swap_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmSwap:"):
-                return int(line.split()[1])
-    return 0
-
-
-def zram_swap_on():
-    """Swap on /dev/zram0 if the host has none. True if made here (to undo)."""
-    with open("/proc/swaps") as f:
-        if len(f.read().splitlines()) > 1:
-            return False
-    dev = "/sys/block/zram0"
-    if not os.path.exists(dev):
-        raise unittest.SkipTest("no swap on the host and no /dev/zram0 to make some")
-    with open(f"{dev}/disksize") as f:
-        if int(f.read()) != 0:
-            raise unittest.SkipTest("/dev/zram0 is in use, and the host has no swap")
-    with open(f"{dev}/disksize", "w") as f:
-        f.write("4G")
-    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
-    subprocess.run(["swapon", "/dev/zram0"], check=True, capture_output=True)
-    return True
-
-
-def zram_swap_off():
-    subprocess.run(["swapoff", "/dev/zram0"], check=True, capture_output=True)
-    with open("/sys/block/zram0/reset", "w") as f:
-        f.write("1")
 
 
 class TestPageout(WarrenCase):

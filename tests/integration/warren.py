@@ -95,6 +95,41 @@ def rss_kib(pid):
     return 0
 
 
+def swap_kb(pid):
+    """VmSwap of a process, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSwap:"):
+                return int(line.split()[1])
+    return 0
+
+
+def zram_swap_on(size="4G"):
+    """Swap on /dev/zram0 (size: what it takes before compression) if the host has
+    none. True if made here (to undo with zram_swap_off)."""
+    with open("/proc/swaps") as f:
+        if len(f.read().splitlines()) > 1:
+            return False
+    dev = "/sys/block/zram0"
+    if not os.path.exists(dev):
+        raise unittest.SkipTest("no swap on the host and no /dev/zram0 to make some")
+    with open(f"{dev}/disksize") as f:
+        if int(f.read()) != 0:
+            raise unittest.SkipTest("/dev/zram0 is in use, and the host has no swap")
+    with open(f"{dev}/disksize", "w") as f:
+        f.write(size)
+    subprocess.run(["mkswap", "/dev/zram0"], check=True, capture_output=True)
+    subprocess.run(["swapon", "/dev/zram0"], check=True, capture_output=True)
+    return True
+
+
+def zram_swap_off():
+    """Undo what zram_swap_on made."""
+    subprocess.run(["swapoff", "/dev/zram0"], check=True, capture_output=True)
+    with open("/sys/block/zram0/reset", "w") as f:
+        f.write("1")
+
+
 def open_fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
