@@ -1,6 +1,6 @@
 """Idle freeze (issue 8): what a thaw adds to the first exec, and what a frozen VM costs.
 
-    load/run --freeze [--n N] [--watch S]
+    load/run --freeze [--n N] [--watch S] [--pageout N]
 
 - exec `true` round trip on a running sandbox beside the same exec on the same
   sandbox while frozen (the thaw: SIGCONT to its QEMU, then the exec), interleaved
@@ -14,7 +14,11 @@
   right behind (and to QEMU's answer to a QMP cont, for a VM frozen by QMP
   stop: an older warrend's, or before 2026-12-03);
 - CPU used by an idle running VM's QEMU (a keep_running sandbox with a
-  background `sleep`, never frozen) beside a frozen one's, over the same seconds.
+  background `sleep`, never frozen) beside a frozen one's, over the same seconds;
+- --pageout N (default 10; 0 skips it): a second warrend that pages frozen VMs out
+  to swap at once (freeze_pageout_after_ms 1; swap made on /dev/zram0 for the run
+  when the host has none): N rounds of exec `true`, then one on the frozen and paged
+  out sandbox; its QEMU's PSS and swap before that exec.
 
 Printed, not asserted. Needs guest images whose warren-init knows RESYNC.
 """
@@ -25,7 +29,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren, qemu_pids  # noqa: E402
+from warren import Warren, qemu_pids, swap_kb, zram_swap_off, zram_swap_on  # noqa: E402
+from pool import pss_kib  # noqa: E402
 from bench import pct, print_table  # noqa: E402
 
 FREEZE_MS = 300  # the reaper looks once a second: frozen within ~1.3 s of idling
@@ -53,10 +58,41 @@ def timed_exec(w, sid):
     return dt
 
 
+def pageout_rows(a, rows):
+    made = zram_swap_on()
+    w = Warren({"freeze_after_ms": FREEZE_MS, "freeze_pageout_after_ms": 1}).start()
+    try:
+        sid = w.create()
+        timed_exec(w, sid)
+        warm, back, pss, swp = [], [], [], []
+        for _ in range(a.pageout):
+            warm.append(timed_exec(w, sid))
+            deadline = time.time() + 30
+            while not w.get(sid).json()["paged_out"]:
+                assert time.time() < deadline, w.get(sid).json()
+                time.sleep(0.05)
+            (pid,) = qemu_pids(w.vm_id(sid))
+            pss.append(pss_kib(pid) / 1024)
+            swp.append(swap_kb(pid) / 1024)
+            back.append(timed_exec(w, sid))
+        n = a.pageout
+        rows.append((f"page-out: exec `true`, running (n={n})", ms(pct(warm, 50)),
+                     ms(pct(warm, 99))))
+        rows.append((f"page-out: frozen and paged out: thaw + exec (n={n})", ms(pct(back, 50)),
+                     ms(pct(back, 99))))
+        rows.append(("page-out: QEMU PSS / swapped while paged out",
+                     f"{pct(pss, 50):.1f} / {pct(swp, 50):.1f} MiB", ""))
+    finally:
+        w.cleanup()
+        if made:
+            zram_swap_off()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20, help="exec pairs timed")
     ap.add_argument("--watch", type=float, default=5, help="seconds of CPU sampling")
+    ap.add_argument("--pageout", type=int, default=10, help="page-out rounds (0: none)")
     a = ap.parse_args()
 
     # debug: warrend logs what each thaw took on its side (cont answered, resync answered)
@@ -120,6 +156,8 @@ def main():
         rows.append((f"QEMU CPU, frozen VM, same {a.watch:.0f} s", share(f1 - f0), ""))
     finally:
         w.cleanup()
+    if a.pageout:
+        pageout_rows(a, rows)
     print_table("Idle freeze: thaw on the first exec, CPU of a frozen VM", "p50 / value", rows)
 
 
