@@ -7,7 +7,8 @@ The freeze stops the VM's QEMU whole (SIGSTOP): the guest's clocks keep time
 meanwhile, and the thaw (SIGCONT) sends no RESYNC.
 
 TestPageout: a sandbox frozen long enough has its QEMU's memory pushed out to
-swap, and comes back with its files, memory and processes intact. It needs
+swap, and comes back with its files, memory and processes intact, from an exec
+and through a pause and resume. It needs
 swap on the host: when there is none it makes some on /dev/zram0 for its run
 and takes it away after.
 """
@@ -203,9 +204,18 @@ class TestPageout(WarrenCase):
         self.assertGreater(int(w.run(sid, "cat /tmp/count")["stdout"]), c0,
                            "the background process runs again")
         self.assertEqual(qemu_pids(w.vm_id(sid)), [pid], "the same VM, not a new one")
-        # frozen and paged out again, and back again
+        # frozen and paged out again: a pause saves it from swap, a resume brings it back
         self.wait_paged_out(sid)
+        r = w.request("POST", f"/v1/sandboxes/{sid}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(r.json()["state"], "paused", r)
+        r = w.request("POST", f"/v1/sandboxes/{sid}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
         self.assertEqual(w.run(sid, "md5sum /dev/shm/blob")["stdout"].split()[0], digest)
+        c1 = int(w.run(sid, "cat /tmp/count")["stdout"])
+        time.sleep(1)
+        self.assertGreater(int(w.run(sid, "cat /tmp/count")["stdout"]), c1,
+                           "the background process runs after the resume")
         w.delete(sid)
 
 
