@@ -26,10 +26,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import (Warren, held, qemu_pids, rss_kib, swap_kb, zram_swap_off,  # noqa: E402
-                    zram_swap_on)
+from warren import (Warren, held, pss_kib, qemu_pids, rss_kib, swap_kb,  # noqa: E402
+                    zram_swap_off, zram_swap_on)
 from bench import pct, print_table  # noqa: E402
-from pool import pool, pss_kib, wait_ready  # noqa: E402
+from pool import pool, wait_ready  # noqa: E402
 
 
 def mem_available_mib():
@@ -103,6 +103,16 @@ def churn(w, a, rows):
                  f"{h['qemu']} / {h['run_dirs']} / {a.pool_size} + {pool(w)['spare']:d}", ""))
 
 
+def count_until_all(w, sids, key, timeout):
+    """How many of sids GET says key (true) of, once all do or after timeout s."""
+    deadline = time.time() + timeout
+    while True:
+        n = sum(1 for s in sids if w.get(s).json().get(key))
+        if n == len(sids) or time.time() >= deadline:
+            return n
+        time.sleep(2)
+
+
 def live(w, a, rows):
     wait_ready(w, a.pool_size)
     avail0 = mem_available_mib()
@@ -119,22 +129,10 @@ def live(w, a, rows):
         sids.append(sid)
         src[w.get(sid).json()["source"]] += 1
     took = time.time() - t0
-    # Until every one is frozen (or a deadline: then the rest answer running).
-    deadline = time.time() + max(120, len(sids) * 2)
-    while time.time() < deadline:
-        n = sum(1 for s in sids if w.get(s).json().get("frozen"))
-        if n == len(sids):
-            break
-        time.sleep(2)
-    frozen = sum(1 for s in sids if w.get(s).json().get("frozen"))
-    paged = 0
-    if a.pageout_ms:
-        deadline = time.time() + max(120, len(sids) * 0.5)
-        while time.time() < deadline:
-            paged = sum(1 for s in sids if w.get(s).json().get("paged_out"))
-            if paged == len(sids):
-                break
-            time.sleep(2)
+    # Until every one is frozen (or a deadline: then the rest answer running), and paged
+    # out if asked.
+    frozen = count_until_all(w, sids, "frozen", max(120, len(sids) * 2))
+    paged = count_until_all(w, sids, "paged_out", max(120, len(sids) * 0.5)) if a.pageout_ms else 0
     pss, swp = [], []
     for s in sids:
         for pid in qemu_pids(w.vm_id(s)):

@@ -29,8 +29,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren, qemu_pids, swap_kb, zram_swap_off, zram_swap_on  # noqa: E402
-from pool import pss_kib  # noqa: E402
+from warren import Warren, pss_kib, qemu_pids, swap_kb, zram_swap_off, zram_swap_on  # noqa: E402
 from bench import pct, print_table  # noqa: E402
 
 FREEZE_MS = 300  # the reaper looks once a second: frozen within ~1.3 s of idling

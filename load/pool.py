@@ -24,15 +24,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren, qemu_pids  # noqa: E402
+from warren import Warren, pss_kib, qemu_pids  # noqa: E402
 
 
-def pss_kib(pid):
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    return 0
 
 
 def pct(xs, p):

@@ -1434,6 +1434,20 @@ struct vmm_job {
     char why[240];
 };
 
+/* A detached worker thread running fn(arg): 0 or a positive error number. */
+static int start_detached(void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t at;
+    pthread_t th;
+    int r;
+
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    r = pthread_create(&th, &at, fn, arg);
+    pthread_attr_destroy(&at);
+    return r;
+}
+
 static void job_unref(struct vmm_job *j)
 {
     if (!j || __atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) != 0)
@@ -1483,8 +1497,6 @@ static void *job_main(void *arg)
 static int job_start(struct vmm *vm, bool save)
 {
     struct vmm_job *j = calloc(1, sizeof(*j));
-    pthread_attr_t at;
-    pthread_t th;
     int r;
 
     if (!j)
@@ -1510,11 +1522,7 @@ static int job_start(struct vmm *vm, bool save)
         job_unref(j);
         return -ENOMEM;
     }
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    r = pthread_create(&th, &at, job_main, j);
-    pthread_attr_destroy(&at);
-    if (r != 0) {
+    if ((r = start_detached(job_main, j)) != 0) {
         j->refs = 1;
         job_unref(j);
         return -r;
@@ -1930,8 +1938,6 @@ void vmm_pageout_cancel(struct vmm *vm)
 int vmm_pageout(struct vmm *vm, vmm_op_cb cb, void *ud)
 {
     struct vmm_po *p;
-    pthread_attr_t at;
-    pthread_t th;
     int r;
 
     if (!vm)
@@ -1954,11 +1960,7 @@ int vmm_pageout(struct vmm *vm, vmm_op_cb cb, void *ud)
         po_unref(p);
         return r;
     }
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    r = pthread_create(&th, &at, po_main, p);
-    pthread_attr_destroy(&at);
-    if (r != 0) {
+    if ((r = start_detached(po_main, p)) != 0) {
         p->refs = 1;
         po_unref(p);
         return -r;

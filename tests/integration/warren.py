@@ -87,21 +87,26 @@ def wait_no_qemu(marker, timeout=15):
     return qemu_pids(marker)
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
+def proc_kib(pid, key, file="status"):
+    """The "key: N kB" line of /proc/PID/file, in KiB (0 if absent)."""
+    with open(f"/proc/{pid}/{file}") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def rss_kib(pid):
+    return proc_kib(pid, "VmRSS")
 
 
 def swap_kb(pid):
     """VmSwap of a process, in KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmSwap:"):
-                return int(line.split()[1])
-    return 0
+    return proc_kib(pid, "VmSwap")
+
+
+def pss_kib(pid):
+    return proc_kib(pid, "Pss", "smaps_rollup")
 
 
 def zram_swap_on(size="4G"):
