@@ -53,6 +53,14 @@ int64_t gi_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t gi_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 bool gi_out_full(const struct gi_agent *a)
 {
     return proto_buf_pending(&a->out) >= GI_OUT_HIGH;
@@ -656,10 +664,11 @@ static int reserve_poll(struct gi_agent *a, size_t n)
     return 0;
 }
 
-/* Fill the poll set; returns its size and sets *timeout (ms, -1 = none). */
-static int build_poll(struct gi_agent *a, int *timeout)
+/* Fill the poll set; returns its size and sets *timeout (ms, -1 = none) and *hold (the
+ * earliest end of a PTY's hold, gi_now_us, or 0). */
+static int build_poll(struct gi_agent *a, int *timeout, int64_t *hold)
 {
-    int64_t now = gi_now_ms(), next = 0;
+    int64_t now = gi_now_ms(), now_us = gi_now_us(), next = 0;
     bool full = gi_out_full(a);
     int n = 2;
 
@@ -696,10 +705,13 @@ static int build_poll(struct gi_agent *a, int *timeout)
     }
     /* Background processes are always read: their output goes to their rings. */
     for (size_t i = 0; i < a->nprocs; i++) {
-        int slot[GI_EXEC_WATCH], k = gi_proc_watch(a, a->procs[i], &a->pfd[n], slot);
+        int64_t h;
+        int slot[GI_EXEC_WATCH], k = gi_proc_watch(a, a->procs[i], &a->pfd[n], slot, now_us, &h);
         for (int j = 0; j < k; j++)
             a->watch[n + j] = (struct gi_watch){.p = a->procs[i], .slot = slot[j]};
         n += k;
+        if (h && (!*hold || h < *hold))
+            *hold = h;
     }
     if (next && *timeout != 0)
         *timeout = next - now > 0 ? (int)(next - now) : 0;
@@ -726,13 +738,23 @@ static void pump_files(struct gi_agent *a)
 static int iterate(struct gi_agent *a)
 {
     int n, timeout, r;
+    int64_t hold = 0, us = -1;
+    struct timespec ts;
     short ev;
 
     r = reserve_poll(a, 2 + GI_EXEC_WATCH * (a->nstreams + a->nprocs));
     if (r < 0)
         return r;
-    n = build_poll(a, &timeout);
-    if (poll(a->pfd, (nfds_t)n, timeout) < 0)
+    n = build_poll(a, &timeout, &hold);
+    if (timeout >= 0)
+        us = (int64_t)timeout * 1000;
+    if (hold) {
+        int64_t left = hold - gi_now_us();
+        left = left > 0 ? left : 0;
+        us = us < 0 || left < us ? left : us;
+    }
+    ts = (struct timespec){.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+    if (ppoll(a->pfd, (nfds_t)n, us < 0 ? NULL : &ts, NULL) < 0)
         return errno == EINTR ? 0 : -errno;
     if (a->pfd[1].revents)
         drain_signals(a);

@@ -41,6 +41,8 @@
 #define GI_LIST_MAX_DEPTH   10
 #define GI_LIST_MAX_ENTRIES 100000
 #define GI_CG_POOL          2 /* exec cgroups made ahead: back-to-back execs rarely need more */
+/* After a read of a PTY master, the next waits this long (us): see proc.c. */
+#define GI_PTY_HOLD_US      250
 #define GI_LIST_BATCH_BYTES (128 * 1024)  /* entries per RESULT frame, well under the cap */
 #define GI_RING_DEFAULT     (1024 * 1024) /* INIT without `ring` */
 #define GI_PROCS_DEFAULT    64            /* INIT without `max_procs` */
@@ -109,6 +111,7 @@ struct gi_proc {
     char *cgroup;        /* owned until it exits, then handed to the orphan list */
     uint64_t started_ms; /* CLOCK_REALTIME */
     uint64_t seq;        /* start order: the oldest exited entry is evicted first */
+    int64_t hold_us;     /* a PTY: its master is not read again before this (gi_now_us) */
 };
 
 struct gi_attach {
@@ -179,6 +182,7 @@ struct gi_agent {
 
 /* agent.c */
 int64_t gi_now_ms(void);
+int64_t gi_now_us(void); /* CLOCK_MONOTONIC */
 bool gi_out_full(const struct gi_agent *a);
 struct gi_stream *gi_stream_find(struct gi_agent *a, uint32_t id);
 /* Add a stream (zeroed but for id/kind); replies ERROR itself and returns NULL on failure. */
@@ -225,7 +229,10 @@ void gi_proc_attach(struct gi_agent *a, const struct proto_frame *f);
 void gi_proc_detach(struct gi_agent *a, uint32_t id);
 void gi_proc_list(struct gi_agent *a, const struct proto_frame *f);
 void gi_proc_ctl(struct gi_agent *a, const struct proto_frame *f);
-int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int *slot);
+/* Its fds to poll. A PTY master read less than GI_PTY_HOLD_US ago is left out, and
+ * *hold (0 otherwise) says until when (gi_now_us). */
+int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int *slot,
+                  int64_t now_us, int64_t *hold);
 void gi_proc_event(struct gi_agent *a, struct gi_proc *p, int slot, short revents);
 /* A child was reaped: true if it was a background process. */
 bool gi_proc_reaped(struct gi_agent *a, pid_t pid, int status);

@@ -258,25 +258,44 @@ static void proc_started(struct gi_agent *a, struct gi_proc *p)
     proc_maybe_done(a, p);
 }
 
+/*
+ * Read what the process wrote into its ring. A PTY master is then left unread for
+ * GI_PTY_HOLD_US: the agent runs SCHED_RR, so every write the process makes to its
+ * terminal (a line, for most programs; 2 KiB pieces of a big write) would wake it at
+ * once, and each would be a read, an OUT frame and a loop turn of its own. Held, the
+ * process writes on meanwhile and the next read takes all of it (the tty holds ~12
+ * KiB), in a few reads in a row. A keystroke's echo after a quiet spell is read at
+ * once: only a read that follows another within the hold waits.
+ */
 static void proc_read(struct gi_agent *a, struct gi_proc *p, int i)
 {
     static uint8_t buf[PROTO_MAX_DATA];
+    size_t got = 0;
     ssize_t n;
 
     if (p->out[i] < 0)
         return;
-    n = read(p->out[i], buf, sizeof(buf));
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n <= 0) {
+    for (int k = 0; k < 16 && got < sizeof(buf); k++) {
+        n = read(p->out[i], buf + got, sizeof(buf) - got);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            break;
         /* EOF, or EIO from a PTY master whose slave side is all closed */
+        if (got)
+            gi_ring_write(&p->ring, i + 1, buf, got);
         if (p->pty)
             stdin_close(p);
         close_fd(&p->out[i]);
         proc_maybe_done(a, p);
         return;
     }
-    gi_ring_write(&p->ring, i + 1, buf, (size_t)n);
+    if (got)
+        gi_ring_write(&p->ring, i + 1, buf, got);
+    if (got && p->pty)
+        p->hold_us = gi_now_us() + GI_PTY_HOLD_US;
 }
 
 static void proc_write_stdin(struct gi_proc *p)
@@ -298,11 +317,13 @@ static void proc_write_stdin(struct gi_proc *p)
         stdin_close(p);
 }
 
-int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int *slot)
+int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int *slot,
+                  int64_t now_us, int64_t *hold)
 {
     int n = 0;
 
     (void)a;
+    *hold = 0;
     if (p->gone)
         return 0;
     if (p->rep >= 0) {
@@ -311,6 +332,10 @@ int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int
         return n; /* output is read once the start is settled (as for an exec) */
     }
     for (int i = 0; i < 2; i++) {
+        if (i == 0 && p->pty && p->out[0] >= 0 && p->hold_us > now_us) {
+            *hold = p->hold_us;
+            continue;
+        }
         if (p->out[i] >= 0) {
             pfd[n] = (struct pollfd){.fd = p->out[i], .events = POLLIN};
             slot[n++] = i;
