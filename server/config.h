@@ -80,8 +80,7 @@ struct srv_config {
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
     /* idle freeze (issue 8) */
     unsigned freeze_after_ms; /* freeze_after_ms = 30000: idle time before a VM is stopped; 0 off */
-    unsigned
-        freeze_pageout_after_ms; /* = 300000: frozen this long, its memory goes to swap; 0 off */
+    unsigned freeze_pageout_after_ms; /* = 300000: frozen this long, to swap; 0 off */
     /* template snapshots and the warm pool (issue 8) */
     unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
