@@ -341,12 +341,17 @@ static void index_flush(struct sbx_table *t)
 
 /* ---- guest channel ---- */
 
-/* Fail the ops whose streams live on the channel (not a create waiting for the guest). */
+/* Fail the ops whose streams live on the channel. Not a create or a resume: they wait for
+ * the guest's first answer to an INIT (sandbox_ready), bounded by the boot timer, and a
+ * session the agent restarts before that answer costs them nothing but the INIT sent
+ * again. A resumed guest can do just that: the restored port state and the new
+ * connection reach it as a close and an open, which it may take after the first INIT.
+ * Failing the resume there answered its request 502 for a sandbox that came up. */
 static void fail_streams(struct sandbox *sb, enum sbx_errcode code, const char *msg)
 {
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
-        if (op->kind != OP_CREATE) {
+        if (op->kind != OP_CREATE && op->kind != OP_RESUME) {
             ops_fail(op, code, "sandbox %s: %s", sb->id, msg);
             next = sb->ops; /* the callee may have started or ended other ops */
         }
