@@ -33,6 +33,18 @@ def proc_state(pid):
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def wait_for(case, sid, key, timeout):
+    """GET until the record says key (GET itself is not activity). Returns the record."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        sb = case.w.get(sid).json()
+        if sb[key]:
+            return sb
+        time.sleep(0.1)
+    case.fail(f"{sid}: {key} not true within {timeout} s: {case.w.get(sid).json()}\n"
+              + case.w.log_text())
+
+
 class TestFreeze(WarrenCase):
     conf = {"freeze_after_ms": FREEZE_MS}
 
@@ -55,15 +67,7 @@ class TestFreeze(WarrenCase):
             raise
 
     def wait_frozen(self, sid, timeout=30):
-        """GET until it says frozen (GET itself is not activity). Returns the record."""
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            sb = self.w.get(sid).json()
-            if sb["frozen"]:
-                return sb
-            time.sleep(0.1)
-        self.fail(f"{sid} was not frozen within {timeout} s: {self.w.get(sid).json()}\n"
-                  + self.w.log_text())
+        return wait_for(self, sid, "frozen", timeout)
 
     def test_1_freezes_uses_no_cpu_and_thaws_with_the_clock_set(self):
         w, sid = self.w, self.sid
@@ -171,14 +175,7 @@ class TestPageout(WarrenCase):
                 zram_swap_off()
 
     def wait_paged_out(self, sid, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            sb = self.w.get(sid).json()
-            if sb["paged_out"]:
-                return sb
-            time.sleep(0.1)
-        self.fail(f"{sid} was not paged out within {timeout} s: {self.w.get(sid).json()}\n"
-                  + self.w.log_text())
+        return wait_for(self, sid, "paged_out", timeout)
 
     def test_paged_out_sandbox_comes_back_whole(self):
         w = self.w
