@@ -41,8 +41,13 @@
 #define GI_LIST_MAX_DEPTH   10
 #define GI_LIST_MAX_ENTRIES 100000
 #define GI_CG_POOL          2 /* exec cgroups made ahead: back-to-back execs rarely need more */
-/* After a read of a PTY master, the next waits this long (us): see proc.c. */
-#define GI_PTY_HOLD_US      250
+/* After a read of a PTY master the next waits a while (us), adapted to how much the
+ * last one found: see proc.c. */
+#define GI_PTY_HOLD_US      250 /* the first, and the first after a quiet spell */
+#define GI_PTY_HOLD_MIN_US  100
+#define GI_PTY_HOLD_MAX_US  1000
+#define GI_PTY_HOLD_QUIET   5000          /* unread this long after its hold ended: a quiet spell */
+#define GI_PTY_HOLD_BYTES   10240         /* what a hold aims at: the tty holds only ~12 KiB */
 #define GI_LIST_BATCH_BYTES (128 * 1024)  /* entries per RESULT frame, well under the cap */
 #define GI_RING_DEFAULT     (1024 * 1024) /* INIT without `ring` */
 #define GI_PROCS_DEFAULT    64            /* INIT without `max_procs` */
@@ -112,6 +117,7 @@ struct gi_proc {
     uint64_t started_ms; /* CLOCK_REALTIME */
     uint64_t seq;        /* start order: the oldest exited entry is evicted first */
     int64_t hold_us;     /* a PTY: its master is not read again before this (gi_now_us) */
+    int32_t hold_len;    /* a PTY: the length of its last hold, us */
 };
 
 struct gi_attach {
@@ -229,8 +235,10 @@ void gi_proc_attach(struct gi_agent *a, const struct proto_frame *f);
 void gi_proc_detach(struct gi_agent *a, uint32_t id);
 void gi_proc_list(struct gi_agent *a, const struct proto_frame *f);
 void gi_proc_ctl(struct gi_agent *a, const struct proto_frame *f);
-/* Its fds to poll. A PTY master read less than GI_PTY_HOLD_US ago is left out, and
- * *hold (0 otherwise) says until when (gi_now_us). */
+/* A PTY's next hold (us) after a read of got bytes that followed a hold of last. */
+int32_t gi_pty_hold_next(int32_t last, size_t got);
+/* Its fds to poll. A PTY master still in its hold (read less than a hold ago) is left
+ * out, and *hold (0 otherwise) says until when (gi_now_us). */
 int gi_proc_watch(struct gi_agent *a, struct gi_proc *p, struct pollfd *pfd, int *slot,
                   int64_t now_us, int64_t *hold);
 void gi_proc_event(struct gi_agent *a, struct gi_proc *p, int slot, short revents);

@@ -259,13 +259,36 @@ static void proc_started(struct gi_agent *a, struct gi_proc *p)
 }
 
 /*
- * Read what the process wrote into its ring. A PTY master is then left unread for
- * GI_PTY_HOLD_US: the agent runs SCHED_RR, so every write the process makes to its
- * terminal (a line, for most programs; 2 KiB pieces of a big write) would wake it at
- * once, and each would be a read, an OUT frame and a loop turn of its own. Held, the
- * process writes on meanwhile and the next read takes all of it (the tty holds ~12
- * KiB), in a few reads in a row. A keystroke's echo after a quiet spell is read at
- * once: only a read that follows another within the hold waits.
+ * How long to leave a PTY master unread after a read that found got bytes, the last
+ * hold having been last us: scaled toward GI_PTY_HOLD_BYTES a hold (at most halved or
+ * doubled per read), within [GI_PTY_HOLD_MIN_US, GI_PTY_HOLD_MAX_US]. A writer of big
+ * blocks fills the tty's ~12 KiB in well under a millisecond and then waits for the
+ * reader, so its holds shrink; a program writing a line at a time fills it slowly, so
+ * its holds grow and each read takes more lines.
+ */
+int32_t gi_pty_hold_next(int32_t last, size_t got)
+{
+    int64_t next = got ? (int64_t)last * GI_PTY_HOLD_BYTES / (int64_t)got : 2 * (int64_t)last;
+
+    if (next > 2 * (int64_t)last)
+        next = 2 * (int64_t)last;
+    if (next < last / 2)
+        next = last / 2;
+    if (next < GI_PTY_HOLD_MIN_US)
+        next = GI_PTY_HOLD_MIN_US;
+    if (next > GI_PTY_HOLD_MAX_US)
+        next = GI_PTY_HOLD_MAX_US;
+    return (int32_t)next;
+}
+
+/*
+ * Read what the process wrote into its ring. A PTY master is then left unread for a
+ * while (gi_pty_hold_next): the agent runs SCHED_RR, so every write the process makes
+ * to its terminal (a line, for most programs; 2 KiB pieces of a big write) would wake
+ * it at once, and each would be a read, an OUT frame and a loop turn of its own. Held,
+ * the process writes on meanwhile and the next read takes all of it, in a few reads in
+ * a row. A keystroke's echo after a quiet spell is read at once, and the hold starts
+ * again from GI_PTY_HOLD_US: only a read that follows another's hold waits.
  */
 static void proc_read(struct gi_agent *a, struct gi_proc *p, int i)
 {
@@ -294,17 +317,26 @@ static void proc_read(struct gi_agent *a, struct gi_proc *p, int i)
     }
     if (got)
         gi_ring_write(&p->ring, i + 1, buf, got);
-    if (got && p->pty)
-        p->hold_us = gi_now_us() + GI_PTY_HOLD_US;
+    if (got && p->pty) {
+        int64_t now = gi_now_us();
+
+        p->hold_len = now - p->hold_us > GI_PTY_HOLD_QUIET ? GI_PTY_HOLD_US
+                                                           : gi_pty_hold_next(p->hold_len, got);
+        p->hold_us = now + p->hold_len;
+    }
 }
 
 static void proc_write_stdin(struct gi_proc *p)
 {
     while (p->in >= 0 && proto_buf_pending(&p->inq) > 0) {
         ssize_t n = write(p->in, p->inq.p + p->inq.off, proto_buf_pending(&p->inq));
-        if (n > 0)
+        if (n > 0) {
             proto_buf_consume(&p->inq, (size_t)n);
-        else if (n < 0 && errno == EINTR)
+            /* Keys typed into a PTY: their echo is read as soon as it comes, and the
+             * output they cause starts from a first hold again. */
+            if (p->pty)
+                p->hold_us = 0;
+        } else if (n < 0 && errno == EINTR)
             continue;
         else if (n < 0 && errno == EAGAIN)
             break;

@@ -10,7 +10,11 @@ counts bytes and frames until the exit frame: MB/s of payload, frames, bytes per
 frame. Producers: one big write after another (dd 64 KiB blocks), BusyBox head
 (4 KiB writes), a line per write (seq, ls -lR), 2 bytes per write (yes | head).
 Then keystroke echo through `cat` in a PTY: back to back (the next key once the
-last one's echo is in) and paced (a key every 50 ms). Printed, not asserted.
+last one's echo is in) and paced (a key every 50 ms). Beside them, the ceiling:
+tests/guestbin/ptyrate, uploaded into the same sandbox, moves 10 MiB through a PTY
+of the guest's own, in 64 KiB writes, to a reader in the guest that throws them
+away (no agent, channel or host in the path), with the slave cooked (a new PTY's
+defaults, as above), without output processing, and raw. Printed, not asserted.
 """
 import argparse
 import asyncio
@@ -21,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren  # noqa: E402
+from warren import Warren, built  # noqa: E402
 from bench import pct  # noqa: E402
 from test_ws_pty import Pty  # noqa: E402
 
@@ -62,6 +66,16 @@ async def echo(w, sid, n, gap):
     return xs
 
 
+GUEST_PTY = ["cooked", "noopost", "raw"]
+
+
+def guest_pty(w, sid, mode):
+    """ptyrate in the guest: (bytes, reads, seconds) through the guest's own PTY."""
+    r = w.run(sid, ["/tmp/ptyrate", mode, str(10 << 20), "65536"], timeout_seconds=300)
+    _, got, reads, secs = r["stdout"].split()
+    return int(got), int(reads), float(secs)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", help="image set under test (default: the current one)")
@@ -75,13 +89,22 @@ def main():
             if d:
                 os.environ["WARREN_IMAGE_DIR"] = os.path.abspath(d)
             w = Warren({"jail": "off", "max_sandboxes": 4}).start()
-            ws.append((label, w, w.create()))
+            sid = w.create()
+            with open(built("PTYRATE", "tests/guestbin/ptyrate"), "rb") as f:
+                r = w.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ptyrate&mode=0755",
+                              body=f.read())
+            if r.status != 200:
+                raise SystemExit(f"upload of ptyrate failed: {r}")
+            ws.append((label, w, sid))
         res = {label: {} for label, _, _ in ws}
 
         async def run():
             for name, cmd in PRODUCERS:
                 for label, w, sid in ws:
                     res[label][name] = await produce(w, sid, cmd)
+            for mode in GUEST_PTY:
+                for label, w, sid in ws:
+                    res[label][mode] = guest_pty(w, sid, mode)
             for gap, name in ((0, "back to back"), (0.05, "a key every 50 ms")):
                 for label, w, sid in ws:
                     res[label][name] = await echo(w, sid, a.echo, gap)
@@ -103,6 +126,13 @@ def main():
             cells.append(f"{got / secs / 1e6:.2f} MB/s, {got / max(frames, 1):.0f} B "
                          f"({secs:.1f} s)")
         print(f"| {name} | " + " | ".join(cells) + " |")
+    for mode in GUEST_PTY:
+        cells = []
+        for x in labels:
+            got, reads, secs = res[x][mode]
+            cells.append(f"{got / secs / 1e6:.2f} MB/s, {got / max(reads, 1):.0f} B ({secs:.1f} s)")
+        print(f"| in the guest, no Warren: dd-like 64 KiB writes to a {mode} PTY, 10 MiB | " +
+              " | ".join(cells) + " |")
     for name in ("back to back", "a key every 50 ms"):
         cells = [f"{pct(res[x][name], 50):.2f} / {pct(res[x][name], 99):.2f} ms"
                  for x in labels]

@@ -3,6 +3,7 @@
  * forked child over a socketpair, driven with real frames (harness.c).
  */
 #include "harness.h"
+#include "agent_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1306,6 +1307,22 @@ static void test_pty(void)
     CHECK(peer_stop(&p) == 0);
 }
 
+/* A PTY's hold after a read: toward GI_PTY_HOLD_BYTES a hold, at most halved or doubled
+ * per read, within its bounds. */
+static void test_pty_hold(void)
+{
+    CHECK(gi_pty_hold_next(250, GI_PTY_HOLD_BYTES) == 250);     /* on target: kept */
+    CHECK(gi_pty_hold_next(400, GI_PTY_HOLD_BYTES / 2) == 800); /* half: twice as long */
+    CHECK(gi_pty_hold_next(250, 1) == 500);                     /* a line: doubled at most */
+    CHECK(gi_pty_hold_next(250, 0) == 500);
+    CHECK(gi_pty_hold_next(GI_PTY_HOLD_MAX_US, 1) == GI_PTY_HOLD_MAX_US);
+    CHECK(gi_pty_hold_next(400, 4 * GI_PTY_HOLD_BYTES) == 200); /* a full tty: halved at most */
+    CHECK(gi_pty_hold_next(300, GI_PTY_HOLD_BYTES * 3 / 2) == 200);
+    CHECK(gi_pty_hold_next(GI_PTY_HOLD_MIN_US, 1 << 20) == GI_PTY_HOLD_MIN_US);
+    CHECK(gi_pty_hold_next(0, 1) == GI_PTY_HOLD_MIN_US); /* never 0: never a busy loop */
+    CHECK(gi_pty_hold_next(INT32_MAX, 1) == GI_PTY_HOLD_MAX_US);
+}
+
 /* INIT (the resume handshake) keeps background processes, PTYs and their rings. */
 static void test_init_keeps_bg(void)
 {
@@ -1641,6 +1658,7 @@ int main(int argc, char **argv)
         {"bg_ring_lost", test_bg_ring_lost},
         {"bg_stdin_signal", test_bg_stdin_signal},
         {"pty", test_pty},
+        {"pty_hold", test_pty_hold},
         {"init_keeps_bg", test_init_keeps_bg},
         {"max_procs", test_max_procs},
         {"v2_random", test_v2_random},
