@@ -1,7 +1,7 @@
 """PTY output through the PTY WebSocket, by producer, and keystroke echo: one table,
 two guest image sets side by side in one run (issue 7).
 
-    load/run --pty-out [--images DIR] [--old-images DIR] [--echo N]
+    load/run --pty-out [--images DIR] [--old-images DIR] [--echo N] [--vcpus N]
 
 Per image set one warrend (jail off) and one sandbox, measured interleaved so both
 see the same machine. Each producer runs as the PTY's command; a python3-websockets
@@ -81,6 +81,7 @@ def main():
     ap.add_argument("--images", help="image set under test (default: the current one)")
     ap.add_argument("--old-images", help="image set to compare with, in the same run")
     ap.add_argument("--echo", type=int, default=200, help="keystrokes each way")
+    ap.add_argument("--vcpus", type=int, default=1, help="the sandboxes' vCPUs")
     a = ap.parse_args()
     sets = [("new", a.images)] + ([("old", a.old_images)] if a.old_images else [])
     ws = []
@@ -89,7 +90,7 @@ def main():
             if d:
                 os.environ["WARREN_IMAGE_DIR"] = os.path.abspath(d)
             w = Warren({"jail": "off", "max_sandboxes": 4}).start()
-            sid = w.create()
+            sid = w.create(vcpus=a.vcpus)
             with open(built("PTYRATE", "tests/guestbin/ptyrate"), "rb") as f:
                 r = w.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ptyrate&mode=0755",
                               body=f.read())
@@ -115,7 +116,7 @@ def main():
 
     la = os.getloadavg()
     print(f"PTY output and echo, by image set: {platform.node()}, {os.cpu_count()} CPUs, "
-          f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
+          f"{a.vcpus} vCPU(s) a sandbox, load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}")
     labels = [label for label, _, _ in ws]
     print("| producer in a PTY | " + " | ".join(f"{x}: MB/s, B/frame" for x in labels) + " |")
     print("|---|" + "---|" * len(labels))
