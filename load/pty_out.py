@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren, built  # noqa: E402
+from warren import Warren  # noqa: E402
 from bench import pct  # noqa: E402
 from test_ws_pty import Pty  # noqa: E402
 
@@ -91,11 +91,7 @@ def main():
                 os.environ["WARREN_IMAGE_DIR"] = os.path.abspath(d)
             w = Warren({"jail": "off", "max_sandboxes": 4}).start()
             sid = w.create(vcpus=a.vcpus)
-            with open(built("PTYRATE", "tests/guestbin/ptyrate"), "rb") as f:
-                r = w.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/ptyrate&mode=0755",
-                              body=f.read())
-            if r.status != 200:
-                raise SystemExit(f"upload of ptyrate failed: {r}")
+            w.put_guestbin(sid, "ptyrate", "PTYRATE")
             ws.append((label, w, sid))
         res = {label: {} for label, _, _ in ws}
 

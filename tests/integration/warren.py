@@ -52,11 +52,6 @@ def hostile_path():
     return built("HOSTILE", "tests/hostile/hostile")
 
 
-def numlines_path():
-    """tests/guestbin/numlines: `seq FIRST LAST` without the guest's floating point."""
-    return built("NUMLINES", "tests/guestbin/numlines")
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -381,17 +376,22 @@ class Warren:
             raise AssertionError(f"exec {cmd!r} failed: {r}")
         return r.json()
 
+    def put_guestbin(self, sid, name, env):
+        """Upload tests/guestbin/NAME (built; $ENV if set) as /tmp/NAME in sid, mode 0755;
+        returns that path."""
+        with open(built(env, f"tests/guestbin/{name}"), "rb") as f:
+            r = self.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/{name}&mode=0755",
+                             body=f.read())
+        if r.status != 200:
+            raise AssertionError(f"upload of {name} failed: {r}")
+        return f"/tmp/{name}"
+
     def put_numlines(self, sid):
         """Upload tests/guestbin/numlines as /tmp/numlines in sid; returns that path.
         It prints what `seq FIRST LAST` prints, ~40x faster under TCG than BusyBox's
         seq (which formats through floating point): for tests whose bulk streams
         should measure the streaming, not the guest's number formatting."""
-        with open(numlines_path(), "rb") as f:
-            r = self.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/numlines&mode=0755",
-                             body=f.read())
-        if r.status != 200:
-            raise AssertionError(f"upload of numlines failed: {r}")
-        return "/tmp/numlines"
+        return self.put_guestbin(sid, "numlines", "NUMLINES")
 
     def get(self, sid):
         return self.request("GET", f"/v1/sandboxes/{sid}")
