@@ -1,10 +1,10 @@
 """What an idle sandbox costs in memory against how fast it stays, per TCG
 translation cache size (issue 8's PSS target), side by side in one run.
 
-    load/run --idle-mem [--tb 8,16,32,128] [--n 4] [--execs 20] [--template minimal]
+    load/run --idle-mem [--tb 8,16,32,128,128h] [--n 4] [--execs 20] [--template minimal]
 
-For each cache size (conf tcg_translation_cache_mb) one warrend, jail off,
-pool_size N, freeze after 2 s. Measured:
+For each cache size (conf tcg_translation_cache_mb; a trailing h: with
+tcg_huge_pages on) one warrend, jail off, pool_size N, freeze after 2 s. Measured:
   - a waiting pool VM: PSS and private memory of its QEMU (/proc/PID/smaps_rollup);
   - N sandboxes from the pool: the first exec `true`, then steady ones, then a
     heavier command (a shell loop over ls, sort, awk: more guest code to
@@ -65,8 +65,10 @@ def wait_pool(w, n, timeout=180):
     raise SystemExit("the pool never filled")
 
 
-def one(tb, a):
+def one(col, a):
+    tb = int(col.rstrip("h"))
     w = Warren({"pool_size": a.n, "pool_spares": 0, "jail": "off",
+                "tcg_huge_pages": "true" if col.endswith("h") else "false",
                 "default_template": a.template, "tcg_translation_cache_mb": tb,
                 "freeze_after_ms": FREEZE_MS, "pool_max_mb": 2048,
                 "max_sandboxes": 4 * a.n + 8}).start()
@@ -114,18 +116,20 @@ ROWS = [
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--tb", default="8,16,32,128")
+    ap.add_argument("--tb", default="8,16,32,128,128h")
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--execs", type=int, default=20)
     ap.add_argument("--template", default="minimal")
     a = ap.parse_args()
-    sizes = [int(x) for x in a.tb.split(",")]
+    sizes = a.tb.split(",")
     results = {tb: one(tb, a) for tb in sizes}
     la = os.getloadavg()
     print(f"warren idle memory by TCG translation cache: {platform.node()}, "
           f"{os.cpu_count()} CPUs, load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, "
           f"n {a.n}, template {a.template}; p50 (max)")
-    print("| measure | " + " | ".join(f"{tb} MiB" for tb in sizes) + " |")
+    print("| measure | " + " | ".join(f"{tb.rstrip('h')} MiB" + (", huge pages" if tb.endswith("h")
+                                                                  else "")
+                                      for tb in sizes) + " |")
     print("|---|" + "---|" * len(sizes))
     for name, key in ROWS:
         cells = [f"{pct(results[tb][key], 50):.1f} ({max(results[tb][key]):.1f})"

@@ -53,6 +53,7 @@ static const struct opt opts[] = {
     {"qemu", T_STR, F(qemu), "qemu-system-x86_64", 0},
     {"accel", T_ACCEL, F(accel), "auto", 0},
     {"tcg_translation_cache_mb", T_UINT, F(tcg_tb_mib), "128", 1},
+    {"tcg_huge_pages", T_BOOL, F(tcg_huge_pages), "false", 0},
     {"log_level", T_LEVEL, F(log_level), "info", 0},
     {"max_sandboxes", T_UINT, F(max_sandboxes), "32", 1},
     {"default_memory_mb", T_UINT, F(default_memory_mb), "256", 1},

@@ -34,6 +34,7 @@ struct srv_config {
     size_t max_body_bytes;      /* max_json_body_bytes = 1048576 */
     size_t exec_max_output;     /* exec_max_output_bytes = 16777216 (JSON mode) */
     unsigned tcg_tb_mib;        /* tcg_translation_cache_mb = 128 */
+    unsigned tcg_huge_pages;    /* tcg_huge_pages = false (0/1) */
     size_t console_max_bytes;   /* console_log_bytes = 1048576 */
     char *default_template;     /* default_template = base */
     char *kernel_append;        /* kernel_append = (empty): extra guest kernel command line */

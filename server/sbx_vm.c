@@ -206,6 +206,7 @@ void sbx_vm_config_init(const struct sbx_table *t, struct vmm_config *vc, const 
     vc->vcpus = vcpus;
     vc->accel = t->accel;
     vc->tcg_tb_mib = t->cfg->tcg_tb_mib;
+    vc->tcg_huge_pages = t->cfg->tcg_huge_pages != 0;
     vc->console_max = t->cfg->console_max_bytes;
     vc->qemu_log_max = t->cfg->qemu_log_bytes;
 }

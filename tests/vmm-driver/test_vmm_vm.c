@@ -285,6 +285,9 @@ static void test_lifecycle(void)
         return;
     pid = vmm_pid(a.vm);
     CHECK(pid > 0);
+    /* TCG here: no huge pages for QEMU's translated code; warrend gets them back */
+    CHECK(proc_kb(pid, "status", "THP_enabled:") == 0);
+    CHECK(proc_kb(getpid(), "status", "THP_enabled:") == 1);
     {
         char fdp[64];
         snprintf(fdp, sizeof(fdp), "/proc/%d/fd/77", (int)pid);
@@ -761,6 +764,7 @@ static void test_jail(void)
     CHECK(proc_uid(pid) == jc.uid_base && vmm_uid(c.vm) == jc.uid_base);
     CHECK(proc_uid(vmm_pid(c2.vm)) == jc.uid_base + 1);
     CHECK(vmm_jail_uids_in_use(j) == 2);
+    CHECK(proc_kb(pid, "status", "THP_enabled:") == 0); /* as unjailed (TCG) */
     /* Its view of the file system. */
     snprintf(p, sizeof(p), "/proc/%d/root%s/qmp.sock", (int)pid, run_dir);
     CHECK(access(p, F_OK) == 0);
