@@ -131,8 +131,9 @@ struct vmm_config {
     unsigned mem_mb;       /* 0: 256 */
     unsigned vcpus;        /* 0: 1 */
     enum vmm_accel accel;  /* KVM or TCG; AUTO makes vmm_launch probe (better: probe once) */
-    bool tcg_huge_pages;   /* TCG only: let QEMU back its translation cache with 2 MiB pages
-                            * (false: PR_SET_THP_DISABLE, ~2.4 MiB less per VM) */
+    bool tcg_huge_pages;   /* TCG, RAM in mem_path: let QEMU back its translation cache with
+                            * 2 MiB pages (false: PR_SET_THP_DISABLE, ~2.4 MiB less per
+                            * VM). A VM with anonymous RAM always keeps them. */
     unsigned tcg_tb_mib;   /* TCG only: translation cache size in MiB (0: 128). QEMU touches
                             * at most this much for translated code, then flushes it. */
     size_t console_max;    /* console.log size cap (0: 1 MiB, at least 4 KiB). Past it the
