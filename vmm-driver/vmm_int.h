@@ -320,6 +320,7 @@ int vmm_qcow2_backing_name(const uint8_t *h, size_t len, char *out, size_t cap);
 struct vmm_snap_info {
     uint64_t stream_len; /* everything after the header (a delta's pages included) */
     uint32_t stream_crc, mem_mb, vcpus, flags;
+    uint32_t version;      /* the file's format, 2 or 3 (encode writes 3 for anything else) */
     char qemu_version[64]; /* "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)" */
     /* VMM_SNAP_F_DELTA: the device stream's length (from the header's end), the pages
      * that follow it (vmm_delta_layout) and the name of the RAM file they go over. */
@@ -332,6 +333,10 @@ struct vmm_snap_info {
 uint64_t vmm_delta_layout(uint64_t dev_len, uint64_t npages, uint64_t *idx_off, uint64_t *data_off);
 
 uint32_t vmm_crc32(uint32_t crc, const void *buf, size_t n);
+uint32_t vmm_crc32c(uint32_t crc, const void *buf, size_t n); /* the CPU's crc32 if it has it */
+uint32_t vmm_crc32c_soft(uint32_t crc, const void *buf, size_t n); /* tables only: for tests */
+/* The stream checksum of a snapshot file of that version: CRC-32C from 3, CRC-32 before. */
+uint32_t vmm_snap_crc(uint32_t version, uint32_t crc, const void *buf, size_t n);
 /* Pure: the header for in (VMM_SNAP_HDR bytes into hdr). */
 void vmm_snap_encode(uint8_t *hdr, const struct vmm_snap_info *in);
 /* Pure: check a header read from a file of file_size bytes (len bytes of it in

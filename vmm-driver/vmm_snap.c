@@ -2,7 +2,8 @@
  * vmm_snap.c - the snapshot file: a 4 KiB header, then QEMU's migration stream.
  *
  * Header (little-endian): magic "WARRENSN", version, header length, stream
- * offset and length, the stream's CRC-32, guest RAM (MiB) and vCPUs, flags,
+ * offset and length, the stream's checksum (CRC-32C from version 3, CRC-32 in
+ * version 2: vmm_crc.c), guest RAM (MiB) and vCPUs, flags,
  * the QEMU version that wrote the stream (NUL-padded to 64 bytes), reserved
  * bytes that must be zero, and a CRC-32 of the header itself in its last 4
  * bytes. Every field is bounded on decode: the file is read back by a later
@@ -30,7 +31,11 @@
 /* 2: streams carry no configuration section (QEMU runs with
  * migration.send-configuration=off, which a device-state-only stream needs); a
  * version-1 stream has one, which such a QEMU cannot read. */
-#define VERSION     2u
+#define VERSION 3u
+/* 3: the stream's checksum is a CRC-32C (the CPU's crc32 instruction: ~4x faster
+ * than CRC-32's tables, 36 ms of a booted sandbox's pause and of its resume). Version
+ * 2 files (CRC-32) are still read, and restored as before. */
+#define VERSION_OLD 2u
 #define OFF_CRC     (VMM_SNAP_HDR - 4)
 #define OFF_VER_STR 48
 #define OFF_DEV_LEN (OFF_VER_STR + 64)
@@ -78,7 +83,7 @@ void vmm_snap_encode(uint8_t *hdr, const struct vmm_snap_info *in)
 {
     memset(hdr, 0, VMM_SNAP_HDR);
     memcpy(hdr, MAGIC, 8);
-    le32(hdr + 8, VERSION);
+    le32(hdr + 8, in->version == VERSION_OLD ? VERSION_OLD : VERSION); /* as decoded, or new */
     le32(hdr + 12, VMM_SNAP_HDR);
     le64(hdr + 16, VMM_SNAP_HDR);
     le64(hdr + 24, in->stream_len);
@@ -112,8 +117,9 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
             (unsigned long long)(file_size < len ? file_size : len));
     if (memcmp(buf, MAGIC, 8) != 0)
         BAD("not a Warren snapshot (bad magic)");
-    if (rd32(buf + 8) != VERSION)
-        BAD("snapshot version %u, this warrend reads %u", rd32(buf + 8), VERSION);
+    if (rd32(buf + 8) != VERSION && rd32(buf + 8) != VERSION_OLD)
+        BAD("snapshot version %u, this warrend reads %u and %u", rd32(buf + 8), VERSION_OLD,
+            VERSION);
     if (vmm_crc32(0, buf, OFF_CRC) != rd32(buf + OFF_CRC))
         BAD("snapshot header checksum mismatch (damaged header)");
     off = rd64(buf + 16);
@@ -142,6 +148,7 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
         if (buf[i])
             BAD("snapshot header reserved bytes not zero");
     memset(out, 0, sizeof(*out));
+    out->version = rd32(buf + 8);
     out->stream_len = slen;
     out->stream_crc = rd32(buf + 32);
     out->mem_mb = rd32(buf + 36);
@@ -210,8 +217,14 @@ int vmm_snap_match(const struct vmm_snap_info *s, const char *qemu_version, unsi
 
 #undef BAD
 
-/* CRC-32 of len bytes from off. 0 or -errno (-EIO on a short file). */
-static int crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc)
+uint32_t vmm_snap_crc(uint32_t version, uint32_t crc, const void *buf, size_t n)
+{
+    return version >= 3 ? vmm_crc32c(crc, buf, n) : vmm_crc32(crc, buf, n);
+}
+
+/* The checksum (vmm_snap_crc) of len bytes from off. 0 or -errno (-EIO on a short
+ * file). */
+static int crc_range(int fd, uint32_t version, uint64_t off, uint64_t len, uint32_t *crc)
 {
     static __thread uint8_t buf[1 << 16];
     uint32_t c = 0;
@@ -225,7 +238,7 @@ static int crc_range(int fd, uint64_t off, uint64_t len, uint32_t *crc)
             return -errno;
         if (n == 0)
             return -EIO;
-        c = vmm_crc32(c, buf, (size_t)n);
+        c = vmm_snap_crc(version, c, buf, (size_t)n);
         off += (uint64_t)n;
         len -= (uint64_t)n;
     }
@@ -259,7 +272,8 @@ int vmm_snap_finalize(int fd, const char *tmp, const char *path, bool sync,
         snprintf(why, cap, "snapshot: the delta's pages do not end the file");
         goto out;
     }
-    if ((r = crc_range(fd, VMM_SNAP_HDR, info->stream_len, &info->stream_crc)) != 0) {
+    info->version = VERSION;
+    if ((r = crc_range(fd, VERSION, VMM_SNAP_HDR, info->stream_len, &info->stream_crc)) != 0) {
         snprintf(why, cap, "snapshot: reading the stream back: %s", strerror(-r));
         goto out;
     }
@@ -305,7 +319,7 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap)
     }
     if ((r = vmm_snap_decode(hdr, (size_t)n, (uint64_t)st.st_size, out, why, cap)) != 0)
         return r;
-    if ((r = crc_range(fd, VMM_SNAP_HDR, out->stream_len, &crc)) != 0) {
+    if ((r = crc_range(fd, out->version, VMM_SNAP_HDR, out->stream_len, &crc)) != 0) {
         snprintf(why, cap, "snapshot: reading the stream: %s", strerror(-r));
         return r;
     }

@@ -119,7 +119,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (flags & F_FIX_LEN)
             le64(file + 24, flen - VMM_SNAP_HDR);
         if (flags & F_FIX_SCRC)
-            le32(file + 32, vmm_crc32(0, file + VMM_SNAP_HDR, flen - VMM_SNAP_HDR));
+            le32(file + 32, vmm_snap_crc((uint32_t)rd64(file + 8), 0, file + VMM_SNAP_HDR,
+                                         flen - VMM_SNAP_HDR));
         if (flags & F_FIX_HCRC)
             le32(file + VMM_SNAP_HDR - 4, vmm_crc32(0, file, VMM_SNAP_HDR - 4));
     }
@@ -217,7 +218,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         check_why(why, sizeof(why));
     } else {
-        bool crc_ok = vmm_crc32(0, file + VMM_SNAP_HDR, flen - VMM_SNAP_HDR) == a.stream_crc;
+        bool crc_ok =
+            vmm_snap_crc(a.version, 0, file + VMM_SNAP_HDR, flen - VMM_SNAP_HDR) == a.stream_crc;
         if ((r2 == 0) != crc_ok)
             abort();
         if (r2 != 0) {
@@ -227,7 +229,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else if (b.stream_len != a.stream_len || b.stream_crc != a.stream_crc ||
                    b.mem_mb != a.mem_mb || b.vcpus != a.vcpus || b.flags != a.flags ||
                    strcmp(b.qemu_version, a.qemu_version) != 0 || b.dev_len != a.dev_len ||
-                   b.npages != a.npages || strcmp(b.base, a.base) != 0) {
+                   b.npages != a.npages || strcmp(b.base, a.base) != 0 || b.version != a.version) {
             abort();
         }
     }

@@ -398,6 +398,27 @@ static void test_phase(void)
     CHECK(!vmm_phase_live(VMM_PH__COUNT));
 }
 
+/* Re-seal a hand-edited header: its CRC-32 in the last 4 bytes. */
+static void snap_fix_crc(uint8_t *h)
+{
+    uint32_t c = vmm_crc32(0, h, VMM_SNAP_HDR - 4);
+
+    for (int i = 0; i < 4; i++)
+        h[VMM_SNAP_HDR - 4 + i] = (uint8_t)(c >> (8 * i));
+}
+
+static void snap_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void snap_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 /* Snapshot header: round trip, then every kind of damage is refused with a reason. */
 static void test_snap(void)
 {
@@ -417,7 +438,24 @@ static void test_snap(void)
     CHECK(out.stream_len == 50000 && out.stream_crc == 0x12345678 && out.mem_mb == 256 &&
           out.vcpus == 1 && out.flags == VMM_SNAP_F_SHARED_RAM &&
           strcmp(out.qemu_version, "7.2.22 (Debian)") == 0);
-    CHECK(vmm_crc32(0, "123456789", 9) == 0xcbf43926u); /* the CRC-32 check value */
+    CHECK(vmm_crc32(0, "123456789", 9) == 0xcbf43926u);  /* the CRC-32 check value */
+    CHECK(vmm_crc32c(0, "123456789", 9) == 0xe3069283u); /* CRC-32C's */
+    CHECK(vmm_crc32c_soft(0, "123456789", 9) == 0xe3069283u);
+    CHECK(out.version == 3);
+    /* The CPU's crc32 and the tables agree at every alignment and length, and in
+     * pieces (the stream is checksummed 64 KiB at a time). */
+    {
+        static uint8_t b[3000];
+        uint32_t s = 1;
+        for (size_t i = 0; i < sizeof(b); i++)
+            b[i] = (uint8_t)((s = s * 1103515245u + 12345u) >> 16);
+        for (size_t off = 0; off < 9; off++)
+            for (size_t n = 0; n + off <= sizeof(b); n += 1 + n / 3)
+                CHECK(vmm_crc32c(0, b + off, n) == vmm_crc32c_soft(0, b + off, n));
+        CHECK(vmm_crc32c(vmm_crc32c(0, b, 1001), b + 1001, 1999) == vmm_crc32c(0, b, 3000));
+        CHECK(vmm_snap_crc(3, 0, b, 3000) == vmm_crc32c(0, b, 3000));
+        CHECK(vmm_snap_crc(2, 0, b, 3000) == vmm_crc32(0, b, 3000));
+    }
 
     /* Truncated file, short read, trailing bytes. */
     CHECK(vmm_snap_decode(h, sizeof(h), fsz - 1, &out, why, sizeof(why)) == -EINVAL);
@@ -502,7 +540,33 @@ static void test_snap(void)
         CHECK(access(tmpf, F_OK) != 0 && access(fin, F_OK) == 0);
         fd = open(fin, O_RDWR);
         CHECK(vmm_snap_verify(fd, &out, why, sizeof(why)) == 0);
-        CHECK(out.stream_len == sizeof(stream));
+        CHECK(out.stream_len == sizeof(stream) && out.version == 3);
+        CHECK(out.stream_crc == vmm_crc32c(0, stream, sizeof(stream)));
+        /* A version-2 file (its stream's CRC-32) written by an older warrend is read;
+         * the same header claiming version 3 is not. */
+        {
+            uint8_t h2[VMM_SNAP_HDR];
+            struct vmm_snap_info o2;
+            CHECK(pread(fd, h2, sizeof(h2), 0) == (ssize_t)sizeof(h2));
+            snap_put32(h2 + 8, 2);
+            snap_put32(h2 + 32, vmm_crc32(0, stream, sizeof(stream)));
+            snap_fix_crc(h2);
+            CHECK(pwrite(fd, h2, sizeof(h2), 0) == (ssize_t)sizeof(h2));
+            CHECK(vmm_snap_verify(fd, &o2, why, sizeof(why)) == 0 && o2.version == 2);
+            snap_put32(h2 + 8, 3);
+            snap_fix_crc(h2);
+            CHECK(pwrite(fd, h2, sizeof(h2), 0) == (ssize_t)sizeof(h2));
+            CHECK(vmm_snap_verify(fd, &o2, why, sizeof(why)) == -EINVAL);
+            CHECK(strstr(why, "stream checksum") != NULL);
+            snap_put32(h2 + 8, 4);
+            snap_fix_crc(h2);
+            CHECK(pwrite(fd, h2, sizeof(h2), 0) == (ssize_t)sizeof(h2));
+            CHECK(vmm_snap_verify(fd, &o2, why, sizeof(why)) == -EINVAL);
+            CHECK(strstr(why, "version 4") != NULL);
+            snap_put32(h2 + 8, 2);
+            snap_fix_crc(h2);
+            CHECK(pwrite(fd, h2, sizeof(h2), 0) == (ssize_t)sizeof(h2));
+        }
         CHECK(pwrite(fd, "\xff", 1, VMM_SNAP_HDR + 30000) == 1);
         CHECK(vmm_snap_verify(fd, &out, why, sizeof(why)) == -EINVAL);
         CHECK(strstr(why, "stream checksum") != NULL);
@@ -512,21 +576,6 @@ static void test_snap(void)
         printf("snapshot refused: \"%s\"\n", why);
         close(fd);
     }
-}
-
-/* Re-seal a hand-edited header: its CRC-32 in the last 4 bytes. */
-static void snap_fix_crc(uint8_t *h)
-{
-    uint32_t c = vmm_crc32(0, h, VMM_SNAP_HDR - 4);
-
-    for (int i = 0; i < 4; i++)
-        h[VMM_SNAP_HDR - 4 + i] = (uint8_t)(c >> (8 * i));
-}
-
-static void snap_put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* A delta info whose stream ends where its layout does; the file size at the return. */
@@ -741,7 +790,7 @@ static void test_snap_delta(void)
               -EINVAL);
         CHECK(strstr(why, "version 1") != NULL);
     }
-    CHECK(h[8] == 2 && h[9] == 0 && h[10] == 0 && h[11] == 0);
+    CHECK(h[8] == 3 && h[9] == 0 && h[10] == 0 && h[11] == 0);
 
     /* Restore: a delta goes over a memory file (the template's), never into a VM
      * without one. */
