@@ -229,7 +229,7 @@ class TestPool(unittest.TestCase):
 
     def assert_delta(self, snap_id, parent, min_pages, kind="fork"):
         """The fork's (or pause's) snapshot is a delta over the template's RAM file: its header
-        (vmm-driver/vmm_snap.c) says version 2, flag DELTA, npages pages over
+        (vmm-driver/vmm_snap.c) says version 3, flag DELTA, npages pages over
         warren-<template>.mem, and the file is far smaller than the guest's 256 MiB."""
         w = self.w
         r = w.request("GET", f"/v1/snapshots/{snap_id}")
@@ -246,7 +246,7 @@ class TestPool(unittest.TestCase):
         flags, = struct.unpack_from("<I", h, 44)
         dev_len, npages = struct.unpack_from("<QQ", h, 112)
         base = h[128:192].split(b"\0", 1)[0].decode()
-        self.assertEqual(version, 2)
+        self.assertEqual(version, 3)
         self.assertEqual(flags, 2, f"flags {flags:#x}: not DELTA alone")
         self.assertGreater(dev_len, 0)
         self.assertGreater(npages, min_pages)
@@ -493,13 +493,13 @@ class TestPool(unittest.TestCase):
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         w.delete(sid)
         # The fork was adopted over the old template's RAM file, which the rebuild
-        # removed: its own fork saves all its RAM (a full snapshot, version 2, no
+        # removed: its own fork saves all its RAM (a full snapshot, version 3, no
         # flags) and still sees the file.
         w.wait_state(fk, ["running"])
         fsnap2, (g,) = self.fork(fk, 1)
         with open(os.path.join(w.state_dir, "snapshots", fsnap2, "state.snap"), "rb") as f:
             h = f.read(4096)
-        self.assertEqual(struct.unpack_from("<I", h, 8)[0], 2)  # version
+        self.assertEqual(struct.unpack_from("<I", h, 8)[0], 3)  # version
         self.assertEqual(struct.unpack_from("<I", h, 44)[0], 0)  # flags
         self.assertEqual(w.run(g, "cat /root/k")["stdout"], "kept\n")
         w.delete(g)
