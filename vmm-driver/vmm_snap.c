@@ -28,13 +28,14 @@
 #include "vmm_int.h"
 
 #define MAGIC "WARRENSN"
-/* 2: streams carry no configuration section (QEMU runs with
- * migration.send-configuration=off, which a device-state-only stream needs); a
- * version-1 stream has one, which such a QEMU cannot read. */
+/* 3, written: the stream's checksum is a CRC-32C (the CPU's crc32 instruction: ~4x
+ * faster than CRC-32's tables, which took 36 ms of a booted sandbox's pause and of its
+ * resume). */
 #define VERSION 3u
-/* 3: the stream's checksum is a CRC-32C (the CPU's crc32 instruction: ~4x faster
- * than CRC-32's tables, 36 ms of a booted sandbox's pause and of its resume). Version
- * 2 files (CRC-32) are still read, and restored as before. */
+/* 2, still read and restored: the stream's checksum is a CRC-32. Both carry no
+ * configuration section (QEMU runs with migration.send-configuration=off, which a
+ * device-state-only stream needs); a version-1 stream has one, which such a QEMU
+ * cannot read. */
 #define VERSION_OLD 2u
 #define OFF_CRC     (VMM_SNAP_HDR - 4)
 #define OFF_VER_STR 48
