@@ -70,8 +70,10 @@ struct pool {
     ev_timer deadline; /* boot_timeout_s for the template to answer */
     ev_timer retry;    /* after a failure: build again */
     ev_timer kick;     /* refill and reap, from the loop */
+    ev_timer defer;    /* pool_defer: no VM started until it fires or pool_undefer */
     unsigned tries;
     int64_t t_start;
+    ev_tstamp defer_end; /* when the last deferral ended (or will) */
     /* the pool */
     struct sbx_vm *ready[POOL_MAX];
     unsigned nready;
@@ -752,6 +754,37 @@ bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd)
     return true;
 }
 
+void pool_defer(struct pool *p)
+{
+    ev_tstamp now;
+
+    if (!p || ev_is_active(&p->defer))
+        return;
+    /* One deferral at a time, and never two in a row: creates that keep finding the
+     * pool empty must not keep it from refilling. */
+    now = ev_now(p->t->loop);
+    if (now < p->defer_end + POOL_DEFER_S)
+        return;
+    p->defer_end = now + POOL_DEFER_S;
+    ev_timer_set(&p->defer, POOL_DEFER_S, 0);
+    ev_timer_start(p->t->loop, &p->defer);
+    LOG(LOG_INFO, "pool: refill deferred while a create restores a clone");
+}
+
+void pool_undefer(struct pool *p)
+{
+    if (p && ev_is_active(&p->defer)) {
+        ev_timer_stop(p->t->loop, &p->defer);
+        p->defer_end = ev_now(p->t->loop);
+        kick_soon(p, 0);
+    }
+}
+
+static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+    kick_soon(w->data, 0);
+}
+
 /* The pool is full: start one more spare QEMU, if pool_spares wants it, the budget
  * has room for one more VM and a restore from this template has worked. The next is
  * started from the loop's next turn (each launch is spent on the loop). */
@@ -791,7 +824,7 @@ static void pool_fill(struct pool *p)
     unsigned want = p->size < budget_vms(p) ? p->size : budget_vms(p);
     int r;
 
-    if (p->state != TPL_READY || p->filling)
+    if (p->state != TPL_READY || p->filling || ev_is_active(&p->defer))
         return;
     if (p->nready >= want) {
         spare_start(p);
@@ -978,8 +1011,10 @@ int pool_new(struct sbx_table *t, struct pool **out)
     ev_timer_init(&p->deadline, tpl_deadline, 1, 0);
     ev_timer_init(&p->retry, on_retry, 1, 0);
     ev_timer_init(&p->kick, on_kick, 0, 0);
+    ev_timer_init(&p->defer, on_defer, 0, 0);
     ev_timer_init(&p->fill_timer, on_fill_timer, 1, 0);
     p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p->fill_timer.data = p;
+    p->defer.data = p;
     p->tw = (struct wsess){.p = p, .cmd = "sync", .done = tpl_synced};
     p->fw = (struct wsess){.p = p, .cmd = "true", .done = fill_warmed};
     snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
@@ -1017,6 +1052,7 @@ void pool_free(struct pool *p)
         return;
     ev_timer_stop(p->t->loop, &p->retry);
     ev_timer_stop(p->t->loop, &p->kick);
+    ev_timer_stop(p->t->loop, &p->defer);
     ev_timer_stop(p->t->loop, &p->fill_timer);
     if (p->fw.ch)
         chan_free(p->fw.ch);

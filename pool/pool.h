@@ -71,6 +71,15 @@ bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned v
  * frozen overlay, or a link to it): the caller's to bind from then on; another is
  * started in the background. NULL if there is none or it does not fit. */
 struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *backing);
+/* A create found the pool empty and restores a clone of its template: the pool starts
+ * no VM (a refill's QEMU start, restore and warm-up take ~300 ms of CPU on the cores
+ * the clone needs) until pool_undefer, when the clone runs, or POOL_DEFER_S at most;
+ * not again within POOL_DEFER_S of the last deferral's end, so creates that keep
+ * finding the pool empty cannot keep it from refilling. A fill already under way goes
+ * on. */
+#define POOL_DEFER_S 0.3
+void pool_defer(struct pool *p);
+void pool_undefer(struct pool *p);
 /* An unbound VM's guest channel connected: true if the pool takes fd (the VM is
  * warming up), else the caller closes it. */
 bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);

@@ -426,6 +426,8 @@ static void sandbox_ready(struct sandbox *sb)
     }
     LOGS(LOG_INFO, sb->id, "running (%.1f ms after create)",
          (double)(sbx_now_ms() - sb->created_mono));
+    if (sb->vmr && !strcmp(sb->vmr->boot, "clone"))
+        pool_undefer(sb->t->pool);
     if (sb->vmr && !strcmp(sb->vmr->boot, "resume"))
         sbx_snap_resumed(sb);
     for (struct op *op = sb->ops, *next; op; op = next) {
@@ -1253,8 +1255,10 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         bool dflt = sbx_net_is_default(c, &pol);
         const char *tsnap, *tdisk, *tmem;
         struct sbx_vm *spare = NULL;
-        if (pool_template(t->pool, tmpl, mem, vcpus, &tsnap, &tdisk, &tmem, dflt ? &spare : NULL))
+        if (pool_template(t->pool, tmpl, mem, vcpus, &tsnap, &tdisk, &tmem, dflt ? &spare : NULL)) {
+            pool_defer(t->pool);
             return sbx_clone_start(sb, tsnap, tdisk, tmem, spare, &pol, sink, user, opid, err);
+        }
     }
     {
         /* A namespace made ahead, when the policy is the default one. */

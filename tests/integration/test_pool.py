@@ -194,6 +194,10 @@ class TestPool(unittest.TestCase):
             guest = int(w.run(sid, "date +%s")["stdout"])
             self.assertLess(abs(guest - time.time()), 60)
         self.assertEqual(len(ids), 4, ids)
+        # A clone's create holds off the refill until it runs (pool_defer): the pool
+        # still fills up again while the clones live.
+        self.assertIn("pool: refill deferred while a create restores a clone", w.log_all())
+        wait_pool_ready(w, 2)
         for sid in sids:
             self.assertEqual(w.delete(sid).status, 200)
 
