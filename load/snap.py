@@ -1,6 +1,6 @@
 """Snapshots, fork, pause and resume (issue 8): latencies, client side.
 
-    load/run --snap [--n N] [--fork8 N]
+    load/run --snap [--n N] [--fork8 N] [--gap S]
 
 On one booted sandbox (pool off: its RAM goes whole into each snapshot) with
 a background loop running:
@@ -11,7 +11,10 @@ a background loop running:
 - fork count 1 and count 8: POST /fork until 201 (one snapshot, then the
   restores);
 - pause (POST /pause until 200: save + disk copy + QEMU ended) and resume
-  (POST /resume until 200: restore + session).
+  (POST /resume until 200: restore + session); then three resumes, each --gap
+  seconds after its pause (on these machines memory freed for longer than ~1 s
+  goes back to the hypervisor, and touching it again costs ~1-2 ms per MiB:
+  load/RESULTS.md).
 Then the same forks of a sandbox from the pool (a second warrend, pool on,
 pool_spares --spares): its fork snapshot is a delta (device state and the pages
 it owns over the template's RAM), with the delta's size beside it, and each fork
@@ -75,16 +78,22 @@ def forks(w, sid, a, rows, what):
     rows.append((f"{what}: its snapshot's files", f"{pct(size, 50) / 2**20:.1f} MiB", ""))
 
 
-def pause_resume(w, sid, n, rows, what):
+def pause_resume(w, sid, n, rows, what, gap=0.0):
+    """n pauses, each resumed at once, or gap seconds later (rows for the resume only)."""
     pause, resume = [], []
     for _ in range(n):
         dt, r = timed(lambda: w.request("POST", f"/v1/sandboxes/{sid}/pause", {}))
         assert r.status == 200 and r.json()["state"] == "paused", r
         pause.append(dt)
+        time.sleep(gap)
         dt, r = timed(lambda: w.request("POST", f"/v1/sandboxes/{sid}/resume", {}))
         assert r.status == 200 and r.json()["state"] == "running", r
         resume.append(dt)
         assert w.run(sid, "cat /tmp/c")["exit_code"] == 0
+    if gap:
+        rows.append((f"resume of {what}, {gap:g} s after its pause (n={n})", ms(pct(resume, 50)),
+                     ms(pct(resume, 99))))
+        return
     rows.append((f"pause of {what} (n={n})", ms(pct(pause, 50)), ms(pct(pause, 99))))
     rows.append((f"resume of {what} (n={n})", ms(pct(resume, 50)), ms(pct(resume, 99))))
 
@@ -93,6 +102,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5, help="rounds of each (fork 8: --fork8)")
     ap.add_argument("--fork8", type=int, default=2, help="rounds of fork count 8")
+    ap.add_argument("--gap", type=float, default=3.0,
+                    help="seconds paused before the resumes timed apart (0: none)")
     ap.add_argument("--spares", type=int, default=8,
                     help="pool_spares of the pool's warrend (a fork of 8 takes 8)")
     a = ap.parse_args()
@@ -125,6 +136,8 @@ def main():
         forks(w, sid, a, rows, "fork of a booted sandbox (all RAM)")
 
         pause_resume(w, sid, a.n, rows, "a booted sandbox (all RAM)")
+        if a.gap:
+            pause_resume(w, sid, 3, rows, "a booted sandbox (all RAM)", a.gap)
         with open("/proc/loadavg") as f:
             load = f.read().split()[:3]
     finally:
@@ -142,6 +155,9 @@ def main():
         pause_resume(w, sid, 1, rows, "a pool sandbox, first (copies the RAM file)")
         wait_spares(w, a.spares)
         pause_resume(w, sid, a.n, rows, f"a pool sandbox (delta, {a.spares} spares)")
+        if a.gap:
+            wait_spares(w, a.spares)
+            pause_resume(w, sid, 3, rows, "a pool sandbox (delta)", a.gap)
         w.delete(sid)
         # The same without the loop: every fork of the one above runs it too (a
         # `sleep` spawned every 0.2 s in each of nine guests under TCG).
