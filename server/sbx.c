@@ -1679,6 +1679,8 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     r = sbx_snap_restore_all(t);
     if (r == 0)
         r = sbx_vm_restore_all(t);
+    if (r == 0) /* what neither a pause snapshot nor a VM record needs any more */
+        sbx_snap_bases_sweep(t);
     if (r == 0)
         r = idx_foreach(t->idx, IDX_SANDBOXES, restore_one, t);
     if (r != 0)

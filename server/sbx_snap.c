@@ -344,8 +344,12 @@ int sbx_snap_restore_all(struct sbx_table *t)
         rm_later(t, path);
     }
     closedir(d);
-    bases_sweep(t);
     return 0;
+}
+
+void sbx_snap_bases_sweep(struct sbx_table *t)
+{
+    bases_sweep(t);
 }
 
 void sbx_snap_free_all(struct sbx_table *t)
@@ -453,6 +457,14 @@ static void base_path(struct sbx_table *t, const char *mem, char *out, size_t ca
     snprintf(out, cap, "%s/bases/%s", t->cfg->state_dir, slash ? slash + 1 : mem);
 }
 
+bool sbx_in_bases(const struct sbx_table *t, const char *path)
+{
+    size_t n = strlen(t->cfg->state_dir);
+
+    return !strncmp(path, t->cfg->state_dir, n) && !strncmp(path + n, "/bases/", 7) &&
+           !strchr(path + n + 7, '/');
+}
+
 /* The RAM file a delta s restores over: its own, else its durable copy. 0 or -ENOENT. */
 static int snap_mem(struct sbx_table *t, const struct sbx_snap *s, char *out, size_t cap)
 {
@@ -464,7 +476,8 @@ static int snap_mem(struct sbx_table *t, const struct sbx_snap *s, char *out, si
     return access(out, F_OK) == 0 ? 0 : -ENOENT;
 }
 
-/* Remove the copies no pause snapshot names. */
+/* Remove the files in state_dir/bases that no pause snapshot names and no QEMU maps (a
+ * booted sandbox's RAM file after its resume: vmm_save_ram). */
 static void bases_sweep(struct sbx_table *t)
 {
     char dir[4096], want[4096 + 300];
@@ -484,6 +497,9 @@ static void bases_sweep(struct sbx_table *t)
                 named = strcmp(want + strlen(dir) + 1, e->d_name) == 0;
             }
         }
+        snprintf(want, sizeof(want), "%s/%s", dir, e->d_name);
+        for (struct sbx_vm *vm = t->vms; vm && !named; vm = vm->next)
+            named = vm->pid > 0 && !strcmp(vm->mem, want);
         if (!named) {
             LOG(LOG_INFO, "removing %s/%s: no paused sandbox goes over it now", dir, e->d_name);
             unlinkat(dirfd(d), e->d_name, 0);
@@ -840,6 +856,18 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         if ((r = vmm_save(sb->vm, path, VMM_SAVE_DELTA | (fork ? VMM_SAVE_NOSYNC : 0), on_saved,
                           j)) != 0)
             s->mem[0] = 0;
+    }
+    /* A booted VM's pause: its RAM into a file of its own in state_dir/bases/, which
+     * the resume maps instead of loading (vmm_save_ram); its later pauses are deltas
+     * over that file. */
+    if (r == -ENOTSUP && pause && !sb->vmr->mem[0]) {
+        char ram[sizeof(s->mem)];
+        base_path(t, "", ram, sizeof(ram));
+        if (mkdir(ram, 0700) == 0 || errno == EEXIST) {
+            snprintf(ram + strlen(ram), sizeof(ram) - strlen(ram), "%s-%s.ram", sb->vmr->id, s->id);
+            if ((r = vmm_save_ram(sb->vm, path, ram, 0, on_saved, j)) == 0)
+                snprintf(s->mem, sizeof(s->mem), "%s", ram);
+        }
     }
     if (r == -ENOTSUP && (r = vmm_save(sb->vm, path, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) != 0)
         goto fail;
@@ -1327,6 +1355,7 @@ static int snap_launch_fd(struct sandbox *sb, const char *boot, const struct net
 {
     struct sbx_snap *s = snap_find(sb->t, sb->snap_id);
     char disk[4096 + 16], state[4096 + 16], from[64], mem[4096 + 300];
+    struct stat st;
 
     if (!s) {
         sbx_die(sb, "vm_start_failed: its snapshot is gone");
@@ -1346,11 +1375,20 @@ static int snap_launch_fd(struct sandbox *sb, const char *boot, const struct net
      * removed it (a pause keeps a copy). A jailed QEMU maps a sealed copy of it: the
      * pool's for its current template, else one made now. */
     if (s->mem[0] && snap_mem(sb->t, s, mem, sizeof(mem)) != 0) {
-        sbx_die(sb, "snapshot_invalid: its template's RAM file is gone");
+        sbx_die(sb, "snapshot_invalid: its RAM file is gone");
         return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
                            "snapshot %s cannot be used: it holds the pages of a sandbox over "
-                           "template %s's RAM file %s, which was rebuilt since",
-                           s->id, s->tmpl, s->mem);
+                           "the RAM file %s, which is gone (its template rebuilt since, or "
+                           "the file removed)",
+                           s->id, s->mem);
+    }
+    /* QEMU maps the whole guest from it: a short file would end the VM at the first
+     * page past its end. */
+    if (s->mem[0] && (stat(mem, &st) != 0 || (uint64_t)st.st_size != (uint64_t)s->mem_mb << 20)) {
+        sbx_die(sb, "snapshot_invalid: its RAM file is not the guest's size");
+        return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
+                           "snapshot %s cannot be used: its RAM file %s is not %u MiB long", s->id,
+                           mem, s->mem_mb);
     }
     if (s->mem[0] && sb->t->jail && mem_fd <= 0 && pool_mem_fd(sb->t->pool, mem) <= 0)
         return reseal_start(sb, boot, mem, pol, err);

@@ -77,6 +77,7 @@ struct vmm_op {
     bool mig_done;       /* MIGRATION completed seen */
     int fd;              /* the snapshot file, or -1 */
     char *path, *tmp;    /* save: final and temporary names */
+    char *ram;           /* save: the RAM file to write (vmm_save_ram), or NULL */
     bool nosync;         /* save: VMM_SAVE_NOSYNC */
     bool delta;          /* save: VMM_SAVE_DELTA */
     struct vmm_job *job; /* running on a worker thread, or NULL */
@@ -1443,7 +1444,7 @@ struct vmm_job {
     bool pages;   /* restore: write a delta's pages (else: check the file) */
     bool touched; /* restore: pages were written into QEMU's RAM */
     int fd;       /* a duplicate of op.fd, the job's own */
-    char *tmp, *path;
+    char *tmp, *path, *ram;
     struct vmm_snap_info info;
     int err;
     char why[240];
@@ -1473,6 +1474,7 @@ static void job_unref(struct vmm_job *j)
         close(j->efd);
     free(j->tmp);
     free(j->path);
+    free(j->ram);
     free(j);
 }
 
@@ -1482,7 +1484,10 @@ static void *job_main(void *arg)
     uint64_t one = 1;
 
     if (j->save) {
-        if (j->delta) {
+        if (j->ram) {
+            j->err = vmm_ram_write(j->fd, j->pid, j->mem_mb, j->ram, !j->nosync, &j->info, j->why,
+                                   sizeof(j->why));
+        } else if (j->delta) {
             snprintf(j->info.base, sizeof(j->info.base), "%s", j->mem_base);
             j->err = vmm_delta_write(j->fd, j->pid, j->map_ino, j->mem_mb, &j->info, j->why,
                                      sizeof(j->why));
@@ -1531,8 +1536,9 @@ static int job_start(struct vmm *vm, bool save)
     if (save) {
         j->tmp = strdup(vm->op.tmp);
         j->path = strdup(vm->op.path);
+        j->ram = vm->op.ram ? strdup(vm->op.ram) : NULL;
     }
-    if (j->efd < 0 || j->fd < 0 || (save && (!j->tmp || !j->path))) {
+    if (j->efd < 0 || j->fd < 0 || (save && (!j->tmp || !j->path || (vm->op.ram && !j->ram)))) {
         j->refs = 1;
         job_unref(j);
         return -ENOMEM;
@@ -1565,6 +1571,7 @@ static void op_clear(struct vmm *vm)
         close(op->fd);
     free(op->path);
     free(op->tmp);
+    free(op->ram);
     memset(op, 0, sizeof(*op));
     op->fd = -1;
 }
@@ -1587,6 +1594,7 @@ static void op_finish(struct vmm *vm, int err, const char *why)
         close(vm->op.fd);
     free(vm->op.path);
     free(vm->op.tmp);
+    free(vm->op.ram);
     memset(&vm->op, 0, sizeof(vm->op));
     vm->op.fd = -1;
     /* The op is over, so a phase callback may start the next one. */
@@ -2054,12 +2062,13 @@ static int save_delta(struct vmm *vm)
                    on_op_reply);
 }
 
-int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud)
+static int save_start(struct vmm *vm, const char *path, const char *ram, unsigned flags,
+                      vmm_op_cb cb, void *ud)
 {
     struct vmm_op *op;
     int r;
 
-    if (!vm || !path || !*path)
+    if (!vm || !path || !*path || (ram && !*ram))
         return -EINVAL;
     if (busy(vm))
         return -EBUSY;
@@ -2068,11 +2077,18 @@ int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, voi
     /* A delta is the pages a clone owns over its template's RAM file. */
     if ((flags & VMM_SAVE_DELTA) && (vm->boot != VMM_BOOT_RESTORE || !vm->map_ino || vm->pid <= 0))
         return -ENOTSUP;
+    /* A RAM file is made of a booted VM's anonymous RAM, found among QEMU's mappings. */
+    if (ram && (vm->mem_file || vm->pid <= 0 || !vmm_ram_anon_find(vm->pid, vm->mem_mb)))
+        return -ENOTSUP;
     if ((r = op_begin(vm, OP_SAVE, cb, ud)) != 0)
         return r;
     op = &vm->op;
     op->nosync = flags & VMM_SAVE_NOSYNC;
-    op->delta = flags & VMM_SAVE_DELTA;
+    op->delta = (flags & VMM_SAVE_DELTA) || ram;
+    if (ram && !(op->ram = strdup(ram))) {
+        r = -ENOMEM;
+        goto fail;
+    }
     if (asprintf(&op->tmp, "%s.tmp", path) < 0) {
         op->tmp = NULL;
         r = -ENOMEM;
@@ -2128,6 +2144,17 @@ fail:
         unlink(op->tmp);
     op_clear(vm);
     return r;
+}
+
+int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud)
+{
+    return save_start(vm, path, NULL, flags, cb, ud);
+}
+
+int vmm_save_ram(struct vmm *vm, const char *path, const char *ram_path, unsigned flags,
+                 vmm_op_cb cb, void *ud)
+{
+    return save_start(vm, path, ram_path, flags & ~VMM_SAVE_DELTA, cb, ud);
 }
 
 int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)

@@ -402,6 +402,18 @@ void vmm_pageout_cancel(struct vmm *vm);
  * adopted without a RAM file found mapped: vmm_adopt). */
 #define VMM_SAVE_DELTA 2u
 int vmm_save(struct vmm *vm, const char *path, unsigned flags, vmm_op_cb cb, void *ud);
+/* A booted VM (its guest RAM anonymous) saved the way a clone is: a delta with no
+ * pages (its device state) over a RAM file made now at ram_path of every non-zero page
+ * its guest has touched, each at its place, holes elsewhere (written through
+ * ram_path.tmp, fsync'ed unless VMM_SAVE_NOSYNC; its name goes in the header). A VM
+ * launched over that file (VMM_BOOT_RESTORE, mem_path) maps it privately and reads
+ * only what its guest touches: the restore copies none of the RAM, and that VM's own
+ * saves are deltas (VMM_SAVE_DELTA) over the same file, which must never change from
+ * then on. -ENOTSUP for a VM whose RAM is a file already, or whose guest RAM cannot be
+ * told apart among QEMU's mappings (exactly one anonymous read-write mapping mem_mb
+ * long followed by QEMU's guard page): save it whole then. */
+int vmm_save_ram(struct vmm *vm, const char *path, const char *ram_path, unsigned flags,
+                 vmm_op_cb cb, void *ud);
 
 /* Copy the data of in's first end bytes into out at the same offsets; holes stay
  * holes (out must be long enough already, or be made so after). Blocking. 0 or

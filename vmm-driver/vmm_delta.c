@@ -112,19 +112,13 @@ static int move_run(pid_t pid, uintptr_t base, uint32_t first, uint32_t n, uint8
     return 0;
 }
 
-int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
-                    char *why, size_t cap)
+/* QEMU wrote its device state into fd after the header: end that stream with an empty
+ * vmdescription section (which the loader looks for) and set info->dev_len. */
+static int dev_end(int fd, struct vmm_snap_info *info, char *why, size_t cap)
 {
     uint8_t vmdesc[5] = {0x06, 0, 0, 0, 0}; /* QEMU_VM_VMDESCRIPTION, 0 bytes */
-    uint64_t len = (uint64_t)mem_mb << 20, total = len / PAGE, idx_off, data_off, end;
-    uint64_t *pm = NULL;
-    uint32_t *idx = NULL;
-    uint8_t *buf = NULL, le[4];
-    uintptr_t base;
     struct stat st;
-    uint64_t n = 0;
-    char path[64];
-    int pmfd = -1, r = 0;
+    int r = 0;
 
     if (fstat(fd, &st) != 0)
         FAIL(-errno, "delta: fstat: %s", strerror(errno));
@@ -133,12 +127,21 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
     if ((r = vmm_pio_all(fd, vmdesc, sizeof(vmdesc), (uint64_t)st.st_size, true)) != 0)
         FAIL(r, "delta: ending the device state: %s", strerror(-r));
     info->dev_len = (uint64_t)st.st_size + sizeof(vmdesc) - VMM_SNAP_HDR;
-    if (!(base = find_mapping(pid, ino, len)))
-        FAIL(-ENOENT, "delta: QEMU (pid %d) maps no %u MiB RAM file", (int)pid, mem_mb);
-    pm = malloc(total * sizeof(*pm));
-    idx = malloc(total * sizeof(*idx));
-    buf = malloc((size_t)RUN_PAGES * PAGE);
-    if (!pm || !idx || !buf)
+out:
+    return r;
+}
+
+/* The pages of the mapping at base (total pages long) that pid owns (present and not a
+ * file's, or swapped out), ascending, into idx (total entries): *n of them. */
+static int owned_scan(pid_t pid, uintptr_t base, uint64_t total, uint32_t *idx, uint64_t *n,
+                      char *why, size_t cap)
+{
+    uint64_t *pm = malloc(total * sizeof(*pm));
+    char path[64];
+    int pmfd = -1, r = 0;
+
+    *n = 0;
+    if (!pm)
         FAIL(-ENOMEM, "delta: out of memory");
     snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
     if ((pmfd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
@@ -149,15 +152,41 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
     for (uint64_t i = 0; i < total; i++) {
         bool present = pm[i] >> 63 & 1, swapped = pm[i] >> 62 & 1, file = pm[i] >> 61 & 1;
         if ((present && !file) || swapped)
-            idx[n++] = (uint32_t)i;
+            idx[(*n)++] = (uint32_t)i;
     }
+out:
+    if (pmfd >= 0)
+        close(pmfd);
+    free(pm);
+    return r;
+}
+
+int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
+                    char *why, size_t cap)
+{
+    uint64_t len = (uint64_t)mem_mb << 20, total = len / PAGE, idx_off, data_off, end;
+    uint32_t *idx = NULL;
+    uint8_t *buf = NULL, *le = NULL;
+    uintptr_t base;
+    uint64_t n = 0;
+    int r = 0;
+
+    if ((r = dev_end(fd, info, why, cap)) != 0)
+        goto out;
+    if (!(base = find_mapping(pid, ino, len)))
+        FAIL(-ENOENT, "delta: QEMU (pid %d) maps no %u MiB RAM file", (int)pid, mem_mb);
+    idx = malloc(total * sizeof(*idx));
+    le = malloc(total * sizeof(*idx));
+    buf = malloc((size_t)RUN_PAGES * PAGE);
+    if (!idx || !le || !buf)
+        FAIL(-ENOMEM, "delta: out of memory");
+    if ((r = owned_scan(pid, base, total, idx, &n, why, cap)) != 0)
+        goto out;
     end = vmm_delta_layout(info->dev_len, n, &idx_off, &data_off);
-    for (uint64_t i = 0; i < n; i++) { /* little-endian on every host */
+    for (uint64_t i = 0; i < n; i++) /* little-endian on every host */
         for (int b = 0; b < 4; b++)
-            le[b] = (uint8_t)(idx[i] >> (8 * b));
-        memcpy((uint8_t *)pm + 4 * i, le, 4); /* pm is free now: reuse it */
-    }
-    if (n && (r = vmm_pio_all(fd, pm, 4 * n, idx_off, true)) != 0)
+            le[4 * i + (uint64_t)b] = (uint8_t)(idx[i] >> (8 * b));
+    if (n && (r = vmm_pio_all(fd, le, 4 * n, idx_off, true)) != 0)
         FAIL(r, "delta: writing the page list: %s", strerror(-r));
     for (uint64_t i = 0; i < n;) {
         uint32_t k = 1;
@@ -174,9 +203,127 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
     info->npages = n;
     info->flags |= VMM_SNAP_F_DELTA;
 out:
-    if (pmfd >= 0)
-        close(pmfd);
-    free(pm);
+    free(idx);
+    free(le);
+    free(buf);
+    return r;
+}
+
+uintptr_t vmm_ram_anon_find(pid_t pid, unsigned mem_mb)
+{
+    uint64_t len = (uint64_t)mem_mb << 20;
+    unsigned long long lo, hi, off, node, prev_hi = 0;
+    uintptr_t found = 0, cand = 0;
+    unsigned maj, mnr, count = 0;
+    char maps[64], line[4096 + 128], perm[8];
+    FILE *f;
+
+    snprintf(maps, sizeof(maps), "/proc/%d/maps", (int)pid);
+    if (!(f = fopen(maps, "re")))
+        return 0;
+    /* QEMU's anonymous guest RAM (qemu_ram_mmap): one private read-write mapping of
+     * exactly the guest's size, then its PROT_NONE guard page (which the kernel may
+     * have merged with a PROT_NONE neighbour). Two that look so (a glibc arena grown
+     * to that size happens to, its unused part PROT_NONE) and it is not guessed. */
+    while (fgets(line, sizeof(line), f)) {
+        int name = 0;
+        if (sscanf(line, "%llx-%llx %4s %llx %x:%x %llu %n", &lo, &hi, perm, &off, &maj, &mnr,
+                   &node, &name) != 7)
+            continue;
+        bool anon = node == 0 && (!name || line[name] == '\n' || !line[name]);
+        if (cand && prev_hi == lo && anon && !strcmp(perm, "---p")) {
+            found = cand;
+            count++;
+        }
+        cand = anon && !strcmp(perm, "rw-p") && hi - lo == len ? (uintptr_t)lo : 0;
+        prev_hi = hi;
+    }
+    fclose(f);
+    return count == 1 ? found : 0;
+}
+
+int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool sync,
+                  struct vmm_snap_info *info, char *why, size_t cap)
+{
+    static const uint8_t zero[PAGE];
+    uint64_t len = (uint64_t)mem_mb << 20, total = len / PAGE, idx_off, data_off, end;
+    const char *slash = strrchr(ram_path, '/');
+    char tmp[4096 + 8], dir[4096];
+    uint32_t *idx = NULL;
+    uint8_t *buf = NULL;
+    uintptr_t base;
+    uint64_t n = 0;
+    int rfd = -1, r = 0;
+
+    tmp[0] = 0;
+    if (strlen(slash ? slash + 1 : ram_path) >= sizeof(info->base) ||
+        strlen(ram_path) >= sizeof(dir))
+        FAIL(-ENAMETOOLONG, "ram file: name too long: %s", ram_path);
+    if ((r = dev_end(fd, info, why, cap)) != 0)
+        goto out;
+    if (!(base = vmm_ram_anon_find(pid, mem_mb)))
+        FAIL(-ENOTSUP, "ram file: QEMU (pid %d) has no %u MiB anonymous guest RAM to tell apart",
+             (int)pid, mem_mb);
+    idx = malloc(total * sizeof(*idx));
+    buf = malloc((size_t)RUN_PAGES * PAGE);
+    if (!idx || !buf)
+        FAIL(-ENOMEM, "ram file: out of memory");
+    if ((r = owned_scan(pid, base, total, idx, &n, why, cap)) != 0)
+        goto out;
+    snprintf(tmp, sizeof(tmp), "%s.tmp", ram_path);
+    if ((rfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0 ||
+        ftruncate(rfd, (off_t)len) != 0)
+        FAIL(-errno, "ram file: %s: %s", tmp, strerror(errno));
+    /* Each page the guest touched at its place; holes for the rest and for pages of
+     * zeros (a third of a booted guest's): a restore reads those as zeros too. */
+    for (uint64_t i = 0; i < n;) {
+        uint32_t k = 1;
+        while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
+            k++;
+        if ((r = move_run(pid, base, idx[i], k, buf, true)) != 0)
+            FAIL(r, "ram file: reading QEMU's RAM: %s", strerror(-r));
+        for (uint32_t p = 0; p < k;) {
+            uint32_t q = p;
+            while (q < k && memcmp(buf + (size_t)q * PAGE, zero, PAGE) != 0)
+                q++;
+            if (q > p && (r = vmm_pio_all(rfd, buf + (size_t)p * PAGE, (size_t)(q - p) * PAGE,
+                                          ((uint64_t)idx[i] + p) * PAGE, true)) != 0)
+                FAIL(r, "ram file: writing: %s", strerror(-r));
+            p = q + 1;
+        }
+        i += k;
+    }
+    if (sync && fsync(rfd) != 0)
+        FAIL(-errno, "ram file: fsync: %s", strerror(errno));
+    if (close(rfd) != 0) {
+        rfd = -1;
+        FAIL(-errno, "ram file: close: %s", strerror(errno));
+    }
+    rfd = -1;
+    if (rename(tmp, ram_path) != 0)
+        FAIL(-errno, "ram file: rename to %s: %s", ram_path, strerror(errno));
+    tmp[0] = 0;
+    if (sync) {
+        snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - ram_path) : 1,
+                 slash ? ram_path : ".");
+        if ((rfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+            fsync(rfd);
+            close(rfd);
+            rfd = -1;
+        }
+    }
+    /* The snapshot: the device state, as a delta with no pages over that file. */
+    end = vmm_delta_layout(info->dev_len, 0, &idx_off, &data_off);
+    if (ftruncate(fd, (off_t)end) != 0)
+        FAIL(-errno, "ram file: sizing the snapshot: %s", strerror(errno));
+    info->npages = 0;
+    info->flags |= VMM_SNAP_F_DELTA;
+    snprintf(info->base, sizeof(info->base), "%s", slash ? slash + 1 : ram_path);
+out:
+    if (rfd >= 0)
+        close(rfd);
+    if (tmp[0])
+        unlink(tmp);
     free(idx);
     free(buf);
     return r;

@@ -366,6 +366,18 @@ int vmm_snap_verify(int fd, struct vmm_snap_info *out, char *why, size_t cap);
  * Sets info->dev_len and npages. 0 or -errno with why. */
 int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_snap_info *info,
                     char *why, size_t cap);
+/* The start of QEMU's anonymous guest RAM (a booted VM's: one private read-write
+ * mapping mem_mb long followed by a PROT_NONE guard page) in pid, or 0 if not exactly
+ * one mapping looks so (then nothing is guessed). */
+uintptr_t vmm_ram_anon_find(pid_t pid, unsigned mem_mb);
+/* A booted VM's save as a RAM file (vmm_save_ram): QEMU (pid) has written its device
+ * state into fd after the header; end it as a delta with no pages, and write every
+ * non-zero page of its anonymous guest RAM into ram_path (through ram_path.tmp and a
+ * rename; fsync'ed when sync) at its place, holes elsewhere. Sets info->dev_len,
+ * npages (0), the delta flag and base (ram_path's name). 0 or -errno with why
+ * (-ENOTSUP: no guest RAM to tell apart). */
+int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool sync,
+                  struct vmm_snap_info *info, char *why, size_t cap);
 /* The name of the memfd vmm_mem_seal makes (shown as "/memfd:<name> (deleted)"). */
 #define VMM_MEM_MEMFD_NAME "warren-template-ram"
 /* The inode of pid's guest-RAM mapping (offset 0, mem_mb long) of the file path (also

@@ -429,14 +429,33 @@ class TestSnapshots(WarrenCase):
         disk is one overlay over the base image again, and what was written in every
         cycle is there. Before, every cycle added a layer to
         the disk's chain and kept a pause snapshot, its RAM file included, for the
-        sandbox's life."""
+        sandbox's life.
+
+        The first pause of a booted sandbox writes its RAM into a file of its own in
+        state_dir/bases (vmm_save_ram): the pause snapshot holds only the device state,
+        the resumed VM maps that file, and every later pause is a delta over it (the
+        pages written since). The file stays while the sandbox runs, and goes with it."""
         w = self.w
+        bases = os.path.join(w.state_dir, "bases")
         b = w.create()
+        vm = w.get(b).json()["vm_id"]
         base = qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2"))
+        state_sizes, ram_name = [], []
+
+        def mine():
+            return [f for f in os.listdir(bases) if f.startswith(vm + "-")]
+
         def cycle():
-            for op in ("pause", "resume"):
-                r = w.request("POST", f"/v1/sandboxes/{b}/{op}", {})
-                self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+            snap = r.json()["snapshot_id"]
+            state_sizes.append(os.path.getsize(os.path.join(w.state_dir, "snapshots", snap,
+                                                            "state.snap")))
+            if not ram_name:
+                ram_name.append(f"{vm}-{snap}.ram")
+            self.assertEqual(mine(), ram_name)
+            r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+            self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
             # Answered once the sandbox runs, after the pause snapshot's removal.
             self.assertEqual(self.pause_snaps(b), [], w.log_text())
             self.assertEqual(qcow2_backing(os.path.join(w.run_dir(b), "disk.qcow2")), base)
@@ -451,7 +470,18 @@ class TestSnapshots(WarrenCase):
         cycle()
         cycle()
         self.assertEqual(w.run(b, "cat /root/c3")["stdout"], "late\n")
+        # One RAM file through every cycle, the first pause's; no pause snapshot holds
+        # the guest's RAM (a whole save of this guest is ~70 MiB, a delta a few MiB).
+        self.assertEqual(mine(), ram_name)
+        ram = os.path.join(bases, ram_name[0])
+        self.assertGreater(os.stat(ram).st_blocks * 512, 16 << 20)
+        self.assertLess(max(state_sizes), 16 << 20, state_sizes)
+        self.assertLess(state_sizes[0], 1 << 20, state_sizes)  # device state only
         w.delete(b)
+        deadline = time.time() + 10
+        while os.path.exists(ram) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(os.path.exists(ram), w.log_text())
 
     def test_6d_failed_resume_stays_paused(self):
         """A resume whose restore fails (here its pause file is damaged) leaves the

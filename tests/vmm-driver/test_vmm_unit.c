@@ -1344,6 +1344,97 @@ static void test_map_ino(void)
         close(mfd);
 }
 
+/* An anonymous read-write mapping of mb MiB between two PROT_NONE pages (as QEMU lays
+ * out a booted guest's RAM: its guard after it; the one before keeps it from merging
+ * with a neighbour here): its start, or NULL. */
+static char *guarded(unsigned mb)
+{
+    size_t len = (size_t)mb << 20;
+    char *m = mmap(NULL, len + 2 * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (m == MAP_FAILED || mprotect(m + 4096, len, PROT_READ | PROT_WRITE) != 0)
+        return NULL;
+    return m + 4096;
+}
+
+/* vmm_save_ram's parts: which mapping is the guest's RAM, and the RAM file made of it. */
+static void test_ram_file(void)
+{
+    const unsigned mb = 3; /* a size nothing else in this process maps */
+    const size_t len = (size_t)mb << 20;
+    char path[300], ram[300], why[240], page[4096];
+    struct vmm_snap_info info;
+    struct stat st;
+    uint8_t dev[100];
+    char *m, *m2, *bare;
+    int fd, rfd;
+
+    CHECK(vmm_ram_anon_find(getpid(), mb) == 0); /* nothing yet */
+    m = guarded(mb);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    CHECK(vmm_ram_anon_find(getpid(), mb) == (uintptr_t)m);
+    CHECK(vmm_ram_anon_find(getpid(), mb + 1) == 0);
+    /* One of that size without a guard after it is not taken for the guest's... */
+    bare = mmap(NULL, len + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(bare != MAP_FAILED && mprotect(bare + len, 4096, PROT_READ) == 0);
+    CHECK(vmm_ram_anon_find(getpid(), mb) == (uintptr_t)m);
+    /* ... and two that both look like it are refused, not guessed between. */
+    m2 = guarded(mb);
+    CHECK(m2 != NULL);
+    CHECK(vmm_ram_anon_find(getpid(), mb) == 0);
+    if (m2)
+        munmap(m2 - 4096, len + 2 * 4096);
+    CHECK(vmm_ram_anon_find(getpid(), mb) == (uintptr_t)m);
+
+    /* Touched pages: two with data, one of zeros; the rest never touched. */
+    memset(m, 'A', 4096);
+    memset(m + 5 * 4096, 'B', 4096);
+    memset(m + 700 * 4096, 0, 4096);
+    snprintf(path, sizeof(path), "%s/ram.snap", dir);
+    snprintf(ram, sizeof(ram), "%s/vm-1-snap-2.ram", dir);
+    memset(dev, 0x5a, sizeof(dev));
+    fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && pwrite(fd, dev, sizeof(dev), VMM_SNAP_HDR) == (ssize_t)sizeof(dev));
+    memset(&info, 0, sizeof(info));
+    CHECK(vmm_ram_write(fd, getpid(), mb, ram, true, &info, why, sizeof(why)) == 0);
+    CHECK(info.npages == 0 && (info.flags & VMM_SNAP_F_DELTA));
+    CHECK(strcmp(info.base, "vm-1-snap-2.ram") == 0);
+    CHECK(info.dev_len == sizeof(dev) + 5); /* and the vmdescription that ends it */
+    CHECK(fstat(fd, &st) == 0 && (uint64_t)st.st_size >= VMM_SNAP_HDR + info.dev_len &&
+          (uint64_t)st.st_size < VMM_SNAP_HDR + info.dev_len + 2 * 4096);
+    close(fd);
+    rfd = open(ram, O_RDONLY);
+    CHECK(rfd >= 0 && fstat(rfd, &st) == 0 && (size_t)st.st_size == len);
+    CHECK(pread(rfd, page, sizeof(page), 0) == 4096 && page[0] == 'A' && page[4095] == 'A');
+    CHECK(pread(rfd, page, sizeof(page), 5 * 4096) == 4096 && page[0] == 'B' && page[4095] == 'B');
+    CHECK(pread(rfd, page, sizeof(page), 700 * 4096) == 4096 && page[0] == 0 && page[4095] == 0);
+    /* Only the two pages with data were written: the rest are holes. */
+    CHECK(st.st_blocks * 512 <= 2 * 4096 + 4096);
+    CHECK(lseek(rfd, 0, SEEK_HOLE) == 4096);
+    CHECK(lseek(rfd, 4096, SEEK_DATA) == 5 * 4096);
+    CHECK(lseek(rfd, 6 * 4096, SEEK_DATA) < 0);
+    if (rfd >= 0)
+        close(rfd);
+    {
+        char tmp[310];
+        snprintf(tmp, sizeof(tmp), "%s.tmp", ram);
+        CHECK(access(tmp, F_OK) != 0);
+    }
+    /* No such RAM: refused before a file is made. */
+    fd = open(path, O_RDWR | O_TRUNC);
+    CHECK(fd >= 0 && pwrite(fd, dev, sizeof(dev), VMM_SNAP_HDR) == (ssize_t)sizeof(dev));
+    snprintf(ram, sizeof(ram), "%s/other.ram", dir);
+    CHECK(vmm_ram_write(fd, getpid(), mb + 2, ram, false, &info, why, sizeof(why)) == -ENOTSUP);
+    CHECK(access(ram, F_OK) != 0);
+    if (fd >= 0)
+        close(fd);
+    munmap(m - 4096, len + 2 * 4096);
+    if (bare != MAP_FAILED)
+        munmap(bare, len + 4096);
+}
+
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     return remove(p);
@@ -1371,6 +1462,7 @@ int main(void)
     test_mem_seal();
     test_copy_nonzero();
     test_map_ino();
+    test_ram_file();
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
