@@ -10,7 +10,8 @@ a background loop running:
   restored, continued, its session up);
 - fork count 1 and count 8: POST /fork until 201 (one snapshot, then the
   restores);
-- pause (POST /pause until 200: save + disk copy + QEMU ended) and resume
+- pause (POST /pause until 200: save + disk copy + QEMU ended; the first writes
+  the sandbox's RAM into a file of its own, the later ones deltas over it) and resume
   (POST /resume until 200: restore + session); then three resumes, each --gap
   seconds after its pause (on these machines memory freed for longer than ~1 s
   goes back to the hypervisor, and touching it again costs ~1-2 ms per MiB:
@@ -135,9 +136,11 @@ def main():
 
         forks(w, sid, a, rows, "fork of a booted sandbox (all RAM)")
 
-        pause_resume(w, sid, a.n, rows, "a booted sandbox (all RAM)")
+        # Its first pause writes its RAM into a file its resumes map; later ones are
+        # deltas over that file.
+        pause_resume(w, sid, a.n, rows, "a booted sandbox (its own RAM file)")
         if a.gap:
-            pause_resume(w, sid, 3, rows, "a booted sandbox (all RAM)", a.gap)
+            pause_resume(w, sid, 3, rows, "a booted sandbox (its own RAM file)", a.gap)
         with open("/proc/loadavg") as f:
             load = f.read().split()[:3]
     finally:
