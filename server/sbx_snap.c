@@ -492,7 +492,8 @@ static void bases_sweep(struct sbx_table *t)
         if (e->d_name[0] == '.')
             continue;
         for (struct sbx_snap *s = t->snaps->list; s && !named; s = s->next) {
-            if (s->mem[0] && !strcmp(s->type, "pause")) {
+            /* A pause snapshot's copy; a fork's own RAM file (a booted parent's). */
+            if (s->mem[0] && (!strcmp(s->type, "pause") || sbx_in_bases(t, s->mem))) {
                 base_path(t, s->mem, want, sizeof(want));
                 named = strcmp(want + strlen(dir) + 1, e->d_name) == 0;
             }
@@ -857,15 +858,16 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
                           j)) != 0)
             s->mem[0] = 0;
     }
-    /* A booted VM's pause: its RAM into a file of its own in state_dir/bases/, which
-     * the resume maps instead of loading (vmm_save_ram); its later pauses are deltas
-     * over that file. */
-    if (r == -ENOTSUP && pause && !sb->vmr->mem[0]) {
+    /* A booted VM's pause or fork: its RAM into a file of its own in state_dir/bases/,
+     * which the resume or the forks map instead of loading (vmm_save_ram); their
+     * pauses and forks are deltas over that file. Jailed forks would each seal a copy
+     * of it (reseal_start): they load the whole stream instead. */
+    if (r == -ENOTSUP && (pause || (fork && !t->jail)) && !sb->vmr->mem[0]) {
         char ram[sizeof(s->mem)];
         base_path(t, "", ram, sizeof(ram));
         if (mkdir(ram, 0700) == 0 || errno == EEXIST) {
             snprintf(ram + strlen(ram), sizeof(ram) - strlen(ram), "%s-%s.ram", sb->vmr->id, s->id);
-            if ((r = vmm_save_ram(sb->vm, path, ram, 0, on_saved, j)) == 0)
+            if ((r = vmm_save_ram(sb->vm, path, ram, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) == 0)
                 snprintf(s->mem, sizeof(s->mem), "%s", ram);
         }
     }
@@ -1757,7 +1759,7 @@ static int snap_remove(struct sbx_table *t, struct sbx_snap *s)
     }
     rm_later(t, s->dir);
     LOGS(LOG_INFO, s->id, "snapshot deleted");
-    bool kept_base = s->mem[0] && !strcmp(s->type, "pause");
+    bool kept_base = s->mem[0] && (!strcmp(s->type, "pause") || sbx_in_bases(t, s->mem));
     snap_free(s);
     if (kept_base)
         bases_sweep(t);

@@ -647,3 +647,49 @@ class TestSnapshotOfPoolSandbox(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestForkOfBootedUnjailed(WarrenCase):
+    """With QEMU unjailed, a fork of a booted sandbox writes the parent's RAM into a
+    file of its own in state_dir/bases (vmm_save_ram) and every fork maps it
+    copy-on-write instead of loading the whole RAM: the forks see the parent's files
+    and its counter still counting, each writes its own, and the file goes once the
+    forks are gone. (Jailed, each fork would seal a copy of it: those load the whole
+    stream, TestSnapshots.test_5_fork.)"""
+    conf = {"jail": "off"}
+
+    def test_fork_maps_a_ram_file(self):
+        w = self.w
+        bases = os.path.join(w.state_dir, "bases")
+        a = w.create()
+        w.run(a, "echo parent > /root/f")
+        r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
+        self.assertEqual(r.status, 201, r)
+        deadline = time.time() + 10
+        while not counter_runs(w, a) and time.time() < deadline:
+            time.sleep(0.2)
+        r = w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 2})
+        self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
+        snap = r.json()["snapshot_id"]
+        forks = [f["id"] for f in r.json()["sandboxes"]]
+        vm = w.get(a).json()["vm_id"]
+        self.assertEqual(os.listdir(bases), [f"{vm}-{snap}.ram"])
+        # The fork snapshot holds the device state only.
+        self.assertLess(os.path.getsize(os.path.join(w.state_dir, "snapshots", snap,
+                                                     "state.snap")), 1 << 20)
+        for i, f in enumerate(forks):
+            self.assertEqual(w.run(f, "cat /root/f")["stdout"], "parent\n")
+            self.assertTrue(counter_runs(w, f), f)
+            self.assertEqual(w.run(f, f"echo fork{i} > /root/f")["exit_code"], 0)
+        for i, f in enumerate(forks):
+            self.assertEqual(w.run(f, "cat /root/f")["stdout"], f"fork{i}\n")
+        self.assertEqual(w.run(a, "cat /root/f")["stdout"], "parent\n")
+        self.assertTrue(counter_runs(w, a))
+        for f in forks:
+            self.assertEqual(w.delete(f).status, 200)
+        # The reaper removes the fork snapshot nothing depends on, and its file with it.
+        deadline = time.time() + 120
+        while os.listdir(bases) and time.time() < deadline:
+            time.sleep(0.5)
+        self.assertEqual(os.listdir(bases), [], w.log_text())
+        self.assertEqual(w.delete(a).status, 200)
