@@ -2,7 +2,8 @@
 
     load/run --snap [--n N] [--fork8 N] [--gap S]
 
-On one booted sandbox (pool off: its RAM goes whole into each snapshot) with
+On one booted sandbox (pool off: its RAM goes whole into each snapshot, and
+into a RAM file of its own at a fork or pause, jail off) with
 a background loop running:
 - snapshot: POST /snapshot until 201 (the VM stops for the save and the disk
   copy, then continues);
@@ -134,7 +135,8 @@ def main():
         rows.append((f"create from a snapshot (n={a.n})", ms(pct(create, 50)),
                      ms(pct(create, 99))))
 
-        forks(w, sid, a, rows, "fork of a booted sandbox (all RAM)")
+        # Unjailed, a booted sandbox's fork writes its RAM into a file the forks map.
+        forks(w, sid, a, rows, "fork of a booted sandbox (a RAM file of its own)")
 
         # Its first pause writes its RAM into a file its resumes map; later ones are
         # deltas over that file.

@@ -55,6 +55,7 @@ struct sbx_snap {
 /* A snapshot being taken. */
 struct snap_job {
     struct snap_job *next;
+    struct snap_job *next_copy; /* in t->snaps->copying */
     struct sbx_table *t;
     sbx_op_t op;
     char sb_id[24];
@@ -69,6 +70,7 @@ struct snap_job {
     int64_t t0;
     unsigned fork;    /* a fork of this many: their creates follow the snapshot */
     bool pause;       /* a pause: the VM ends after the snapshot instead of continuing */
+    bool own_ram;     /* s->mem is a RAM file made for it (vmm_save_ram): in its size */
     json_t *fork_req; /* the creates' body (without snapshot_id) */
 };
 
@@ -84,8 +86,9 @@ struct fork_ctx {
 };
 
 struct sbx_snaps {
-    struct sbx_snap *list; /* newest first */
-    struct snap_job *jobs; /* saving (waiting on QEMU) */
+    struct sbx_snap *list;    /* newest first */
+    struct snap_job *jobs;    /* saving (waiting on QEMU) */
+    struct snap_job *copying; /* saved, the disk being copied (the bg worker) */
 };
 
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
@@ -386,6 +389,18 @@ static void job_unlink(struct snap_job *j)
     }
 }
 
+static void copy_unlink(struct snap_job *j)
+{
+    if (!j->t->snaps) /* shutting down: the bg worker's last callbacks */
+        return;
+    for (struct snap_job **p = &j->t->snaps->copying; *p; p = &(*p)->next_copy) {
+        if (*p == j) {
+            *p = j->next_copy;
+            return;
+        }
+    }
+}
+
 /* End a job: its files removed unless the snapshot was recorded (s NULL then). */
 static void job_free(struct snap_job *j)
 {
@@ -476,14 +491,32 @@ static int snap_mem(struct sbx_table *t, const struct sbx_snap *s, char *out, si
     return access(out, F_OK) == 0 ? 0 : -ENOENT;
 }
 
-/* Remove the files in state_dir/bases that no pause snapshot names and no QEMU maps (a
- * booted sandbox's RAM file after its resume: vmm_save_ram). */
+/* A snapshot in the making names the file name in state_dir/bases (or name is its
+ * temporary file): its RAM file (vmm_save_ram) or a pause's copy (base_keep). */
+static bool job_names(const struct snap_job *j, const char *name)
+{
+    const char *mem = j->s && j->s->mem[0] ? j->s->mem : NULL, *slash;
+    size_t n;
+
+    if (!mem)
+        return false;
+    slash = strrchr(mem, '/');
+    mem = slash ? slash + 1 : mem;
+    n = strlen(mem);
+    return !strncmp(name, mem, n) && (!name[n] || !strcmp(name + n, ".tmp"));
+}
+
+/* Remove the files in state_dir/bases that no snapshot (recorded or in the making)
+ * names and no QEMU maps (a booted sandbox's RAM file after its resume:
+ * vmm_save_ram). */
 static void bases_sweep(struct sbx_table *t)
 {
     char dir[4096], want[4096 + 300];
     struct dirent *e;
     DIR *d;
 
+    if (!t->snaps)
+        return;
     snprintf(dir, sizeof(dir), "%s/bases", t->cfg->state_dir);
     if (!(d = opendir(dir)))
         return;
@@ -498,6 +531,10 @@ static void bases_sweep(struct sbx_table *t)
                 named = strcmp(want + strlen(dir) + 1, e->d_name) == 0;
             }
         }
+        for (struct snap_job *j = t->snaps->jobs; j && !named; j = j->next)
+            named = job_names(j, e->d_name);
+        for (struct snap_job *j = t->snaps->copying; j && !named; j = j->next_copy)
+            named = job_names(j, e->d_name);
         snprintf(want, sizeof(want), "%s/%s", dir, e->d_name);
         for (struct sbx_vm *vm = t->vms; vm && !named; vm = vm->next)
             named = vm->pid > 0 && !strcmp(vm->mem, want);
@@ -623,7 +660,7 @@ static void copy_work(void *arg)
         fsync(fd);
         close(fd);
     }
-    j->s->size = file_bytes(state) + file_bytes(disk);
+    j->s->size = file_bytes(state) + file_bytes(disk) + (j->own_ram ? file_bytes(j->s->mem) : 0);
 out:
     j->err = r;
 }
@@ -665,6 +702,7 @@ static void copy_done(void *arg)
     struct op *op = find_op(t, j->op);
     struct sbx_snap *s = j->s;
 
+    copy_unlink(j);
     if (!sb || sbx_state_final(sb->state)) {
         /* Ended meanwhile: its op was failed with it. */
         job_free(j);
@@ -732,7 +770,10 @@ static void on_saved(void *ud, int err, const char *why)
     LOGS(LOG_DEBUG, sb->id, "snapshot %s: state saved in %.0f ms", j->s->id,
          (double)(sbx_now_ms() - j->t0));
     /* The VM stays stopped until its disk is copied. */
+    j->next_copy = j->t->snaps->copying;
+    j->t->snaps->copying = j;
     if (bg_run(j->t->bg, copy_work, copy_done, j) != 0) {
+        copy_unlink(j);
         if (op)
             ops_fail(op, SBX_E_INTERNAL, "out of memory");
         sandbox_continue(sb);
@@ -867,8 +908,11 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         base_path(t, "", ram, sizeof(ram));
         if (mkdir(ram, 0700) == 0 || errno == EEXIST) {
             snprintf(ram + strlen(ram), sizeof(ram) - strlen(ram), "%s-%s.ram", sb->vmr->id, s->id);
-            if ((r = vmm_save_ram(sb->vm, path, ram, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) == 0)
+            if ((r = vmm_save_ram(sb->vm, path, ram, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) ==
+                0) {
                 snprintf(s->mem, sizeof(s->mem), "%s", ram);
+                j->own_ram = true;
+            }
         }
     }
     if (r == -ENOTSUP && (r = vmm_save(sb->vm, path, fork ? VMM_SAVE_NOSYNC : 0, on_saved, j)) != 0)

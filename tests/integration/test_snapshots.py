@@ -677,6 +677,10 @@ class TestForkOfBootedUnjailed(WarrenCase):
         # The fork snapshot holds the device state only.
         self.assertLess(os.path.getsize(os.path.join(w.state_dir, "snapshots", snap,
                                                      "state.snap")), 1 << 20)
+        # Its record's size counts the RAM file it made.
+        size = w.request("GET", f"/v1/snapshots/{snap}").json()["size_bytes"]
+        self.assertGreaterEqual(size, os.stat(os.path.join(bases, os.listdir(bases)[0]))
+                                .st_blocks * 512)
         for i, f in enumerate(forks):
             self.assertEqual(w.run(f, "cat /root/f")["stdout"], "parent\n")
             self.assertTrue(counter_runs(w, f), f)
