@@ -649,13 +649,14 @@ if __name__ == "__main__":
     unittest.main()
 
 
-class TestForkOfBootedUnjailed(WarrenCase):
-    """With QEMU unjailed, a fork of a booted sandbox writes the parent's RAM into a
-    file of its own in state_dir/bases (vmm_save_ram) and every fork maps it
+class TestBootedRamFileUnjailed(WarrenCase):
+    """A booted sandbox's own RAM file (vmm_save_ram), with QEMU unjailed. A fork
+    writes the parent's RAM into a file in state_dir/bases and every fork maps it
     copy-on-write instead of loading the whole RAM: the forks see the parent's files
     and its counter still counting, each writes its own, and the file goes once the
-    forks are gone. (Jailed, each fork would seal a copy of it: those load the whole
-    stream, TestSnapshots.test_5_fork.)"""
+    forks are gone (jailed, each fork would seal a copy of it: those load the whole
+    stream, TestSnapshots.test_5_fork). A pause's file cut short is refused at the
+    resume."""
     conf = {"jail": "off"}
 
     def test_fork_maps_a_ram_file(self):
@@ -697,3 +698,23 @@ class TestForkOfBootedUnjailed(WarrenCase):
             time.sleep(0.5)
         self.assertEqual(os.listdir(bases), [], w.log_text())
         self.assertEqual(w.delete(a).status, 200)
+
+    def test_short_ram_file_is_refused(self):
+        """A paused booted sandbox whose RAM file was cut short is refused at its
+        resume with a clear error, before any QEMU maps it (one would die at the first
+        page past the end)."""
+        w = self.w
+        bases = os.path.join(w.state_dir, "bases")
+        b = w.create()
+        vm = w.get(b).json()["vm_id"]
+        r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        ram = [f for f in os.listdir(bases) if f.startswith(vm + "-")]
+        self.assertEqual(len(ram), 1, os.listdir(bases))
+        os.truncate(os.path.join(bases, ram[0]), 64 << 20)
+        before = qemu_pids(w.state_dir)
+        r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+        self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+        self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
+        self.assertIn("is not 256 MiB long", r.json()["error"]["message"])
+        self.assertEqual(qemu_pids(w.state_dir), before)
