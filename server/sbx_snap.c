@@ -48,6 +48,10 @@ struct sbx_snap {
      * file holds all the RAM. A pause's outlives that file in /dev/shm through a copy
      * in state_dir/bases/ (base_keep). */
     char mem[4096];
+    /* Jailed: a sealed memfd of that file made once for all its forks (a booted
+     * parent's fork: vmm_save_ram), which each jailed QEMU restored from it maps; 0:
+     * none, each restore seals its own (reseal_start). */
+    int sealed_fd;
     bool has_pol;          /* networking was on: the sandbox's egress policy, which every sandbox */
     struct net_policy pol; /* restored from it keeps unless its create names another */
 };
@@ -161,6 +165,8 @@ static void snap_free(struct sbx_snap *s)
         return;
     json_decref(s->base);
     json_decref(s->metadata);
+    if (s->sealed_fd > 0)
+        close(s->sealed_fd);
     free(s);
 }
 
@@ -619,6 +625,17 @@ static void copy_work(void *arg)
     path_in(j->s, "state.snap", state, sizeof(state));
     if (j->pause && j->s->mem[0] && (r = base_keep(j)) != 0)
         goto out;
+    /* A jailed QEMU never sees state_dir: the forks of a booted parent map one sealed
+     * copy of its RAM file between them. */
+    if (j->fork && j->own_ram && j->t->jail) {
+        if ((r = vmm_mem_seal(j->s->mem)) < 0) {
+            snprintf(j->why, sizeof(j->why), "cannot seal its RAM file for the jail: %s",
+                     strerror(-r));
+            goto out;
+        }
+        j->s->sealed_fd = r;
+        r = 0;
+    }
     /* A fork's snapshot lives as long as its forks, which do not outlive the host: it
      * is not synced to disk (its state file's checksum catches one torn by a crash). */
     if ((r = sparse_copy(j->src, disk, !j->fork, false)) != 0) {
@@ -901,9 +918,8 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     }
     /* A booted VM's pause or fork: its RAM into a file of its own in state_dir/bases/,
      * which the resume or the forks map instead of loading (vmm_save_ram); their
-     * pauses and forks are deltas over that file. Jailed forks would each seal a copy
-     * of it (reseal_start): they load the whole stream instead. */
-    if (r == -ENOTSUP && (pause || (fork && !t->jail)) && !sb->vmr->mem[0]) {
+     * pauses and forks are deltas over that file. */
+    if (r == -ENOTSUP && (pause || fork) && !sb->vmr->mem[0]) {
         char ram[sizeof(s->mem)];
         base_path(t, "", ram, sizeof(ram));
         if (mkdir(ram, 0700) == 0 || errno == EEXIST) {
@@ -1436,6 +1452,8 @@ static int snap_launch_fd(struct sandbox *sb, const char *boot, const struct net
                            "snapshot %s cannot be used: its RAM file %s is not %u MiB long", s->id,
                            mem, s->mem_mb);
     }
+    if (s->mem[0] && sb->t->jail && mem_fd <= 0 && s->sealed_fd > 0)
+        mem_fd = s->sealed_fd; /* a booted parent's fork: sealed once for all */
     if (s->mem[0] && sb->t->jail && mem_fd <= 0 && pool_mem_fd(sb->t->pool, mem) <= 0)
         return reseal_start(sb, boot, mem, pol, err);
     /* Into a spare QEMU where one maps the same files (a resume too: its disk is then

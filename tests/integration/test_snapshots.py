@@ -318,6 +318,19 @@ class TestSnapshots(WarrenCase):
             vals = [x[col] for x in seen]
             self.assertEqual(len(set(vals)), 3, seen)
         self.assertTrue(self.counting(a))
+        # The parent's RAM went into a file of its own, and (jailed) both forks map one
+        # sealed copy of it: the same memfd, not a whole stream loaded each.
+        vm = w.get(a).json()["vm_id"]
+        self.assertTrue(os.path.exists(os.path.join(
+            w.state_dir, "bases", f"{vm}-{body['snapshot_id']}.ram")), w.log_text())
+        maps = set()
+        for f in forks:
+            pids = qemu_pids(w.get(f).json()["vm_id"])
+            self.assertEqual(len(pids), 1, pids)
+            with open(f"/proc/{pids[0]}/maps") as m:
+                maps |= {ln.split()[4] for ln in m if "/memfd:warren-template-ram" in ln}
+        if "jail: uids" in w.log_all():
+            self.assertEqual(len(maps), 1, maps)
         self.assertError(w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 0}), 400,
                          "invalid_argument")
         self.assertError(w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 17}), 400,
@@ -654,8 +667,8 @@ class TestBootedRamFileUnjailed(WarrenCase):
     writes the parent's RAM into a file in state_dir/bases and every fork maps it
     copy-on-write instead of loading the whole RAM: the forks see the parent's files
     and its counter still counting, each writes its own, and the file goes once the
-    forks are gone (jailed, each fork would seal a copy of it: those load the whole
-    stream, TestSnapshots.test_5_fork). A pause's file cut short is refused at the
+    forks are gone (jailed, the forks map one sealed copy of it:
+    TestSnapshots.test_5_fork). A pause's file cut short is refused at the
     resume."""
     conf = {"jail": "off"}
 
