@@ -92,6 +92,16 @@ ino_t vmm_delta_map_ino(pid_t pid, const char *path, unsigned mem_mb)
     return node;
 }
 
+/* How many pages from idx[i] on are consecutive in the guest, up to RUN_PAGES. */
+static uint32_t run_at(const uint32_t *idx, uint64_t n, uint64_t i)
+{
+    uint32_t k = 1;
+
+    while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
+        k++;
+    return k;
+}
+
 /* Move n pages (consecutive in the guest from page `first`) between the buffer and
  * pid's mapping at base: out of it (read) or into it. 0 or -errno. */
 static int move_run(pid_t pid, uintptr_t base, uint32_t first, uint32_t n, uint8_t *buf, bool read)
@@ -189,9 +199,7 @@ int vmm_delta_write(int fd, pid_t pid, ino_t ino, unsigned mem_mb, struct vmm_sn
     if (n && (r = vmm_pio_all(fd, le, 4 * n, idx_off, true)) != 0)
         FAIL(r, "delta: writing the page list: %s", strerror(-r));
     for (uint64_t i = 0; i < n;) {
-        uint32_t k = 1;
-        while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
-            k++;
+        uint32_t k = run_at(idx, n, i);
         if ((r = move_run(pid, base, idx[i], k, buf, true)) != 0)
             FAIL(r, "delta: reading QEMU's RAM: %s", strerror(-r));
         if ((r = vmm_pio_all(fd, buf, (size_t)k * PAGE, data_off + i * PAGE, true)) != 0)
@@ -277,9 +285,7 @@ int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool
     /* Each page the guest touched at its place; holes for the rest and for pages of
      * zeros (a third of a booted guest's): a restore reads those as zeros too. */
     for (uint64_t i = 0; i < n;) {
-        uint32_t k = 1;
-        while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
-            k++;
+        uint32_t k = run_at(idx, n, i);
         if ((r = move_run(pid, base, idx[i], k, buf, true)) != 0)
             FAIL(r, "ram file: reading QEMU's RAM: %s", strerror(-r));
         for (uint32_t p = 0; p < k;) {
@@ -368,9 +374,7 @@ int vmm_delta_load(int fd, const struct vmm_snap_info *info, pid_t pid, ino_t in
     if ((r = vmm_delta_pages((const uint8_t *)idx, n, total, idx, why, cap)) != 0)
         goto out;
     for (uint64_t i = 0; i < n;) {
-        uint32_t k = 1;
-        while (i + k < n && k < RUN_PAGES && idx[i + k] == idx[i] + k)
-            k++;
+        uint32_t k = run_at(idx, n, i);
         if ((r = vmm_pio_all(fd, buf, (size_t)k * PAGE, data_off + i * PAGE, false)) != 0)
             FAIL(r, "delta: reading the pages: %s", strerror(-r));
         *touched = true;
