@@ -334,8 +334,9 @@ const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
  * 0 or -errno. */
 int sbx_snap_restore_all(struct sbx_table *t);
 void sbx_snap_free_all(struct sbx_table *t);
-/* Remove the files in state_dir/bases that no pause snapshot names and no VM's QEMU
- * maps (after the VM records are read: a resumed booted sandbox maps its own). */
+/* Remove the files in state_dir/bases that no snapshot (recorded or in the making)
+ * names and no running VM maps (call it after the VM records are read: a resumed
+ * booted sandbox maps its own). */
 void sbx_snap_bases_sweep(struct sbx_table *t);
 /* path is a file in state_dir/bases. */
 bool sbx_in_bases(const struct sbx_table *t, const char *path);

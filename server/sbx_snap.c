@@ -97,7 +97,6 @@ struct sbx_snaps {
 
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
 static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op);
-static void bases_sweep(struct sbx_table *t);
 
 static void no_done(void *user, const struct sbx_err *err, json_t *body)
 {
@@ -356,11 +355,6 @@ int sbx_snap_restore_all(struct sbx_table *t)
     return 0;
 }
 
-void sbx_snap_bases_sweep(struct sbx_table *t)
-{
-    bases_sweep(t);
-}
-
 void sbx_snap_free_all(struct sbx_table *t)
 {
     if (!t->snaps)
@@ -468,7 +462,7 @@ static uint64_t file_bytes(const char *path)
  * synced) into state_dir/bases/ under the same name, which a delta's header records;
  * the file never changes (vmm.h, Boot modes). A restore maps the /dev/shm file while it
  * is there (the pool's spare QEMUs map it too), else the copy. A copy goes with the
- * last pause snapshot that names its file (bases_sweep); a fork's delta, whose forks
+ * last pause snapshot that names its file (sbx_snap_bases_sweep); a fork's delta, whose forks
  * do not outlive the host, uses one while it is there but does not keep it. */
 
 static void base_path(struct sbx_table *t, const char *mem, char *out, size_t cap)
@@ -515,7 +509,7 @@ static bool job_names(const struct snap_job *j, const char *name)
 /* Remove the files in state_dir/bases that no snapshot (recorded or in the making)
  * names and no QEMU maps (a booted sandbox's RAM file after its resume:
  * vmm_save_ram). */
-static void bases_sweep(struct sbx_table *t)
+void sbx_snap_bases_sweep(struct sbx_table *t)
 {
     char dir[4096], want[4096 + 300];
     struct dirent *e;
@@ -545,7 +539,8 @@ static void bases_sweep(struct sbx_table *t)
         for (struct sbx_vm *vm = t->vms; vm && !named; vm = vm->next)
             named = vm->pid > 0 && !strcmp(vm->mem, want);
         if (!named) {
-            LOG(LOG_INFO, "removing %s/%s: no paused sandbox goes over it now", dir, e->d_name);
+            LOG(LOG_INFO, "removing %s/%s: no snapshot names it and no QEMU maps it now", dir,
+                e->d_name);
             unlinkat(dirfd(d), e->d_name, 0);
         }
     }
@@ -1824,7 +1819,7 @@ static int snap_remove(struct sbx_table *t, struct sbx_snap *s)
     bool kept_base = s->mem[0] && (!strcmp(s->type, "pause") || sbx_in_bases(t, s->mem));
     snap_free(s);
     if (kept_base)
-        bases_sweep(t);
+        sbx_snap_bases_sweep(t);
     return 0;
 }
 

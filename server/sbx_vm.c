@@ -344,6 +344,14 @@ void sbx_vm_reap(struct sbx_vm *vm)
     }
 }
 
+/* vm's QEMU no longer maps its RAM file: one of state_dir/bases (a booted sandbox's own,
+ * since its pause or fork) may go now. */
+static void bases_release(struct sbx_vm *vm)
+{
+    if (vm->mem[0] && sbx_in_bases(vm->t, vm->mem))
+        sbx_snap_bases_sweep(vm->t);
+}
+
 void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs)
 {
     if (vm->vmm && !vm->gone) {
@@ -355,9 +363,7 @@ void sbx_vm_stop(struct sbx_vm *vm, bool keep_logs)
     sbx_vm_net_release(vm->t, vm->id, &vm->net_slot);
     sbx_run_dir_remove(vm->t, vm->run_dir, keep_logs);
     sbx_vm_save(vm);
-    /* A RAM file of its own (a booted sandbox's, since its pause) may go now. */
-    if (vm->mem[0] && sbx_in_bases(vm->t, vm->mem))
-        sbx_snap_bases_sweep(vm->t);
+    bases_release(vm);
 }
 
 void sbx_vm_destroy(struct sbx_vm *vm)
@@ -377,9 +383,7 @@ void sbx_vm_destroy(struct sbx_vm *vm)
     if (vm->sb)
         vm->sb->vmr = NULL;
     vm_unlink(vm);
-    /* A RAM file of its own (a booted sandbox's, since its pause) may go with it. */
-    if (vm->mem[0] && sbx_in_bases(vm->t, vm->mem))
-        sbx_snap_bases_sweep(vm->t);
+    bases_release(vm);
     free(vm);
 }
 
