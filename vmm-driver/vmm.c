@@ -133,6 +133,12 @@ struct vmm {
     bool mem_file;     /* guest RAM maps cfg->mem_path (else anonymous) */
     char mem_base[64]; /* launched in restore mode over a RAM file: its name (deltas) */
     ino_t map_ino;     /* and the inode QEMU maps it by (the sealed memfd's, jailed); 0 */
+    char *mem_path;    /* cfg->mem_path, or NULL */
+    int mem_rfd;       /* restore over a sealed memfd: a duplicate, to check it; else -1 */
+    /* The CRC-32C of the RAM file it maps, once known (the snapshot it was restored
+     * from, or a save that computed it): each delta over the file carries it. */
+    bool ram_crc_known;
+    uint32_t ram_crc;
     unsigned mem_mb, vcpus;
     char qemu_version[64]; /* from query-version, once asked */
     struct vmm_op op;
@@ -291,6 +297,9 @@ static void op_clear(struct vmm *vm);
 
 static void destroy(struct vmm *vm)
 {
+    if (vm->mem_rfd >= 0)
+        close(vm->mem_rfd);
+    free(vm->mem_path);
     free(vm->run_dir);
     free(vm->qmp_path);
     free(vm->con_path);
@@ -898,6 +907,9 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->jail = vmm_jail_ref(cfg->jail);
     vm->boot = cfg->boot;
     vm->mem_file = cfg->mem_path != NULL;
+    vm->mem_rfd = -1;
+    if (cfg->boot == VMM_BOOT_RESTORE && cfg->mem_path && cfg->mem_fd > 0)
+        vm->mem_rfd = fcntl(cfg->mem_fd, F_DUPFD_CLOEXEC, 3); /* -1: not checked, said so */
     if (cfg->boot == VMM_BOOT_RESTORE && cfg->mem_path) {
         const char *slash = strrchr(cfg->mem_path, '/');
         struct stat st;
@@ -923,8 +935,9 @@ static int vm_new(struct ev_loop *loop, const struct vmm_config *cfg, const stru
     vm->log_path = path_join(cfg->run_dir, "console.log");
     vm->qemu_log_path = path_join(cfg->run_dir, "qemu.log");
     vm->pipe_path = path_join(cfg->run_dir, "qemu.pipe");
+    vm->mem_path = cfg->mem_path ? strdup(cfg->mem_path) : NULL;
     if (!vm->run_dir || !vm->qmp_path || !vm->con_path || !vm->chan_path || !vm->log_path ||
-        !vm->qemu_log_path || !vm->pipe_path) {
+        !vm->qemu_log_path || !vm->pipe_path || (cfg->mem_path && !vm->mem_path)) {
         destroy(vm);
         return -ENOMEM;
     }
@@ -1443,8 +1456,12 @@ struct vmm_job {
     unsigned mem_mb;
     bool pages;   /* restore: write a delta's pages (else: check the file) */
     bool touched; /* restore: pages were written into QEMU's RAM */
-    int fd;       /* a duplicate of op.fd, the job's own */
-    char *tmp, *path, *ram;
+    bool tmpl;    /* save: a template's, whose RAM file QEMU shares (its checksum too) */
+    bool ram_crc_known;
+    uint32_t ram_crc; /* of the RAM file QEMU maps, if known (vm->ram_crc) */
+    int fd;           /* a duplicate of op.fd, the job's own */
+    int mem_fd;       /* restore: a duplicate of vm->mem_rfd, or -1 (then mem_path is read) */
+    char *tmp, *path, *ram, *mem_path;
     struct vmm_snap_info info;
     int err;
     char why[240];
@@ -1472,10 +1489,75 @@ static void job_unref(struct vmm_job *j)
         close(j->fd);
     if (j->efd >= 0)
         close(j->efd);
+    if (j->mem_fd >= 0)
+        close(j->mem_fd);
+    free(j->mem_path);
     free(j->tmp);
     free(j->path);
     free(j->ram);
     free(j);
+}
+
+/* A save over a RAM file (a template's, a delta's): its checksum into info, the one
+ * the VM knows, else computed (~20 ms for 70 MiB touched; once per VM: a template,
+ * or a VM adopted from an earlier warrend). None if the file cannot be read. */
+static void job_ram_crc(struct vmm_job *j)
+{
+    uint32_t crc;
+    int fd;
+
+    if (j->ram_crc_known) {
+        j->info.ram_crc = j->ram_crc;
+    } else if (j->tmpl && j->mem_path) {
+        if ((fd = open(j->mem_path, O_RDONLY | O_CLOEXEC)) < 0)
+            return;
+        bool cached;
+        int r = vmm_ram_crc_once(fd, (uint64_t)j->mem_mb << 20, &crc, &cached);
+        close(fd);
+        if (r != 0)
+            return;
+        j->info.ram_crc = crc;
+    } else if (j->map_ino && vmm_ram_crc_mapped(j->pid, j->map_ino, j->mem_mb, &crc) == 0) {
+        j->info.ram_crc = crc;
+    } else {
+        return;
+    }
+    j->info.flags |= VMM_SNAP_F_RAM_CRC;
+}
+
+/* A restore of a delta whose header carries its RAM file's checksum: the file QEMU maps
+ * (the sealed copy a jailed one maps) must match it, or a damaged file would run. */
+static int job_ram_check(struct vmm_job *j)
+{
+    int fd = j->mem_fd >= 0 ? j->mem_fd : -1, r;
+    bool cached;
+    uint32_t crc;
+
+    if (!(j->info.flags & VMM_SNAP_F_DELTA) || !(j->info.flags & VMM_SNAP_F_RAM_CRC))
+        return 0;
+    if (fd < 0 && (!j->mem_path || (fd = open(j->mem_path, O_RDONLY | O_CLOEXEC)) < 0)) {
+        snprintf(j->why, sizeof(j->why), "its RAM file %s cannot be read to check it: %s",
+                 j->info.base, j->mem_path ? strerror(errno) : "this VM maps none");
+        return -EINVAL;
+    }
+    r = vmm_ram_crc_once(fd, (uint64_t)j->mem_mb << 20, &crc, &cached);
+    if (fd != j->mem_fd)
+        close(fd);
+    if (r == -EIO) {
+        snprintf(j->why, sizeof(j->why), "its RAM file %s is not %u MiB long", j->info.base,
+                 j->mem_mb);
+        return -EINVAL;
+    }
+    if (r != 0) {
+        snprintf(j->why, sizeof(j->why), "its RAM file %s: read: %s", j->info.base, strerror(-r));
+        return r;
+    }
+    if (crc != j->info.ram_crc) {
+        snprintf(j->why, sizeof(j->why), "its RAM file %s: checksum mismatch (damaged file)",
+                 j->info.base);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 static void *job_main(void *arg)
@@ -1491,12 +1573,18 @@ static void *job_main(void *arg)
             snprintf(j->info.base, sizeof(j->info.base), "%s", j->mem_base);
             j->err = vmm_delta_write(j->fd, j->pid, j->map_ino, j->mem_mb, &j->info, j->why,
                                      sizeof(j->why));
+            if (!j->err)
+                job_ram_crc(j);
+        } else if (j->tmpl) {
+            job_ram_crc(j);
         }
         if (!j->err)
             j->err = vmm_snap_finalize(j->fd, j->tmp, j->path, !j->nosync, &j->info, j->why,
                                        sizeof(j->why));
     } else if (!j->pages) {
         j->err = vmm_snap_verify(j->fd, &j->info, j->why, sizeof(j->why));
+        if (!j->err)
+            j->err = job_ram_check(j);
     } else {
         /* The pages go over the very RAM file they were taken over, or nowhere. */
         if (!j->map_ino || strcmp(j->info.base, j->mem_base) != 0) {
@@ -1528,17 +1616,27 @@ static int job_start(struct vmm *vm, bool save)
     j->pid = vm->pid;
     j->map_ino = vm->map_ino;
     j->mem_mb = vm->mem_mb;
+    j->tmpl = vm->boot == VMM_BOOT_TEMPLATE;
+    j->ram_crc_known = vm->ram_crc_known;
+    j->ram_crc = vm->ram_crc;
+    j->mem_fd = -1;
     snprintf(j->mem_base, sizeof(j->mem_base), "%s", vm->mem_base);
     j->refs = 2;
     j->info = vm->op.info;
     j->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     j->fd = fcntl(vm->op.fd, F_DUPFD_CLOEXEC, 3);
+    if (!save && !j->pages && vm->mem_rfd >= 0)
+        j->mem_fd = fcntl(vm->mem_rfd, F_DUPFD_CLOEXEC, 3);
+    if (vm->mem_path)
+        j->mem_path = strdup(vm->mem_path);
     if (save) {
         j->tmp = strdup(vm->op.tmp);
         j->path = strdup(vm->op.path);
         j->ram = vm->op.ram ? strdup(vm->op.ram) : NULL;
     }
-    if (j->efd < 0 || j->fd < 0 || (save && (!j->tmp || !j->path || (vm->op.ram && !j->ram)))) {
+    if (j->efd < 0 || j->fd < 0 || (save && (!j->tmp || !j->path || (vm->op.ram && !j->ram))) ||
+        (vm->mem_path && !j->mem_path) ||
+        (!save && !j->pages && vm->mem_rfd >= 0 && j->mem_fd < 0)) {
         j->refs = 1;
         job_unref(j);
         return -ENOMEM;
@@ -1746,6 +1844,15 @@ static void op_step(struct vmm *vm)
         if (op->stage == STG_LOAD && op->mig_done) {
             if (vm->phase == VMM_PH_RESTORING)
                 phase_set(vm, VMM_PH_STOPPED);
+            /* Its RAM file's checksum, for the deltas it will write over the file. */
+            if (op->info.flags & VMM_SNAP_F_RAM_CRC) {
+                vm->ram_crc = op->info.ram_crc;
+                vm->ram_crc_known = true;
+            }
+            if (vm->mem_rfd >= 0) { /* checked */
+                close(vm->mem_rfd);
+                vm->mem_rfd = -1;
+            }
             op_finish(vm, 0, NULL);
         }
         return;
@@ -1769,6 +1876,10 @@ static void on_job(struct ev_loop *loop, ev_io *w, int revents)
         phase_set(vm, !j->err && vm->boot == VMM_BOOT_TEMPLATE ? VMM_PH_SEALED : VMM_PH_STOPPED);
         if (j->err)
             unlink(vm->op.tmp);
+        else if (!j->ram && (j->info.flags & VMM_SNAP_F_RAM_CRC)) { /* of the file it maps */
+            vm->ram_crc = j->info.ram_crc;
+            vm->ram_crc_known = true;
+        }
         op_finish(vm, j->err, j->err ? j->why : NULL);
     } else if (j->err) {
         /* Half a delta's pages in its RAM: this QEMU can never be restored right. */

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +218,128 @@ out:
     return r;
 }
 
+int vmm_ram_crc(int fd, uint64_t len, uint32_t *crc)
+{
+    static __thread uint8_t buf[1 << 16];
+    uint64_t pos = 0;
+    uint32_t c = 0;
+    struct stat st;
+
+    *crc = 0;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    if ((uint64_t)st.st_size != len) /* a short file is not its zero-padded self */
+        return -EIO;
+    while (pos < len) {
+        off_t data = lseek(fd, (off_t)pos, SEEK_DATA), hole;
+        if (data < 0 && errno != ENXIO)
+            return -errno;
+        if (data < 0 || (uint64_t)data > len)
+            data = (off_t)len; /* holes to the end */
+        c = vmm_crc32c_zeros(c, (uint64_t)data - pos);
+        pos = (uint64_t)data;
+        if (pos == len)
+            break;
+        if ((hole = lseek(fd, (off_t)pos, SEEK_HOLE)) < 0)
+            return -errno;
+        if ((uint64_t)hole > len || (uint64_t)hole <= pos)
+            hole = (off_t)len;
+        while (pos < (uint64_t)hole) {
+            size_t want =
+                (uint64_t)hole - pos < sizeof(buf) ? (size_t)((uint64_t)hole - pos) : sizeof(buf);
+            ssize_t n = pread(fd, buf, want, (off_t)pos);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return n < 0 ? -errno : -EIO;
+            c = vmm_crc32c(c, buf, (size_t)n);
+            pos += (uint64_t)n;
+        }
+    }
+    *crc = c;
+    return 0;
+}
+
+/* RAM files do not change once made (a template's after its save, the others renamed
+ * into place; jailed copies are sealed): the checksums already computed in this process,
+ * by file identity and change times, so a file that is written again is read again.
+ * This keeps a pool sandbox's resume and the forks of one parent from reading the same
+ * ~70 MiB each time. */
+#define CRC_CACHE 32
+static struct crc_seen {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+    uint32_t crc;
+} crc_seen[CRC_CACHE];
+static unsigned crc_seen_next;
+static pthread_mutex_t crc_seen_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static bool same_file(const struct crc_seen *c, const struct stat *st)
+{
+    return c->ino && c->dev == st->st_dev && c->ino == st->st_ino && c->size == st->st_size &&
+           c->mtime.tv_sec == st->st_mtim.tv_sec && c->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+           c->ctime.tv_sec == st->st_ctim.tv_sec && c->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+static void crc_remember(const struct stat *st, uint32_t crc)
+{
+    pthread_mutex_lock(&crc_seen_mu);
+    crc_seen[crc_seen_next] =
+        (struct crc_seen){st->st_dev, st->st_ino, st->st_size, st->st_mtim, st->st_ctim, crc};
+    crc_seen_next = (crc_seen_next + 1) % CRC_CACHE;
+    pthread_mutex_unlock(&crc_seen_mu);
+}
+
+int vmm_ram_crc_once(int fd, uint64_t len, uint32_t *crc, bool *cached)
+{
+    struct stat st, after;
+    int r;
+
+    *cached = false;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    pthread_mutex_lock(&crc_seen_mu);
+    for (unsigned i = 0; i < CRC_CACHE; i++)
+        if (same_file(&crc_seen[i], &st)) {
+            *crc = crc_seen[i].crc;
+            *cached = true;
+        }
+    pthread_mutex_unlock(&crc_seen_mu);
+    if (*cached && (uint64_t)st.st_size == len)
+        return 0;
+    *cached = false;
+    if ((r = vmm_ram_crc(fd, len, crc)) != 0)
+        return r;
+    /* Written while it was read: not remembered. */
+    if (fstat(fd, &after) != 0 || after.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != st.st_mtim.tv_nsec || after.st_ctim.tv_sec != st.st_ctim.tv_sec ||
+        after.st_ctim.tv_nsec != st.st_ctim.tv_nsec)
+        return 0;
+    crc_remember(&st, *crc);
+    return 0;
+}
+
+int vmm_ram_crc_mapped(pid_t pid, ino_t ino, unsigned mem_mb, uint32_t *crc)
+{
+    uint64_t len = (uint64_t)mem_mb << 20;
+    uintptr_t base = find_mapping(pid, ino, len);
+    char path[96];
+    int fd, r;
+
+    *crc = 0;
+    if (!base)
+        return -ENOENT;
+    snprintf(path, sizeof(path), "/proc/%d/map_files/%lx-%lx", (int)pid, (unsigned long)base,
+             (unsigned long)(base + len));
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -errno;
+    r = vmm_ram_crc(fd, len, crc);
+    close(fd);
+    return r;
+}
+
 uintptr_t vmm_ram_anon_find(pid_t pid, unsigned mem_mb)
 {
     uint64_t len = (uint64_t)mem_mb << 20;
@@ -260,7 +383,8 @@ int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool
     uint32_t *idx = NULL;
     uint8_t *buf = NULL;
     uintptr_t base;
-    uint64_t n = 0;
+    uint64_t n = 0, pos = 0;
+    uint32_t crc = 0;
     int rfd = -1, r = 0;
 
     tmp[0] = 0;
@@ -288,6 +412,10 @@ int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool
         uint32_t k = run_at(idx, n, i);
         if ((r = move_run(pid, base, idx[i], k, buf, true)) != 0)
             FAIL(r, "ram file: reading QEMU's RAM: %s", strerror(-r));
+        /* The file's checksum as it will read back: holes as zeros. */
+        crc = vmm_crc32c_zeros(crc, (uint64_t)idx[i] * PAGE - pos);
+        crc = vmm_crc32c(crc, buf, (size_t)k * PAGE);
+        pos = ((uint64_t)idx[i] + k) * PAGE;
         for (uint32_t p = 0; p < k;) {
             uint32_t q = p;
             while (q < k && memcmp(buf + (size_t)q * PAGE, zero, PAGE) != 0)
@@ -309,6 +437,13 @@ int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool
     if (rename(tmp, ram_path) != 0)
         FAIL(-errno, "ram file: rename to %s: %s", ram_path, strerror(errno));
     tmp[0] = 0;
+    /* Its checksum is known: the first restore over it need not read it back. */
+    crc = vmm_crc32c_zeros(crc, len - pos);
+    {
+        struct stat st;
+        if (stat(ram_path, &st) == 0)
+            crc_remember(&st, crc);
+    }
     if (sync) {
         snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - ram_path) : 1,
                  slash ? ram_path : ".");
@@ -323,7 +458,8 @@ int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool
     if (ftruncate(fd, (off_t)end) != 0)
         FAIL(-errno, "ram file: sizing the snapshot: %s", strerror(errno));
     info->npages = 0;
-    info->flags |= VMM_SNAP_F_DELTA;
+    info->flags |= VMM_SNAP_F_DELTA | VMM_SNAP_F_RAM_CRC;
+    info->ram_crc = crc;
     snprintf(info->base, sizeof(info->base), "%s", slash ? slash + 1 : ram_path);
 out:
     if (rfd >= 0)

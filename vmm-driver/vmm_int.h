@@ -316,6 +316,8 @@ int vmm_qcow2_backing_name(const uint8_t *h, size_t len, char *out, size_t cap);
 #define VMM_SNAP_HDR          4096u
 #define VMM_SNAP_F_SHARED_RAM 1u /* RAM not in the stream: it lives in the memory file */
 #define VMM_SNAP_F_DELTA      2u /* device state, then the pages the VM owned over its RAM file */
+/* With either of those: ram_crc is the CRC-32C of the whole RAM file (vmm_ram_crc). */
+#define VMM_SNAP_F_RAM_CRC 4u
 
 struct vmm_snap_info {
     uint64_t stream_len; /* everything after the header (a delta's pages included) */
@@ -326,6 +328,7 @@ struct vmm_snap_info {
      * that follow it (vmm_delta_layout) and the name of the RAM file they go over. */
     uint64_t dev_len, npages;
     char base[64];
+    uint32_t ram_crc; /* VMM_SNAP_F_RAM_CRC */
 };
 
 /* Where a delta's parts lie: the page numbers (npages little-endian u32) at *idx_off,
@@ -335,6 +338,8 @@ uint64_t vmm_delta_layout(uint64_t dev_len, uint64_t npages, uint64_t *idx_off, 
 uint32_t vmm_crc32(uint32_t crc, const void *buf, size_t n);
 uint32_t vmm_crc32c(uint32_t crc, const void *buf, size_t n); /* the CPU's crc32 if it has it */
 uint32_t vmm_crc32c_soft(uint32_t crc, const void *buf, size_t n); /* tables only: for tests */
+/* vmm_crc32c(crc, n zero bytes), in O(log n). */
+uint32_t vmm_crc32c_zeros(uint32_t crc, uint64_t n);
 /* The stream checksum of a snapshot file of that version: CRC-32C from 3, CRC-32 before. */
 uint32_t vmm_snap_crc(uint32_t version, uint32_t crc, const void *buf, size_t n);
 /* Pure: the header for in (VMM_SNAP_HDR bytes into hdr). */
@@ -374,10 +379,20 @@ uintptr_t vmm_ram_anon_find(pid_t pid, unsigned mem_mb);
  * state into fd after the header; end it as a delta with no pages, and write every
  * non-zero page of its anonymous guest RAM into ram_path (through ram_path.tmp and a
  * rename; fsync'ed when sync) at its place, holes elsewhere. Sets info->dev_len,
- * npages (0), the delta flag and base (ram_path's name). 0 or -errno with why
+ * npages (0), the delta and RAM checksum flags, ram_crc and base (ram_path's name). 0 or -errno
+ * with why
  * (-ENOTSUP: no guest RAM to tell apart). */
 int vmm_ram_write(int fd, pid_t pid, unsigned mem_mb, const char *ram_path, bool sync,
                   struct vmm_snap_info *info, char *why, size_t cap);
+/* Blocking: the CRC-32C of a RAM file of len bytes open on fd (its holes read as
+ * zeros, and cost nothing). 0, or -errno (-EIO: the file is not len bytes long). */
+int vmm_ram_crc(int fd, uint64_t len, uint32_t *crc);
+/* vmm_ram_crc, or the checksum this process computed before for the same file (device,
+ * inode, size, mtime and ctime all unchanged): *cached says which. */
+int vmm_ram_crc_once(int fd, uint64_t len, uint32_t *crc, bool *cached);
+/* The same of the mem_mb MiB RAM file (inode ino) that QEMU (pid) maps, read through
+ * /proc/PID/map_files (so a jailed QEMU's sealed memfd too). -ENOENT: no such mapping. */
+int vmm_ram_crc_mapped(pid_t pid, ino_t ino, unsigned mem_mb, uint32_t *crc);
 /* The name of the memfd vmm_mem_seal makes (shown as "/memfd:<name> (deleted)"). */
 #define VMM_MEM_MEMFD_NAME "warren-template-ram"
 /* The inode of pid's guest-RAM mapping (offset 0, mem_mb long) of the file path (also

@@ -4,7 +4,9 @@
  * Header (little-endian): magic "WARRENSN", version, header length, stream
  * offset and length, the stream's checksum (CRC-32C from version 3, CRC-32 in
  * version 2: vmm_crc.c), guest RAM (MiB) and vCPUs, flags,
- * the QEMU version that wrote the stream (NUL-padded to 64 bytes), reserved
+ * the QEMU version that wrote the stream (NUL-padded to 64 bytes), a delta's
+ * device-state length, page count and RAM file name, the RAM file's CRC-32C
+ * (VMM_SNAP_F_RAM_CRC: written over a file, a template's or a delta's), reserved
  * bytes that must be zero, and a CRC-32 of the header itself in its last 4
  * bytes. Every field is bounded on decode: the file is read back by a later
  * warrend and may have been truncated or damaged since.
@@ -42,7 +44,8 @@
 #define OFF_DEV_LEN (OFF_VER_STR + 64)
 #define OFF_NPAGES  (OFF_DEV_LEN + 8)
 #define OFF_BASE    (OFF_NPAGES + 8)
-#define OFF_RSVD    (OFF_BASE + 64)
+#define OFF_RAM_CRC (OFF_BASE + 64)
+#define OFF_RSVD    (OFF_RAM_CRC + 4)
 #define MAX_STREAM  (64ull << 30)
 #define PAGE        4096ull
 
@@ -98,6 +101,8 @@ void vmm_snap_encode(uint8_t *hdr, const struct vmm_snap_info *in)
         le64(hdr + OFF_NPAGES, in->npages);
         memcpy(hdr + OFF_BASE, in->base, strnlen(in->base, 63));
     }
+    if (in->flags & VMM_SNAP_F_RAM_CRC)
+        le32(hdr + OFF_RAM_CRC, in->ram_crc);
     le32(hdr + OFF_CRC, vmm_crc32(0, hdr, OFF_CRC));
 }
 
@@ -157,14 +162,22 @@ int vmm_snap_decode(const uint8_t *buf, size_t len, uint64_t file_size, struct v
     out->flags = rd32(buf + 44);
     if (out->mem_mb == 0 || out->mem_mb > (1u << 20) || out->vcpus == 0 || out->vcpus > 1024)
         BAD("snapshot guest size out of bounds (%u MiB, %u vCPUs)", out->mem_mb, out->vcpus);
-    if (out->flags & ~(VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA))
+    if (out->flags & ~(VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA | VMM_SNAP_F_RAM_CRC))
         BAD("snapshot flags 0x%x unknown", out->flags);
     if ((out->flags & VMM_SNAP_F_SHARED_RAM) && (out->flags & VMM_SNAP_F_DELTA))
         BAD("snapshot flags 0x%x contradict each other", out->flags);
+    /* A RAM file's checksum needs a RAM file: a full stream holds the RAM itself. */
+    if ((out->flags & VMM_SNAP_F_RAM_CRC) &&
+        !(out->flags & (VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA)))
+        BAD("snapshot flags 0x%x: a RAM file checksum without a RAM file", out->flags);
+    if (out->flags & VMM_SNAP_F_RAM_CRC)
+        out->ram_crc = rd32(buf + OFF_RAM_CRC);
+    else if (rd32(buf + OFF_RAM_CRC))
+        BAD("snapshot header RAM file checksum set without its flag");
     memcpy(out->qemu_version, buf + OFF_VER_STR, vlen);
     out->qemu_version[vlen] = 0;
     if (!(out->flags & VMM_SNAP_F_DELTA)) {
-        for (size_t i = OFF_DEV_LEN; i < OFF_RSVD; i++)
+        for (size_t i = OFF_DEV_LEN; i < OFF_RAM_CRC; i++)
             if (buf[i])
                 BAD("snapshot header delta fields set without the delta flag");
         return 0;

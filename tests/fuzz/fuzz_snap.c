@@ -143,8 +143,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             a.stream_len > (64ull << 30))
             abort();
         if (a.mem_mb == 0 || a.mem_mb > (1u << 20) || a.vcpus == 0 || a.vcpus > 1024 ||
-            (a.flags & ~(VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA)) ||
-            (a.flags & VMM_SNAP_F_SHARED_RAM && a.flags & VMM_SNAP_F_DELTA))
+            (a.flags & ~(VMM_SNAP_F_SHARED_RAM | VMM_SNAP_F_DELTA | VMM_SNAP_F_RAM_CRC)) ||
+            (a.flags & VMM_SNAP_F_SHARED_RAM && a.flags & VMM_SNAP_F_DELTA) ||
+            ((a.flags & VMM_SNAP_F_RAM_CRC) && !over_file) ||
+            (!(a.flags & VMM_SNAP_F_RAM_CRC) && a.ram_crc != 0))
             abort();
         if (a.flags & VMM_SNAP_F_DELTA) {
             uint64_t idx, dat;

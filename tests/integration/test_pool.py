@@ -58,13 +58,13 @@ def snap_header(w, snap_id):
 
 
 def pause_delta(tc, w, sid):
-    """Pause sid: it is answered paused and its snapshot is a delta (flags DELTA); the
+    """Pause sid: it is answered paused and its snapshot is a delta (flags DELTA and RAM_CRC); the
     RAM file it goes over."""
     r = w.request("POST", f"/v1/sandboxes/{sid}/pause", {})
     tc.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
     tc.assertEqual(r.json()["state"], "paused", r.json())
     flags, base = snap_header(w, r.json()["snapshot_id"])
-    tc.assertEqual(flags, 2, "not a delta")
+    tc.assertEqual(flags, 6, f"flags {flags:#x}: not a delta with its RAM file's checksum")
     return base
 
 
@@ -251,7 +251,7 @@ class TestPool(unittest.TestCase):
         dev_len, npages = struct.unpack_from("<QQ", h, 112)
         base = h[128:192].split(b"\0", 1)[0].decode()
         self.assertEqual(version, 3)
-        self.assertEqual(flags, 2, f"flags {flags:#x}: not DELTA alone")
+        self.assertEqual(flags, 6, f"flags {flags:#x}: not DELTA and RAM_CRC alone")
         self.assertGreater(dev_len, 0)
         self.assertGreater(npages, min_pages)
         self.assertLess(npages, 65536)
@@ -260,6 +260,11 @@ class TestPool(unittest.TestCase):
         self.assertEqual(len(tid), 1, tid)
         self.assertEqual(base, f"warren-{tid[0]}.mem")
         self.assertTrue(os.path.exists(os.path.join("/dev/shm", base)))
+        # The RAM file's checksum: the one the template's save computed over that file.
+        with open(os.path.join(w.state_dir, "templates", tid[0], "state.snap"), "rb") as f:
+            th = f.read(4096)
+        self.assertEqual(struct.unpack_from("<I", th, 44)[0], 1 | 4)  # SHARED_RAM, RAM_CRC
+        self.assertEqual(struct.unpack_from("<I", h, 192), struct.unpack_from("<I", th, 192))
         # The device state, the page index and the pages end the file (vmm_delta_layout).
         idx = (4096 + dev_len + 4095) // 4096 * 4096
         data = (idx + 4 * npages + 4095) // 4096 * 4096
@@ -550,7 +555,7 @@ class TestPool(unittest.TestCase):
         self.assertEqual(p["rebuilds"], 0, p)
         w.wait_state(a, ["running"])
         snap, (f1,) = self.fork(a, 1)
-        self.assertEqual(snap_header(w, snap), (2, f"warren-{tid[0]}.mem"))
+        self.assertEqual(snap_header(w, snap), (6, f"warren-{tid[0]}.mem"))
         self.assertEqual(w.run(f1, "cat /root/adopted; md5sum /tmp/blob")["stdout"].split()[:2],
                          ["adopted", md5])
         self.assertEqual(pause_delta(self, w, a), f"warren-{tid[0]}.mem")
@@ -769,7 +774,7 @@ class TestPoolJailed(unittest.TestCase):
             self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
             body = r.json()
             fk = body["sandboxes"][0]["id"]
-            self.assertEqual(snap_header(w, body["snapshot_id"]), (2, os.path.basename(mem)))
+            self.assertEqual(snap_header(w, body["snapshot_id"]), (6, os.path.basename(mem)))
             self.assertEqual(w.run(fk, "cat /root/p /tmp/r")["stdout"], "from-parent\nram\n")
             pids = qemu_pids(w.get(fk).json()["vm_id"])
             self.assertEqual(len(pids), 1, pids)

@@ -46,6 +46,32 @@ def own_image_dir():
     return d
 
 
+def ram_crc_field(state_snap):
+    """The RAM file checksum a snapshot header carries (flags bit 4, the u32 at 192),
+    or None without the flag."""
+    with open(state_snap, "rb") as f:
+        h = f.read(4096)
+    flags, = struct.unpack("<I", h[44:48])
+    return struct.unpack("<I", h[192:196])[0] if flags & 4 else None
+
+
+def flip_ram_byte(path):
+    """Change one byte inside the first page with data of a (sparse) RAM file, as a
+    damaged disk could, keeping its size; returns what undoes it."""
+    with open(path, "r+b") as f:
+        off = os.lseek(f.fileno(), 0, os.SEEK_DATA) + 2049
+        f.seek(off)
+        orig = f.read(1)
+        f.seek(off)
+        f.write(bytes([orig[0] ^ 0x01]))
+
+    def undo():
+        with open(path, "r+b") as f:
+            f.seek(off)
+            f.write(orig)
+    return undo
+
+
 def qcow2_backing(path):
     """The backing file name a qcow2 header records ("" for none)."""
     with open(path, "rb") as f:
@@ -458,12 +484,17 @@ class TestSnapshots(WarrenCase):
         def mine():
             return [f for f in os.listdir(bases) if f.startswith(vm + "-")]
 
+        crcs = []
+
         def cycle():
             r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
             self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
             snap = r.json()["snapshot_id"]
-            state_sizes.append(os.path.getsize(os.path.join(w.state_dir, "snapshots", snap,
-                                                            "state.snap")))
+            state = os.path.join(w.state_dir, "snapshots", snap, "state.snap")
+            state_sizes.append(os.path.getsize(state))
+            # Every pause snapshot names the RAM file's checksum: the first one, which
+            # wrote the file, and each delta after it (the resumed VM learnt it).
+            crcs.append(ram_crc_field(state))
             if not ram_name:
                 ram_name.append(f"{vm}-{snap}.ram")
             self.assertEqual(mine(), ram_name)
@@ -490,6 +521,8 @@ class TestSnapshots(WarrenCase):
         self.assertGreater(os.stat(ram).st_blocks * 512, 16 << 20)
         self.assertLess(max(state_sizes), 16 << 20, state_sizes)
         self.assertLess(state_sizes[0], 1 << 20, state_sizes)  # device state only
+        self.assertIsNotNone(crcs[0])
+        self.assertEqual(crcs, [crcs[0]] * len(crcs))
         w.delete(b)
         deadline = time.time() + 10
         while os.path.exists(ram) and time.time() < deadline:
@@ -508,6 +541,7 @@ class TestSnapshots(WarrenCase):
         r = w.request("POST", f"/v1/sandboxes/{b}/exec", {"cmd": COUNTER, "background": True})
         self.assertEqual(r.status, 201, r)
         self.assertTrue(self.counting(b))
+        vm = w.get(b).json()["vm_id"]
         r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
         self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
         snap = r.json()["snapshot_id"]
@@ -528,6 +562,21 @@ class TestSnapshots(WarrenCase):
         with open(path, "r+b") as f:
             f.seek(os.fstat(f.fileno()).st_size // 2)
             f.write(orig)
+        # A byte changed in its RAM file (its size kept): refused by the file's checksum
+        # in the header, the sandbox still paused, and no QEMU left from it.
+        ram = os.path.join(w.state_dir, "bases", f"{vm}-{snap}.ram")
+        undo = flip_ram_byte(ram)
+        before = qemu_pids(w.state_dir)
+        r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+        self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+        self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
+        self.assertIn("checksum mismatch", r.json()["error"]["message"])
+        self.assertEqual(w.get(b).json()["state"], "paused")
+        deadline = time.time() + 10
+        while qemu_pids(w.state_dir) != before and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(qemu_pids(w.state_dir), before)
+        undo()
         r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
         self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
         self.assertEqual(w.run(b, "cat /root/k")["stdout"], "kept\n")
@@ -658,9 +707,6 @@ class TestSnapshotOfPoolSandbox(unittest.TestCase):
         w.delete(a)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class TestBootedRamFileUnjailed(WarrenCase):
     """A booted sandbox's own RAM file (vmm_save_ram), with QEMU unjailed. A fork
@@ -724,10 +770,26 @@ class TestBootedRamFileUnjailed(WarrenCase):
         self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
         ram = [f for f in os.listdir(bases) if f.startswith(vm + "-")]
         self.assertEqual(len(ram), 1, os.listdir(bases))
-        os.truncate(os.path.join(bases, ram[0]), 64 << 20)
+        # One byte changed, its size kept: the checksum in the pause snapshot's header
+        # refuses it (unjailed, QEMU maps the file itself: that is what is read).
+        undo = flip_ram_byte(os.path.join(bases, ram[0]))
         before = qemu_pids(w.state_dir)
+        r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+        self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
+        self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
+        self.assertIn("checksum mismatch", r.json()["error"]["message"])
+        deadline = time.time() + 10
+        while qemu_pids(w.state_dir) != before and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(qemu_pids(w.state_dir), before)
+        undo()
+        os.truncate(os.path.join(bases, ram[0]), 64 << 20)
         r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
         self.assertEqual(r.status, 409, f"{r}\n{w.log_text()}")
         self.assertEqual(r.json()["error"]["code"], "snapshot_invalid", r.json())
         self.assertIn("is not 256 MiB long", r.json()["error"]["message"])
         self.assertEqual(qemu_pids(w.state_dir), before)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -455,6 +455,16 @@ static void test_snap(void)
         CHECK(vmm_crc32c(vmm_crc32c(0, b, 1001), b + 1001, 1999) == vmm_crc32c(0, b, 3000));
         CHECK(vmm_snap_crc(3, 0, b, 3000) == vmm_crc32c(0, b, 3000));
         CHECK(vmm_snap_crc(2, 0, b, 3000) == vmm_crc32(0, b, 3000));
+        /* n zero bytes appended by arithmetic (a RAM file's holes) equal the bytes. */
+        static uint8_t z[(1 << 20) + 5];
+        const size_t zn[] = {0, 1, 2, 7, 8, 9, 255, 4096, 65537, 1 << 20, (1 << 20) + 5};
+        for (size_t i = 0; i < sizeof(zn) / sizeof(zn[0]); i++) {
+            uint32_t c0 = vmm_crc32c(0, b, 1 + i * 37);
+            CHECK(vmm_crc32c_zeros(c0, zn[i]) == vmm_crc32c(c0, z, zn[i]));
+            CHECK(vmm_crc32c_zeros(0, zn[i]) == vmm_crc32c_soft(0, z, zn[i]));
+        }
+        CHECK(vmm_crc32c_zeros(vmm_crc32c_zeros(0, 3 << 20), 1 << 20) ==
+              vmm_crc32c_zeros(0, 4 << 20));
     }
 
     /* Truncated file, short read, trailing bytes. */
@@ -673,6 +683,45 @@ static void test_snap_delta(void)
                 CHECK(strstr(why, "without the delta flag") != NULL);
             }
         }
+    }
+
+    /* The RAM file's checksum: kept with a delta or a template, one encoding, refused
+     * on a full stream (no RAM file) and set without its flag. */
+    {
+        uint32_t fl[] = {VMM_SNAP_F_DELTA, VMM_SNAP_F_SHARED_RAM, 0};
+        uint8_t again[VMM_SNAP_HDR];
+        for (int k = 0; k < 3; k++) {
+            fsz = delta_info(&in, 10000, 3, "warren-vm-1.ram");
+            if (fl[k] != VMM_SNAP_F_DELTA) {
+                in.dev_len = in.npages = 0;
+                in.base[0] = 0;
+            }
+            in.flags = fl[k] | VMM_SNAP_F_RAM_CRC;
+            in.ram_crc = 0x8badf00du;
+            vmm_snap_encode(bad, &in);
+            memset(&out, 0x55, sizeof(out));
+            int r = vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why));
+            if (fl[k]) {
+                CHECK(r == 0 && out.ram_crc == 0x8badf00du && out.flags == in.flags);
+                vmm_snap_encode(again, &out);
+                CHECK(memcmp(again, bad, sizeof(again)) == 0);
+                CHECK(vmm_snap_match(&out, out.qemu_version, 256, 1, true, why, sizeof(why)) == 0);
+            } else {
+                CHECK(r == -EINVAL && strstr(why, "checksum without a RAM file") != NULL);
+            }
+            in.flags = fl[k];
+            vmm_snap_encode(bad, &in);
+            snap_put64(bad + 192, 0x8badf00du); /* the field, no flag */
+            snap_fix_crc(bad);
+            CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == -EINVAL);
+            CHECK(strstr(why, "set without its flag") != NULL);
+        }
+        /* Without the flag, a decoded header says 0. */
+        fsz = delta_info(&in, 10000, 3, "warren-vm-1.ram");
+        vmm_snap_encode(bad, &in);
+        memset(&out, 0x55, sizeof(out));
+        CHECK(vmm_snap_decode(bad, sizeof(bad), fsz, &out, why, sizeof(why)) == 0);
+        CHECK(out.ram_crc == 0 && !(out.flags & VMM_SNAP_F_RAM_CRC));
     }
 
     /* dev_len 0, or longer than the stream. */
@@ -1417,6 +1466,57 @@ static void test_ram_file(void)
     CHECK(lseek(rfd, 6 * 4096, SEEK_DATA) < 0);
     if (rfd >= 0)
         close(rfd);
+    /* Its checksum: the whole file's bytes as read back, holes as zeros. */
+    CHECK(info.flags & VMM_SNAP_F_RAM_CRC);
+    {
+        static uint8_t whole[3 << 20];
+        uint32_t crc = 1;
+        memset(whole, 0, sizeof(whole));
+        memset(whole, 'A', 4096);
+        memset(whole + 5 * 4096, 'B', 4096);
+        CHECK(info.ram_crc == vmm_crc32c(0, whole, sizeof(whole)));
+        bool cached = false;
+        rfd = open(ram, O_RDWR);
+        CHECK(rfd >= 0 && vmm_ram_crc(rfd, len, &crc) == 0 && crc == info.ram_crc);
+        /* Remembered from its writing, until it is written again. */
+        crc = 1;
+        CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && cached && crc == info.ram_crc);
+        /* File times tick coarsely (a jiffy): each write below lands on a later one. */
+        usleep(20000);
+        CHECK(pwrite(rfd, "A", 1, 4095) == 1); /* the same byte: a new mtime all the same */
+        crc = 1;
+        CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && !cached && crc == info.ram_crc);
+        CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && cached && crc == info.ram_crc);
+        usleep(20000);
+        CHECK(pwrite(rfd, "a", 1, 4095) == 1);
+        CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && !cached && crc != info.ram_crc);
+        CHECK(pwrite(rfd, "A", 1, 4095) == 1);
+        CHECK(vmm_ram_crc_once(rfd, len + 4096, &crc, &cached) == -EIO);
+        /* Mapped by a process, read through /proc/PID/map_files: the same. */
+        {
+            struct stat rs;
+            char *mm = mmap(NULL, len, PROT_READ, MAP_PRIVATE, rfd, 0);
+            CHECK(mm != MAP_FAILED && fstat(rfd, &rs) == 0);
+            CHECK(vmm_ram_crc_mapped(getpid(), rs.st_ino, mb, &crc) == 0 && crc == info.ram_crc);
+            CHECK(vmm_ram_crc_mapped(getpid(), rs.st_ino, mb + 1, &crc) == -ENOENT);
+            if (mm != MAP_FAILED)
+                munmap(mm, len);
+        }
+        /* One byte changed in a page, or in a hole: another checksum. */
+        CHECK(pwrite(rfd, "a", 1, 4095) == 1);
+        CHECK(vmm_ram_crc(rfd, len, &crc) == 0 && crc != info.ram_crc);
+        CHECK(pwrite(rfd, "A", 1, 4095) == 1);
+        CHECK(pwrite(rfd, "\1", 1, 2 << 20) == 1);
+        CHECK(vmm_ram_crc(rfd, len, &crc) == 0 && crc != info.ram_crc);
+        /* Zeros written over a hole: the same file, the same checksum. */
+        CHECK(pwrite(rfd, "\0", 1, 2 << 20) == 1);
+        CHECK(vmm_ram_crc(rfd, len, &crc) == 0 && crc == info.ram_crc);
+        /* Cut short, or longer: refused, not read as zero-padded. */
+        CHECK(vmm_ram_crc(rfd, len + 4096, &crc) == -EIO);
+        CHECK(vmm_ram_crc(rfd, len - 4096, &crc) == -EIO);
+        if (rfd >= 0)
+            close(rfd);
+    }
     {
         char tmp[310];
         snprintf(tmp, sizeof(tmp), "%s.tmp", ram);
