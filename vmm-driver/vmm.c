@@ -1525,36 +1525,38 @@ static void job_ram_crc(struct vmm_job *j)
     j->info.flags |= VMM_SNAP_F_RAM_CRC;
 }
 
-/* A restore of a delta whose header carries its RAM file's checksum: the file QEMU maps
- * (the sealed copy a jailed one maps) must match it, or a damaged file would run. */
+/* A restore whose header carries its RAM file's checksum (a delta's, a template's): the
+ * file QEMU maps (the sealed copy a jailed one maps) must match it, or a damaged file
+ * would run. Read once per file and run of warrend (vmm_ram_crc_once): a pool's clones
+ * after the first cost a stat. */
 static int job_ram_check(struct vmm_job *j)
 {
+    /* A delta names its file; a template's state goes over the file the VM maps. */
+    const char *name = j->info.base[0] ? j->info.base : j->mem_path ? j->mem_path : "(none)";
     int fd = j->mem_fd >= 0 ? j->mem_fd : -1, r;
     bool cached;
     uint32_t crc;
 
-    if (!(j->info.flags & VMM_SNAP_F_DELTA) || !(j->info.flags & VMM_SNAP_F_RAM_CRC))
+    if (!(j->info.flags & VMM_SNAP_F_RAM_CRC))
         return 0;
     if (fd < 0 && (!j->mem_path || (fd = open(j->mem_path, O_RDONLY | O_CLOEXEC)) < 0)) {
-        snprintf(j->why, sizeof(j->why), "its RAM file %s cannot be read to check it: %s",
-                 j->info.base, j->mem_path ? strerror(errno) : "this VM maps none");
+        snprintf(j->why, sizeof(j->why), "its RAM file %s cannot be read to check it: %s", name,
+                 j->mem_path ? strerror(errno) : "this VM maps none");
         return -EINVAL;
     }
     r = vmm_ram_crc_once(fd, (uint64_t)j->mem_mb << 20, &crc, &cached);
     if (fd != j->mem_fd)
         close(fd);
     if (r == -EIO) {
-        snprintf(j->why, sizeof(j->why), "its RAM file %s is not %u MiB long", j->info.base,
-                 j->mem_mb);
+        snprintf(j->why, sizeof(j->why), "its RAM file %s is not %u MiB long", name, j->mem_mb);
         return -EINVAL;
     }
     if (r != 0) {
-        snprintf(j->why, sizeof(j->why), "its RAM file %s: read: %s", j->info.base, strerror(-r));
+        snprintf(j->why, sizeof(j->why), "its RAM file %s: read: %s", name, strerror(-r));
         return r;
     }
     if (crc != j->info.ram_crc) {
-        snprintf(j->why, sizeof(j->why), "its RAM file %s: checksum mismatch (damaged file)",
-                 j->info.base);
+        snprintf(j->why, sizeof(j->why), "its RAM file %s: checksum mismatch (damaged file)", name);
         return -EINVAL;
     }
     return 0;

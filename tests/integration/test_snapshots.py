@@ -24,8 +24,8 @@ import tempfile
 import time
 import unittest
 
-from warren import (Warren, WarrenCase, counter_runs, counter_value, image_dir, qemu_pids,
-                    wait_no_qemu)
+from warren import (Warren, WarrenCase, counter_runs, counter_value, flip_ram_byte, image_dir,
+                    qemu_pids, wait_no_qemu)
 from test_pool import POOL_CONF, wait_pool_ready
 
 # The count is written beside and renamed into place: a plain `echo > file`
@@ -53,23 +53,6 @@ def ram_crc_field(state_snap):
         h = f.read(4096)
     flags, = struct.unpack("<I", h[44:48])
     return struct.unpack("<I", h[192:196])[0] if flags & 4 else None
-
-
-def flip_ram_byte(path):
-    """Change one byte inside the first page with data of a (sparse) RAM file, as a
-    damaged disk could, keeping its size; returns what undoes it."""
-    with open(path, "r+b") as f:
-        off = os.lseek(f.fileno(), 0, os.SEEK_DATA) + 2049
-        f.seek(off)
-        orig = f.read(1)
-        f.seek(off)
-        f.write(bytes([orig[0] ^ 0x01]))
-
-    def undo():
-        with open(path, "r+b") as f:
-            f.seek(off)
-            f.write(orig)
-    return undo
 
 
 def qcow2_backing(path):

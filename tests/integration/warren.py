@@ -58,6 +58,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+def flip_ram_byte(path):
+    """Change one byte inside the first page with data of a (sparse) RAM file, as a
+    damaged disk could, keeping its size; returns what undoes it."""
+    with open(path, "r+b") as f:
+        off = os.lseek(f.fileno(), 0, os.SEEK_DATA) + 2049
+        f.seek(off)
+        orig = f.read(1)
+        f.seek(off)
+        f.write(bytes([orig[0] ^ 0x01]))
+
+    def undo():
+        with open(path, "r+b") as f:
+            f.seek(off)
+            f.write(orig)
+    return undo
+
+
 def qemu_pids(marker):
     """Pids of QEMU processes whose command line contains marker."""
     out = []
