@@ -78,6 +78,20 @@ def wait_spares_ready(w, n=1, timeout=120):
     assert pool(w).get("spares_ready", 0) >= n, pool(w)
 
 
+def assert_rebuilt(tc, w, why, old):
+    """The pool's template was refused (why, in the log) and rebuilt: the pool is full
+    again over one new template. The new template's ids."""
+    p = wait_pool_ready(w, 2)
+    log = w.log_text()
+    tc.assertIn(why, log)
+    tc.assertIn("rebuilding it", log)
+    tc.assertGreaterEqual(p["rebuilds"], 1, p)
+    new = template_ids(w)
+    tc.assertEqual(len(new), 1, new)
+    tc.assertNotEqual(new, old)
+    return new
+
+
 def template_ids(w):
     d = os.path.join(w.state_dir, "templates")
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
@@ -450,14 +464,7 @@ class TestPool(unittest.TestCase):
             f.seek(size // 2)
             f.write(bytes(x ^ 0xFF for x in chunk))
         w.start()
-        p = wait_pool_ready(w, 2)
-        log = w.log_text()
-        self.assertIn("refused", log)
-        self.assertIn("rebuilding it", log)
-        self.assertGreaterEqual(p["rebuilds"], 1, p)
-        new = template_ids(w)
-        self.assertEqual(len(new), 1, new)
-        self.assertNotEqual(new, old)
+        assert_rebuilt(self, w, "refused", old)
         self.assertFalse(os.path.exists(f"/dev/shm/warren-{old[0]}.mem"))
         # test_1d's paused sandbox: its delta goes over the old template's RAM file, which
         # the rebuild removed; it resumes over the copy in state_dir/bases/, processes,
@@ -585,12 +592,7 @@ class TestPool(unittest.TestCase):
         copy_image(os.path.join(image_dir(), "minimal.ext4"),
                    os.path.join(self.images, "minimal.ext4"))
         w.start()
-        p = wait_pool_ready(w, 2)
-        self.assertIn("snapshot not used: its base image changed; rebuilding it", w.log_text())
-        self.assertGreaterEqual(p["rebuilds"], 1, p)
-        new = template_ids(w)
-        self.assertEqual(len(new), 1, new)
-        self.assertNotEqual(new, old)
+        assert_rebuilt(self, w, "snapshot not used: its base image changed; rebuilding it", old)
         sid, j = self.create()
         self.assertEqual(j["source"], "pool", j)
         self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
@@ -843,12 +845,7 @@ class TestPoolDamagedTemplateRam(unittest.TestCase):
             self.assertEqual(wait_no_qemu(w.state_dir), [])
             flip_ram_byte(f"/dev/shm/warren-{tid}.mem")
             w.start()
-            p = wait_pool_ready(w, 2)
-            log = w.log_text()
-            self.assertIn("checksum mismatch (damaged file)", log)
-            self.assertIn("rebuilding it", log)
-            self.assertGreaterEqual(p["rebuilds"], 1, p)
-            self.assertNotEqual(template_ids(w), [tid])
+            assert_rebuilt(self, w, "checksum mismatch (damaged file)", [tid])
             sid = w.create()
             self.assertEqual(w.get(sid).json()["source"], "pool")
             self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
