@@ -697,8 +697,8 @@ class TestBootedRamFileUnjailed(WarrenCase):
     copy-on-write instead of loading the whole RAM: the forks see the parent's files
     and its counter still counting, each writes its own, and the file goes once the
     forks are gone (jailed, the forks map one sealed copy of it:
-    TestSnapshots.test_5_fork). A pause's file cut short is refused at the
-    resume."""
+    TestSnapshots.test_5_fork). A pause's file cut short or changed is refused at
+    the resume; a QEMU adopted after a kill -9 pauses with the file's checksum."""
     conf = {"jail": "off"}
 
     def test_fork_maps_a_ram_file(self):
@@ -740,6 +740,34 @@ class TestBootedRamFileUnjailed(WarrenCase):
             time.sleep(0.5)
         self.assertEqual(os.listdir(bases), [], w.log_text())
         self.assertEqual(w.delete(a).status, 200)
+
+    def test_adopted_vm_pauses_with_the_checksum(self):
+        """A resumed booted sandbox's QEMU adopted by a new warrend (kill -9) does not
+        know its RAM file's checksum: its next pause reads it through the mapping
+        (/proc/PID/map_files) and the delta names the same one as the first pause,
+        which the resume then checks."""
+        w = self.w
+        b = w.create()
+        w.run(b, "echo before > /root/a")
+        r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        first = ram_crc_field(os.path.join(w.state_dir, "snapshots", r.json()["snapshot_id"],
+                                           "state.snap"))
+        self.assertIsNotNone(first)
+        self.assertEqual(w.request("POST", f"/v1/sandboxes/{b}/resume", {}).status, 200)
+        w.kill9()
+        w.start()
+        w.wait_state(b, ["running"])
+        w.run(b, "echo after > /root/b")
+        r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        second = ram_crc_field(os.path.join(w.state_dir, "snapshots", r.json()["snapshot_id"],
+                                            "state.snap"))
+        self.assertEqual(second, first)
+        r = w.request("POST", f"/v1/sandboxes/{b}/resume", {})
+        self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
+        self.assertEqual(w.run(b, "cat /root/a /root/b")["stdout"], "before\nafter\n")
+        self.assertEqual(w.delete(b).status, 200)
 
     def test_short_ram_file_is_refused(self):
         """A paused booted sandbox whose RAM file was cut short is refused at its
