@@ -16,7 +16,10 @@ a background loop running:
   (POST /resume until 200: restore + session); then three resumes, each --gap
   seconds after its pause (on these machines memory freed for longer than ~1 s
   goes back to the hypervisor, and touching it again costs ~1-2 ms per MiB:
-  load/RESULTS.md).
+  load/RESULTS.md); then --restarts booted sandboxes paused, warrend killed
+  with -9 and started again, and each resumed: a new warrend has no checksum
+  of their RAM files in memory, so each resume reads its file (from the page
+  cache) to check it, beside QEMU's start.
 Then the same forks of a sandbox from the pool (a second warrend, pool on,
 pool_spares --spares): its fork snapshot is a delta (device state and the pages
 it owns over the template's RAM), with the delta's size beside it, and each fork
@@ -100,12 +103,36 @@ def pause_resume(w, sid, n, rows, what, gap=0.0):
     rows.append((f"resume of {what} (n={n})", ms(pct(resume, 50)), ms(pct(resume, 99))))
 
 
+def resume_after_restart(w, n, rows):
+    """n booted sandboxes paused, warrend killed (-9) and started again, each resumed:
+    the first restore over each RAM file in a warrend's life reads it to check its
+    checksum."""
+    sids = [w.create() for _ in range(n)]
+    for sid in sids:
+        w.run(sid, "true")
+        r = w.request("POST", f"/v1/sandboxes/{sid}/pause", {})
+        assert r.status == 200, r
+    w.kill9()
+    w.start()
+    resume = []
+    for sid in sids:
+        time.sleep(0.5)
+        dt, r = timed(lambda: w.request("POST", f"/v1/sandboxes/{sid}/resume", {}))
+        assert r.status == 200, r
+        resume.append(dt)
+        w.delete(sid)
+    rows.append((f"resume of a booted sandbox after a warrend restart (checks its RAM file) "
+                 f"(n={n})", ms(pct(resume, 50)), ms(pct(resume, 99))))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5, help="rounds of each (fork 8: --fork8)")
     ap.add_argument("--fork8", type=int, default=2, help="rounds of fork count 8")
     ap.add_argument("--gap", type=float, default=3.0,
                     help="seconds paused before the resumes timed apart (0: none)")
+    ap.add_argument("--restarts", type=int, default=3,
+                    help="booted sandboxes resumed after a warrend restart (0: none)")
     ap.add_argument("--spares", type=int, default=8,
                     help="pool_spares of the pool's warrend (a fork of 8 takes 8)")
     a = ap.parse_args()
@@ -143,6 +170,8 @@ def main():
         pause_resume(w, sid, a.n, rows, "a booted sandbox (its own RAM file)")
         if a.gap:
             pause_resume(w, sid, 3, rows, "a booted sandbox (its own RAM file)", a.gap)
+        if a.restarts:
+            resume_after_restart(w, a.restarts, rows)
         with open("/proc/loadavg") as f:
             load = f.read().split()[:3]
     finally:
