@@ -60,19 +60,24 @@ def free_port():
 
 def flip_ram_byte(path):
     """Change one byte inside the first page with data of a (sparse) RAM file, as a
-    damaged disk could, keeping its size; returns what undoes it."""
-    with open(path, "r+b") as f:
+    damaged disk could, keeping its size; returns what undoes it. Each write also
+    moves the file's mtime a second back: warrend remembers checksums by size and
+    change times, and a write in the same clock tick as its last look (file times
+    tick coarsely) would not move them."""
+    mtime = os.stat(path).st_mtime_ns
+
+    def put(byte, back):
+        with open(path, "r+b") as f:
+            f.seek(off)
+            f.write(byte)
+        os.utime(path, ns=(mtime, mtime - back * 10**9))
+
+    with open(path, "rb") as f:
         off = os.lseek(f.fileno(), 0, os.SEEK_DATA) + 2049
         f.seek(off)
         orig = f.read(1)
-        f.seek(off)
-        f.write(bytes([orig[0] ^ 0x01]))
-
-    def undo():
-        with open(path, "r+b") as f:
-            f.seek(off)
-            f.write(orig)
-    return undo
+    put(bytes([orig[0] ^ 0x01]), 1)
+    return lambda: put(orig, 2)
 
 
 def qemu_pids(marker):

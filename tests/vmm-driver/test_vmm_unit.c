@@ -1407,6 +1407,20 @@ static char *guarded(unsigned mb)
 }
 
 /* vmm_save_ram's parts: which mapping is the guest's RAM, and the RAM file made of it. */
+/* fd's mtime set s seconds before the present one. */
+static int set_mtime_back(int fd, int s)
+{
+    struct stat st;
+    struct timespec ts[2];
+
+    if (fstat(fd, &st) != 0)
+        return -1;
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1] = st.st_mtim;
+    ts[1].tv_sec -= s;
+    return futimens(fd, ts);
+}
+
 static void test_ram_file(void)
 {
     const unsigned mb = 3; /* a size nothing else in this process maps */
@@ -1481,14 +1495,15 @@ static void test_ram_file(void)
         /* Remembered from its writing, until it is written again. */
         crc = 1;
         CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && cached && crc == info.ram_crc);
-        /* File times tick coarsely (a jiffy): each write below lands on a later one. */
-        usleep(20000);
+        /* File times tick coarsely (a jiffy), so a write may keep them: each write
+         * below also sets an mtime of its own, a second further back. */
         CHECK(pwrite(rfd, "A", 1, 4095) == 1); /* the same byte: a new mtime all the same */
+        CHECK(set_mtime_back(rfd, 1) == 0);
         crc = 1;
         CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && !cached && crc == info.ram_crc);
         CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && cached && crc == info.ram_crc);
-        usleep(20000);
         CHECK(pwrite(rfd, "a", 1, 4095) == 1);
+        CHECK(set_mtime_back(rfd, 2) == 0);
         CHECK(vmm_ram_crc_once(rfd, len, &crc, &cached) == 0 && !cached && crc != info.ram_crc);
         CHECK(pwrite(rfd, "A", 1, 4095) == 1);
         CHECK(vmm_ram_crc_once(rfd, len + 4096, &crc, &cached) == -EIO);
