@@ -560,6 +560,8 @@ static void test_panic(void)
     WAIT(c.exited, 60);
     CHECK(c.exited == 1 && c.status == 0 && c.vm == NULL);
     CHECK(strstr(c.reason, "rebooted or its kernel panicked") != NULL);
+    for (int i = 0; i < 300 && !file_has(log, "Kernel panic"); i++) /* the log's thread */
+        WAIT(false, 0.1);
     CHECK(file_has(log, "Kernel panic"));
     printf("panic: \"%s\"\n", c.reason);
     if (c.chan_fd >= 0)
@@ -863,6 +865,9 @@ static void test_jail(void)
         if (k.vm) {
             WAIT(k.exited, 20);
             CHECK(k.exited == 1 && strstr(k.reason, "network set-up"));
+            /* qemu.log is written by the log's own thread: up to 30 s for it. */
+            for (int i = 0; i < 300 && !file_has(p, "set-up broke"); i++)
+                WAIT(false, 0.1);
             CHECK(file_has(p, "set-up broke"));
             vmm_free(k.vm);
         }
