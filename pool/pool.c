@@ -35,7 +35,10 @@ static const char *const tpl_state_names[] = {"none", "booting", "saving", "read
 
 /*
  * A short session of the pool's own on a VM's guest channel: (PING until PONG,
- * for a VM still booting,) INIT, one EXEC, its EXIT. The template runs `sync`
+ * for a VM still booting,) INIT, one EXEC, its EXIT; before it, an optional
+ * first EXEC whose outcome is only logged. The template first runs
+ * pool_template_warmup (what it reads stays in the page cache of every clone:
+ * by default the PATH's directories and python3, load/RESULTS.md), then `sync`
  * (no dirty page cache in the snapshot: every clone would write it back); a
  * pool VM runs `true` after its restore, so the guest code a create and a
  * first exec need is translated (TCG) and its pages faulted in before the
@@ -45,7 +48,9 @@ static const char *const tpl_state_names[] = {"none", "booting", "saving", "read
 struct wsess {
     struct pool *p;
     struct chan *ch;
-    int stage; /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done */
+    int stage;       /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done, 4: pre's EXEC sent */
+    const char *pre; /* NULL or "": none */
+    int64_t pre_start;
     const char *cmd;
     void (*done)(struct pool *p, int err, const char *why);
 };
@@ -181,6 +186,11 @@ static json_t *cmdline_json(const struct sbx_table *t)
                      t->cfg->kernel_append ? t->cfg->kernel_append : "");
 }
 
+static const char *warmup_cmd(const struct sbx_table *t)
+{
+    return t->cfg->pool_template_warmup ? t->cfg->pool_template_warmup : "";
+}
+
 static int tpl_record(struct pool *p)
 {
     json_t *o =
@@ -198,6 +208,9 @@ static int tpl_record(struct pool *p)
     /* The kernel command line it booted with: every clone keeps it. */
     if (o)
         json_object_set_new(o, "cmdline", cmdline_json(p->t));
+    /* What it ran before its save: its page cache is every clone's. */
+    if (o)
+        json_object_set_new(o, "warmup", json_string(warmup_cmd(p->t)));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
     if (r == 0)
@@ -248,6 +261,9 @@ static const char *tpl_check_record(struct pool *p)
         why = "saved with networking turned the other way";
     else if (!json_equal(json_object_get(f.rec, "cmdline"), (cl = cmdline_json(p->t))))
         why = "booted with another kernel command line";
+    else if (!json_is_string(json_object_get(f.rec, "warmup")) ||
+             strcmp(json_string_value(json_object_get(f.rec, "warmup")), warmup_cmd(p->t)))
+        why = "warmed up with another pool_template_warmup";
     else if ((why = sbx_ident_differs(json_object_get(f.rec, "base"), &p->base)))
         why = "its base image changed";
     else if ((why = sbx_ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
@@ -327,19 +343,24 @@ static void ws_send_init(struct wsess *w)
     w->stage = 1;
 }
 
+/* The pre command (id WSESS_ID + 2, stage 4) when there is one and it has not run,
+ * else the command (WSESS_ID + 1, stage 2). */
 static void ws_send_exec(struct wsess *w)
 {
+    bool pre = w->stage == 1 && w->pre && w->pre[0];
     struct proto_enc e;
 
-    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + 1, 6);
-    proto_put_cstr(&e, PK_CMD, w->cmd);
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + (pre ? 2 : 1), 6);
+    proto_put_cstr(&e, PK_CMD, pre ? w->pre : w->cmd);
+    if (pre)
+        w->pre_start = sbx_now_ms();
     proto_enc_key(&e, PK_ENV);
     msgpack_pack_map(&e.pk, 0);
     proto_put_cstr(&e, PK_USER, "root");
     proto_put_b(&e, PK_STDIN, false);
     proto_enc_end(&e);
     chan_flush(w->ch);
-    w->stage = 2;
+    w->stage = pre ? 4 : 2;
 }
 
 static void ws_done(struct wsess *w, int err, const char *why)
@@ -358,7 +379,20 @@ static void ws_frame(void *ud, const struct proto_frame *f)
         ws_send_init(w);
     else if (f->type == PROTO_HELLO && f->id == WSESS_ID && w->stage == 1)
         ws_send_exec(w);
-    else if (f->type == PROTO_EXIT && f->id == WSESS_ID + 1 && w->stage == 2)
+    else if ((f->type == PROTO_EXIT || f->type == PROTO_ERROR) && f->id == WSESS_ID + 2 &&
+             w->stage == 4) {
+        /* The pre command is a warm-up: its failure is the operator's to see, not a
+         * reason to give up the template. */
+        int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;
+        if (f->type == PROTO_ERROR || code != 0)
+            LOG(LOG_WARN, "pool: template %s: its warm-up command %s %lld; saved anyway",
+                w->p->tmpl, f->type == PROTO_ERROR ? "could not start: errno" : "exited",
+                (long long)code);
+        else
+            LOG(LOG_INFO, "pool: template %s: warm-up ran in %lld ms", w->p->tmpl,
+                (long long)(sbx_now_ms() - w->pre_start));
+        ws_send_exec(w);
+    } else if (f->type == PROTO_EXIT && f->id == WSESS_ID + 1 && w->stage == 2)
         ws_done(w, 0, "");
     else if (f->type == PROTO_ERROR && f->id == WSESS_ID + 1 && w->stage == 2)
         ws_done(w, -EIO, "the guest could not run the warm-up command");
@@ -1015,7 +1049,8 @@ int pool_new(struct sbx_table *t, struct pool **out)
     ev_timer_init(&p->fill_timer, on_fill_timer, 1, 0);
     p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p->fill_timer.data = p;
     p->defer.data = p;
-    p->tw = (struct wsess){.p = p, .cmd = "sync", .done = tpl_synced};
+    p->tw =
+        (struct wsess){.p = p, .pre = c->pool_template_warmup, .cmd = "sync", .done = tpl_synced};
     p->fw = (struct wsess){.p = p, .cmd = "true", .done = fill_warmed};
     snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
     if (sbx_ident_get(&p->base, base) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||

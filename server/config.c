@@ -45,6 +45,12 @@ struct opt {
 
 #define F(field) offsetof(struct srv_config, field)
 
+/* The PATH's directories (every lookup of a command: entries and inodes) and python3's
+ * start-up files, into the template's page cache and so every clone's (conf/warren.conf). */
+#define WARMUP_DEFAULT                                                                             \
+    "ls -l /bin /sbin /usr/bin /usr/sbin /usr/local/bin >/dev/null 2>&1; "                         \
+    "python3 -c pass >/dev/null 2>&1; true"
+
 static const struct opt opts[] = {
     {"listen", T_LISTEN, 0, "127.0.0.1:8080", 0},
     {"state_dir", T_DIR_STATE, F(state_dir), "", 0},
@@ -109,6 +115,7 @@ static const struct opt opts[] = {
     {"pool_size", T_UINT, F(pool_size), "2", 0},
     {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
     {"pool_spares", T_UINT, F(pool_spares), "1", 0},
+    {"pool_template_warmup", T_STR, F(pool_template_warmup), WARMUP_DEFAULT, 0},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
     {"net_enabled", T_BOOL, F(net_enabled), "false", 0},
     {"net_default_internet", T_BOOL, F(net_default_internet), "true", 0},
@@ -431,6 +438,7 @@ void cfg_free(struct srv_config *c)
     free(c->log_level);
     free(c->default_template);
     free(c->kernel_append);
+    free(c->pool_template_warmup);
     free(c->jail);
     free(c->jail_cgroup);
     free(c->allowed_origins);

@@ -86,6 +86,7 @@ struct srv_config {
     unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
     unsigned pool_spares; /* pool_spares = 1: QEMUs started ahead for clones and forks */
+    char *pool_template_warmup;  /* pool_template_warmup: sh -c command run before its save */
     unsigned mem_overcommit_pct; /* memory_overcommit_percent = 100: guests' memory_mb may add
                                   * up to this share of host memory less the reserve */
     /* sandbox networking (issue 9, server/net.h) */

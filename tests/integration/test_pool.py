@@ -144,6 +144,9 @@ class TestPool(unittest.TestCase):
         # clone's writes are its own.
         r = w.run(a, "test -x /bin/sh && echo yes")
         self.assertEqual(r["stdout"], "yes\n", r)
+        # The default pool_template_warmup ran in the template, and ran well.
+        self.assertRegex(w.log_all(), r"pool: template minimal: warm-up ran in \d+ ms")
+        self.assertNotIn("its warm-up command", w.log_all())
         w.run(a, "echo from-a > /root/mine && sync")
         r = w.run(b, "cat /root/mine 2>&1; echo rc=$?")
         self.assertIn("rc=1", r["stdout"], r)
@@ -849,6 +852,41 @@ class TestPoolDamagedTemplateRam(unittest.TestCase):
             sid = w.create()
             self.assertEqual(w.get(sid).json()["source"], "pool")
             self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
+        finally:
+            w.cleanup()
+
+
+class TestPoolTemplateWarmup(unittest.TestCase):
+    """pool_template_warmup runs in the template before its save: what it writes is in
+    every clone, a failure is logged and the template saved anyway; a warrend started
+    with another command refuses the recorded template and builds a new one."""
+
+    def test_warmup_runs_before_the_save_and_rebuilds_when_changed(self):
+        w = Warren(dict(POOL_CONF, pool_template_warmup="echo one > /root/warm; exit 3"))
+        try:
+            w.start()
+            wait_pool_ready(w, 2)
+            self.assertIn("pool: template minimal: its warm-up command exited 3; saved anyway",
+                          w.log_all())
+            (tid,) = template_ids(w)
+            sid = w.create()
+            self.assertEqual(w.get(sid).json()["source"], "pool")
+            self.assertEqual(w.run(sid, "cat /root/warm")["stdout"], "one\n")
+            self.assertEqual(w.delete(sid).status, 200)
+            # Down with its template recorded (a clean stop removes it) and no pool VM
+            # of the old template left to hand out.
+            w.kill9()
+            for pid in qemu_pids(w.state_dir):
+                os.kill(pid, signal.SIGKILL)
+            self.assertEqual(wait_no_qemu(w.state_dir), [])
+            seen = len(w.log_all())
+            w.conf["pool_template_warmup"] = "echo two > /root/warm"
+            w.start()
+            assert_rebuilt(self, w, "warmed up with another pool_template_warmup", [tid])
+            self.assertRegex(w.log_all()[seen:], r"warm-up ran in \d+ ms")
+            sid = w.create()
+            self.assertEqual(w.get(sid).json()["source"], "pool")
+            self.assertEqual(w.run(sid, "cat /root/warm")["stdout"], "two\n")
         finally:
             w.cleanup()
 
