@@ -36,22 +36,27 @@ static const char *const tpl_state_names[] = {"none", "booting", "saving", "read
 /*
  * A short session of the pool's own on a VM's guest channel: (PING until PONG,
  * for a VM still booting,) INIT, one EXEC, its EXIT; before it, an optional
- * first EXEC whose outcome is only logged. The template first runs
+ * first EXEC whose outcome does not count. The template first runs
  * pool_template_warmup (what it reads stays in the page cache of every clone:
  * by default the PATH's directories and python3, load/RESULTS.md), then `sync`
- * (no dirty page cache in the snapshot: every clone would write it back); a
- * pool VM runs `true` after its restore, so the guest code a create and a
- * first exec need is translated (TCG) and its pages faulted in before the
- * hand-out, not during it. The sandbox that gets the VM starts a session of
- * its own (a new INIT ends this one's streams).
+ * (no dirty page cache in the snapshot: every clone would write it back). A
+ * pool VM runs `true` after its restore, twice: as `sh -c true` (a client's
+ * "cmd") and as the argv ["true"] (a client's "argv": the PATH lookup, an
+ * external binary's exec), so the guest code a create and either kind of first
+ * exec need is translated (TCG) and its pages faulted in before the hand-out,
+ * not during it (each warmed only its own kind: load/RESULTS.md). The sandbox
+ * that gets the VM starts a session of its own (a new INIT ends this one's
+ * streams).
  */
 struct wsess {
     struct pool *p;
     struct chan *ch;
     int stage;       /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done, 4: pre's EXEC sent */
-    const char *pre; /* NULL or "": none */
+    const char *pre; /* sh -c, first; NULL or "": none */
+    bool pre_logged; /* the template's warm-up: log how it went */
     int64_t pre_start;
     const char *cmd;
+    bool cmd_argv; /* cmd is one word, run as an argv of its own, not by sh -c */
     void (*done)(struct pool *p, int err, const char *why);
 };
 
@@ -351,7 +356,12 @@ static void ws_send_exec(struct wsess *w)
     struct proto_enc e;
 
     proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + (pre ? 2 : 1), 6);
-    proto_put_cstr(&e, PK_CMD, pre ? w->pre : w->cmd);
+    if (!pre && w->cmd_argv) {
+        proto_enc_key(&e, PK_ARGV);
+        msgpack_pack_array(&e.pk, 1);
+        msgpack_pack_str_with_body(&e.pk, w->cmd, strlen(w->cmd));
+    } else
+        proto_put_cstr(&e, PK_CMD, pre ? w->pre : w->cmd);
     if (pre)
         w->pre_start = sbx_now_ms();
     proto_enc_key(&e, PK_ENV);
@@ -382,13 +392,15 @@ static void ws_frame(void *ud, const struct proto_frame *f)
     else if ((f->type == PROTO_EXIT || f->type == PROTO_ERROR) && f->id == WSESS_ID + 2 &&
              w->stage == 4) {
         /* The pre command is a warm-up: its failure is the operator's to see, not a
-         * reason to give up the template. */
+         * reason to give up the template (or the pool VM: its own exec decides). */
         int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;
-        if (f->type == PROTO_ERROR || code != 0)
+        bool failed = f->type == PROTO_ERROR || code != 0;
+
+        if (w->pre_logged && failed)
             LOG(LOG_WARN, "pool: template %s: its warm-up command %s %lld; saved anyway",
                 w->p->tmpl, f->type == PROTO_ERROR ? "could not start: errno" : "exited",
                 (long long)code);
-        else
+        else if (w->pre_logged)
             LOG(LOG_INFO, "pool: template %s: warm-up ran in %lld ms", w->p->tmpl,
                 (long long)(sbx_now_ms() - w->pre_start));
         ws_send_exec(w);
@@ -1049,9 +1061,13 @@ int pool_new(struct sbx_table *t, struct pool **out)
     ev_timer_init(&p->fill_timer, on_fill_timer, 1, 0);
     p->ping.data = p->deadline.data = p->retry.data = p->kick.data = p->fill_timer.data = p;
     p->defer.data = p;
-    p->tw =
-        (struct wsess){.p = p, .pre = c->pool_template_warmup, .cmd = "sync", .done = tpl_synced};
-    p->fw = (struct wsess){.p = p, .cmd = "true", .done = fill_warmed};
+    p->tw = (struct wsess){.p = p,
+                           .pre = c->pool_template_warmup,
+                           .pre_logged = true,
+                           .cmd = "sync",
+                           .done = tpl_synced};
+    p->fw =
+        (struct wsess){.p = p, .pre = "true", .cmd = "true", .cmd_argv = true, .done = fill_warmed};
     snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
     if (sbx_ident_get(&p->base, base) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||
         sbx_ident_get(&p->initrd, t->initrd) != 0) {
