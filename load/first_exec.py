@@ -1,9 +1,12 @@
 """A pool sandbox's first command, with and without the template's warm-up.
 
     load/run --first-exec [--n N] [--templates minimal,base] [--pool-size N]
+                          [--old-warrend PATH]
 
-For each template, two warrends one after the other (jail off, pool_spares 0):
-pool_template_warmup empty, then its default (conf/warren.conf). Each creates N
+For each template, warrends one after the other (jail off, pool_spares 0): with
+--old-warrend, that binary first (an older build to compare with; its own
+defaults), then this one with pool_template_warmup empty, then with its default
+(conf/warren.conf). Each creates N
 sandboxes from the pool (refilled and left 0.3 s before each) and times, client
 side: the first exec `true`, then `python3 -c pass` where the image has python3
 (first and second run), then `true` three more times (steady). Beside them: the
@@ -34,13 +37,16 @@ def exec_ms(w, sid, argv):
     return ms, r
 
 
-def run(tmpl, warm, a):
+def run(tmpl, kind, a):
     conf = {"pool_size": a.pool_size, "pool_spares": 0, "jail": "off",
             "default_template": tmpl, "pool_max_mb": 512 + 48 * (a.pool_size + 1),
             "max_sandboxes": 2 * a.pool_size + 8}
-    if not warm:
+    if kind == "off":
         conf["pool_template_warmup"] = ""
-    w = Warren(conf).start()
+    w = Warren(conf)
+    if kind == "old":
+        w.binary = a.old_warrend
+    w.start()
     res = {k: [] for k in ("true", "py1", "py2", "steady")}
     try:
         wait_ready(w, a.pool_size)
@@ -50,8 +56,8 @@ def run(tmpl, warm, a):
             raise SystemExit("no template saved in the log:\n" + log[-2000:])
         st = os.stat(f"/dev/shm/warren-{m.group(1)}.mem")
         build_ms, ram_mib = float(m.group(2)), st.st_blocks * 512 / 2**20
-        if "its warm-up command" in log:
-            raise SystemExit("the warm-up failed:\n" + log[-2000:])
+        if "its warm-up command" in log or (kind == "on" and "warm-up ran in" not in log):
+            raise SystemExit("the template's warm-up failed or did not run:\n" + log[-2000:])
         pss = [pss_kib(pid) / 1024 for pid in qemu_pids(w.state_dir)]  # the template's ended
         has_py = True
         for _ in range(a.n):
@@ -71,7 +77,7 @@ def run(tmpl, warm, a):
             res["steady"].extend(exec_ms(w, sid, ["true"])[0] for _ in range(3))
             w.delete(sid)
     finally:
-        w.stop()
+        w.cleanup()
     return res, build_ms, ram_mib, pss
 
 
@@ -80,29 +86,34 @@ def main():
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--templates", default="minimal,base")
     ap.add_argument("--pool-size", type=int, default=3)
+    ap.add_argument("--old-warrend", help="an older warrend binary, in a column of its own")
     a = ap.parse_args()
+    kinds = (["old"] if a.old_warrend else []) + ["off", "on"]
+    heads = {"old": "older build", "off": "template warm-up off", "on": "default"}
     print(f"first command after a pool create: {platform.node()}, {os.cpu_count()} CPUs, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, n={a.n} per cell, "
           "jail off")
-    print("| template | measure | warm-up off p50 / p99 | warm-up on (default) p50 / p99 |")
-    print("|---|---|---|---|")
+    if a.old_warrend:
+        print(f"older build: {a.old_warrend}")
+    print("| template | measure | " + " | ".join(f"{heads[k]} p50 / p99" for k in kinds) + " |")
+    print("|---|---|" + "---|" * len(kinds))
+
+    def cell(xs, unit="ms"):
+        return f"{pct(xs, 50):.1f} / {pct(xs, 99):.1f} {unit}" if xs else "-"
+
     for tmpl in a.templates.split(","):
-        out = {warm: run(tmpl, warm, a) for warm in (False, True)}
-
-        def cell(xs, unit="ms"):
-            return f"{pct(xs, 50):.1f} / {pct(xs, 99):.1f} {unit}" if xs else "-"
-
+        out = {k: run(tmpl, k, a) for k in kinds}
         for key, what in (("true", "first exec `true`"), ("py1", "then `python3 -c pass`"),
                           ("py2", "`python3 -c pass` again"), ("steady", "exec `true` steady")):
-            if out[False][0][key] or out[True][0][key]:
-                print(f"| {tmpl} | {what} | {cell(out[False][0][key])} | "
-                      f"{cell(out[True][0][key])} |")
-        print(f"| {tmpl} | template build: boot, warm-up, save | {out[False][1]:.0f} ms | "
-              f"{out[True][1]:.0f} ms |")
-        print(f"| {tmpl} | template RAM file, resident | {out[False][2]:.1f} MiB | "
-              f"{out[True][2]:.1f} MiB |")
-        print(f"| {tmpl} | PSS per waiting pool VM | {cell(out[False][3], 'MiB')} | "
-              f"{cell(out[True][3], 'MiB')} |")
+            if any(out[k][0][key] for k in kinds):
+                print(f"| {tmpl} | {what} | " + " | ".join(cell(out[k][0][key]) for k in kinds)
+                      + " |")
+        print(f"| {tmpl} | template build: boot, warm-up, save | "
+              + " | ".join(f"{out[k][1]:.0f} ms" for k in kinds) + " |")
+        print(f"| {tmpl} | template RAM file, resident | "
+              + " | ".join(f"{out[k][2]:.1f} MiB" for k in kinds) + " |")
+        print(f"| {tmpl} | PSS per waiting pool VM | "
+              + " | ".join(cell(out[k][3], "MiB") for k in kinds) + " |")
         sys.stdout.flush()
 
 
