@@ -389,8 +389,14 @@ static void ws_frame(void *ud, const struct proto_frame *f)
         ws_send_init(w);
     else if (f->type == PROTO_HELLO && f->id == WSESS_ID && w->stage == 1)
         ws_send_exec(w);
-    else if ((f->type == PROTO_EXIT || f->type == PROTO_ERROR) && f->id == WSESS_ID + 2 &&
-             w->stage == 4) {
+    else if (f->type == PROTO_OUT && (f->id == WSESS_ID + 1 || f->id == WSESS_ID + 2) &&
+             proto_has(f, PK_DATA)) {
+        /* Output is dropped, its credit returned: a warm-up that prints more than the
+         * window must not stall until the template's deadline. */
+        if (proto_send_credit(chan_tx(w->ch), f->id, f->v[PK_DATA].s.len) == 0)
+            chan_flush(w->ch);
+    } else if ((f->type == PROTO_EXIT || f->type == PROTO_ERROR) && f->id == WSESS_ID + 2 &&
+               w->stage == 4) {
         /* The pre command is a warm-up: its failure is the operator's to see, not a
          * reason to give up the template (or the pool VM: its own exec decides). */
         int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;

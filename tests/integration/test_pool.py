@@ -858,11 +858,14 @@ class TestPoolDamagedTemplateRam(unittest.TestCase):
 
 class TestPoolTemplateWarmup(unittest.TestCase):
     """pool_template_warmup runs in the template before its save: what it writes is in
-    every clone, a failure is logged and the template saved anyway; a warrend started
-    with another command refuses the recorded template and builds a new one."""
+    every clone, its output (more than a stream's credit window) is dropped, a failure is
+    logged and the template saved anyway; a warrend started with another command refuses
+    the recorded template and builds a new one."""
 
     def test_warmup_runs_before_the_save_and_rebuilds_when_changed(self):
-        w = Warren(dict(POOL_CONF, pool_template_warmup="echo one > /root/warm; exit 3"))
+        # 3 MB of output first: more than a stream's credit window, returned as it comes.
+        w = Warren(dict(POOL_CONF, pool_template_warmup="head -c 3000000 /dev/zero; "
+                                                        "echo one > /root/warm; exit 3"))
         try:
             w.start()
             wait_pool_ready(w, 2)
