@@ -857,6 +857,10 @@ static void spare_start(struct pool *p)
         sbx_vm_destroy(vm);
         return;
     }
+    /* Its TCG buffer touched ahead once it is up (vmm.h vmm_prefault_tcg). */
+    if (p->t->cfg->pool_spare_prefault_mb &&
+        (r = vmm_prefault_tcg(vm->vmm, (uint64_t)p->t->cfg->pool_spare_prefault_mb << 20)) != 0)
+        LOGS(LOG_WARN, vm->id, "pool: cannot touch the spare's TCG buffer ahead: %s", strerror(-r));
     p->spares[p->nspares++] = vm;
     if (p->nspares < want)
         kick_soon(p, 0.05);
@@ -934,6 +938,13 @@ static struct sbx_vm *spare_up_take(struct pool *p)
     for (unsigned i = 0; i < p->nspares; i++) {
         struct sbx_vm *vm = p->spares[i];
         if (vm->vmm && !vm->gone && vmm_qmp_ready(vm->vmm)) {
+            double ms;
+            uint64_t b = vmm_prefault_touched(vm->vmm, &ms);
+            if (b)
+                LOGS(LOG_DEBUG, vm->id,
+                     "pool: spare taken, %.1f MiB of its TCG buffer touched "
+                     "ahead%s",
+                     b / 1048576.0, ms >= 0 ? "" : " (not finished)");
             drop_from(p->spares, &p->nspares, vm);
             kick_soon(p, 0.05);
             return vm;
@@ -1021,18 +1032,22 @@ struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *back
 
 json_t *pool_stats(const struct pool *p)
 {
-    unsigned up = 0; /* spares past their start-up (pool_spare_take) */
+    unsigned up = 0;      /* spares past their start-up (pool_spare_take) */
+    unsigned touched = 0; /* spares whose TCG buffer is touched ahead (pool_vm_phase) */
+    double ms;
 
     if (!p)
         return json_null();
-    for (unsigned i = 0; i < p->nspares; i++)
+    for (unsigned i = 0; i < p->nspares; i++) {
         up += p->spares[i]->vmm && vmm_qmp_ready(p->spares[i]->vmm);
-    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I}", "template", p->tmpl, "state",
+        touched += vmm_prefault_touched(p->spares[i]->vmm, &ms) > 0 && ms >= 0;
+    }
+    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl, "state",
                      tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
                      (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
                      (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds, "spare",
                      p->nspares > 0, "spares", (json_int_t)p->nspares, "spares_ready",
-                     (json_int_t)up);
+                     (json_int_t)up, "spares_prefaulted", (json_int_t)touched);
 }
 
 int pool_new(struct sbx_table *t, struct pool **out)

@@ -115,6 +115,7 @@ static const struct opt opts[] = {
     {"pool_size", T_UINT, F(pool_size), "2", 0},
     {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
     {"pool_spares", T_UINT, F(pool_spares), "1", 0},
+    {"pool_spare_prefault_mb", T_UINT, F(pool_spare_prefault_mb), "12", 0},
     {"pool_template_warmup", T_STR, F(pool_template_warmup), WARMUP_DEFAULT, 0},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
     {"net_enabled", T_BOOL, F(net_enabled), "false", 0},

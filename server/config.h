@@ -86,9 +86,10 @@ struct srv_config {
     unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
     unsigned pool_spares; /* pool_spares = 1: QEMUs started ahead for clones and forks */
-    char *pool_template_warmup;  /* pool_template_warmup: sh -c command run before its save */
-    unsigned mem_overcommit_pct; /* memory_overcommit_percent = 100: guests' memory_mb may add
-                                  * up to this share of host memory less the reserve */
+    unsigned pool_spare_prefault_mb; /* pool_spare_prefault_mb = 12: TCG buffer touched ahead */
+    char *pool_template_warmup;      /* pool_template_warmup: sh -c command run before its save */
+    unsigned mem_overcommit_pct;     /* memory_overcommit_percent = 100: guests' memory_mb may add
+                                      * up to this share of host memory less the reserve */
     /* sandbox networking (issue 9, server/net.h) */
     unsigned net_enabled;          /* net_enabled = false (0/1): no NIC at all when off */
     unsigned net_default_internet; /* net_default_internet = true (0/1): create's default */

@@ -359,6 +359,23 @@ int vmm_freeze(struct vmm *vm);
 int vmm_thaw(struct vmm *vm);
 bool vmm_frozen(const struct vmm *vm);
 
+/* TCG: touch the first bytes of a waiting QEMU's translation buffer ahead, so that
+ * the VM restored into it later translates its first code into pages it already has
+ * (each first touch is a page fault, 10-14 us on these machines; a clone restored into
+ * a spare QEMU took ~800 to answer and ~3,000 more in its first exec: load/RESULTS.md).
+ * Only pages the process never touched are written, with zeros, through /proc/PID/mem
+ * (vmm_prefault.c), in slices of 16 pages from the loop's idle time. For a QEMU
+ * launched in restore mode whose guest has never run (WAITING, no restore asked):
+ * it starts once QEMU is past its start-up (it answered QMP), after which QEMU writes
+ * none of those pages itself. Any QMP command (a restore, a cont, a raw command) and
+ * the VM's end stop it first. 0 (started or due, or nothing to do: no translation
+ * buffer, i.e. KVM), -EPERM (not such a QEMU), -EBUSY (asked before), -ESRCH, or
+ * -errno opening its memory. */
+int vmm_prefault_tcg(struct vmm *vm, uint64_t bytes);
+/* Bytes vmm_prefault_tcg has written so far; *ms (if not NULL) how long it took once
+ * it ran to its end, else -1. */
+uint64_t vmm_prefault_touched(const struct vmm *vm, double *ms);
+
 /* Long idle: push a frozen VM's memory out to swap, on a worker thread
  * (process_madvise MADV_PAGEOUT over each of its QEMU's mappings; see
  * vmm_pageout.c). Pages the process shares with others (the template's RAM

@@ -422,4 +422,23 @@ struct vmm_pageout_stats {
 int vmm_pageout_run(pid_t pid, int pidfd, const int *cancel, struct vmm_pageout_stats *st,
                     char *why, size_t cap);
 
+/* ---- a waiting QEMU's TCG buffer touched ahead (vmm_prefault.c): blocking steps ---- */
+
+struct vmm_pf {
+    int mem, pagemap; /* /proc/PID/mem and pagemap, or -1 */
+    uint64_t at, end; /* the part of the buffer still to go, addresses in QEMU */
+    uint64_t touched; /* bytes written so far */
+};
+/* Find pid's translation buffer (its one large anonymous rwx mapping) and open its
+ * memory, checked alive through pidfd: 0, -ENOENT (none: KVM, or bytes 0), -errno. */
+int vmm_pf_open(pid_t pid, int pidfd, uint64_t bytes, struct vmm_pf *pf);
+/* Write zeros into up to pages (at most 64) pages of it that pid never touched
+ * (pagemap: absent): 1 if more remain, 0 once done, -errno. Only for a process
+ * that writes none of them meanwhile (vmm.h vmm_prefault_tcg). */
+int vmm_pf_step(struct vmm_pf *pf, unsigned pages);
+void vmm_pf_close(struct vmm_pf *pf);
+/* Stop vmm_prefault_tcg's slices now (vmm.c): before anything that could run the
+ * guest, and when the VM goes. Idempotent. */
+void vmm_pf_stop(struct vmm *vm);
+
 #endif

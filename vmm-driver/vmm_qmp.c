@@ -375,6 +375,10 @@ static int send_cmd(struct vmm *vm, struct vmm_qmp *q, const char *json, int fd,
     json_t *o;
     int r;
 
+    /* Whatever comes now may run the guest, which writes TCG's buffer (not the
+     * handshake's query-status, which comes first). */
+    if (!first)
+        vmm_pf_stop(vm);
     if (q->state == VMM_QMP_CLOSED)
         return -EPIPE;
     if (fd >= 0 && q->fd_busy)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <jansson.h>
@@ -1555,6 +1556,129 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     return remove(p);
 }
 
+/* An rwx anonymous mapping of 16 MiB followed by a PROT_NONE page (TCG's buffer as
+ * QEMU maps it; the guard keeps two from merging into one), or MAP_FAILED. */
+static char *pf_rwx(void)
+{
+    char *m = mmap(NULL, (16u << 20) + 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (m != MAP_FAILED && mprotect(m + (16u << 20), 4096, PROT_NONE) != 0)
+        return MAP_FAILED;
+    return m;
+}
+
+/* A child with such mappings, page 0 and 7 of the first written with 0xab; each byte
+ * on *cmd maps one more; *addr gets the first's address. Its pid, or -1. */
+static pid_t pf_child(int *cmd, uintptr_t *addr)
+{
+    int up[2], down[2];
+    pid_t pid;
+
+    if (pipe(up) != 0 || pipe(down) != 0)
+        return -1;
+    if ((pid = fork()) == 0) {
+        char c;
+        char *m = pf_rwx();
+        uintptr_t a = m == MAP_FAILED ? 0 : (uintptr_t)m;
+        if (a) {
+            memset(m, 0xab, 4096);
+            memset(m + 7 * 4096, 0xab, 4096);
+        }
+        (void)!write(up[1], &a, sizeof(a));
+        while (read(down[0], &c, 1) == 1) {
+            void *more = pf_rwx();
+            (void)!write(up[1], &more, sizeof(more));
+        }
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    if (pid < 0 || read(up[0], addr, sizeof(*addr)) != (ssize_t)sizeof(*addr) || !*addr) {
+        close(up[0]);
+        close(down[1]);
+        return -1;
+    }
+    *cmd = down[1];
+    close(up[0]); /* the second mapping's answer is not waited for: see below */
+    return pid;
+}
+
+/* Is page i of the child's mapping at a present, and does it hold v throughout? */
+static bool pf_page(pid_t pid, uintptr_t a, unsigned i, unsigned char v, bool *present)
+{
+    char path[48], buf[4096];
+    uint64_t ent = 0;
+    int fd;
+    bool same = true;
+
+    snprintf(path, sizeof(path), "/proc/%d/pagemap", (int)pid);
+    if ((fd = open(path, O_RDONLY)) >= 0) {
+        (void)!pread(fd, &ent, sizeof(ent), (off_t)((a / 4096 + i) * sizeof(ent)));
+        close(fd);
+    }
+    *present = (ent >> 63) & 1;
+    snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+    if ((fd = open(path, O_RDONLY)) < 0 ||
+        pread(fd, buf, sizeof(buf), (off_t)(a + (uintptr_t)i * 4096)) != (ssize_t)sizeof(buf))
+        same = false;
+    if (fd >= 0)
+        close(fd);
+    for (size_t k = 0; same && k < sizeof(buf); k++)
+        same = (unsigned char)buf[k] == v;
+    return same;
+}
+
+/* vmm_pf_*: only pages the process never touched are written (zeros), only in its one
+ * large rwx mapping, only as far as asked; another rwx mapping of that size makes it
+ * refuse; a process that is gone fails, never a crash. */
+static void test_prefault(void)
+{
+    struct vmm_pf pf;
+    uintptr_t a = 0;
+    int cmd = -1, pidfd, r, steps = 0, st;
+    pid_t pid = pf_child(&cmd, &a);
+    bool present;
+
+    CHECK(pid > 0);
+    if (pid <= 0)
+        return;
+    pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    CHECK(pidfd >= 0);
+    CHECK(vmm_pf_open(pid, pidfd, 0, &pf) == -ENOENT);
+    r = vmm_pf_open(pid, pidfd, (4u << 20) + 100, &pf);
+    CHECK(r == 0);
+    CHECK(r != 0 || (pf.at == a && pf.end == a + (4u << 20)));
+    if (r == 0)
+        while ((r = vmm_pf_step(&pf, 16)) > 0)
+            steps++;
+    CHECK(r == 0);
+    CHECK(steps == 63); /* 1024 pages, 16 a step, the last one says done */
+    CHECK(pf.touched == (4u << 20) - 2 * 4096);
+    CHECK(vmm_pf_step(&pf, 16) == 0);
+    vmm_pf_close(&pf);
+    CHECK(pf_page(pid, a, 0, 0xab, &present) && present);
+    CHECK(pf_page(pid, a, 7, 0xab, &present) && present);
+    CHECK(pf_page(pid, a, 1, 0, &present) && present);
+    CHECK(pf_page(pid, a, 1023, 0, &present) && present);
+    CHECK(pf_page(pid, a, 1024, 0, &present) && !present); /* past what was asked */
+    /* Two such mappings: not a layout it knows. */
+    CHECK(write(cmd, "x", 1) == 1);
+    for (int i = 0; i < 200; i++) {
+        if ((r = vmm_pf_open(pid, pidfd, 1u << 20, &pf)) != 0)
+            break;
+        vmm_pf_close(&pf);
+        usleep(5000);
+    }
+    CHECK(r == -ENOENT);
+    /* Open, then the process goes: the steps fail. */
+    close(cmd);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    CHECK(vmm_pf_open(pid, pidfd, 1u << 20, &pf) < 0);
+    close(pidfd);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/wvmm-unit-XXXXXX");
@@ -1578,6 +1702,7 @@ int main(void)
     test_copy_nonzero();
     test_map_ino();
     test_ram_file();
+    test_prefault();
     nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
