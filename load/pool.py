@@ -1,6 +1,7 @@
 """The warm pool against a cold boot, side by side in one run (issue 8).
 
     load/run --pool [--creates N] [--boots N] [--execs N] [--pool-size N] [--jail auto|off]
+                    [--set KEY=VALUE ...]
 
 One warrend with pool_size N (jailed as by default, or --jail off), the minimal
 template as default. Measures:
@@ -79,13 +80,15 @@ def main():
     ap.add_argument("--execs", type=int, default=30)
     ap.add_argument("--pool-size", type=int, default=4)
     ap.add_argument("--jail", choices=("auto", "off"), default="auto")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a conf option for the warrend (repeatable)")
     a = ap.parse_args()
     n = a.pool_size
 
     # Jailed, the template's RAM is held twice (the file and its sealed copy).
     w = Warren({"pool_size": n, "jail": a.jail, "default_template": "minimal",
                 "pool_max_mb": (512 if a.jail != "off" else 256) + 48 * (n + 1),
-                "max_sandboxes": 2 * n + 8}).start()
+                "max_sandboxes": 2 * n + 8, **dict(kv.split("=", 1) for kv in a.set)}).start()
     rows = []
     try:
         t0 = time.perf_counter()

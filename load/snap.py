@@ -1,6 +1,6 @@
 """Snapshots, fork, pause and resume (issue 8): latencies, client side.
 
-    load/run --snap [--n N] [--fork8 N] [--gap S]
+    load/run --snap [--n N] [--fork8 N] [--gap S] [--set KEY=VALUE ...]
 
 On one booted sandbox (pool off: its RAM goes whole into each snapshot, and
 into a RAM file of its own at a fork or pause, jail off) with
@@ -39,7 +39,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 from warren import Warren  # noqa: E402
 from bench import pct, print_table  # noqa: E402
-from test_pool import wait_pool_ready, wait_spares_ready as wait_spares  # noqa: E402
+from test_pool import pool, wait_pool_ready, wait_spares_ready  # noqa: E402
+
+
+def wait_spares(w, n, prefault_s=5.0):
+    """n spares past their start-up, and (under TCG, pool_spare_prefault_mb on) their
+    translation buffers touched ahead, as they would be after a few seconds' wait."""
+    wait_spares_ready(w, n)
+    deadline = time.time() + prefault_s
+    while pool(w).get("spares_prefaulted", 0) < n and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def ms(x):
@@ -135,9 +144,12 @@ def main():
                     help="booted sandboxes resumed after a warrend restart (0: none)")
     ap.add_argument("--spares", type=int, default=8,
                     help="pool_spares of the pool's warrend (a fork of 8 takes 8)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a conf option for both warrends (repeatable)")
     a = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in a.set)
 
-    w = Warren({"jail": "off", "max_sandboxes": "64"}).start()
+    w = Warren({"jail": "off", "max_sandboxes": "64", **extra}).start()
     rows = []
     try:
         sid = counting_sandbox(w)
@@ -177,7 +189,7 @@ def main():
     finally:
         w.cleanup()
     w = Warren({"jail": "off", "max_sandboxes": "64", "pool_size": "2",
-                "pool_spares": str(a.spares), "default_template": "minimal"}).start()
+                "pool_spares": str(a.spares), "default_template": "minimal", **extra}).start()
     try:
         wait_pool_ready(w, 2)
         sid = counting_sandbox(w)
