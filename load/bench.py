@@ -127,8 +127,18 @@ def main():
     print_table("Warren benchmarks", "p50 / rate", rows)
 
 
+def emit_rows(title, rows):
+    """Append rows as JSON lines to $WARREN_ROWS when set (load/targets.py reads them)."""
+    path = os.environ.get("WARREN_ROWS")
+    if path:
+        with open(path, "a") as f:
+            for r in rows:
+                f.write(json.dumps({"title": title, "row": [str(x) for x in r]}) + "\n")
+
+
 def print_table(title, head, rows, width=52):
     """rows of (measure, p50 or value, p99), with the machine they ran on."""
+    emit_rows(title, rows)
     print(f"\n{title} on {platform.node()} ({os.cpu_count()} cores, "
           f"{platform.machine()}, kernel {platform.release()})")
     print(f"{'measure':{width}} {head:>14} {'p99':>12}")

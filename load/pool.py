@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 from warren import Warren, pss_kib, qemu_pids  # noqa: E402
+from bench import emit_rows  # noqa: E402
 
 
 
@@ -219,6 +220,7 @@ def main():
     la = os.getloadavg()
     print(f"warren pool benchmark: {platform.node()}, {os.cpu_count()} CPUs, "
           f"load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}, pool_size {n}, jail {a.jail}")
+    emit_rows("pool", rows)
     print("| measure | p50 / value | p99 | max |")
     print("|---|---|---|---|")
     for r in rows:
