@@ -127,7 +127,7 @@ def main():
             ("pool", [PY, f"{HERE}/pool.py", "--creates", "50" if a.quick else "500", "--boots",
                       "6", "--execs", "20"]),
             ("snap", [PY, f"{HERE}/snap.py", "--n", "3" if a.quick else "5", "--restarts", "0"]),
-            ("freeze", [PY, f"{HERE}/freeze.py", "--n", "10" if a.quick else "20", "--pageout",
+            ("freeze", [PY, f"{HERE}/freeze.py", "--n", "20" if a.quick else "40", "--pageout",
                         "0"]),
             ("exec_rt", [PY, f"{HERE}/exec_rt.py", "--images", a.images, "--n",
                          "50" if a.quick else "200"]),
