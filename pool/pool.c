@@ -942,9 +942,8 @@ static struct sbx_vm *spare_up_take(struct pool *p)
             uint64_t b = vmm_prefault_touched(vm->vmm, &ms);
             if (b)
                 LOGS(LOG_DEBUG, vm->id,
-                     "pool: spare taken, %.1f MiB of its TCG buffer touched "
-                     "ahead%s",
-                     b / 1048576.0, ms >= 0 ? "" : " (not finished)");
+                     "pool: spare taken, %.1f MiB of its TCG buffer touched ahead%s", b / 1048576.0,
+                     ms >= 0 ? "" : " (not finished)");
             drop_from(p->spares, &p->nspares, vm);
             kick_soon(p, 0.05);
             return vm;
@@ -1033,7 +1032,7 @@ struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *back
 json_t *pool_stats(const struct pool *p)
 {
     unsigned up = 0;      /* spares past their start-up (pool_spare_take) */
-    unsigned touched = 0; /* spares whose TCG buffer is touched ahead (pool_vm_phase) */
+    unsigned touched = 0; /* spares whose TCG buffer was touched ahead (spare_start) */
     double ms;
 
     if (!p)
