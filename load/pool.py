@@ -1,7 +1,7 @@
 """The warm pool against a cold boot, side by side in one run (issue 8).
 
     load/run --pool [--creates N] [--boots N] [--execs N] [--pool-size N] [--jail auto|off]
-                    [--set KEY=VALUE ...]
+                    [--other TEMPLATE] [--set KEY=VALUE ...]
 
 One warrend with pool_size N (jailed as by default, or --jail off), the minimal
 template as default. Measures:
@@ -14,7 +14,10 @@ template as default. Measures:
     for it, into the pool's spare QEMU started ahead);
   - cold boots in the same warrend (memory_mb 255, a shape the pool does not hold);
   - exec `true`: the first one right after create, and steady state, on a pool
-    sandbox and on a booted one (a clone's QEMU starts with an empty TCG cache).
+    sandbox and on a booted one (a clone's QEMU starts with an empty TCG cache);
+  - then, in a second warrend (pool_on_first_use on), creates of another template
+    (--other, base by default): its first boots and has its pool built, the ones
+    after it are hand-outs from that pool. --other "" skips it.
 """
 import argparse
 import os
@@ -74,6 +77,51 @@ def row(rows, what, xs, unit="ms"):
                  f"{max(xs):.1f} {unit}"))
 
 
+def other_ready(w, tmpl):
+    """Until the pool of template tmpl (made on first use) holds a VM and fills none."""
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        ps = [p for p in pool(w)["templates"] if p["template"] == tmpl]
+        if ps and ps[0]["state"] == "ready" and ps[0]["ready"] >= 1 and not ps[0]["filling"]:
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"no pool of {tmpl} ready: {pool(w)}")
+
+
+def other_template(a, rows):
+    """Creates of a template other than the default: the first boots and has its pool
+    built beside it (pool_on_first_use), the ones after it come from that pool."""
+    tmpl, tpl_mb = a.other, 512 if a.jail != "off" else 256
+    w = Warren({"pool_size": 1, "jail": a.jail, "default_template": "minimal",
+                "pool_max_mb": 2 * tpl_mb + 48 * 4, **dict(kv.split("=", 1) for kv in a.set)})
+    w.start()
+    try:
+        wait_ready(w, 1)
+        t0 = time.perf_counter()
+        sid, ms = create(w, template=tmpl)
+        assert w.get(sid).json()["source"] == "boot", w.get(sid).json()
+        first_srv = server_ms(w, sid)
+        w.delete(sid)
+        other_ready(w, tmpl)
+        built = time.perf_counter() - t0
+        srv, cli = [], []
+        for _ in range(a.boots):
+            other_ready(w, tmpl)
+            sid, ms2 = create(w, template=tmpl)
+            assert w.get(sid).json()["source"] == "pool", w.get(sid).json()
+            cli.append(ms2)
+            srv.append(server_ms(w, sid))
+            assert w.run(sid, "echo ok")["stdout"] == "ok\n"
+            w.delete(sid)
+    finally:
+        w.cleanup()
+    rows.append((f"{tmpl} (not the default template): its first create, a boot, server side",
+                 f"{first_srv:.1f} ms", "", ""))
+    rows.append((f"{tmpl}: its pool ready, from that first create", f"{built:.2f} s", "", ""))
+    row(rows, f"{tmpl}: create from its pool made on first use, server side (n={a.boots})", srv)
+    row(rows, f"{tmpl}: create from its pool made on first use, client side (n={a.boots})", cli)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--creates", type=int, default=50)
@@ -81,13 +129,17 @@ def main():
     ap.add_argument("--execs", type=int, default=30)
     ap.add_argument("--pool-size", type=int, default=4)
     ap.add_argument("--jail", choices=("auto", "off"), default="auto")
+    ap.add_argument("--other", default="base",
+                    help="a template pooled on first use, measured after ('': none)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a conf option for the warrend (repeatable)")
     a = ap.parse_args()
     n = a.pool_size
 
     # Jailed, the template's RAM is held twice (the file and its sealed copy).
+    # pool_on_first_use off: the cold boots' shape (memory_mb 255) keeps booting.
     w = Warren({"pool_size": n, "jail": a.jail, "default_template": "minimal",
+                "pool_on_first_use": "false",
                 "pool_max_mb": (512 if a.jail != "off" else 256) + 48 * (n + 1),
                 "max_sandboxes": 2 * n + 8, **dict(kv.split("=", 1) for kv in a.set)}).start()
     rows = []
@@ -132,7 +184,7 @@ def main():
         rows.append(("creates/s while the pool lasts", f"{per_s:.1f}", "", ""))
         rows.append((f"refill to {n} ready after the dry run's deletes", f"{refill:.2f} s",
                      "", ""))
-        fills = [float(x) for x in re.findall(r"pool: ready \(\d+ of \d+; ([0-9.]+) ms from launch",
+        fills = [float(x) for x in re.findall(r"pool: [a-z0-9_@-]+: ready \(\d+ of \d+; ([0-9.]+) ms from launch",
                                               w.log_all())]
         row(rows, f"one pool VM: launch, restore, warm-up, stop (n={len(fills)})", fills)
         rows.append(("first fill at start (template boot + save + pool)",
@@ -216,6 +268,8 @@ def main():
         w.delete(bs)
     finally:
         w.cleanup()
+    if a.other:
+        other_template(a, rows)
 
     la = os.getloadavg()
     print(f"warren pool benchmark: {platform.node()}, {os.cpu_count()} CPUs, "

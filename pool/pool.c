@@ -49,7 +49,7 @@ static const char *const tpl_state_names[] = {"none", "booting", "saving", "read
  * streams).
  */
 struct wsess {
-    struct pool *p;
+    struct tpool *p;
     struct chan *ch;
     int stage;       /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done, 4: pre's EXEC sent */
     const char *pre; /* sh -c, first; NULL or "": none */
@@ -57,15 +57,19 @@ struct wsess {
     int64_t pre_start;
     const char *cmd;
     bool cmd_argv; /* cmd is one word, run as an argv of its own, not by sh -c */
-    void (*done)(struct pool *p, int err, const char *why);
+    void (*done)(struct tpool *p, int err, const char *why);
 };
 
 /* Ids of the pool's sessions, apart from the 1, 2, ... of a sandbox's. */
 #define WSESS_ID 0x70000000u
 
-struct pool {
+/* One template's pool: its snapshot, its ready VMs and spares, for one template,
+ * memory size and vCPU count. */
+struct tpool {
     struct sbx_table *t;
+    struct pool *all; /* the pools it shares pool_max_mb with */
     char tmpl[64];
+    char key[96]; /* its index record's: tmpl, or tmpl@<mem>m<vcpus>c for another shape */
     unsigned size, mem_mb, vcpus;
     enum tpl_state state;
     /* the template: its VM's id names its dir and RAM file */
@@ -109,21 +113,33 @@ struct pool {
     unsigned exits;           /* waiting VMs that exited since one last became ready */
 };
 
+#define POOL_TEMPLATES_MAX 16 /* pool_max_templates is capped here */
+
+/* Every template's pool (pool.h): default_template's, pool_templates' and those made
+ * on first use (pool_first_use), within pool_max_mb together. */
+struct pool {
+    struct sbx_table *t;
+    struct tpool *tp[POOL_TEMPLATES_MAX];
+    unsigned n;
+    char refused[POOL_TEMPLATES_MAX][96]; /* keys refused a pool: logged once each */
+    unsigned nrefused;
+};
+
 /* A copy of the RAM file into a sealed memfd, off the loop. p NULL: the pool went
  * meanwhile (the fd is closed). */
 struct seal_job {
-    struct pool *p;
+    struct tpool *p;
     char id[24];
     char mem[128];
     int fd; /* or -errno */
 };
 
-static void tpl_build(struct pool *p);
-static void spare_drop(struct pool *p);
-static void pool_fill(struct pool *p);
-static void tpl_failed(struct pool *p, const char *why);
+static void tpl_build(struct tpool *p);
+static void spare_drop(struct tpool *p);
+static void pool_fill(struct tpool *p);
+static void tpl_failed(struct tpool *p, const char *why);
 
-static void kick_soon(struct pool *p, double after)
+static void kick_soon(struct tpool *p, double after)
 {
     if (!ev_is_active(&p->kick)) {
         ev_timer_set(&p->kick, after, 0);
@@ -133,7 +149,7 @@ static void kick_soon(struct pool *p, double after)
 
 /* ---- the template's files and record ---- */
 
-static void tpl_paths(struct pool *p)
+static void tpl_paths(struct tpool *p)
 {
     snprintf(p->dir, sizeof(p->dir), "%s/templates/%s", p->t->cfg->state_dir, p->id);
     snprintf(p->snap, sizeof(p->snap), "%s/state.snap", p->dir);
@@ -143,7 +159,7 @@ static void tpl_paths(struct pool *p)
 
 /* Remove the current template's files and record (clones running keep their open
  * files: unlinking changes nothing under them). */
-static void tpl_remove(struct pool *p)
+static void tpl_remove(struct tpool *p)
 {
     if (p->sealing) {
         p->sealing->p = NULL;
@@ -156,14 +172,22 @@ static void tpl_remove(struct pool *p)
         return;
     unlink(p->mem);
     sbx_rm_dir(p->dir);
-    idx_del(p->t->idx, IDX_TEMPLATES, p->tmpl);
+    idx_del(p->t->idx, IDX_TEMPLATES, p->key);
     p->t->idx_dirty = true;
     p->id[0] = 0;
 }
 
-/* Template dirs and RAM files other than keep's (a crash mid-build, or a pool
- * turned off since). */
-static void tpl_sweep(struct sbx_table *t, const char *keep)
+static bool pool_names(const struct pool *all, const char *id)
+{
+    for (unsigned i = 0; all && i < all->n; i++)
+        if (all->tp[i]->id[0] && strcmp(all->tp[i]->id, id) == 0)
+            return true;
+    return false;
+}
+
+/* Template dirs and RAM files no pool of all's names (a crash mid-build, or a pool
+ * turned off since); all NULL: every one. */
+static void tpl_sweep(struct sbx_table *t, const struct pool *all)
 {
     char dir[4096], path[4096 + 300];
     DIR *d;
@@ -173,7 +197,7 @@ static void tpl_sweep(struct sbx_table *t, const char *keep)
     if (!(d = opendir(dir)))
         return;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || strcmp(e->d_name, keep) == 0)
+        if (e->d_name[0] == '.' || pool_names(all, e->d_name))
             continue;
         LOG(LOG_INFO, "pool: removing template files no record names: %s", e->d_name);
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
@@ -196,7 +220,7 @@ static const char *warmup_cmd(const struct sbx_table *t)
     return t->cfg->pool_template_warmup ? t->cfg->pool_template_warmup : "";
 }
 
-static int tpl_record(struct pool *p)
+static int tpl_record(struct tpool *p)
 {
     json_t *o =
         json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:I}", "template", p->tmpl, "vm_id",
@@ -217,7 +241,7 @@ static int tpl_record(struct pool *p)
     if (o)
         json_object_set_new(o, "warmup", json_string(warmup_cmd(p->t)));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->tmpl, s, strlen(s)) : -ENOMEM;
+    r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->key, s, strlen(s)) : -ENOMEM;
     if (r == 0)
         p->t->idx_dirty = true;
     free(s);
@@ -242,9 +266,9 @@ static int find_one(void *ud, const char *key, size_t klen, const char *val, siz
 
 /* The recorded snapshot, if its files are there and its images unchanged: 0, else
  * why it cannot be used (and nothing of it kept). The restore checks the rest. */
-static const char *tpl_check_record(struct pool *p)
+static const char *tpl_check_record(struct tpool *p)
 {
-    struct find_rec f = {p->tmpl, NULL};
+    struct find_rec f = {p->key, NULL};
     const char *id, *why = NULL;
     json_int_t mem, vcpus;
     json_t *cl = NULL;
@@ -286,7 +310,7 @@ static const char *tpl_check_record(struct pool *p)
 
 /* ---- building the template ---- */
 
-static void tpl_end_vm(struct pool *p)
+static void tpl_end_vm(struct tpool *p)
 {
     ev_timer_stop(p->t->loop, &p->ping);
     ev_timer_stop(p->t->loop, &p->deadline);
@@ -305,7 +329,7 @@ static void tpl_end_vm(struct pool *p)
 
 /* The build failed: drop it, try again later (never from inside a vmm callback:
  * the VM is freed from the retry timer). */
-static void tpl_failed(struct pool *p, const char *why)
+static void tpl_failed(struct tpool *p, const char *why)
 {
     double delay = 10.0 * (double)(1u << (p->tries < 5 ? p->tries : 5));
 
@@ -314,12 +338,12 @@ static void tpl_failed(struct pool *p, const char *why)
     ev_timer_stop(p->t->loop, &p->retry);
     p->state = TPL_NONE;
     if (p->tries >= TPL_TRIES_MAX) {
-        LOG(LOG_ERR, "pool: template %s: %s; gave up after %u tries (creates boot)", p->tmpl, why,
+        LOG(LOG_ERR, "pool: template %s: %s; gave up after %u tries (creates boot)", p->key, why,
             p->tries);
         kick_soon(p, 0); /* frees the VM */
         return;
     }
-    LOG(LOG_WARN, "pool: template %s: %s; trying again in %.0f s (creates boot meanwhile)", p->tmpl,
+    LOG(LOG_WARN, "pool: template %s: %s; trying again in %.0f s (creates boot meanwhile)", p->key,
         why, delay);
     ev_timer_set(&p->retry, delay, 0);
     ev_timer_start(p->t->loop, &p->retry);
@@ -403,11 +427,10 @@ static void ws_frame(void *ud, const struct proto_frame *f)
         bool failed = f->type == PROTO_ERROR || code != 0;
 
         if (w->pre_logged && failed)
-            LOG(LOG_WARN, "pool: template %s: its warm-up command %s %lld; saved anyway",
-                w->p->tmpl, f->type == PROTO_ERROR ? "could not start: errno" : "exited",
-                (long long)code);
+            LOG(LOG_WARN, "pool: template %s: its warm-up command %s %lld; saved anyway", w->p->key,
+                f->type == PROTO_ERROR ? "could not start: errno" : "exited", (long long)code);
         else if (w->pre_logged)
-            LOG(LOG_INFO, "pool: template %s: warm-up ran in %lld ms", w->p->tmpl,
+            LOG(LOG_INFO, "pool: template %s: warm-up ran in %lld ms", w->p->key,
                 (long long)(sbx_now_ms() - w->pre_start));
         ws_send_exec(w);
     } else if (f->type == PROTO_EXIT && f->id == WSESS_ID + 1 && w->stage == 2)
@@ -447,7 +470,7 @@ static int ws_start(struct wsess *w, int fd, bool pinging)
 
 static void tpl_ping(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct pool *p = w->data;
+    struct tpool *p = w->data;
     struct proto_enc e;
 
     if (!p->tw.ch || p->tw.stage != 0) {
@@ -469,7 +492,7 @@ static void seal_work(void *arg)
 static void seal_done(void *arg)
 {
     struct seal_job *j = arg;
-    struct pool *p = j->p;
+    struct tpool *p = j->p;
 
     if (!p || strcmp(p->id, j->id) != 0) { /* the pool or this template went meanwhile */
         if (j->fd >= 0)
@@ -495,7 +518,7 @@ static void seal_done(void *arg)
 /* The template's snapshot and RAM file are complete: clones may be made, once (when
  * QEMU is jailed) its RAM is sealed into a memfd, which takes a copy of it on the bg
  * worker. */
-static void tpl_ready(struct pool *p)
+static void tpl_ready(struct tpool *p)
 {
     struct seal_job *j;
 
@@ -530,14 +553,14 @@ static void tpl_ready(struct pool *p)
     p->sealing = j;
 }
 
-int pool_mem_fd(const struct pool *p, const char *mem_path)
+static int tp_mem_fd(const struct tpool *p, const char *mem_path)
 {
-    return p && p->mem_fd > 0 && strcmp(mem_path, p->mem) == 0 ? p->mem_fd : 0;
+    return p->mem_fd > 0 && strcmp(mem_path, p->mem) == 0 ? p->mem_fd : 0;
 }
 
 static void tpl_saved(void *ud, int err, const char *why)
 {
-    struct pool *p = ud;
+    struct tpool *p = ud;
     int r;
 
     if (err != 0) {
@@ -549,13 +572,13 @@ static void tpl_saved(void *ud, int err, const char *why)
         tpl_failed(p, "cannot record the template snapshot in the index");
         return;
     }
-    LOG(LOG_INFO, "pool: template %s saved (VM %s, %.0f ms from launch): %s", p->tmpl, p->id,
+    LOG(LOG_INFO, "pool: template %s saved (VM %s, %.0f ms from launch): %s", p->key, p->id,
         (double)(sbx_now_ms() - p->t_start), p->snap);
     tpl_ready(p);
 }
 
 /* The template's agent answered and ran `sync`: save it. */
-static void tpl_synced(struct pool *p, int err, const char *why)
+static void tpl_synced(struct tpool *p, int err, const char *why)
 {
     char msg[300];
     int r;
@@ -577,7 +600,7 @@ static void tpl_synced(struct pool *p, int err, const char *why)
 
 static void tpl_on_channel(void *ud, int fd)
 {
-    struct pool *p = ud;
+    struct tpool *p = ud;
 
     if (p->state != TPL_BOOTING || ws_start(&p->tw, fd, true) != 0) {
         if (p->state != TPL_BOOTING)
@@ -591,7 +614,7 @@ static void tpl_on_channel(void *ud, int fd)
 
 static void tpl_on_exited(void *ud, int status, const char *reason)
 {
-    struct pool *p = ud;
+    struct tpool *p = ud;
     char why[300];
 
     p->vmm_gone = true;
@@ -603,7 +626,7 @@ static void tpl_on_exited(void *ud, int status, const char *reason)
 
 static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct pool *p = w->data;
+    struct tpool *p = w->data;
     char why[128];
 
     snprintf(why, sizeof(why), "the template's agent did not answer within %u s",
@@ -611,7 +634,7 @@ static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     tpl_failed(p, why);
 }
 
-static void tpl_build(struct pool *p)
+static void tpl_build(struct tpool *p)
 {
     p->verified = false;
     spare_drop(p); /* started over the old template's files */
@@ -665,33 +688,54 @@ static void tpl_build(struct pool *p)
     p->state = TPL_BOOTING;
     ev_timer_set(&p->deadline, t->cfg->boot_timeout_s, 0);
     ev_timer_start(t->loop, &p->deadline);
-    LOG(LOG_INFO, "pool: building template %s snapshot: VM %s pid %d, RAM in %s", p->tmpl, p->id,
+    LOG(LOG_INFO, "pool: building template %s snapshot: VM %s pid %d, RAM in %s", p->key, p->id,
         (int)vmm_pid(p->vmm), p->mem);
 }
 
 static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct pool *p = w->data;
+    struct tpool *p = w->data;
 
     tpl_build(p);
 }
 
 /* ---- the pool ---- */
 
-static unsigned budget_vms(const struct pool *p)
+/* What a template's files take of pool_max_mb: its RAM file and, when jailed, its
+ * sealed copy (at most as much again). */
+static uint64_t tpl_mb(const struct tpool *p)
 {
-    unsigned max = p->t->cfg->pool_max_mb;
-    /* The RAM file, and when jailed its sealed copy (at most as much again). */
-    unsigned tpl = p->t->jail ? 2 * p->mem_mb : p->mem_mb;
+    return p->t->jail ? 2ull * p->mem_mb : p->mem_mb;
+}
 
-    if (max <= tpl)
-        return 0;
-    return (max - tpl) / POOL_VM_MB;
+static unsigned vms_held(const struct tpool *p)
+{
+    return p->nready + p->nspares + (p->filling != NULL);
+}
+
+/* MiB of pool_max_mb that every template and VM of all's holds, less except's VMs. */
+static uint64_t pool_used_mb(const struct pool *all, const struct tpool *except)
+{
+    uint64_t used = 0;
+
+    for (unsigned i = 0; i < all->n; i++)
+        used += tpl_mb(all->tp[i]) +
+                (all->tp[i] == except ? 0 : (uint64_t)POOL_VM_MB * vms_held(all->tp[i]));
+    return used;
+}
+
+/* How many VMs p may hold: what pool_max_mb leaves after every template's files and
+ * the other templates' VMs. */
+static unsigned budget_vms(const struct tpool *p)
+{
+    uint64_t max = p->t->cfg->pool_max_mb, used = pool_used_mb(p->all, p);
+
+    return used >= max ? 0 : (unsigned)((max - used) / POOL_VM_MB);
 }
 
 /* Forget the VM being filled: its timer and warm-up channel go, the VM is the
  * caller's. */
-static void fill_forget(struct pool *p)
+static void fill_forget(struct tpool *p)
 {
     p->filling = NULL;
     p->fill_warming = false;
@@ -703,7 +747,7 @@ static void fill_forget(struct pool *p)
 }
 
 /* Drop the VM being filled (not from inside its own vmm callbacks' exited). */
-static void fill_abort(struct pool *p, const char *why, double retry_after)
+static void fill_abort(struct tpool *p, const char *why, double retry_after)
 {
     struct sbx_vm *vm = p->filling;
 
@@ -717,7 +761,7 @@ static void fill_abort(struct pool *p, const char *why, double retry_after)
 
 static void fill_stopped(void *ud, int err, const char *why)
 {
-    struct pool *p = ud;
+    struct tpool *p = ud;
     struct sbx_vm *vm = p->filling;
 
     if (!vm)
@@ -731,13 +775,13 @@ static void fill_stopped(void *ud, int err, const char *why)
     ev_timer_stop(p->t->loop, &p->fill_timer);
     p->ready[p->nready++] = vm;
     p->exits = 0;
-    LOGS(LOG_INFO, vm->id, "pool: ready (%u of %u; %.0f ms from launch)", p->nready, p->size,
-         (double)(sbx_now_ms() - p->fill_start));
+    LOGS(LOG_INFO, vm->id, "pool: %s: ready (%u of %u; %.0f ms from launch)", p->key, p->nready,
+         p->size, (double)(sbx_now_ms() - p->fill_start));
     pool_fill(p);
 }
 
 /* The warm-up ran: close our session, stop the vCPUs until the hand-out. */
-static void fill_warmed(struct pool *p, int err, const char *why)
+static void fill_warmed(struct tpool *p, int err, const char *why)
 {
     struct sbx_vm *vm = p->filling;
     char msg[300];
@@ -756,7 +800,7 @@ static void fill_warmed(struct pool *p, int err, const char *why)
 
 static void fill_cont(void *ud, int err, const char *why)
 {
-    struct pool *p = ud;
+    struct tpool *p = ud;
 
     if (err != 0 && p->filling)
         fill_abort(p, why, 1.0);
@@ -764,14 +808,14 @@ static void fill_cont(void *ud, int err, const char *why)
 
 static void fill_restored(void *ud, int err, const char *why)
 {
-    struct pool *p = ud;
+    struct tpool *p = ud;
     struct sbx_vm *vm = p->filling;
 
     if (!vm)
         return;
     if (err == -EINVAL) {
         /* The snapshot itself is refused (corrupt, truncated, mismatched): never used. */
-        LOG(LOG_WARN, "pool: template %s snapshot %s refused: %s; rebuilding it", p->tmpl, p->snap,
+        LOG(LOG_WARN, "pool: template %s snapshot %s refused: %s; rebuilding it", p->key, p->snap,
             why);
         fill_abort(p, "its snapshot was refused", 0);
         p->rebuilds++;
@@ -792,40 +836,41 @@ static void fill_restored(void *ud, int err, const char *why)
 
 static void on_fill_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct pool *p = w->data;
+    struct tpool *p = w->data;
 
     fill_abort(p, "restore or warm-up did not finish in time", 1.0);
 }
 
-bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd)
+static bool tp_vm_channel(struct tpool *p, struct sbx_vm *vm, int fd)
 {
-    if (!p || p->filling != vm || !p->fill_warming)
+    if (p->filling != vm || !p->fill_warming)
         return false;
     if (ws_start(&p->fw, fd, false) != 0)
         fill_abort(p, "cannot set up its channel", 1.0);
     return true;
 }
 
-void pool_defer(struct pool *p)
+/* true if p is deferred from now on */
+static bool tp_defer(struct tpool *p)
 {
     ev_tstamp now;
 
-    if (!p || ev_is_active(&p->defer))
-        return;
+    if (ev_is_active(&p->defer))
+        return false;
     /* One deferral at a time, and never two in a row: creates that keep finding the
      * pool empty must not keep it from refilling. */
     now = ev_now(p->t->loop);
     if (now < p->defer_end + POOL_DEFER_S)
-        return;
+        return false;
     p->defer_end = now + POOL_DEFER_S;
     ev_timer_set(&p->defer, POOL_DEFER_S, 0);
     ev_timer_start(p->t->loop, &p->defer);
-    LOG(LOG_INFO, "pool: refill deferred while a create restores a clone");
+    return true;
 }
 
-void pool_undefer(struct pool *p)
+static void tp_undefer(struct tpool *p)
 {
-    if (p && ev_is_active(&p->defer)) {
+    if (ev_is_active(&p->defer)) {
         ev_timer_stop(p->t->loop, &p->defer);
         p->defer_end = ev_now(p->t->loop);
         kick_soon(p, 0);
@@ -840,7 +885,7 @@ static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 /* The pool is full: start one more spare QEMU, if pool_spares wants it, the budget
  * has room for one more VM and a restore from this template has worked. The next is
  * started from the loop's next turn (each launch is spent on the loop). */
-static void spare_start(struct pool *p)
+static void spare_start(struct tpool *p)
 {
     struct sbx_vm *vm;
     unsigned want = p->t->cfg->pool_spares < POOL_MAX ? p->t->cfg->pool_spares : POOL_MAX;
@@ -866,7 +911,7 @@ static void spare_start(struct pool *p)
         kick_soon(p, 0.05);
 }
 
-static void spare_drop(struct pool *p)
+static void spare_drop(struct tpool *p)
 {
     while (p->nspares)
         sbx_vm_destroy(p->spares[--p->nspares]);
@@ -874,7 +919,7 @@ static void spare_drop(struct pool *p)
 
 /* Start one more VM if the pool is short and nothing else is filling it; the spare
  * QEMU once it is full. */
-static void pool_fill(struct pool *p)
+static void pool_fill(struct tpool *p)
 {
     struct sbx_vm *vm;
     unsigned want = p->size < budget_vms(p) ? p->size : budget_vms(p);
@@ -909,7 +954,7 @@ static void pool_fill(struct pool *p)
 
 static void on_kick(struct ev_loop *loop, ev_timer *w, int revents)
 {
-    struct pool *p = w->data;
+    struct tpool *p = w->data;
 
     while (p->ndead)
         sbx_vm_destroy(p->dead[--p->ndead]);
@@ -933,7 +978,7 @@ static bool drop_from(struct sbx_vm **arr, unsigned *n, struct sbx_vm *vm)
 
 /* The oldest spare past its start-up (QMP ready: QEMU has opened its files), the
  * caller's from then on, or NULL; another follows. */
-static struct sbx_vm *spare_up_take(struct pool *p)
+static struct sbx_vm *spare_up_take(struct tpool *p)
 {
     for (unsigned i = 0; i < p->nspares; i++) {
         struct sbx_vm *vm = p->spares[i];
@@ -954,7 +999,7 @@ static struct sbx_vm *spare_up_take(struct pool *p)
 
 /* A spare for a clone: one past its start-up, else the newest (its start then goes
  * into the create), or NULL. */
-static struct sbx_vm *spare_pop(struct pool *p)
+static struct sbx_vm *spare_pop(struct tpool *p)
 {
     struct sbx_vm *vm;
 
@@ -966,16 +1011,14 @@ static struct sbx_vm *spare_pop(struct pool *p)
     return p->spares[--p->nspares];
 }
 
-void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
+static bool tp_vm_exited(struct tpool *p, struct sbx_vm *vm)
 {
     double delay;
 
-    if (!p)
-        return;
     if (p->filling == vm)
         fill_forget(p);
     else if (!drop_from(p->spares, &p->nspares, vm) && !drop_from(p->ready, &p->nready, vm))
-        return;
+        return false;
     /* Replaced at once the first time; if they keep exiting (a VM that cannot start),
      * after 1, 2, 4 ... 32 s: never a loop of launches. */
     delay = p->exits ? (double)(1u << (p->exits - 1 < 5 ? p->exits - 1 : 5)) : 0;
@@ -984,14 +1027,14 @@ void pool_vm_exited(struct pool *p, struct sbx_vm *vm)
     if (p->ndead < POOL_MAX)
         p->dead[p->ndead++] = vm;
     kick_soon(p, delay);
+    return true;
 }
 
-struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus)
+static struct sbx_vm *tp_take(struct tpool *p)
 {
     struct sbx_vm *vm;
 
-    if (!p || p->state != TPL_READY || p->nready == 0 || strcmp(tmpl, p->tmpl) != 0 ||
-        mem_mb != p->mem_mb || vcpus != p->vcpus)
+    if (p->state != TPL_READY || p->nready == 0)
         return NULL;
     vm = p->ready[0];
     memmove(&p->ready[0], &p->ready[1], (p->nready - 1) * sizeof(p->ready[0]));
@@ -1002,25 +1045,11 @@ struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsi
     return vm;
 }
 
-bool pool_template(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus,
-                   const char **snap, const char **disk, const char **mem, struct sbx_vm **spare)
-{
-    if (!p || p->state != TPL_READY || !p->verified || strcmp(tmpl, p->tmpl) != 0 ||
-        mem_mb != p->mem_mb || vcpus != p->vcpus)
-        return false;
-    *snap = p->snap;
-    *disk = p->disk;
-    *mem = p->mem;
-    if (spare)
-        *spare = spare_pop(p);
-    return true;
-}
-
-struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *backing)
+static struct sbx_vm *tp_spare_take(struct tpool *p, const char *mem, const char *backing)
 {
     struct stat a, b;
 
-    if (!p || p->state != TPL_READY || !p->verified || !p->nspares || strcmp(mem, p->mem) != 0 ||
+    if (p->state != TPL_READY || !p->verified || !p->nspares || strcmp(mem, p->mem) != 0 ||
         stat(backing, &a) != 0 || stat(p->disk, &b) != 0 || a.st_dev != b.st_dev ||
         a.st_ino != b.st_ino)
         return NULL;
@@ -1029,19 +1058,18 @@ struct sbx_vm *pool_spare_take(struct pool *p, const char *mem, const char *back
     return spare_up_take(p);
 }
 
-json_t *pool_stats(const struct pool *p)
+static json_t *tp_stats(const struct tpool *p)
 {
     unsigned up = 0;      /* spares past their start-up (pool_spare_take) */
     unsigned touched = 0; /* spares whose TCG buffer was touched ahead (spare_start) */
     double ms;
 
-    if (!p)
-        return json_null();
     for (unsigned i = 0; i < p->nspares; i++) {
         up += p->spares[i]->vmm && vmm_qmp_ready(p->spares[i]->vmm);
         touched += vmm_prefault_touched(p->spares[i]->vmm, &ms) > 0 && ms >= 0;
     }
-    return json_pack("{s:s,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl, "state",
+    return json_pack("{s:s,s:I,s:I,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl,
+                     "memory_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "state",
                      tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
                      (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
                      (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds, "spare",
@@ -1049,30 +1077,38 @@ json_t *pool_stats(const struct pool *p)
                      (json_int_t)up, "spares_prefaulted", (json_int_t)touched);
 }
 
-int pool_new(struct sbx_table *t, struct pool **out)
+static void tp_key(const struct srv_config *c, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                   char *out, size_t cap)
 {
-    const struct srv_config *c = t->cfg;
-    struct pool *p;
-    char base[4096 + 200];
-    const char *why;
+    if (mem_mb == c->default_memory_mb && vcpus == c->default_vcpus)
+        snprintf(out, cap, "%s", tmpl);
+    else
+        snprintf(out, cap, "%s@%um%uc", tmpl, mem_mb, vcpus);
+}
 
-    *out = NULL;
-    if (c->pool_size == 0) {
-        /* What a pool of an earlier start left after a crash. */
-        tpl_sweep(t, "");
-        if (idx_del(t->idx, IDX_TEMPLATES, c->default_template) == 0)
-            t->idx_dirty = true;
+/* A pool for this template and shape, not started (tp_start), its recorded snapshot's
+ * files named when there is one; NULL (logged) when the template has no image. */
+static struct tpool *tp_new(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus)
+{
+    struct sbx_table *t = all->t;
+    const struct srv_config *c = t->cfg;
+    struct tpool *p;
+    char base[4096 + 200];
+
+    if (!sbx_template_name_ok(tmpl)) {
+        LOG(LOG_WARN, "pool: '%s' is not a template name", tmpl);
+        return NULL;
     }
-    if (c->pool_size == 0)
-        return 0;
     if (!(p = calloc(1, sizeof(*p))))
-        return -ENOMEM;
+        return NULL;
     p->t = t;
+    p->all = all;
     p->net_slot = -1;
-    snprintf(p->tmpl, sizeof(p->tmpl), "%s", c->default_template);
+    snprintf(p->tmpl, sizeof(p->tmpl), "%s", tmpl);
+    tp_key(c, tmpl, mem_mb, vcpus, p->key, sizeof(p->key));
     p->size = c->pool_size < POOL_MAX ? c->pool_size : POOL_MAX;
-    p->mem_mb = c->default_memory_mb;
-    p->vcpus = c->default_vcpus;
+    p->mem_mb = mem_mb;
+    p->vcpus = vcpus;
     ev_timer_init(&p->ping, tpl_ping, 0, TPL_PING_PERIOD);
     ev_timer_init(&p->deadline, tpl_deadline, 1, 0);
     ev_timer_init(&p->retry, on_retry, 1, 0);
@@ -1091,33 +1127,284 @@ int pool_new(struct sbx_table *t, struct pool **out)
     snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
     if (sbx_ident_get(&p->base, base) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||
         sbx_ident_get(&p->initrd, t->initrd) != 0) {
-        LOG(LOG_WARN, "pool: off: template %s has no image (%s)", p->tmpl, base);
+        LOG(LOG_WARN, "pool: no pool for template %s: it has no image (%s)", p->tmpl, base);
         free(p);
-        return 0;
+        return NULL;
     }
+    return p;
+}
+
+/* Build p's template snapshot, or reuse the recorded one (why: tpl_check_record's). */
+static void tp_start(struct tpool *p, const char *why)
+{
     if (budget_vms(p) < p->size)
         LOG(LOG_WARN,
-            "pool: pool_max_mb = %u holds %u VM(s) of %u (template %u MiB + %u MiB "
-            "each)",
-            c->pool_max_mb, budget_vms(p), p->size, p->mem_mb, POOL_VM_MB);
-    why = tpl_check_record(p);
-    tpl_sweep(t, p->id);
+            "pool: %s: pool_max_mb = %u holds %u VM(s) of %u (templates %llu MiB, %u MiB each)",
+            p->key, p->t->cfg->pool_max_mb, budget_vms(p), p->size,
+            (unsigned long long)pool_used_mb(p->all, p), POOL_VM_MB);
     if (why && strcmp(why, "none recorded") == 0) {
         tpl_build(p);
     } else if (why) {
-        LOG(LOG_WARN, "pool: template %s snapshot not used: %s; rebuilding it", p->tmpl, why);
+        LOG(LOG_WARN, "pool: template %s snapshot not used: %s; rebuilding it", p->key, why);
         p->rebuilds++;
         tpl_build(p);
     } else {
         /* Used only if the first restore accepts it (fill_restored). */
-        LOG(LOG_INFO, "pool: reusing template %s snapshot %s", p->tmpl, p->snap);
+        LOG(LOG_INFO, "pool: reusing template %s snapshot %s", p->key, p->snap);
         tpl_ready(p);
     }
-    *out = p;
+}
+
+static struct tpool *pool_find(const struct pool *all, const char *tmpl, unsigned mem_mb,
+                               unsigned vcpus)
+{
+    for (unsigned i = 0; all && i < all->n; i++) {
+        struct tpool *p = all->tp[i];
+        if (strcmp(p->tmpl, tmpl) == 0 && p->mem_mb == mem_mb && p->vcpus == vcpus)
+            return p;
+    }
+    return NULL;
+}
+
+static unsigned templates_max(const struct srv_config *c)
+{
+    return c->pool_max_templates < POOL_TEMPLATES_MAX ? c->pool_max_templates : POOL_TEMPLATES_MAX;
+}
+
+/* Add a pool for this template and shape, unless there is one, or no room (in
+ * pool_max_templates, or in pool_max_mb for its template and one VM: logged once per
+ * shape); its record's check (tpl_check_record) in *why. */
+static struct tpool *pool_add(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                              const char **why)
+{
+    const struct srv_config *c = all->t->cfg;
+    uint64_t need = (all->t->jail ? 2ull : 1ull) * mem_mb + POOL_VM_MB;
+    char key[96], reason[160] = "";
+    struct tpool *p;
+
+    if ((p = pool_find(all, tmpl, mem_mb, vcpus)))
+        return NULL;
+    tp_key(c, tmpl, mem_mb, vcpus, key, sizeof(key));
+    if (all->n >= templates_max(c))
+        snprintf(reason, sizeof(reason), "pool_max_templates = %u reached", templates_max(c));
+    else if (pool_used_mb(all, NULL) + need > c->pool_max_mb)
+        snprintf(reason, sizeof(reason),
+                 "pool_max_mb = %u has no room for its RAM file and a VM (%llu MiB)",
+                 c->pool_max_mb, (unsigned long long)need);
+    if (reason[0]) {
+        for (unsigned i = 0; i < all->nrefused; i++)
+            if (strcmp(all->refused[i], key) == 0)
+                return NULL;
+        LOG(LOG_WARN, "pool: no pool for template %s: %s; its creates boot", key, reason);
+        if (all->nrefused < POOL_TEMPLATES_MAX)
+            snprintf(all->refused[all->nrefused++], sizeof(all->refused[0]), "%s", key);
+        return NULL;
+    }
+    if (!(p = tp_new(all, tmpl, mem_mb, vcpus)))
+        return NULL;
+    *why = tpl_check_record(p);
+    all->tp[all->n++] = p;
+    return p;
+}
+
+void pool_first_use(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus)
+{
+    const char *why = NULL;
+    struct tpool *p;
+
+    if (!all || !all->t->cfg->pool_on_first_use || !(p = pool_add(all, tmpl, mem_mb, vcpus, &why)))
+        return;
+    LOG(LOG_INFO,
+        "pool: first create of template %s: building its pool (creates boot until it "
+        "is ready)",
+        p->key);
+    tp_start(p, why);
+}
+
+struct rec_list {
+    json_t *recs; /* [{"key", "template", "mem_mb", "vcpus"}] */
+};
+
+static int list_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
+{
+    struct rec_list *l = ud;
+    json_error_t jerr;
+    json_t *rec = json_loadb(val, vlen, 0, &jerr), *o = json_object();
+
+    if (o && json_object_set_new(o, "key", json_stringn(key, klen)) == 0) {
+        if (json_is_object(rec))
+            json_object_update(o, rec);
+        json_array_append(l->recs, o);
+    }
+    json_decref(o);
+    json_decref(rec);
     return 0;
 }
 
-void pool_free(struct pool *p)
+/* Every template record in the index: {"key", and the record's fields}. */
+static json_t *tpl_records(struct sbx_table *t)
+{
+    struct rec_list l = {json_array()};
+
+    if (l.recs)
+        idx_foreach(t->idx, IDX_TEMPLATES, list_one, &l);
+    return l.recs;
+}
+
+int pool_new(struct sbx_table *t, struct pool **out)
+{
+    const struct srv_config *c = t->cfg;
+    const char *whys[POOL_TEMPLATES_MAX] = {0};
+    json_t *recs = tpl_records(t), *r;
+    struct pool *all;
+    size_t i;
+
+    *out = NULL;
+    if (c->pool_size == 0 || !(all = calloc(1, sizeof(*all)))) {
+        /* What a pool of an earlier start left after a crash. */
+        tpl_sweep(t, NULL);
+        json_array_foreach(recs, i, r)
+        {
+            if (idx_del(t->idx, IDX_TEMPLATES, json_string_value(json_object_get(r, "key"))) == 0)
+                t->idx_dirty = true;
+        }
+        json_decref(recs);
+        return c->pool_size == 0 ? 0 : -ENOMEM;
+    }
+    all->t = t;
+    /* The default template's, then pool_templates' (at the default shape), then those
+     * a crash left recorded (made on first use before it). */
+    pool_add(all, c->default_template, c->default_memory_mb, c->default_vcpus, &whys[all->n]);
+    if (c->pool_templates) {
+        char list[1024], *save = NULL;
+        snprintf(list, sizeof(list), "%s", c->pool_templates);
+        for (char *n = strtok_r(list, " ,\t", &save); n; n = strtok_r(NULL, " ,\t", &save))
+            pool_add(all, n, c->default_memory_mb, c->default_vcpus, &whys[all->n]);
+    }
+    json_array_foreach(recs, i, r)
+    {
+        const char *tmpl = json_string_value(json_object_get(r, "template"));
+        json_int_t mem = json_integer_value(json_object_get(r, "mem_mb"));
+        json_int_t vcpus = json_integer_value(json_object_get(r, "vcpus"));
+        const char *key = json_string_value(json_object_get(r, "key"));
+        char want[96];
+        bool kept = false;
+
+        if (!key)
+            continue;
+        /* A pool made on first use, recorded under the key its own shape gives. */
+        if (tmpl && mem > 0 && mem <= UINT_MAX && vcpus > 0 && vcpus <= UINT_MAX &&
+            c->pool_on_first_use) {
+            tp_key(c, tmpl, (unsigned)mem, (unsigned)vcpus, want, sizeof(want));
+            if (strcmp(want, key) == 0)
+                pool_add(all, tmpl, (unsigned)mem, (unsigned)vcpus, &whys[all->n]);
+        }
+        for (unsigned k = 0; k < all->n; k++)
+            kept |= strcmp(all->tp[k]->key, key) == 0;
+        if (!kept && idx_del(t->idx, IDX_TEMPLATES, key) == 0)
+            t->idx_dirty = true;
+    }
+    json_decref(recs);
+    tpl_sweep(t, all);
+    for (unsigned k = 0; k < all->n; k++)
+        tp_start(all->tp[k], whys[k]);
+    *out = all;
+    return 0;
+}
+
+struct sbx_vm *pool_take(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus)
+{
+    struct tpool *p = pool_find(all, tmpl, mem_mb, vcpus);
+
+    return p ? tp_take(p) : NULL;
+}
+
+bool pool_template(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                   const char **snap, const char **disk, const char **mem, struct sbx_vm **spare)
+{
+    struct tpool *p = pool_find(all, tmpl, mem_mb, vcpus);
+
+    if (!p || p->state != TPL_READY || !p->verified)
+        return false;
+    *snap = p->snap;
+    *disk = p->disk;
+    *mem = p->mem;
+    if (spare)
+        *spare = spare_pop(p);
+    return true;
+}
+
+struct sbx_vm *pool_spare_take(struct pool *all, const char *mem, const char *backing)
+{
+    struct sbx_vm *vm;
+
+    for (unsigned i = 0; all && i < all->n; i++)
+        if ((vm = tp_spare_take(all->tp[i], mem, backing)))
+            return vm;
+    return NULL;
+}
+
+void pool_defer(struct pool *all)
+{
+    bool any = false;
+
+    for (unsigned i = 0; all && i < all->n; i++)
+        any |= tp_defer(all->tp[i]);
+    if (any)
+        LOG(LOG_INFO, "pool: refill deferred while a create restores a clone");
+}
+
+void pool_undefer(struct pool *all)
+{
+    for (unsigned i = 0; all && i < all->n; i++)
+        tp_undefer(all->tp[i]);
+}
+
+bool pool_vm_channel(struct pool *all, struct sbx_vm *vm, int fd)
+{
+    for (unsigned i = 0; all && i < all->n; i++)
+        if (tp_vm_channel(all->tp[i], vm, fd))
+            return true;
+    return false;
+}
+
+void pool_vm_exited(struct pool *all, struct sbx_vm *vm)
+{
+    for (unsigned i = 0; all && i < all->n; i++)
+        if (tp_vm_exited(all->tp[i], vm))
+            return;
+}
+
+int pool_mem_fd(const struct pool *all, const char *mem_path)
+{
+    int fd;
+
+    for (unsigned i = 0; all && i < all->n; i++)
+        if ((fd = tp_mem_fd(all->tp[i], mem_path)) > 0)
+            return fd;
+    return 0;
+}
+
+json_t *pool_stats(const struct pool *all)
+{
+    const struct srv_config *c;
+    struct tpool *dflt;
+    json_t *o, *list;
+
+    if (!all)
+        return json_null();
+    c = all->t->cfg;
+    dflt = pool_find(all, c->default_template, c->default_memory_mb, c->default_vcpus);
+    o = dflt ? tp_stats(dflt)
+             : json_pack("{s:s,s:s}", "template", c->default_template, "state", "off");
+    list = json_array();
+    for (unsigned i = 0; i < all->n; i++)
+        json_array_append_new(list, tp_stats(all->tp[i]));
+    json_object_set_new(o, "templates", list);
+    return o;
+}
+
+static void tp_free(struct tpool *p)
 {
     if (!p)
         return;
@@ -1139,4 +1426,13 @@ void pool_free(struct pool *p)
      * RAM); the next start builds it again. Clones still running hold it open. */
     tpl_remove(p);
     free(p);
+}
+
+void pool_free(struct pool *all)
+{
+    if (!all)
+        return;
+    for (unsigned i = 0; i < all->n; i++)
+        tp_free(all->tp[i]);
+    free(all);
 }

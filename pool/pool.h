@@ -1,7 +1,14 @@
 /*
  * pool.h - template snapshots and the warm pool (issue 8).
  *
- * For the default template, warrend boots one VM in template mode (guest RAM
+ * A pool is for one template, memory size and vCPU count: the default
+ * template's, those named in pool_templates (default size), both from the start,
+ * and, with pool_on_first_use, one for each other template or shape a create asks
+ * for (pool_first_use), up to pool_max_templates; all share pool_max_mb. Each is
+ * recorded in the index's templates table under its key: the template's name for
+ * the default size, else <name>@<mem>m<vcpus>c.
+ *
+ * For its template, warrend boots one VM in template mode (guest RAM
  * in /dev/shm/warren-<vm id>.mem, share=on; a qcow2 overlay over the
  * template's base image), waits until its agent answers a PING, has it run
  * `sync` (a session of the pool's own: INIT, EXEC, EXIT), saves its
@@ -35,6 +42,9 @@
  *
  * Off when pool_size is 0; creates then boot as before.
  *
+ * struct pool is every template's pool; the functions below find the one for the
+ * template and shape (or RAM file, or VM) they are given.
+ *
  * Ownership: the pool belongs to the sbx_table (t->pool) and is freed by
  * pool_free before the table's VMs. A VM returned by pool_take is the
  * caller's to bind (sbx_vm_bind) from then on.
@@ -54,6 +64,11 @@ struct sbx_vm;
 int pool_new(struct sbx_table *t, struct pool **out);
 /* Kill the pool's VMs and the template VM, remove the template's files. */
 void pool_free(struct pool *p);
+/* A create for a template and shape (memory, vCPUs) with no pool boots: with
+ * pool_on_first_use, a pool for them is added (within pool_max_templates and
+ * pool_max_mb; logged once when there is no room) and its template built in the
+ * background, so the creates after it are hand-outs. */
+void pool_first_use(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus);
 /* A ready VM (restored, stopped, unbound) for this template, memory and vCPUs,
  * or NULL (none ready, or another shape: boot instead). Refill follows. */
 struct sbx_vm *pool_take(struct pool *p, const char *tmpl, unsigned mem_mb, unsigned vcpus);

@@ -117,6 +117,9 @@ static const struct opt opts[] = {
     {"pool_spares", T_UINT, F(pool_spares), "1", 0},
     {"pool_spare_prefault_mb", T_UINT, F(pool_spare_prefault_mb), "12", 0},
     {"pool_template_warmup", T_STR, F(pool_template_warmup), WARMUP_DEFAULT, 0},
+    {"pool_templates", T_STR, F(pool_templates), "", 0},
+    {"pool_on_first_use", T_BOOL, F(pool_on_first_use), "true", 0},
+    {"pool_max_templates", T_UINT, F(pool_max_templates), "4", 1},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
     {"net_enabled", T_BOOL, F(net_enabled), "false", 0},
     {"net_default_internet", T_BOOL, F(net_default_internet), "true", 0},
@@ -440,6 +443,7 @@ void cfg_free(struct srv_config *c)
     free(c->default_template);
     free(c->kernel_append);
     free(c->pool_template_warmup);
+    free(c->pool_templates);
     free(c->jail);
     free(c->jail_cgroup);
     free(c->allowed_origins);

@@ -88,6 +88,9 @@ struct srv_config {
     unsigned pool_spares; /* pool_spares = 1: QEMUs started ahead for clones and forks */
     unsigned pool_spare_prefault_mb; /* pool_spare_prefault_mb = 12: TCG buffer touched ahead */
     char *pool_template_warmup;      /* pool_template_warmup: sh -c command run before its save */
+    char *pool_templates;            /* pool_templates: more templates pooled from the start */
+    unsigned pool_on_first_use;      /* pool_on_first_use = true (0/1): pool a template when used */
+    unsigned pool_max_templates;     /* pool_max_templates = 4: templates (and shapes) pooled */
     unsigned mem_overcommit_pct;     /* memory_overcommit_percent = 100: guests' memory_mb may add
                                       * up to this share of host memory less the reserve */
     /* sandbox networking (issue 9, server/net.h) */

@@ -804,7 +804,7 @@ int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *e
     return 0;
 }
 
-static bool template_name_ok(const char *s)
+bool sbx_template_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 48)
@@ -1173,7 +1173,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         tmpl = json_string_value(json_object_get(body, "template"));
     if (!snap_id && !json_object_get(body, "template"))
         tmpl = c->default_template;
-    if (!tmpl || !template_name_ok(tmpl)) {
+    if (!tmpl || !sbx_template_name_ok(tmpl)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
     }
     if (snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, tmpl) >= (int)sizeof(base) ||
@@ -1260,6 +1260,9 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
             return sbx_clone_start(sb, tsnap, tdisk, tmem, spare, &pol, sink, user, opid, err);
         }
     }
+    /* No pool for this template and shape: it boots, and its pool is built (on first
+     * use) for the creates after it. */
+    pool_first_use(t->pool, tmpl, mem, vcpus);
     {
         /* A namespace made ahead, when the policy is the default one. */
         char ahead_id[24];

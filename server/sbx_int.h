@@ -317,6 +317,9 @@ void sbx_die(struct sandbox *sb, const char *reason);
  * dead and err is set: 0 or -1. */
 int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err);
 
+/* A template's name: 1-48 of [a-z0-9_-] (its image is image_dir/<name>.ext4). */
+bool sbx_template_name_ok(const char *s);
+
 /* ---- snapshots (sbx_snap.c; the API is sbx_snap.h) ---- */
 
 /* The identity of a file something depends on (a template's base image). */

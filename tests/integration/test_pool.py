@@ -25,7 +25,9 @@ import unittest
 from warren import (Warren, counter_runs, counter_value, flip_ram_byte, held, image_dir, qemu_pids,
                     wait_no_qemu)
 
-POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal"}
+# Pools of the default template only: test_1 checks that another shape boots.
+POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal",
+             "pool_on_first_use": "false"}
 
 # A background loop (as in test_snapshots): the count is written beside and renamed
 # into place, so a fork never sees a truncated file.
@@ -745,6 +747,96 @@ class TestPool(unittest.TestCase):
         self.assertEqual(template_ids(w), [])
         bases = os.path.join(w.state_dir, "bases")
         self.assertEqual(os.listdir(bases) if os.path.isdir(bases) else [], [])
+        for t in tid:
+            self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
+
+
+def pools(w):
+    """{(template, memory_mb): its pool's figures} from GET /healthz."""
+    return {(p["template"], p["memory_mb"]): p for p in pool(w)["templates"]}
+
+
+def wait_pools_ready(w, want, timeout=180):
+    """Until each (template, memory_mb) in want has a ready pool with a VM in it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ps = pools(w)
+        if all(k in ps and ps[k]["state"] == "ready" and ps[k]["ready"] >= 1 for k in want):
+            return ps
+        time.sleep(0.2)
+    raise AssertionError(f"pools never ready: {pools(w)}\n{w.log_text()}")
+
+
+def mem_total_mib(w, sid):
+    return int(w.run(sid, "awk '/MemTotal/{print $2}' /proc/meminfo")["stdout"]) / 1024
+
+
+class TestPoolTemplates(unittest.TestCase):
+    """Pools of more than the default template (issue 8: "per template"):
+    pool_templates' built at start; on first use, one for each template and shape
+    (memory, vCPUs) a create asks for, that create booting; none past
+    pool_max_templates (logged once, its creates boot). They survive a kill -9 and
+    go with a clean stop."""
+    CONF = {"pool_size": "1", "pool_spares": "0", "jail": "off", "default_template": "minimal",
+            "pool_templates": "base", "pool_max_templates": "3"}
+
+    def test_pools_per_template_and_shape(self):
+        w = Warren(self.CONF).start()
+        try:
+            self.run_it(w)
+        finally:
+            w.cleanup()
+
+    def source(self, w, sid):
+        return w.get(sid).json()["source"]
+
+    def run_it(self, w):
+        wait_pools_ready(w, [("minimal", 256), ("base", 256)])
+        # pool_templates' pool hands out base sandboxes: base has python3, minimal not.
+        b = w.create(template="base")
+        self.assertEqual(self.source(w, b), "pool")
+        self.assertEqual(w.run(b, "python3 -c 'print(6*7)'")["stdout"], "42\n")
+        m = w.create()
+        self.assertEqual(self.source(w, m), "pool")
+        self.assertIn("rc=1", w.run(m, "command -v python3; echo rc=$?")["stdout"])
+        # First use of another memory size: that create boots, its pool is built after.
+        c = w.create(memory_mb=192)
+        self.assertEqual(self.source(w, c), "boot")
+        self.assertIn("pool: first create of template minimal@192m1c: building its pool",
+                      w.log_all())
+        ps = wait_pools_ready(w, [("minimal", 192)])
+        self.assertEqual(len(ps), 3, ps)
+        d = w.create(memory_mb=192)
+        self.assertEqual(self.source(w, d), "pool")
+        # Each pool's VMs have its shape (MemTotal: 142 MiB of 192, 206 of 256).
+        md, mm = mem_total_mib(w, d), mem_total_mib(w, m)
+        self.assertTrue(120 < md < 192 < mm < 256, (md, mm))
+        # The fourth: past pool_max_templates, logged once, its creates boot.
+        refused = "pool: no pool for template minimal@160m1c: pool_max_templates = 3 reached"
+        e1 = w.create(memory_mb=160)
+        e2 = w.create(memory_mb=160)
+        self.assertEqual([self.source(w, x) for x in (e1, e2)], ["boot", "boot"])
+        self.assertEqual(w.log_all().count(refused), 1, w.log_text())
+        self.assertEqual(len(pools(w)), 3, pools(w))
+        tid = template_ids(w)
+        self.assertEqual(len(tid), 3, tid)
+        for x in (b, m, c, d, e1, e2):
+            self.assertEqual(w.delete(x).status, 200)
+        # A kill -9 keeps the pools and their snapshots: reused, not rebuilt.
+        w.kill9()
+        w.start()
+        ps = wait_pools_ready(w, [("minimal", 256), ("base", 256), ("minimal", 192)])
+        self.assertEqual(len(ps), 3, ps)
+        self.assertEqual(sum(p["rebuilds"] for p in ps.values()), 0, ps)
+        self.assertIn("pool: reusing template minimal@192m1c snapshot", w.log_all())
+        self.assertEqual(template_ids(w), tid)
+        d = w.create(memory_mb=192)
+        self.assertEqual(self.source(w, d), "pool")
+        self.assertEqual(w.run(d, "echo ok")["stdout"], "ok\n")
+        w.delete(d)
+        # A clean stop removes every template's files.
+        w.stop()
+        self.assertEqual(template_ids(w), [])
         for t in tid:
             self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
 
