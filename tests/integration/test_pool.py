@@ -790,6 +790,22 @@ class TestPoolTemplates(unittest.TestCase):
     def source(self, w, sid):
         return w.get(sid).json()["source"]
 
+    def test_no_room_in_pool_max_mb(self):
+        # The default template's RAM file (256) and its one VM (48) leave 48 MiB: no
+        # room for another template's RAM file, so its creates boot and no build starts.
+        w = Warren(dict(self.CONF, pool_templates="", pool_max_mb="352")).start()
+        try:
+            wait_pools_ready(w, [("minimal", 256)])
+            c = w.create(memory_mb=192)
+            self.assertEqual(self.source(w, c), "boot")
+            self.assertIn("pool: no pool for template minimal@192m1c: pool_max_mb = 352 has no "
+                          "room for its RAM file and a VM (240 MiB)", w.log_all())
+            self.assertEqual(list(pools(w)), [("minimal", 256)])
+            self.assertEqual(len(template_ids(w)), 1)
+            self.assertEqual(w.run(c, "echo ok")["stdout"], "ok\n")
+        finally:
+            w.cleanup()
+
     def run_it(self, w):
         wait_pools_ready(w, [("minimal", 256), ("base", 256)])
         # pool_templates' pool hands out base sandboxes: base has python3, minimal not.
