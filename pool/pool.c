@@ -1385,6 +1385,16 @@ int pool_mem_fd(const struct pool *all, const char *mem_path)
     return 0;
 }
 
+json_t *pool_template_stats(const struct pool *all, const char *tmpl)
+{
+    json_t *list = json_array();
+
+    for (unsigned i = 0; all && i < all->n; i++)
+        if (strcmp(all->tp[i]->tmpl, tmpl) == 0)
+            json_array_append_new(list, tp_stats(all->tp[i]));
+    return list;
+}
+
 json_t *pool_stats(const struct pool *all)
 {
     const struct srv_config *c;

@@ -136,6 +136,11 @@ int api_route_match(const char *path, struct api_route *r)
     }
     /* Anything under /v1 needs the key, even to learn that it does not exist. */
     r->auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
+    if (len == 13 && memcmp(path, "/v1/templates", 13) == 0) {
+        r->id = API_R_TEMPLATES;
+        r->methods = API_GET;
+        return 0;
+    }
     if (len >= sizeof(spfx) - 1 && memcmp(path, spfx, sizeof(spfx) - 1) == 0) {
         if (len == sizeof(spfx) - 1) {
             r->id = API_R_SNAPSHOTS;

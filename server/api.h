@@ -73,6 +73,7 @@ enum api_route_id {
     API_R_RESUME,       /* /v1/sandboxes/{id}/resume */
     API_R_SNAPSHOTS,    /* /v1/snapshots */
     API_R_SNAPSHOT,     /* /v1/snapshots/{id} (the id in sbx) */
+    API_R_TEMPLATES,    /* /v1/templates */
 };
 
 #define API_PID_MAX 4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */

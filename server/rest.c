@@ -1001,6 +1001,10 @@ void rest_request(struct pss *p, const char *uri)
                                   : sbx_delete(p->srv->t, p->sbx, &out, &err);
         respond_sync(p, rc, out, &err);
         break;
+    case API_R_TEMPLATES:
+        rc = sbx_templates(p->srv->t, &out, &err);
+        respond_sync(p, rc, out, &err);
+        break;
     case API_R_SNAPSHOTS:
         rc = sbx_snap_list(p->srv->t, &out, &err);
         respond_sync(p, rc, out, &err);

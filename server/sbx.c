@@ -735,6 +735,53 @@ json_t *sbx_pool_stats(const struct sbx_table *t)
     return pool_stats(t->pool);
 }
 
+#define TEMPLATES_MAX 256 /* images listed by GET /v1/templates */
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
+{
+    char *names[TEMPLATES_MAX], path[4096 + 64];
+    size_t n = 0;
+    struct dirent *e;
+    struct stat st;
+    json_t *list;
+    DIR *d;
+
+    if (!(d = opendir(t->image_dir)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "cannot read the image directory %s: %s",
+                           t->image_dir, strerror(errno));
+    while ((e = readdir(d)) != NULL && n < TEMPLATES_MAX) {
+        size_t len = strlen(e->d_name);
+        char *name;
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".ext4") != 0 ||
+            !(name = strndup(e->d_name, len - 5)))
+            continue;
+        if (sbx_template_name_ok(name))
+            names[n++] = name;
+        else
+            free(name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(names[0]), name_cmp);
+    list = json_array();
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, names[i]);
+        if (list && stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            json_array_append_new(list, json_pack("{s:s,s:b,s:I,s:o}", "name", names[i], "default",
+                                                  strcmp(names[i], t->cfg->default_template) == 0,
+                                                  "size_bytes", (json_int_t)st.st_size, "pools",
+                                                  pool_template_stats(t->pool, names[i])));
+        free(names[i]);
+    }
+    if (!list || !(*out = json_pack("{s:o}", "templates", list)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    return 0;
+}
+
 unsigned sbx_count_live(const struct sbx_table *t)
 {
     unsigned n = 0;

@@ -160,6 +160,10 @@ int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const str
 unsigned sbx_count_live(const struct sbx_table *t);
 /* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */
 json_t *sbx_pool_stats(const struct sbx_table *t);
+/* GET /v1/templates: {"templates":[{"name","default","size_bytes","pools":[...]}]}, every
+ * image in image_dir by name, each with its pools' figures (pool.h pool_stats). 0 or
+ * an SBX_E_* status (err filled). */
+int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err);
 
 /* ---- the port proxy (server/ports.c) ---- */
 /* Sandbox id, usable as for an operation (a paused one resumes, a frozen one

@@ -204,6 +204,10 @@ class Warren:
     def delete_snapshot(self, snapshot_id):
         return self.request("DELETE", f"/v1/snapshots/{_q(snapshot_id)}")
 
+    def templates(self):
+        """The templates (images) a create may name, each with its warm pools."""
+        return self.request("GET", "/v1/templates")["templates"]
+
     def health(self):
         return self.request("GET", "/healthz")
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import unittest
 
-from warren import WarrenCase
+from warren import WarrenCase, image_dir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CLIENTS = os.path.join(HERE, "..", "..", "clients")
@@ -86,6 +86,17 @@ class ClientTest(WarrenCase):
         with self.assertRaises(WarrenError) as cm:
             Client(self.c.url, "wrong-key").list()
         self.assertEqual(cm.exception.status, 401)
+
+    def test_templates(self):
+        # Every image a create may name; the pool is off here, so none has a pool.
+        images = sorted(f[:-5] for f in os.listdir(image_dir()) if f.endswith(".ext4"))
+        ts = self.c.templates()
+        self.assertEqual([t["name"] for t in ts], images)
+        self.assertEqual([t["name"] for t in ts if t["default"]], ["base"])
+        self.assertTrue(all(t["pools"] == [] and t["size_bytes"] > 0 for t in ts), ts)
+        lines = self.cli("templates").stdout.decode().splitlines()
+        self.assertEqual(lines, [f"{n}{' (default)' if n == 'base' else ''}  no pool"
+                                 for n in images])
 
     def test_list_by_metadata_and_terminal_url(self):
         ids = [s["id"] for s in self.c.list(metadata={"suite": "clients"})]

@@ -815,6 +815,15 @@ class TestPoolTemplates(unittest.TestCase):
         m = w.create()
         self.assertEqual(self.source(w, m), "pool")
         self.assertIn("rc=1", w.run(m, "command -v python3; echo rc=$?")["stdout"])
+        # GET /v1/templates: every image, the default marked, each with its pools.
+        r = w.request("GET", "/v1/templates")
+        self.assertEqual(r.status, 200, r)
+        ts = {t["name"]: t for t in r.json()["templates"]}
+        self.assertEqual(sorted(ts), sorted(f[:-5] for f in os.listdir(image_dir())
+                                            if f.endswith(".ext4")))
+        self.assertEqual([n for n in ts if ts[n]["default"]], ["minimal"])
+        self.assertEqual([(p["memory_mb"], p["state"]) for p in ts["base"]["pools"]],
+                         [(256, "ready")])
         # First use of another memory size: that create boots, its pool is built after.
         c = w.create(memory_mb=192)
         self.assertEqual(self.source(w, c), "boot")
@@ -822,6 +831,8 @@ class TestPoolTemplates(unittest.TestCase):
                       w.log_all())
         ps = wait_pools_ready(w, [("minimal", 192)])
         self.assertEqual(len(ps), 3, ps)
+        ts = {t["name"]: t for t in w.request("GET", "/v1/templates").json()["templates"]}
+        self.assertEqual(sorted(p["memory_mb"] for p in ts["minimal"]["pools"]), [192, 256])
         d = w.create(memory_mb=192)
         self.assertEqual(self.source(w, d), "pool")
         # Each pool's VMs have its shape (MemTotal: 142 MiB of 192, 206 of 256).

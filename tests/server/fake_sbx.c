@@ -703,6 +703,12 @@ json_t *sbx_pool_stats(const struct sbx_table *t)
     return json_null(); /* no pool in the fake */
 }
 
+int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
+{
+    *out = json_pack("{s:[]}", "templates"); /* no images in the fake */
+    return 0;
+}
+
 /* Snapshots: none exist in the fake table (the HTTP layer only routes them). */
 int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
                  void *user, sbx_op_t *op, struct sbx_err *err)

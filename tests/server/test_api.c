@@ -41,6 +41,11 @@ static void test_routes(void)
     CHECK(api_route_match("/v1/sandboxes/abc/network/x", &r) != 0);
     CHECK(api_route_match("/v1/sandboxes/abc/fork", &r) == 0 && r.id == API_R_FORK &&
           r.methods == API_POST && !strcmp(r.sbx, "abc"));
+    CHECK(api_route_match("/v1/templates", &r) == 0 && r.id == API_R_TEMPLATES &&
+          r.methods == API_GET && r.auth);
+    CHECK(api_route_match("/v1/templates/", &r) == 0 && r.id == API_R_TEMPLATES);
+    CHECK(api_route_match("/v1/templates/base", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/templatesx", &r) == -ENOENT);
     CHECK(api_route_match("/v1/snapshots", &r) == 0 && r.id == API_R_SNAPSHOTS &&
           r.methods == API_GET && r.auth);
     CHECK(api_route_match("/v1/snapshots/", &r) == 0 && r.id == API_R_SNAPSHOTS);
