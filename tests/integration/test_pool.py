@@ -6,7 +6,8 @@ refused and rebuilt (while that sandbox, a clone of the old one, runs on); a
 template image replaced on disk invalidates the snapshot; create/delete cycles
 and a kill -9 leave nothing behind (load/churn.py runs 500); nothing is left once
 everything is deleted and warrend stops; with QEMU jailed the clones are jailed
-too, over a sealed copy of the template's RAM.
+too, over a sealed copy of the template's RAM; other templates and shapes get
+pools of their own, at start or on first use (TestPoolTemplates).
 
 One warrend for the class (its template is built twice: at start and after the
 corruption); the methods run in name order and build on each other."""
@@ -789,6 +790,38 @@ class TestPoolTemplates(unittest.TestCase):
 
     def source(self, w, sid):
         return w.get(sid).json()["source"]
+
+    def test_jailed_pool_made_on_first_use(self):
+        # Jailed, a pool made on first use seals its own template's RAM for its clones.
+        uid_base = 231000
+        w = Warren(dict(self.CONF, pool_templates="", jail="required",
+                        jail_uid_base=str(uid_base), jail_uid_count="10",
+                        jail_cgroup="warren-it"))
+        try:
+            w.start()
+            wait_pools_ready(w, [("minimal", 256)])
+            c = w.create(memory_mb=192)
+            self.assertEqual(self.source(w, c), "boot")
+            wait_pools_ready(w, [("minimal", 192)])
+            d = w.create(memory_mb=192)
+            rec = w.get(d).json()
+            self.assertEqual(rec["source"], "pool", rec)
+            (q,) = qemu_pids(rec["vm_id"])
+            with open(f"/proc/{q}/status") as f:
+                st = dict(line.split(":", 1) for line in f if ":" in line)
+            self.assertTrue(uid_base <= int(st["Uid"].split()[0]) < uid_base + 10, st["Uid"])
+            self.assertEqual(os.readlink(f"/proc/{q}/fd/4"),
+                             "/memfd:warren-template-ram (deleted)")
+            shown = [t for t in template_ids(w)
+                     if os.path.lexists(f"/proc/{q}/root/dev/shm/warren-{t}.mem")]
+            self.assertEqual(len(shown), 1, (shown, template_ids(w)))
+            self.assertEqual(os.readlink(f"/proc/{q}/root/dev/shm/warren-{shown[0]}.mem"),
+                             "/proc/self/fd/4")
+            self.assertLess(mem_total_mib(w, d), 192)
+            for x in (c, d):
+                self.assertEqual(w.delete(x).status, 200)
+        finally:
+            w.cleanup()
 
     def test_no_room_in_pool_max_mb(self):
         # The default template's RAM file (256) and its one VM (48) leave 48 MiB: no
