@@ -122,7 +122,8 @@ struct pool {
     struct tpool *tp[POOL_TEMPLATES_MAX];
     unsigned n;
     char refused[POOL_TEMPLATES_MAX][96]; /* keys refused a pool: logged once each */
-    unsigned nrefused;
+    unsigned nrefused;                    /* at most pool_max_templates */
+    bool refused_more;                    /* one more was refused: said once, then quiet */
 };
 
 /* A copy of the RAM file into a sealed memfd, off the loop. p NULL: the pool went
@@ -703,9 +704,9 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* What a template's files take of pool_max_mb: its RAM file and, when jailed, its
  * sealed copy (at most as much again). */
-static uint64_t tpl_mb(const struct tpool *p)
+static uint64_t tpl_mb(const struct sbx_table *t, unsigned mem_mb)
 {
-    return p->t->jail ? 2ull * p->mem_mb : p->mem_mb;
+    return t->jail ? 2ull * mem_mb : mem_mb;
 }
 
 static unsigned vms_held(const struct tpool *p)
@@ -719,7 +720,7 @@ static uint64_t pool_used_mb(const struct pool *all, const struct tpool *except)
     uint64_t used = 0;
 
     for (unsigned i = 0; i < all->n; i++)
-        used += tpl_mb(all->tp[i]) +
+        used += tpl_mb(all->t, all->tp[i]->mem_mb) +
                 (all->tp[i] == except ? 0 : (uint64_t)POOL_VM_MB * vms_held(all->tp[i]));
     return used;
 }
@@ -1178,11 +1179,11 @@ static struct tpool *pool_add(struct pool *all, const char *tmpl, unsigned mem_m
                               const char **why)
 {
     const struct srv_config *c = all->t->cfg;
-    uint64_t need = (all->t->jail ? 2ull : 1ull) * mem_mb + POOL_VM_MB;
+    uint64_t need = tpl_mb(all->t, mem_mb) + POOL_VM_MB;
     char key[96], reason[160] = "";
     struct tpool *p;
 
-    if ((p = pool_find(all, tmpl, mem_mb, vcpus)))
+    if (pool_find(all, tmpl, mem_mb, vcpus))
         return NULL;
     tp_key(c, tmpl, mem_mb, vcpus, key, sizeof(key));
     if (all->n >= templates_max(c))
@@ -1192,12 +1193,21 @@ static struct tpool *pool_add(struct pool *all, const char *tmpl, unsigned mem_m
                  "pool_max_mb = %u has no room for its RAM file and a VM (%llu MiB)",
                  c->pool_max_mb, (unsigned long long)need);
     if (reason[0]) {
+        /* Logged once per shape, for the first pool_max_templates shapes: a client
+         * choosing a new memory size for each create cannot fill the log. */
         for (unsigned i = 0; i < all->nrefused; i++)
             if (strcmp(all->refused[i], key) == 0)
                 return NULL;
-        LOG(LOG_WARN, "pool: no pool for template %s: %s; its creates boot", key, reason);
-        if (all->nrefused < POOL_TEMPLATES_MAX)
+        if (all->nrefused < templates_max(c)) {
+            LOG(LOG_WARN, "pool: no pool for template %s: %s; its creates boot", key, reason);
             snprintf(all->refused[all->nrefused++], sizeof(all->refused[0]), "%s", key);
+        } else if (!all->refused_more) {
+            LOG(LOG_WARN,
+                "pool: no pool for template %s either (%s); other shapes refused a "
+                "pool are not logged",
+                key, reason);
+            all->refused_more = true;
+        }
         return NULL;
     }
     if (!(p = tp_new(all, tmpl, mem_mb, vcpus)))
@@ -1221,20 +1231,16 @@ void pool_first_use(struct pool *all, const char *tmpl, unsigned mem_mb, unsigne
     tp_start(p, why);
 }
 
-struct rec_list {
-    json_t *recs; /* [{"key", "template", "mem_mb", "vcpus"}] */
-};
-
+/* ud: the array tpl_records fills */
 static int list_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
-    struct rec_list *l = ud;
     json_error_t jerr;
     json_t *rec = json_loadb(val, vlen, 0, &jerr), *o = json_object();
 
     if (o && json_object_set_new(o, "key", json_stringn(key, klen)) == 0) {
         if (json_is_object(rec))
             json_object_update(o, rec);
-        json_array_append(l->recs, o);
+        json_array_append(ud, o);
     }
     json_decref(o);
     json_decref(rec);
@@ -1244,11 +1250,11 @@ static int list_one(void *ud, const char *key, size_t klen, const char *val, siz
 /* Every template record in the index: {"key", and the record's fields}. */
 static json_t *tpl_records(struct sbx_table *t)
 {
-    struct rec_list l = {json_array()};
+    json_t *recs = json_array();
 
-    if (l.recs)
-        idx_foreach(t->idx, IDX_TEMPLATES, list_one, &l);
-    return l.recs;
+    if (recs)
+        idx_foreach(t->idx, IDX_TEMPLATES, list_one, recs);
+    return recs;
 }
 
 int pool_new(struct sbx_table *t, struct pool **out)

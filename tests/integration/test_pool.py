@@ -836,6 +836,21 @@ class TestPoolTemplates(unittest.TestCase):
             self.assertEqual(list(pools(w)), [("minimal", 256)])
             self.assertEqual(len(template_ids(w)), 1)
             self.assertEqual(w.run(c, "echo ok")["stdout"], "ok\n")
+            self.assertEqual(w.delete(c).status, 200)
+            # Shapes a client picks are logged once each, for the first
+            # pool_max_templates (3) of them, then once more that the rest are not.
+            for mem in (160, 176, 208, 224, 160):
+                x = w.create(memory_mb=mem)
+                self.assertEqual(self.source(w, x), "boot")
+                self.assertEqual(w.delete(x).status, 200)
+            log = w.log_all()
+            named = re.findall(r"pool: no pool for template (minimal@\d+m1c): pool_max_mb", log)
+            self.assertEqual(named, ["minimal@192m1c", "minimal@160m1c", "minimal@176m1c"], log)
+            self.assertEqual(log.count("pool: no pool for template minimal@208m1c either (pool_max_mb"
+                                       " = 352 has no room for its RAM file and a VM (256 MiB)); "
+                                       "other shapes refused a pool are not logged"), 1, log)
+            self.assertNotIn("minimal@224m1c", log)
+            self.assertEqual(list(pools(w)), [("minimal", 256)])
         finally:
             w.cleanup()
 
