@@ -9,6 +9,7 @@
  * set headers on a WebSocket); the parameter is dropped from every parsed
  * query (HTTP_TOKEN_PARAM), and nothing here logs a token.
  */
+#include "cred.h"
 #include "http_int.h"
 
 #define TOKEN_TTL_DEFAULT 3600
@@ -85,7 +86,7 @@ int http_authorize(struct pss *p, struct lws *wsi, const char *sbx_id, const cha
         /* The header decides alone: a wrong key is not rescued by a token. */
         if (n < (int)sizeof(authz) &&
             lws_hdr_copy(wsi, authz, sizeof(authz), WSI_TOKEN_HTTP_AUTHORIZATION) >= 0 &&
-            api_bearer_ok(authz, srv->key))
+            cred_is_key(authz, strlen(authz), srv->key))
             return 0;
         set_err(e, 401, "unauthorized", "missing or wrong 'Authorization: Bearer <key>'");
         return -EACCES;

@@ -2,6 +2,7 @@
  * ports.c - the port proxy (ports.h): admission, the connection into the
  * VM's namespace, and the byte pump.
  */
+#include "cred.h"
 #include "http_int.h"
 #include "ports.h"
 #include "vmm.h"
@@ -431,22 +432,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- admission ---- */
 
-static bool key_ok(const struct http_server *srv, struct ports_span a)
-{
-    size_t kl = strlen(srv->key);
-    unsigned char d = 0;
-
-    if (!a.p || a.n != 7 + kl || strncasecmp(a.p, "Bearer ", 7) != 0 || !kl)
-        return false;
-    for (size_t i = 0; i < kl; i++)
-        d |= (unsigned char)(a.p[7 + i] ^ srv->key[i]);
-    return d == 0;
-}
-
-/* 0: admitted (*strip_authz: the Authorization header was ours); 1: answered
- * (refused, or the cookie redirect). */
-static int admit(struct pconn *pc, const struct ports_head *h, const struct ports_dest *d,
-                 bool *strip_authz)
+/* 0: admitted; 1: answered (refused, or the cookie redirect). */
+static int admit(struct pconn *pc, const struct ports_head *h, const struct ports_dest *d)
 {
     struct http_server *srv = pc->pp->srv;
     char tok[TOKEN_STR_MAX + 2];
@@ -454,11 +441,9 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
     enum token_why why;
     int q;
 
-    *strip_authz = false;
-    if (key_ok(srv, h->authorization)) {
-        *strip_authz = true;
+    /* The same reader as the API's: whatever it takes as the key, the rewrite strips. */
+    if (h->authorization.p && cred_is_key(h->authorization.p, h->authorization.n, srv->key))
         return 0;
-    }
     /* A public port needs nothing (our token header, query and cookie still go). */
     if (sbx_port_public(srv->t, d->sbx, d->port))
         return 0;
@@ -509,6 +494,11 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
         char url[8192];
         long ul = ports_url_without_token(h, url, sizeof(url));
         int n;
+        if (ul == -EINVAL) {
+            pc_fail(pc, 400, "bad_request",
+                    "the path must start with exactly one '/' and hold printable ASCII only");
+            return 1;
+        }
         ports_query_token(d, tok, sizeof(tok));
         n = snprintf(pc->g2c.p, pc->g2c.cap,
                      "HTTP/1.1 302 Found\r\nLocation: %.*s\r\nSet-Cookie: " PORTS_TOKEN_Q
@@ -564,7 +554,6 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
     char ns[4096];
     struct sbx_err err;
     struct pconn *pc, *o;
-    bool strip;
     unsigned same = 0;
     long hl;
     int r;
@@ -611,7 +600,7 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
                 "sandbox networking is off (net_enabled in conf/): no ports to reach");
         goto out;
     }
-    if (admit(pc, h, d, &strip))
+    if (admit(pc, h, d))
         goto out;
     for (o = pp->conns; o; o = o->next)
         same += o != pc && strcmp(o->sbx, pc->sbx) == 0;
@@ -625,7 +614,7 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
         pc_fail(pc, sbx_err_http_status(err.code), sbx_err_name(err.code), "%s", err.msg);
         goto out;
     }
-    hl = ports_head_rewrite(h, d, strip, pc->c2g.p, pc->c2g.cap);
+    hl = ports_head_rewrite(h, d, srv->key, pc->c2g.p, pc->c2g.cap);
     if (hl < 0) {
         pc_fail(pc, 431, "header_too_large", "the request head is too large to forward");
         goto out;
