@@ -45,6 +45,7 @@ struct pconn {
     uint64_t left;
     size_t hold; /* bytes at c2g's end that wait for the guest's 101 (sent with an upgrade) */
     struct chunked ch;
+    bool admitted; /* passed admission: from then on it is the sandbox's */
     bool connecting, answered_err;
     bool c_eof, g_eof;   /* that side will send no more */
     bool g_shut, c_shut; /* shutdown(SHUT_WR) done towards that side */
@@ -56,7 +57,6 @@ struct pconn {
 struct ports {
     struct http_server *srv;
     struct pconn *conns;
-    unsigned n;
     ev_timer tick;
 };
 
@@ -84,7 +84,6 @@ static void pc_close(struct pconn *pc)
     *pc->pprev = pc->next;
     if (pc->next)
         pc->next->pprev = pc->pprev;
-    pc->pp->n--;
     free(pc->c2g.p);
     free(pc->g2c.p);
     http_conn_release(pc->ud);
@@ -554,23 +553,23 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
     char ns[4096];
     struct sbx_err err;
     struct pconn *pc, *o;
-    unsigned same = 0;
+    unsigned same = 0, all = 0;
+    char *g2c;
     long hl;
     int r;
 
     (void)cap;
-    if (!(pc = calloc(1, sizeof(*pc))) || !(pc->c2g.p = malloc(bcap)) ||
-        !(pc->g2c.p = malloc(bcap))) {
-        if (pc) {
-            free(pc->c2g.p);
-            free(pc);
-        }
+    /* Until it is admitted a connection gets only what an answer needs: a flood of
+     * refusals costs little, and counts only against its address (http.c's
+     * max_connections_per_client holds it until it closes), never its sandbox. */
+    if (!(pc = calloc(1, sizeof(*pc))) || !(pc->g2c.p = malloc(HEAD_ROOM))) {
+        free(pc);
         free(buf);
         close(fd);
         http_conn_release(ud);
         return;
     }
-    pc->c2g.cap = pc->g2c.cap = bcap;
+    pc->g2c.cap = HEAD_ROOM;
     pc->pp = pp;
     pc->ud = ud;
     pc->cfd = fd;
@@ -584,7 +583,6 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
         pp->conns->pprev = &pc->next;
     pp->conns = pc;
     pc->pprev = &pp->conns;
-    pp->n++;
 
     if (route < 0) {
         if (route == -ENOENT)
@@ -602,14 +600,27 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
     }
     if (admit(pc, h, d))
         goto out;
-    for (o = pp->conns; o; o = o->next)
-        same += o != pc && strcmp(o->sbx, pc->sbx) == 0;
-    if (pp->n > srv->cfg->port_conns || same >= srv->cfg->port_conns_per_sbx) {
+    /* Only admitted connections that are proxying count: a refusal or an error answer
+     * lingering for its client to close is no sandbox's. */
+    for (o = pp->conns; o; o = o->next) {
+        if (o == pc || !o->admitted || o->answered_err)
+            continue;
+        all++;
+        same += strcmp(o->sbx, pc->sbx) == 0;
+    }
+    if (all >= srv->cfg->port_conns || same >= srv->cfg->port_conns_per_sbx) {
         pc_fail(pc, 503, "too_many_connections",
                 "too many proxied connections (port_connections, port_connections_per_sandbox "
                 "in conf/); retry later");
         goto out;
     }
+    if (!(pc->c2g.p = malloc(bcap)) || !(g2c = realloc(pc->g2c.p, bcap))) {
+        pc_fail(pc, 503, "out_of_memory", "no memory for the connection's buffers");
+        goto out;
+    }
+    pc->g2c.p = g2c;
+    pc->c2g.cap = pc->g2c.cap = bcap;
+    pc->admitted = true;
     if ((r = sbx_port_open(srv->t, pc->sbx, ns, sizeof(ns), pc->vm, &err)) != 0) {
         pc_fail(pc, sbx_err_http_status(err.code), sbx_err_name(err.code), "%s", err.msg);
         goto out;
