@@ -983,6 +983,16 @@ void rest_request(struct pss *p, const char *uri)
 
     switch (r.id) {
     case API_R_HEALTHZ:
+        /* Liveness is open to anyone; how many sandboxes run and what the pools hold
+         * is the key holder's (an Authorization header decides, as on /v1). */
+        if (lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0) {
+            resp_json(p, 200, json_pack("{s:s}", "status", "ok"));
+            break;
+        }
+        if (http_authorize(p, p->wsi, NULL, NULL, &e)) {
+            resp_api_err(p, &e);
+            break;
+        }
         resp_json(p, 200,
                   json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
                             (json_int_t)sbx_count_live(p->srv->t), "pool",
