@@ -209,7 +209,8 @@ void auth_tokens_mint(struct pss *p, json_t *body)
     if (!json_is_array(v) || json_array_size(v) == 0) {
         resp_json(p, 400,
                   api_error("invalid_argument",
-                            "scope must be a non-empty array of \"pty\", \"session\", \"files\""));
+                            "scope must be a non-empty array of \"pty\", \"session\", "
+                            "\"files\", \"ports\", \"exec\""));
         return;
     }
     for (i = 0; i < json_array_size(v); i++) {
@@ -217,7 +218,9 @@ void auth_tokens_mint(struct pss *p, json_t *body)
         if (!bit) {
             resp_json(p, 400,
                       api_error("invalid_argument",
-                                "scope[%zu] must be \"pty\", \"session\" or \"files\"", i));
+                                "scope[%zu] must be \"pty\", \"session\", \"files\", "
+                                "\"ports\" or \"exec\"",
+                                i));
             return;
         }
         scopes |= bit;

@@ -755,7 +755,14 @@ static void socket_probe(struct pss *p)
     json_t *out = NULL;
     const char *state;
     char msg[160];
+    struct api_err e;
 
+    /* As the upgrade judges it (ws_pty.c): a new PTY runs a program, so a token needs
+     * "exec" as well as "pty" for it. */
+    if (p->route == API_R_PTY && p->pid == 0 && http_authorize(p, p->wsi, p->sbx, "exec", &e)) {
+        resp_api_err(p, &e);
+        return;
+    }
     if (!http_origin_allowed(p->srv, p->wsi)) {
         resp_code(p, 403, "origin_not_allowed",
                   "this Origin may not open sockets here (allowed_origins)");
