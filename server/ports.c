@@ -16,6 +16,15 @@
 #define HEAD_ROOM  (2 * 8192) /* the rewritten first head always fits the buffer */
 #define TICK_S     1.0
 #define LINGER_S   2.0 /* an error answer: wait this long for the client to close */
+/* Path mode serves the guest's pages on warrend's own origin, where they could script
+ * warrend's pages and pass the WebSocket Origin check as "own". Every such answer gets
+ * this: the browser gives the page an opaque origin ("null"), so its sockets to
+ * warrend are refused and warrend's windows are another origin's. The guest cannot
+ * lift it: a policy of its own only adds restrictions. */
+#define PATH_CSP                                                                                   \
+    "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups allow-modals "        \
+    "allow-downloads\r\n"
+#define STATUS_LINE_MAX 8192 /* a guest's status line in path mode */
 
 enum body {
     BODY_NONE,     /* the request's body is through: client bytes are not forwarded */
@@ -46,6 +55,7 @@ struct pconn {
     size_t hold; /* bytes at c2g's end that wait for the guest's 101 (sent with an upgrade) */
     struct chunked ch;
     bool admitted; /* passed admission: from then on it is the sandbox's */
+    bool g_head;   /* path mode: the guest's status line is not through yet (PATH_CSP) */
     bool connecting, answered_err;
     bool c_eof, g_eof;   /* that side will send no more */
     bool g_shut, c_shut; /* shutdown(SHUT_WR) done towards that side */
@@ -100,7 +110,7 @@ static void pc_arm(struct pconn *pc)
         (pc->answered_err || pc->body == BODY_NONE || pc->c2g.off + pc->c2g.len < pc->c2g.cap);
     bool g_read =
         pc->gfd >= 0 && !pc->connecting && !pc->g_eof && pc->g2c.off + pc->g2c.len < pc->g2c.cap;
-    bool c_write = pc->g2c.len > 0;
+    bool c_write = pc->g2c.len > 0 && !pc->g_head;
     bool g_write = pc->gfd >= 0 && (pc->connecting || pc->c2g.len > pc->hold);
 
     if (c_read != ev_is_active(&pc->crd))
@@ -159,6 +169,7 @@ static void pc_fail(struct pconn *pc, int status, const char *code, const char *
         pc->gfd = -1;
     }
     pc->connecting = false;
+    pc->g_head = false; /* the answer is warrend's own */
     pc->body = BODY_NONE;
     pc->c2g.len = pc->g2c.len = pc->g2c.off = pc->hold = 0;
     n = snprintf(pc->g2c.p, pc->g2c.cap,
@@ -314,16 +325,58 @@ static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
     pc_next(pc);
 }
 
+/* Path mode: once the guest's status line is in g2c, put PATH_CSP after it. 0: done or
+ * not yet complete; -1: answered 502 (not an HTTP/1.x status line, an interim 1xx answer
+ * other than 101 whose next head would go out without the policy, or too long). */
+static int head_csp(struct pconn *pc)
+{
+    struct pbuf *b = &pc->g2c;
+    const size_t il = sizeof(PATH_CSP) - 1;
+    char *s, *eol;
+    size_t ll;
+
+    buf_compact(b);
+    if (b->off) {
+        memmove(b->p, b->p + b->off, b->len);
+        b->off = 0;
+    }
+    s = b->p;
+    eol = b->len ? memchr(s, '\n', b->len) : NULL;
+    if (!eol) {
+        if (!pc->g_eof && b->len < STATUS_LINE_MAX)
+            return 0;
+        goto bad;
+    }
+    ll = (size_t)(eol - s) + 1;
+    if (ll < 14 || memcmp(s, "HTTP/1.", 7) != 0 || s[8] != ' ' || eol[-1] != '\r' ||
+        (s[9] == '1' && memcmp(s + 9, "101", 3) != 0) || b->len + il > b->cap)
+        goto bad;
+    memmove(s + ll + il, s + ll, b->len - ll);
+    memcpy(s + ll, PATH_CSP, il);
+    b->len += il;
+    pc->g_head = false;
+    return 0;
+bad:
+    pc_fail(pc, 502, "bad_response",
+            "port %u in sandbox %s did not answer with an HTTP/1.x status line", pc->port, pc->sbx);
+    return -1;
+}
+
 static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct pconn *pc = (struct pconn *)((char *)w - offsetof(struct pconn, grd));
     struct pbuf *b = &pc->g2c;
+    size_t room;
     ssize_t r;
 
     (void)loop;
     (void)revents;
     buf_compact(b);
-    r = recv(pc->gfd, b->p + b->off + b->len, b->cap - b->off - b->len, 0);
+    room = b->cap - b->off - b->len;
+    /* Until the status line is through, leave room for the policy that follows it. */
+    if (pc->g_head)
+        room = room > sizeof(PATH_CSP) ? room - sizeof(PATH_CSP) : 0;
+    r = recv(pc->gfd, b->p + b->off + b->len, room, 0);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r <= 0) {
@@ -332,6 +385,8 @@ static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
         b->len += (size_t)r;
         pc_moved(pc);
     }
+    if (pc->g_head && (b->len || pc->g_eof) && head_csp(pc) < 0)
+        return;
     if (pc->body == BODY_AWAIT101 && (b->len >= 12 || pc->g_eof)) {
         /* The guest's answer to an upgrade: 101 makes the connection raw both ways. */
         pc->body = b->len >= 12 && memcmp(b->p + b->off, "HTTP/1.", 7) == 0 &&
@@ -631,6 +686,7 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
         goto out;
     }
     pc->c2g.len = (size_t)hl;
+    pc->g_head = d->mode == PORTS_PATH;
     if (h->upgrade)
         pc->body = BODY_AWAIT101;
     else if (h->chunked) {

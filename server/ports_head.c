@@ -388,6 +388,9 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
         struct ports_span nm = h->name[i];
         if (span_is(nm, PORTS_TOKEN_HDR) || span_is(nm, "connection") ||
             span_is(nm, "keep-alive") || span_is(nm, "proxy-connection") ||
+            /* Path mode refuses interim answers (ports.c puts its policy after the one
+             * status line): a guest asked for none sends a 100 only if hostile. */
+            (d->mode == PORTS_PATH && span_is(nm, "expect")) ||
             (span_is(nm, "authorization") && cred_is_key(h->value[i].p, h->value[i].n, key)))
             continue;
         if (span_is(nm, "cookie") && !list_rest(h->value[i], ';'))

@@ -87,7 +87,8 @@ int ports_cookie_token(const struct ports_head *h, char *out, size_t cap);
  * path mode (rest, "/" when empty, and the query minus warren_token), the
  * X-Warren-Token header, the warren_token cookie (the Cookie header dropped
  * when nothing else is left in it) and an Authorization header that holds
- * key in any spelling cred_is_key accepts (cred.h) removed (key NULL: none); Connection and
+ * key in any spelling cred_is_key accepts (cred.h) removed (key NULL: none),
+ * and in path mode Expect (no "100 Continue" is asked for); Connection and
  * Keep-Alive replaced by "Connection: close" (or "Connection: Upgrade" for an upgrade request). Its
  * length, or -E2BIG (too long for cap, or more than PORTS_HDRS_MAX header lines with its
  * Connection).

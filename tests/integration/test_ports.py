@@ -257,6 +257,56 @@ class TestPorts(unittest.TestCase):
             self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
             self.assertIn(want, data)
 
+    def test_1c_path_pages_get_an_opaque_origin(self):
+        """Pages served by path share warrend's origin: each answer carries a CSP sandbox
+        (no allow-same-origin), so a browser gives the page the origin "null", whose
+        sockets warrend's Origin check refuses. A guest cannot slip an answer past it
+        (an interim 1xx head, or no HTTP status line at all, is 502)."""
+        st, h, _ = self.get(f"/v1/sandboxes/{self.a}/ports/{PORT}/page", key=True)
+        self.assertEqual(st, 200)
+        csp = h.get("content-security-policy", "")
+        self.assertTrue(csp.startswith("sandbox "), h)
+        self.assertNotIn("allow-same-origin", csp)
+        # a Host-routed page has an origin of its own: left as the guest made it
+        st, h, _ = self.get("/page", key=True, host=f"{PORT}-{self.a}.{DOMAIN}")
+        self.assertEqual(st, 200)
+        self.assertNotIn("content-security-policy", h)
+        # what such a page's socket would say is refused; warrend's own pages' passes
+        for origin, want in (("null", 403), (f"http://127.0.0.1:{self.w.port}", 426)):
+            r = self.w.request("GET", f"/v1/sandboxes/{self.a}/pty/1",
+                               headers={"Origin": origin, "Host": f"127.0.0.1:{self.w.port}"})
+            self.assertEqual(r.status, want, (origin, r))
+        # Expect is not passed on in path mode: no guest has reason to send a 100
+        seen = self.echo(f"/v1/sandboxes/{self.a}/ports/{PORT}/e", key=True,
+                         headers=[("Expect", "100-continue")])
+        self.assertNotIn("expect", [n.lower() for n, _ in seen["headers"]])
+        # hostile guests: an interim head first, or no status line
+        srv = ("import socket, sys\n"
+               "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+               "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(8)\n"
+               "while True:\n"
+               "    c, _ = s.accept(); c.recv(65536); c.sendall(sys.argv[2].encode()); c.close()\n")
+        r = self.w.request("PUT", f"/v1/sandboxes/{self.a}/files?path=/root/liar.py",
+                           body=srv.encode())
+        self.assertEqual(r.status, 200, r)
+        for port, answer in ((8005, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                                    "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello!"),
+                             (8006, "hello! no status line\r\n\r\n")):
+            r = self.w.request("POST", f"/v1/sandboxes/{self.a}/exec",
+                               {"argv": ["python3", "/root/liar.py", str(port), answer],
+                                "background": True})
+            self.assertEqual(r.status, 201, r)
+            deadline = time.time() + 60
+            while True:
+                st, h, body = self.get(f"/v1/sandboxes/{self.a}/ports/{port}/", key=True)
+                if st != 502 or json.loads(body)["error"]["code"] != "port_closed":
+                    break
+                self.assertLess(time.time(), deadline, "the guest server never listened")
+                time.sleep(0.5)
+            self.assertEqual(st, 502, (port, h, body))
+            self.assertEqual(json.loads(body)["error"]["code"], "bad_response")
+            self.assertNotIn(b"hello!", body)
+
     def test_2_host_with_key(self):
         seen = self.echo("/some/page?q=1", key=True, host=f"{PORT}-{self.a}.{DOMAIN}")
         self.assertEqual(seen["path"], "/some/page?q=1")

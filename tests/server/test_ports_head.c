@@ -162,6 +162,13 @@ static void test_rewrite(void)
                       "", "K", out, sizeof(out)) == PORTS_PATH);
         CHECK(strcmp(out, "GET /?a=1 HTTP/1.1\r\nCookie: c=3\r\nConnection: close\r\n\r\n") == 0);
     }
+    /* path mode asks the guest for no interim answer; Host mode passes Expect on */
+    CHECK(rewrite("POST /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nExpect: 100-continue\r\n\r\n", "",
+                  NULL, out, sizeof(out)) == PORTS_PATH);
+    CHECK(strcmp(out, "POST / HTTP/1.1\r\nConnection: close\r\n\r\n") == 0);
+    CHECK(rewrite("POST / HTTP/1.1\r\nHost: 9-s.d\r\nExpect: 100-continue\r\n\r\n", "d", NULL, out,
+                  sizeof(out)) == PORTS_HOST);
+    CHECK(strstr(out, "Expect: 100-continue\r\n") != NULL);
     /* too small a buffer */
     CHECK(rewrite("GET /v1/sandboxes/s/ports/8/abc HTTP/1.1\r\n\r\n", "", NULL, out, 10) == -2000);
 }
