@@ -335,7 +335,6 @@ static int head_csp(struct pconn *pc)
     char *s, *eol;
     size_t ll;
 
-    buf_compact(b);
     if (b->off) {
         memmove(b->p, b->p + b->off, b->len);
         b->off = 0;

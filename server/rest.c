@@ -859,6 +859,13 @@ static int port_redirect(struct pss *p, const char *uri)
     if (!h.target.n || ports_route(&h, p->srv->cfg->port_domain, &d) == PORTS_NOT)
         return 0;
     p->close_after = true;
+    /* The Location must stay a path of this host: "//x" would be host x ('\\' and
+     * other bytes are percent-encoded below). lws 4.1.6 already collapses repeated
+     * slashes in the URI it hands us; this keeps the rule if it ever does not. */
+    if (uri[0] != '/' || uri[1] == '/') {
+        resp_code(p, 400, "bad_request", "the path must start with exactly one '/'");
+        return 1;
+    }
     if (!(loc = malloc(cap))) {
         resp_code(p, 500, "internal", "out of memory");
         return 1;

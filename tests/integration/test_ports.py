@@ -415,6 +415,22 @@ class TestPorts(unittest.TestCase):
         # an ordinary path still gets its cookie
         st, h, _ = self.get(f"/a/b%2Fc?warren_token={tok}", host=host)
         self.assertEqual((st, h.get("location")), (302, "/a/b%2Fc"))
+        # nor does the 307 of a port request on a kept-alive API connection leave the host
+        for target in ("//evil.example/landing", "/\\evil.example/"):
+            c = self.w.conn(60)
+            try:
+                c.request("GET", "/healthz")
+                c.getresponse().read()
+                c.putrequest("GET", target, skip_host=True)
+                c.putheader("Host", host)
+                c.endheaders()
+                r = c.getresponse()
+                r.read()
+                loc = r.getheader("Location") or ""
+                self.assertFalse(loc.startswith("//") or loc.startswith("/\\"), (target, loc))
+                self.assertIn(r.status, (307, 400), target)
+            finally:
+                c.close()
 
     def test_4a_connect_timeout_and_networking_off(self):
         # SYNs to 8002 vanish inside A's namespace (a table of the test's own): 504
