@@ -58,7 +58,7 @@ def timed(w, sid, cmd):
 def wait_pool(w, n, timeout=180):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        p = w.request("GET", "/healthz", auth=False).json()["pool"]
+        p = w.request("GET", "/healthz").json()["pool"]
         if p and p["state"] == "ready" and p["ready"] >= n and not p["filling"]:
             return
         time.sleep(0.05)

@@ -40,7 +40,7 @@ def pct(xs, p):
 
 
 def pool(w):
-    return w.request("GET", "/healthz", auth=False).json()["pool"]
+    return w.request("GET", "/healthz").json()["pool"]
 
 
 def wait_ready(w, n, timeout=120):

@@ -418,27 +418,6 @@ int api_rename_args(json_t *body, json_t **out, struct api_err *e)
 
 /* ---------------------------------------------------------------- headers */
 
-bool api_bearer_ok(const char *h, const char *key)
-{
-    size_t klen = key ? strlen(key) : 0, tlen;
-    unsigned char diff;
-
-    if (!h || !klen || strncasecmp(h, "Bearer ", 7) != 0)
-        return false;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    tlen = strlen(h);
-    while (tlen && (h[tlen - 1] == ' ' || h[tlen - 1] == '\t'))
-        tlen--;
-    /* Every byte of the key is compared whatever matched before; only the
-     * lengths decide the branches. */
-    diff = tlen != klen;
-    for (size_t i = 0; i < klen; i++)
-        diff |= (unsigned char)((i < tlen ? (unsigned char)h[i] : 0) ^ (unsigned char)key[i]);
-    return diff == 0;
-}
-
 bool api_wants_ndjson(const char *accept)
 {
     static const char t[] = "application/x-ndjson";

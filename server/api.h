@@ -1,6 +1,6 @@
 /*
  * api.h - pure helpers of the REST layer: routes, query strings, request
- * bodies, bearer auth, and the NDJSON/UTF-8/base64 encoding of streamed
+ * bodies, and the NDJSON/UTF-8/base64 encoding of streamed
  * exec output. No I/O and no lws here, so everything is unit-tested and
  * fuzzed (tests/server/test_api.c, tests/fuzz/fuzz_api.c).
  *
@@ -133,9 +133,6 @@ int api_body_parse(const char *buf, size_t n, json_t **out, struct api_err *e);
 int api_rename_args(json_t *body, json_t **out, struct api_err *e);
 
 /* ---- headers ---- */
-/* Authorization header value "Bearer <key>"; the key compare takes the same
- * time whatever the bytes (it depends on lengths only). */
-bool api_bearer_ok(const char *header, const char *key);
 /* Accept header lists application/x-ndjson. */
 bool api_wants_ndjson(const char *accept);
 

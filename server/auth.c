@@ -9,6 +9,7 @@
  * set headers on a WebSocket); the parameter is dropped from every parsed
  * query (HTTP_TOKEN_PARAM), and nothing here logs a token.
  */
+#include "cred.h"
 #include "http_int.h"
 
 #define TOKEN_TTL_DEFAULT 3600
@@ -85,7 +86,7 @@ int http_authorize(struct pss *p, struct lws *wsi, const char *sbx_id, const cha
         /* The header decides alone: a wrong key is not rescued by a token. */
         if (n < (int)sizeof(authz) &&
             lws_hdr_copy(wsi, authz, sizeof(authz), WSI_TOKEN_HTTP_AUTHORIZATION) >= 0 &&
-            api_bearer_ok(authz, srv->key))
+            cred_is_key(authz, strlen(authz), srv->key))
             return 0;
         set_err(e, 401, "unauthorized", "missing or wrong 'Authorization: Bearer <key>'");
         return -EACCES;
@@ -208,7 +209,8 @@ void auth_tokens_mint(struct pss *p, json_t *body)
     if (!json_is_array(v) || json_array_size(v) == 0) {
         resp_json(p, 400,
                   api_error("invalid_argument",
-                            "scope must be a non-empty array of \"pty\", \"session\", \"files\""));
+                            "scope must be a non-empty array of \"pty\", \"session\", "
+                            "\"files\", \"ports\", \"exec\""));
         return;
     }
     for (i = 0; i < json_array_size(v); i++) {
@@ -216,7 +218,9 @@ void auth_tokens_mint(struct pss *p, json_t *body)
         if (!bit) {
             resp_json(p, 400,
                       api_error("invalid_argument",
-                                "scope[%zu] must be \"pty\", \"session\" or \"files\"", i));
+                                "scope[%zu] must be \"pty\", \"session\", \"files\", "
+                                "\"ports\" or \"exec\"",
+                                i));
             return;
         }
         scopes |= bit;

@@ -2,6 +2,7 @@
  * ports.c - the port proxy (ports.h): admission, the connection into the
  * VM's namespace, and the byte pump.
  */
+#include "cred.h"
 #include "http_int.h"
 #include "ports.h"
 #include "vmm.h"
@@ -15,6 +16,15 @@
 #define HEAD_ROOM  (2 * 8192) /* the rewritten first head always fits the buffer */
 #define TICK_S     1.0
 #define LINGER_S   2.0 /* an error answer: wait this long for the client to close */
+/* Path mode serves the guest's pages on warrend's own origin, where they could script
+ * warrend's pages and pass the WebSocket Origin check as "own". Every such answer gets
+ * this: the browser gives the page an opaque origin ("null"), so its sockets to
+ * warrend are refused and warrend's windows are another origin's. The guest cannot
+ * lift it: a policy of its own only adds restrictions. */
+#define PATH_CSP                                                                                   \
+    "Content-Security-Policy: sandbox allow-scripts allow-forms allow-popups allow-modals "        \
+    "allow-downloads\r\n"
+#define STATUS_LINE_MAX 8192 /* a guest's status line in path mode */
 
 enum body {
     BODY_NONE,     /* the request's body is through: client bytes are not forwarded */
@@ -44,6 +54,8 @@ struct pconn {
     uint64_t left;
     size_t hold; /* bytes at c2g's end that wait for the guest's 101 (sent with an upgrade) */
     struct chunked ch;
+    bool admitted; /* passed admission: from then on it is the sandbox's */
+    bool g_head;   /* path mode: the guest's status line is not through yet (PATH_CSP) */
     bool connecting, answered_err;
     bool c_eof, g_eof;   /* that side will send no more */
     bool g_shut, c_shut; /* shutdown(SHUT_WR) done towards that side */
@@ -55,7 +67,6 @@ struct pconn {
 struct ports {
     struct http_server *srv;
     struct pconn *conns;
-    unsigned n;
     ev_timer tick;
 };
 
@@ -83,7 +94,6 @@ static void pc_close(struct pconn *pc)
     *pc->pprev = pc->next;
     if (pc->next)
         pc->next->pprev = pc->pprev;
-    pc->pp->n--;
     free(pc->c2g.p);
     free(pc->g2c.p);
     http_conn_release(pc->ud);
@@ -100,7 +110,7 @@ static void pc_arm(struct pconn *pc)
         (pc->answered_err || pc->body == BODY_NONE || pc->c2g.off + pc->c2g.len < pc->c2g.cap);
     bool g_read =
         pc->gfd >= 0 && !pc->connecting && !pc->g_eof && pc->g2c.off + pc->g2c.len < pc->g2c.cap;
-    bool c_write = pc->g2c.len > 0;
+    bool c_write = pc->g2c.len > 0 && !pc->g_head;
     bool g_write = pc->gfd >= 0 && (pc->connecting || pc->c2g.len > pc->hold);
 
     if (c_read != ev_is_active(&pc->crd))
@@ -159,6 +169,7 @@ static void pc_fail(struct pconn *pc, int status, const char *code, const char *
         pc->gfd = -1;
     }
     pc->connecting = false;
+    pc->g_head = false; /* the answer is warrend's own */
     pc->body = BODY_NONE;
     pc->c2g.len = pc->g2c.len = pc->g2c.off = pc->hold = 0;
     n = snprintf(pc->g2c.p, pc->g2c.cap,
@@ -314,16 +325,57 @@ static void on_client_write(struct ev_loop *loop, ev_io *w, int revents)
     pc_next(pc);
 }
 
+/* Path mode: once the guest's status line is in g2c, put PATH_CSP after it. 0: done or
+ * not yet complete; -1: answered 502 (not an HTTP/1.x status line, an interim 1xx answer
+ * other than 101 whose next head would go out without the policy, or too long). */
+static int head_csp(struct pconn *pc)
+{
+    struct pbuf *b = &pc->g2c;
+    const size_t il = sizeof(PATH_CSP) - 1;
+    char *s, *eol;
+    size_t ll;
+
+    if (b->off) {
+        memmove(b->p, b->p + b->off, b->len);
+        b->off = 0;
+    }
+    s = b->p;
+    eol = b->len ? memchr(s, '\n', b->len) : NULL;
+    if (!eol) {
+        if (!pc->g_eof && b->len < STATUS_LINE_MAX)
+            return 0;
+        goto bad;
+    }
+    ll = (size_t)(eol - s) + 1;
+    if (ll < 14 || memcmp(s, "HTTP/1.", 7) != 0 || s[8] != ' ' || eol[-1] != '\r' ||
+        (s[9] == '1' && memcmp(s + 9, "101", 3) != 0) || b->len + il > b->cap)
+        goto bad;
+    memmove(s + ll + il, s + ll, b->len - ll);
+    memcpy(s + ll, PATH_CSP, il);
+    b->len += il;
+    pc->g_head = false;
+    return 0;
+bad:
+    pc_fail(pc, 502, "bad_response",
+            "port %u in sandbox %s did not answer with an HTTP/1.x status line", pc->port, pc->sbx);
+    return -1;
+}
+
 static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
 {
     struct pconn *pc = (struct pconn *)((char *)w - offsetof(struct pconn, grd));
     struct pbuf *b = &pc->g2c;
+    size_t room;
     ssize_t r;
 
     (void)loop;
     (void)revents;
     buf_compact(b);
-    r = recv(pc->gfd, b->p + b->off + b->len, b->cap - b->off - b->len, 0);
+    room = b->cap - b->off - b->len;
+    /* Until the status line is through, leave room for the policy that follows it. */
+    if (pc->g_head)
+        room = room > sizeof(PATH_CSP) ? room - sizeof(PATH_CSP) : 0;
+    r = recv(pc->gfd, b->p + b->off + b->len, room, 0);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (r <= 0) {
@@ -332,6 +384,8 @@ static void on_guest_read(struct ev_loop *loop, ev_io *w, int revents)
         b->len += (size_t)r;
         pc_moved(pc);
     }
+    if (pc->g_head && (b->len || pc->g_eof) && head_csp(pc) < 0)
+        return;
     if (pc->body == BODY_AWAIT101 && (b->len >= 12 || pc->g_eof)) {
         /* The guest's answer to an upgrade: 101 makes the connection raw both ways. */
         pc->body = b->len >= 12 && memcmp(b->p + b->off, "HTTP/1.", 7) == 0 &&
@@ -431,22 +485,8 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* ---- admission ---- */
 
-static bool key_ok(const struct http_server *srv, struct ports_span a)
-{
-    size_t kl = strlen(srv->key);
-    unsigned char d = 0;
-
-    if (!a.p || a.n != 7 + kl || strncasecmp(a.p, "Bearer ", 7) != 0 || !kl)
-        return false;
-    for (size_t i = 0; i < kl; i++)
-        d |= (unsigned char)(a.p[7 + i] ^ srv->key[i]);
-    return d == 0;
-}
-
-/* 0: admitted (*strip_authz: the Authorization header was ours); 1: answered
- * (refused, or the cookie redirect). */
-static int admit(struct pconn *pc, const struct ports_head *h, const struct ports_dest *d,
-                 bool *strip_authz)
+/* 0: admitted; 1: answered (refused, or the cookie redirect). */
+static int admit(struct pconn *pc, const struct ports_head *h, const struct ports_dest *d)
 {
     struct http_server *srv = pc->pp->srv;
     char tok[TOKEN_STR_MAX + 2];
@@ -454,11 +494,9 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
     enum token_why why;
     int q;
 
-    *strip_authz = false;
-    if (key_ok(srv, h->authorization)) {
-        *strip_authz = true;
+    /* The same reader as the API's: whatever it takes as the key, the rewrite strips. */
+    if (h->authorization.p && cred_is_key(h->authorization.p, h->authorization.n, srv->key))
         return 0;
-    }
     /* A public port needs nothing (our token header, query and cookie still go). */
     if (sbx_port_public(srv->t, d->sbx, d->port))
         return 0;
@@ -509,6 +547,11 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
         char url[8192];
         long ul = ports_url_without_token(h, url, sizeof(url));
         int n;
+        if (ul == -EINVAL) {
+            pc_fail(pc, 400, "bad_request",
+                    "the path must start with exactly one '/' and hold printable ASCII only");
+            return 1;
+        }
         ports_query_token(d, tok, sizeof(tok));
         n = snprintf(pc->g2c.p, pc->g2c.cap,
                      "HTTP/1.1 302 Found\r\nLocation: %.*s\r\nSet-Cookie: " PORTS_TOKEN_Q
@@ -564,24 +607,23 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
     char ns[4096];
     struct sbx_err err;
     struct pconn *pc, *o;
-    bool strip;
-    unsigned same = 0;
+    unsigned same = 0, all = 0;
+    char *g2c;
     long hl;
     int r;
 
     (void)cap;
-    if (!(pc = calloc(1, sizeof(*pc))) || !(pc->c2g.p = malloc(bcap)) ||
-        !(pc->g2c.p = malloc(bcap))) {
-        if (pc) {
-            free(pc->c2g.p);
-            free(pc);
-        }
+    /* Until it is admitted a connection gets only what an answer needs: a flood of
+     * refusals costs little, and counts only against its address (http.c's
+     * max_connections_per_client holds it until it closes), never its sandbox. */
+    if (!(pc = calloc(1, sizeof(*pc))) || !(pc->g2c.p = malloc(HEAD_ROOM))) {
+        free(pc);
         free(buf);
         close(fd);
         http_conn_release(ud);
         return;
     }
-    pc->c2g.cap = pc->g2c.cap = bcap;
+    pc->g2c.cap = HEAD_ROOM;
     pc->pp = pp;
     pc->ud = ud;
     pc->cfd = fd;
@@ -595,7 +637,6 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
         pp->conns->pprev = &pc->next;
     pp->conns = pc;
     pc->pprev = &pp->conns;
-    pp->n++;
 
     if (route < 0) {
         if (route == -ENOENT)
@@ -611,26 +652,40 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
                 "sandbox networking is off (net_enabled in conf/): no ports to reach");
         goto out;
     }
-    if (admit(pc, h, d, &strip))
+    if (admit(pc, h, d))
         goto out;
-    for (o = pp->conns; o; o = o->next)
-        same += o != pc && strcmp(o->sbx, pc->sbx) == 0;
-    if (pp->n > srv->cfg->port_conns || same >= srv->cfg->port_conns_per_sbx) {
+    /* Only admitted connections that are proxying count: a refusal or an error answer
+     * lingering for its client to close is no sandbox's. */
+    for (o = pp->conns; o; o = o->next) {
+        if (o == pc || !o->admitted || o->answered_err)
+            continue;
+        all++;
+        same += strcmp(o->sbx, pc->sbx) == 0;
+    }
+    if (all >= srv->cfg->port_conns || same >= srv->cfg->port_conns_per_sbx) {
         pc_fail(pc, 503, "too_many_connections",
                 "too many proxied connections (port_connections, port_connections_per_sandbox "
                 "in conf/); retry later");
         goto out;
     }
+    if (!(pc->c2g.p = malloc(bcap)) || !(g2c = realloc(pc->g2c.p, bcap))) {
+        pc_fail(pc, 503, "out_of_memory", "no memory for the connection's buffers");
+        goto out;
+    }
+    pc->g2c.p = g2c;
+    pc->c2g.cap = pc->g2c.cap = bcap;
+    pc->admitted = true;
     if ((r = sbx_port_open(srv->t, pc->sbx, ns, sizeof(ns), pc->vm, &err)) != 0) {
         pc_fail(pc, sbx_err_http_status(err.code), sbx_err_name(err.code), "%s", err.msg);
         goto out;
     }
-    hl = ports_head_rewrite(h, d, strip, pc->c2g.p, pc->c2g.cap);
+    hl = ports_head_rewrite(h, d, srv->key, pc->c2g.p, pc->c2g.cap);
     if (hl < 0) {
         pc_fail(pc, 431, "header_too_large", "the request head is too large to forward");
         goto out;
     }
     pc->c2g.len = (size_t)hl;
+    pc->g_head = d->mode == PORTS_PATH;
     if (h->upgrade)
         pc->body = BODY_AWAIT101;
     else if (h->chunked) {

@@ -3,6 +3,7 @@
  * (ports_head.h). Pure.
  */
 #include "ports_head.h"
+#include "cred.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -276,8 +277,8 @@ static int find_pair(struct ports_span s, char sep, char *out, size_t cap)
         e = i;
         while (e > b && s.p[e - 1] == ' ')
             e--;
-        if (e - b > nl && memcmp(s.p + b, PORTS_TOKEN_Q "=", nl + 1) == 0) {
-            size_t vl = e - b - nl - 1;
+        if (e > b && cred_pair_named(s.p + b, e - b, PORTS_TOKEN_Q)) {
+            size_t vl = e - b > nl ? e - b - nl - 1 : 0;
             if (found++ || vl + 1 > cap)
                 return -1;
             memcpy(out, s.p + b + nl + 1, vl);
@@ -321,7 +322,6 @@ static void puts_(struct wbuf *w, const char *s)
 /* s (a list separated by sep) without its warren_token pairs, joined by join. */
 static void put_list_without(struct wbuf *w, struct ports_span s, char sep, const char *join)
 {
-    const size_t nl = sizeof(PORTS_TOKEN_Q) - 1;
     size_t i = 0;
     bool first = true;
 
@@ -335,8 +335,8 @@ static void put_list_without(struct wbuf *w, struct ports_span s, char sep, cons
         e = i;
         while (sep == ';' && e > b && s.p[e - 1] == ' ')
             e--;
-        if (e == b || (e - b >= nl + 1 && memcmp(s.p + b, PORTS_TOKEN_Q "=", nl + 1) == 0) ||
-            (e - b == nl && memcmp(s.p + b, PORTS_TOKEN_Q, nl) == 0))
+        /* The same test as find_pair's: what is read as a token is never forwarded. */
+        if (e == b || cred_pair_named(s.p + b, e - b, PORTS_TOKEN_Q))
             continue;
         if (!first)
             puts_(w, join);
@@ -372,7 +372,7 @@ static void put_target(struct wbuf *w, const struct ports_head *h, const struct 
     }
 }
 
-long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, bool strip_authz,
+long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, const char *key,
                         char *out, size_t cap)
 {
     struct wbuf w = {out, cap, 0, false};
@@ -388,7 +388,10 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
         struct ports_span nm = h->name[i];
         if (span_is(nm, PORTS_TOKEN_HDR) || span_is(nm, "connection") ||
             span_is(nm, "keep-alive") || span_is(nm, "proxy-connection") ||
-            (strip_authz && span_is(nm, "authorization")))
+            /* Path mode refuses interim answers (ports.c puts its policy after the one
+             * status line): a guest asked for none sends a 100 only if hostile. */
+            (d->mode == PORTS_PATH && span_is(nm, "expect")) ||
+            (span_is(nm, "authorization") && cred_is_key(h->value[i].p, h->value[i].n, key)))
             continue;
         if (span_is(nm, "cookie") && !list_rest(h->value[i], ';'))
             continue;
@@ -420,6 +423,17 @@ long ports_url_without_token(const struct ports_head *h, char *out, size_t cap)
 
     if (q)
         query = (struct ports_span){q + 1, h->target.n - pl - 1};
+    /* The result goes into a Location header: it must stay a path of this host. A
+     * second '/' or a '\' (which browsers read as '/') after the first would make it
+     * "//other.host/..."; bytes outside printable ASCII are refused rather than
+     * guessed at (browsers drop tabs and newlines, then read what is left). */
+    if (pl == 0 || h->target.p[0] != '/' || (pl > 1 && h->target.p[1] == '/'))
+        return -EINVAL;
+    for (size_t i = 0; i < h->target.n; i++) {
+        unsigned char c = (unsigned char)h->target.p[i];
+        if (c <= 0x20 || c >= 0x7f || c == '\\')
+            return -EINVAL;
+    }
     put(&w, h->target.p, pl);
     if (query.p && list_rest(query, '&')) {
         puts_(&w, "?");

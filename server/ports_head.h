@@ -86,16 +86,21 @@ int ports_cookie_token(const struct ports_head *h, char *out, size_t cap);
  * Write the head forwarded to the guest into out: the target rewritten in
  * path mode (rest, "/" when empty, and the query minus warren_token), the
  * X-Warren-Token header, the warren_token cookie (the Cookie header dropped
- * when nothing else is left in it) and, when strip_authz, the Authorization
- * header removed; Connection and Keep-Alive replaced by "Connection: close"
- * (or "Connection: Upgrade" for an upgrade request). Its length, or -E2BIG (too
- * long for cap, or more than PORTS_HDRS_MAX header lines with its Connection).
+ * when nothing else is left in it) and an Authorization header that holds
+ * key in any spelling cred_is_key accepts (cred.h) removed (key NULL: none),
+ * and in path mode Expect (no "100 Continue" is asked for); Connection and
+ * Keep-Alive replaced by "Connection: close" (or "Connection: Upgrade" for an upgrade request). Its
+ * length, or -E2BIG (too long for cap, or more than PORTS_HDRS_MAX header lines with its
+ * Connection).
  */
-long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, bool strip_authz,
+long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, const char *key,
                         char *out, size_t cap);
 
 /* The same URL as h's (path, or Host-routed), without the warren_token
- * parameter, as a path+query into out for a redirect: length or -E2BIG. */
+ * parameter, as a path+query into out for a redirect: length, -E2BIG, or
+ * -EINVAL when the target is not a plain path of this host (it starts with
+ * "//", holds a '\\' or a byte outside printable ASCII): a Location made of it
+ * could send the browser to another host. */
 long ports_url_without_token(const struct ports_head *h, char *out, size_t cap);
 
 #endif

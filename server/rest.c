@@ -755,7 +755,14 @@ static void socket_probe(struct pss *p)
     json_t *out = NULL;
     const char *state;
     char msg[160];
+    struct api_err e;
 
+    /* As the upgrade judges it (ws_pty.c): a new PTY runs a program, so a token needs
+     * "exec" as well as "pty" for it. */
+    if (p->route == API_R_PTY && p->pid == 0 && http_authorize(p, p->wsi, p->sbx, "exec", &e)) {
+        resp_api_err(p, &e);
+        return;
+    }
     if (!http_origin_allowed(p->srv, p->wsi)) {
         resp_code(p, 403, "origin_not_allowed",
                   "this Origin may not open sockets here (allowed_origins)");
@@ -852,6 +859,13 @@ static int port_redirect(struct pss *p, const char *uri)
     if (!h.target.n || ports_route(&h, p->srv->cfg->port_domain, &d) == PORTS_NOT)
         return 0;
     p->close_after = true;
+    /* The Location must stay a path of this host: "//x" would be host x ('\\' and
+     * other bytes are percent-encoded below). lws 4.1.6 already collapses repeated
+     * slashes in the URI it hands us; this keeps the rule if it ever does not. */
+    if (uri[0] != '/' || uri[1] == '/') {
+        resp_code(p, 400, "bad_request", "the path must start with exactly one '/'");
+        return 1;
+    }
     if (!(loc = malloc(cap))) {
         resp_code(p, 500, "internal", "out of memory");
         return 1;
@@ -983,6 +997,16 @@ void rest_request(struct pss *p, const char *uri)
 
     switch (r.id) {
     case API_R_HEALTHZ:
+        /* Liveness is open to anyone; how many sandboxes run and what the pools hold
+         * is the key holder's (an Authorization header decides, as on /v1). */
+        if (lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0) {
+            resp_json(p, 200, json_pack("{s:s}", "status", "ok"));
+            break;
+        }
+        if (http_authorize(p, p->wsi, NULL, NULL, &e)) {
+            resp_api_err(p, &e);
+            break;
+        }
         resp_json(p, 200,
                   json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
                             (json_int_t)sbx_count_live(p->srv->t), "pool",

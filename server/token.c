@@ -20,7 +20,7 @@
 
 static const char b64u[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-static const char *const scope_names[] = {"pty", "session", "files", "ports"};
+static const char *const scope_names[] = {"pty", "session", "files", "ports", "exec"};
 
 unsigned token_scope_of(const char *name)
 {

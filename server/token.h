@@ -35,7 +35,11 @@ enum token_scope {
     TOKEN_SCOPE_SESSION = 1 << 1, /* "session": the agent socket */
     TOKEN_SCOPE_FILES = 1 << 2,   /* "files": the file routes */
     TOKEN_SCOPE_PORTS = 1 << 3,   /* "ports": the sandbox's ports (ports.h) */
-    TOKEN_SCOPE_ALL = (1 << 4) - 1,
+    /* "exec": start a program. Without it a "pty" token only attaches to a PTY that
+     * exists, and a "session" token's socket refuses the exec op: the other scopes
+     * never run a command of the holder's choosing. */
+    TOKEN_SCOPE_EXEC = 1 << 4,
+    TOKEN_SCOPE_ALL = (1 << 5) - 1,
 };
 
 /* Why a token was refused, in the order they are checked: a token whose MAC is bad
@@ -55,7 +59,8 @@ struct token_claims {
     char sbx[TOKEN_SBX_MAX + 1];
 };
 
-/* The bit of a scope name ("pty", "session", "files", "ports"), or 0 for any other string. */
+/* The bit of a scope name ("pty", "session", "files", "ports", "exec"), or 0 for any other
+ * string. */
 unsigned token_scope_of(const char *name);
 /* The name of one scope bit, or NULL. */
 const char *token_scope_name(unsigned bit);

@@ -235,6 +235,10 @@ static int check_upgrade(struct http_server *srv, struct lws *wsi, char *sbx, ui
     }
     if (http_authorize(NULL, wsi, sbx, "pty", e))
         return -1;
+    /* A new PTY runs a program (a shell, or ?cmd=): that is exec, which a token must
+     * name; "pty" alone attaches to a PTY that exists. */
+    if (*pid == 0 && http_authorize(NULL, wsi, sbx, "exec", e))
+        return -1;
     if (!http_origin_allowed(srv, wsi)) {
         *e = (struct api_err){.status = 403, .code = "origin_not_allowed"};
         snprintf(e->msg, sizeof(e->msg), "this Origin may not open sockets here (allowed_origins)");

@@ -72,7 +72,8 @@ struct sreq {
 struct sess {
     struct lws *wsi;
     struct http_server *srv;
-    bool linked; /* counted in the vhost's sockets per sandbox */
+    bool linked;   /* counted in the vhost's sockets per sandbox */
+    bool may_exec; /* its key or token covers the exec op (the "exec" scope) */
     char sbx[API_ID_MAX + 1];
     struct sreq *reqs, *grave;
     unsigned nreqs;
@@ -581,7 +582,14 @@ static void dispatch(struct sess *s, struct sf_req *q)
 
     switch (q->op) {
     case SF_OP_EXEC: {
-        json_t *pty = json_object_get(q->args, "pty");
+        json_t *pty;
+        if (!s->may_exec) {
+            free(r);
+            send_error(s, q->id, "token_wrong_scope",
+                       "the access token's scope does not include \"exec\"");
+            return;
+        }
+        pty = json_object_get(q->args, "pty");
         r->bg = json_is_true(json_object_get(q->args, "background")) || json_is_object(pty);
         rc = sbx_exec(t, s->sbx, q->args, !r->bg, &sink, r, &r->op, &err);
         break;
@@ -892,6 +900,11 @@ static int sess_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
             return -1; /* confirm let it through: cannot happen */
         s->wsi = wsi;
         s->srv = srv;
+        {
+            /* Judged once, with the same credential the upgrade was admitted by. */
+            struct api_err e;
+            s->may_exec = http_authorize(NULL, wsi, s->sbx, "exec", &e) == 0;
+        }
         if (v) {
             struct sbx_socks **pp = socks_find(v, s->sbx);
             if (!*pp) {

@@ -413,10 +413,13 @@ class Sandbox:
         return self._w.request("POST", self._p("/tokens"),
                                {"scope": list(scope), "ttl_seconds": ttl_seconds})
 
-    def terminal_url(self, ttl_seconds=3600):
-        """The browser terminal's address, with a pty-scoped token in it."""
-        t = self.token(("pty",), ttl_seconds)["token"]
-        return f"{self._w.url}/terminal/{_q(self.id)}?token={_q(t)}"
+    def terminal_url(self, ttl_seconds=3600, pid=None):
+        """The browser terminal's address, with a token in it: scope "pty" to attach
+        to PTY pid only, "pty" and "exec" to open new PTYs (pid None)."""
+        scope = ("pty",) if pid is not None else ("pty", "exec")
+        t = self.token(scope, ttl_seconds)["token"]
+        url = f"{self._w.url}/terminal/{_q(self.id)}?token={_q(t)}"
+        return url if pid is None else f"{url}&pid={int(pid)}"
 
     def kill(self):
         """End the sandbox (its VM and everything in it)."""

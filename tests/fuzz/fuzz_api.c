@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "api.h"
+#include "cred.h"
 
 #define MAX_IN 65536
 
@@ -50,7 +51,7 @@ static void fuzz_query_route(const uint8_t *d, size_t n)
     /* The route matcher gets the whole string (it stops at NUL). */
     if (api_route_match(s, &r) == 0 && strlen(r.sbx) > API_ID_MAX)
         abort();
-    api_bearer_ok(s, "0123456789abcdef0123456789abcdef");
+    cred_is_key(s, n, "0123456789abcdef0123456789abcdef");
     api_wants_ndjson(s);
     for (p = s; nf < 64;) {
         char *amp = strchr(p, '&');

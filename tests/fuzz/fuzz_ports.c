@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cred.h"
 #include "ports_head.h"
 
 static char out[20000], url[20000];
@@ -86,7 +87,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             len = ports_url_without_token(&h, url, sizeof(url));
             if (len >= 0 && query_has_token(url, (size_t)len))
                 abort();
-            len = ports_head_rewrite(&h, &d, data[0] & 2, out, sizeof(out));
+            /* a redirect's Location is a path of this host, never "//host" or "/\\host" */
+            if (len >= 0 && (len < 1 || url[0] != '/' || (len > 1 && url[1] == '/') ||
+                             memchr(url, '\\', (size_t)len)))
+                abort();
+            len = ports_head_rewrite(&h, &d, (data[0] & 2) ? "K" : NULL, out, sizeof(out));
             if (len >= 0) {
                 unsigned conn = 0;
                 if (ports_head_parse(out, (size_t)len, sizeof(out), &h2) != len)
@@ -95,7 +100,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort();
                 if (h2.xtoken.p || ports_cookie_token(&h2, tok, sizeof(tok)) != 0 ||
                     query_has_token(h2.target.p, h2.target.n) ||
-                    ((data[0] & 2) && h2.authorization.p))
+                    ((data[0] & 2) && h2.authorization.p &&
+                     cred_is_key(h2.authorization.p, h2.authorization.n, "K")))
                     abort();
                 for (unsigned i = 0; i < h2.nhdr; i++)
                     conn += h2.name[i].n == 10 && strncasecmp(h2.name[i].p, "connection", 10) == 0;

@@ -10,6 +10,9 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
 
 from warren import WarrenCase, image_dir
 
@@ -104,6 +107,20 @@ class ClientTest(WarrenCase):
         self.assertEqual(self.c.list(metadata={"suite": "nobody"}), [])
         url = self.sb.terminal_url()
         self.assertTrue(url.startswith(f"{self.c.url}/terminal/{self.sb.id}?token="), url)
+        # its token opens a new PTY (the page's default); one for a pid only attaches
+        def probe(tok):
+            path = f"/v1/sandboxes/{self.sb.id}/pty?access_token={tok}"
+            try:
+                urllib.request.urlopen(self.c.url + path, timeout=60)
+            except urllib.error.HTTPError as e:
+                return e.code
+            return 200
+        tok = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["token"][0]
+        self.assertEqual(probe(tok), 426)
+        url = self.sb.terminal_url(pid=1)
+        self.assertTrue(url.endswith("&pid=1"), url)
+        tok = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["token"][0]
+        self.assertEqual(probe(tok), 403)
 
     # ------------------------------------------------------------ the CLI
     def test_cli(self):

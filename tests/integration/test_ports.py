@@ -27,6 +27,7 @@ from warren import Warren
 
 DOMAIN = "ports.test"
 PORT = 8000
+PUBLIC = 8004  # A's public port: the same echo server, open to anyone
 BIG = 64 << 20
 
 SERVER = r'''
@@ -157,9 +158,10 @@ class TestPorts(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.w = Warren(net_conf(port_domain=DOMAIN, port_idle_timeout_s="3600",
-                                port_connect_timeout_ms="2000")).start()
+                                port_connect_timeout_ms="2000",
+                                port_connections_per_sandbox="8")).start()
         try:
-            cls.a = cls.w.create(template="base")
+            cls.a = cls.w.create(template="base", public_ports=[PUBLIC])
             # B serves BusyBox's httpd on a public port, 8000.
             cls.b = cls.w.create(template="minimal", public_ports=[PORT])
             r = cls.w.request("PUT", f"/v1/sandboxes/{cls.b}/files?path=/tmp/www/index.html",
@@ -172,17 +174,19 @@ class TestPorts(unittest.TestCase):
             r = cls.w.request("PUT", f"/v1/sandboxes/{cls.a}/files?path=/root/srv.py",
                               body=SERVER.encode())
             assert r.status == 200, r
-            r = cls.w.request("POST", f"/v1/sandboxes/{cls.a}/exec",
-                              {"argv": ["python3", "/root/srv.py", str(PORT)],
-                               "background": True})
-            assert r.status == 201, r
+            for port in (PORT, PUBLIC):
+                r = cls.w.request("POST", f"/v1/sandboxes/{cls.a}/exec",
+                                  {"argv": ["python3", "/root/srv.py", str(port)],
+                                   "background": True})
+                assert r.status == 201, r
             deadline = time.time() + 60
-            while True:
-                st, _, _ = cls.get(cls, f"/v1/sandboxes/{cls.a}/ports/{PORT}/", key=True)
-                if st == 200:
-                    break
-                assert time.time() < deadline, f"the guest server never answered ({st})"
-                time.sleep(0.5)
+            for port in (PORT, PUBLIC):
+                while True:
+                    st, _, _ = cls.get(cls, f"/v1/sandboxes/{cls.a}/ports/{port}/", key=True)
+                    if st == 200:
+                        break
+                    assert time.time() < deadline, f"the guest server never answered ({st})"
+                    time.sleep(0.5)
         except BaseException:
             cls.w.cleanup()
             remove_namespaces(cls.w)
@@ -253,6 +257,56 @@ class TestPorts(unittest.TestCase):
             self.assertTrue(data.startswith(b"HTTP/1.1 200"), data[:200])
             self.assertIn(want, data)
 
+    def test_1c_path_pages_get_an_opaque_origin(self):
+        """Pages served by path share warrend's origin: each answer carries a CSP sandbox
+        (no allow-same-origin), so a browser gives the page the origin "null", whose
+        sockets warrend's Origin check refuses. A guest cannot slip an answer past it
+        (an interim 1xx head, or no HTTP status line at all, is 502)."""
+        st, h, _ = self.get(f"/v1/sandboxes/{self.a}/ports/{PORT}/page", key=True)
+        self.assertEqual(st, 200)
+        csp = h.get("content-security-policy", "")
+        self.assertTrue(csp.startswith("sandbox "), h)
+        self.assertNotIn("allow-same-origin", csp)
+        # a Host-routed page has an origin of its own: left as the guest made it
+        st, h, _ = self.get("/page", key=True, host=f"{PORT}-{self.a}.{DOMAIN}")
+        self.assertEqual(st, 200)
+        self.assertNotIn("content-security-policy", h)
+        # what such a page's socket would say is refused; warrend's own pages' passes
+        for origin, want in (("null", 403), (f"http://127.0.0.1:{self.w.port}", 426)):
+            r = self.w.request("GET", f"/v1/sandboxes/{self.a}/pty/1",
+                               headers={"Origin": origin, "Host": f"127.0.0.1:{self.w.port}"})
+            self.assertEqual(r.status, want, (origin, r))
+        # Expect is not passed on in path mode: no guest has reason to send a 100
+        seen = self.echo(f"/v1/sandboxes/{self.a}/ports/{PORT}/e", key=True,
+                         headers=[("Expect", "100-continue")])
+        self.assertNotIn("expect", [n.lower() for n, _ in seen["headers"]])
+        # hostile guests: an interim head first, or no status line
+        srv = ("import socket, sys\n"
+               "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+               "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(8)\n"
+               "while True:\n"
+               "    c, _ = s.accept(); c.recv(65536); c.sendall(sys.argv[2].encode()); c.close()\n")
+        r = self.w.request("PUT", f"/v1/sandboxes/{self.a}/files?path=/root/liar.py",
+                           body=srv.encode())
+        self.assertEqual(r.status, 200, r)
+        for port, answer in ((8005, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                                    "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nhello!"),
+                             (8006, "hello! no status line\r\n\r\n")):
+            r = self.w.request("POST", f"/v1/sandboxes/{self.a}/exec",
+                               {"argv": ["python3", "/root/liar.py", str(port), answer],
+                                "background": True})
+            self.assertEqual(r.status, 201, r)
+            deadline = time.time() + 60
+            while True:
+                st, h, body = self.get(f"/v1/sandboxes/{self.a}/ports/{port}/", key=True)
+                if st != 502 or json.loads(body)["error"]["code"] != "port_closed":
+                    break
+                self.assertLess(time.time(), deadline, "the guest server never listened")
+                time.sleep(0.5)
+            self.assertEqual(st, 502, (port, h, body))
+            self.assertEqual(json.loads(body)["error"]["code"], "bad_response")
+            self.assertNotIn(b"hello!", body)
+
     def test_2_host_with_key(self):
         seen = self.echo("/some/page?q=1", key=True, host=f"{PORT}-{self.a}.{DOMAIN}")
         self.assertEqual(seen["path"], "/some/page?q=1")
@@ -300,6 +354,84 @@ class TestPorts(unittest.TestCase):
         st, _, body = self.get("/v1/sandboxes/nosuch/ports/80/", key=True)
         self.assertEqual(st, 404, body)
 
+    def test_3b_key_spellings_never_reach_a_public_port(self):
+        """Every spelling of the key the API accepts is the key: the proxy strips it
+        from what a public port's guest gets (it once forwarded "Bearer  <key>")."""
+        k = self.w.key
+        spellings = [("Authorization", f"Bearer  {k}"), ("authorization", f"bearer {k}"),
+                     ("AUTHORIZATION", f"BEARER     {k}"), ("Authorization", f"Bearer {k}\t"),
+                     ("Authorization", f"\tBearer {k}  ")]
+        for name, value in spellings:
+            # the API takes it as the key ...
+            st, _, body = raw(self.w.port, f"GET /v1/sandboxes/{self.a} HTTP/1.1\nHost: x\n"
+                                           f"Connection: close\n{name}: {value}")
+            self.assertEqual(st, 200, (value, body))
+            # ... so the proxy consumes it, on a public port too
+            seen = self.echo(f"/v1/sandboxes/{self.a}/ports/{PUBLIC}/p", headers=[(name, value)])
+            self.assertNoCredential(seen, k)
+            self.assertNotIn("authorization", [n.lower() for n, _ in seen["headers"]])
+            # and on a private one it opens
+            self.assertNoCredential(
+                self.echo(f"/v1/sandboxes/{self.a}/ports/{PORT}/p", headers=[(name, value)]), k)
+        # another credential is the guest's own and goes through
+        seen = self.echo(f"/v1/sandboxes/{self.a}/ports/{PUBLIC}/p",
+                         headers=[("Authorization", "Bearer the-guests-own")])
+        self.assertIn(["Authorization", "Bearer the-guests-own"], seen["headers"])
+
+    def test_3c_refusals_do_not_block_a_sandbox(self):
+        """Connections refused for want of a credential are not the sandbox's: many of
+        them, held open, leave its public port and keyed requests working (they once
+        filled port_connections_per_sandbox and made both answer 503)."""
+        held = []
+        try:
+            for _ in range(24):
+                s = socket.create_connection(("127.0.0.1", self.w.port), timeout=60)
+                s.sendall(f"GET /v1/sandboxes/{self.a}/ports/{PORT}/ HTTP/1.1\r\n"
+                          f"Host: x\r\n\r\n".encode())
+                held.append(s)
+            for s in held:
+                self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 401"))
+            st, _, body = self.get(f"/v1/sandboxes/{self.a}/ports/{PUBLIC}/anon")
+            self.assertEqual(st, 200, body)
+            st, _, body = self.get(f"/v1/sandboxes/{self.a}/ports/{PORT}/keyed", key=True)
+            self.assertEqual(st, 200, body)
+        finally:
+            for s in held:
+                s.close()
+
+    def test_3d_cookie_redirect_stays_on_the_host(self):
+        """The Host-routed redirect that moves a query token into a cookie goes to a
+        path of the same host only: a target that a browser would read as another host
+        (//evil, /\\evil) is refused, never a Location (it was "//evil.example/...")."""
+        tok = self.token(self.a, "ports")
+        host = f"{PORT}-{self.a}.{DOMAIN}"
+        for target in ("//evil.example/landing", "///evil.example/", "/\\evil.example/",
+                       "/%09/evil.example/x\\y"):
+            st, h, body = self.get(f"{target}?warren_token={tok}", host=host)
+            self.assertNotEqual(st, 302, (target, h))
+            self.assertNotIn("location", h)
+            self.assertNotIn(tok, json.dumps(h))
+            self.assertEqual(st, 400, (target, body))
+        # an ordinary path still gets its cookie
+        st, h, _ = self.get(f"/a/b%2Fc?warren_token={tok}", host=host)
+        self.assertEqual((st, h.get("location")), (302, "/a/b%2Fc"))
+        # nor does the 307 of a port request on a kept-alive API connection leave the host
+        for target in ("//evil.example/landing", "/\\evil.example/"):
+            c = self.w.conn(60)
+            try:
+                c.request("GET", "/healthz")
+                c.getresponse().read()
+                c.putrequest("GET", target, skip_host=True)
+                c.putheader("Host", host)
+                c.endheaders()
+                r = c.getresponse()
+                r.read()
+                loc = r.getheader("Location") or ""
+                self.assertFalse(loc.startswith("//") or loc.startswith("/\\"), (target, loc))
+                self.assertIn(r.status, (307, 400), target)
+            finally:
+                c.close()
+
     def test_4a_connect_timeout_and_networking_off(self):
         # SYNs to 8002 vanish inside A's namespace (a table of the test's own): 504
         (ns,) = fakenet.netns_named(self.w.vm_id(self.a))
@@ -323,7 +455,7 @@ class TestPorts(unittest.TestCase):
 
     def test_4b_public_port(self):
         self.assertEqual(self.w.get(self.b).json()["public_ports"], [PORT])
-        self.assertEqual(self.w.get(self.a).json()["public_ports"], [])
+        self.assertEqual(self.w.get(self.a).json()["public_ports"], [PUBLIC])
         deadline = time.time() + 60
         while True:
             st, _, body = self.get(f"/v1/sandboxes/{self.b}/ports/{PORT}/index.html")

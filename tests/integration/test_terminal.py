@@ -176,7 +176,7 @@ class BrowserCase(WarrenCase):
         URL, as in production; without it (before that branch is merged) chromium is told
         to send the API key on every request, the WebSocket handshake included."""
         r = self.w.request("POST", f"/v1/sandboxes/{self.sid}/tokens",
-                           {"ttl_seconds": 3600, "scope": ["pty"]})
+                           {"ttl_seconds": 3600, "scope": ["pty", "exec"]})
         base = f"http://127.0.0.1:{self.w.port}/terminal/{self.sid}"
         if r.status in (200, 201) and "token" in r.json():
             return f"{base}?token={r.json()['token']}{extra}", {}

@@ -49,6 +49,10 @@ class TokensTest(WarrenCase):
         j = r.json()
         self.assertEqual(j["sandbox"], self.a)
         self.assertEqual(j["scope"], ["pty", "session", "files"])
+        # "exec" is a scope of its own, listed last
+        r = self.mint(self.a, ["exec", "ports", "pty"])
+        self.assertEqual(r.status, 201, r)
+        self.assertEqual(r.json()["scope"], ["pty", "ports", "exec"])
         self.assertRegex(j["token"], r"^[A-Za-z0-9_-]+$")
         exp = time.mktime(time.strptime(j["expires_at"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         self.assertTrue(before + 110 <= exp <= time.time() + 130, j)

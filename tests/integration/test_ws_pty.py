@@ -400,6 +400,15 @@ class PtySocketTest(WarrenCase):
             r = w.request("GET", path, headers={"Origin": "http://evil.example"})
             self.assertEqual((r.status, r.json()["error"]["code"]), (403, "origin_not_allowed"))
         p = f"/v1/sandboxes/{sid}/pty?cols=80&rows=24"
+        # "pty" alone attaches; a new PTY runs a program, which needs "exec" too
+        r = w.request("GET", p + "&access_token=" + tok, auth=False)
+        self.assertEqual((r.status, r.json()["error"]["code"]), (403, "token_wrong_scope"), r)
+        r = w.request("GET", p + "&cmd=id&access_token=" + tok, auth=False)
+        self.assertEqual((r.status, r.json()["error"]["code"]), (403, "token_wrong_scope"), r)
+        r = w.request("GET", f"/v1/sandboxes/{sid}/pty/77?access_token={tok}", auth=False)
+        self.assertEqual(r.status, 426, r)
+        tok = w.request("POST", f"/v1/sandboxes/{sid}/tokens",
+                        {"scope": ["pty", "exec"]}).json()["token"]
         r = w.request("GET", p + "&access_token=" + tok, auth=False)
         self.assertEqual(r.status, 426, r)
         r = w.request("GET", p + "&access_token=" + tok[:-2] + "AA", auth=False)

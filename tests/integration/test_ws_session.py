@@ -422,6 +422,43 @@ class TestWsSession(WarrenCase):
             await s.close()
         self.arun(go())
 
+    def test_session_token_needs_exec_scope_to_exec(self):
+        """A "session" token opens the socket for files, processes and attaching, but
+        the exec op needs the "exec" scope as well (a session token once ran any
+        command); with both, exec runs."""
+        def mint(scope):
+            r = self.w.request("POST", f"/v1/sandboxes/{self.sid}/tokens", {"scope": scope})
+            self.assertEqual(r.status, 201, r)
+            return r.json()["token"]
+
+        async def open_with(tok):
+            ws = await websockets.connect(f"{self.url()}?access_token={tok}",
+                                          subprotocols=[PROTO], max_size=None,
+                                          ping_interval=None)
+            return Session(ws)
+
+        async def go():
+            s = await open_with(mint(["session"]))
+            for kw in (dict(cmd="touch /tmp/token-ran"), dict(argv=["true"]),
+                       dict(cmd="sh", pty={"cols": 80, "rows": 24}),
+                       dict(cmd="sleep 1", background=True)):
+                r = await s.call("exec", **kw)
+                self.assertEqual((r["type"], r.get("code")), ("error", "token_wrong_scope"), r)
+            r = await s.call("stat", path="/tmp/token-ran")
+            self.assertEqual((r["type"], r.get("code")), ("error", "file_not_found"), r)
+            r = await s.call("processes")
+            self.assertEqual(r["type"], "result", r)
+            await s.close()
+            s = await open_with(mint(["session", "exec"]))
+            out, _, ex = await s.run(cmd="echo ran")
+            self.assertEqual((out, ex["exit_code"]), (b"ran\n", 0))
+            await s.close()
+            # an exec token alone opens no socket
+            with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                await open_with(mint(["exec"]))
+            self.assertEqual(cm.exception.status_code, 403)
+        self.arun(go())
+
     def test_malformed_closes_only_that_socket(self):
         cases = [
             ("truncated", mp_pack({"id": 1, "op": "exec", "cmd": "true"})[:-3], 1008),

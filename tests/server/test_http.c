@@ -350,15 +350,27 @@ static void test_basics(void)
     char u[256], u2[256];
     json_t *j;
 
+    /* Liveness is open; the counts and pool figures are the key holder's only. */
     url(u, sizeof(u), "/healthz");
     curl_run(&r, NULL, 10, u, NULL);
     CHECK(r.exit == 0 && r.code == 200);
     j = body_json(&r);
     CHECK(!strcmp(json_string_value(json_object_get(j, "status")), "ok"));
-    CHECK(json_integer_value(json_object_get(j, "sandboxes")) == 0);
+    CHECK(json_object_size(j) == 1);
     CHECK(strstr(r.hdrs, "content-type: application/json") ||
           strstr(r.hdrs, "Content-Type: application/json"));
     json_decref(j);
+    resp_free(&r);
+    curl_run(&r, NULL, 10, "-H", authz, u, NULL);
+    CHECK(r.exit == 0 && r.code == 200);
+    j = body_json(&r);
+    CHECK(!strcmp(json_string_value(json_object_get(j, "status")), "ok"));
+    CHECK(json_integer_value(json_object_get(j, "sandboxes")) == 0);
+    CHECK(json_object_get(j, "pool") != NULL);
+    json_decref(j);
+    resp_free(&r);
+    curl_run(&r, NULL, 10, "-H", "Authorization: Bearer wrong", u, NULL);
+    CHECK(r.exit == 0 && r.code == 401 && !strstr(r.body, "sandboxes"));
     resp_free(&r);
 
     /* 401 without or with a wrong key, as JSON. */

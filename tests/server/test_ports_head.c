@@ -15,7 +15,7 @@ static int parse(const char *s, struct ports_head *h)
 }
 
 /* Parse, route and rewrite s; the forwarded head into out. The route, or what failed. */
-static int rewrite(const char *s, const char *domain, bool strip, char *out, size_t cap)
+static int rewrite(const char *s, const char *domain, const char *key, char *out, size_t cap)
 {
     struct ports_head h;
     struct ports_dest d;
@@ -26,7 +26,7 @@ static int rewrite(const char *s, const char *domain, bool strip, char *out, siz
         return r - 1000;
     if ((r = ports_route(&h, domain, &d)) <= 0)
         return r;
-    n = ports_head_rewrite(&h, &d, strip, out, cap);
+    n = ports_head_rewrite(&h, &d, key, out, cap);
     if (n < 0)
         return -2000;
     out[n] = '\0';
@@ -125,24 +125,52 @@ static void test_rewrite(void)
                   "Host: h\r\nAuthorization: Bearer K\r\nX-Warren-Token: T\r\n"
                   "Cookie: a=1; warren_token=T; b=2\r\nConnection: keep-alive\r\n"
                   "Keep-Alive: 5\r\n\r\n",
-                  "", true, out, sizeof(out)) == PORTS_PATH);
+                  "", "K", out, sizeof(out)) == PORTS_PATH);
     CHECK(strcmp(out, "GET /a/b?x=1&y=2 HTTP/1.1\r\nHost: h\r\nCookie: a=1; b=2\r\n"
                       "Connection: close\r\n\r\n") == 0);
     /* an Authorization that is not ours stays; an empty rest is "/"; the query goes
      * when only the token was in it; a cookie of only ours goes */
     CHECK(rewrite("POST /v1/sandboxes/s/ports/8?warren_token=T HTTP/1.1\r\n"
                   "Authorization: Basic abc\r\nCookie: warren_token=T\r\n\r\n",
-                  "", false, out, sizeof(out)) == PORTS_PATH);
+                  "", "K", out, sizeof(out)) == PORTS_PATH);
     CHECK(strcmp(out, "POST / HTTP/1.1\r\nAuthorization: Basic abc\r\nConnection: close\r\n\r\n") ==
           0);
     /* an upgrade keeps Connection: Upgrade; host mode keeps the path */
     CHECK(rewrite("GET /ws?warren_token=T HTTP/1.1\r\nHost: 9-s.d\r\nConnection: Upgrade\r\n"
                   "Upgrade: websocket\r\n\r\n",
-                  "d", false, out, sizeof(out)) == PORTS_HOST);
+                  "d", NULL, out, sizeof(out)) == PORTS_HOST);
     CHECK(strcmp(out, "GET /ws HTTP/1.1\r\nHost: 9-s.d\r\nUpgrade: websocket\r\n"
                       "Connection: Upgrade\r\n\r\n") == 0);
+    /* the key in every spelling the API takes is stripped (once "Bearer  K" went
+     * through); a wrong key and another scheme stay, the guest's own */
+    {
+        static const char *const ours[] = {"Bearer  K", "bearer K", "BEARER     K", "Bearer K\t",
+                                           "\t Bearer K"};
+        char in[256];
+        for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+            snprintf(in, sizeof(in),
+                     "GET /v1/sandboxes/s/ports/8/ HTTP/1.1\r\naUtHoRiZaTiOn: %s\r\n\r\n", ours[i]);
+            CHECK(rewrite(in, "", "K", out, sizeof(out)) == PORTS_PATH);
+            CHECK(strcmp(out, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n") == 0);
+        }
+        CHECK(rewrite("GET /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nAuthorization: Bearer  KK\r\n\r\n",
+                      "", "K", out, sizeof(out)) == PORTS_PATH);
+        CHECK(strstr(out, "Authorization: Bearer  KK\r\n") != NULL);
+        /* a bare warren_token or an empty one is ours too: never forwarded */
+        CHECK(rewrite("GET /v1/sandboxes/s/ports/8/?warren_token&a=1 HTTP/1.1\r\n"
+                      "Cookie: warren_token=; c=3\r\n\r\n",
+                      "", "K", out, sizeof(out)) == PORTS_PATH);
+        CHECK(strcmp(out, "GET /?a=1 HTTP/1.1\r\nCookie: c=3\r\nConnection: close\r\n\r\n") == 0);
+    }
+    /* path mode asks the guest for no interim answer; Host mode passes Expect on */
+    CHECK(rewrite("POST /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nExpect: 100-continue\r\n\r\n", "",
+                  NULL, out, sizeof(out)) == PORTS_PATH);
+    CHECK(strcmp(out, "POST / HTTP/1.1\r\nConnection: close\r\n\r\n") == 0);
+    CHECK(rewrite("POST / HTTP/1.1\r\nHost: 9-s.d\r\nExpect: 100-continue\r\n\r\n", "d", NULL, out,
+                  sizeof(out)) == PORTS_HOST);
+    CHECK(strstr(out, "Expect: 100-continue\r\n") != NULL);
     /* too small a buffer */
-    CHECK(rewrite("GET /v1/sandboxes/s/ports/8/abc HTTP/1.1\r\n\r\n", "", false, out, 10) == -2000);
+    CHECK(rewrite("GET /v1/sandboxes/s/ports/8/abc HTTP/1.1\r\n\r\n", "", NULL, out, 10) == -2000);
 }
 
 static void test_tokens(void)
@@ -167,6 +195,29 @@ static void test_tokens(void)
     CHECK(ports_query_token(&d, tok, sizeof(tok)) == -1);
     parse("GET /x HTTP/1.1\r\n\r\n", &h);
     CHECK(ports_cookie_token(&h, tok, sizeof(tok)) == 0);
+}
+
+/* The cookie redirect's Location stays a path of the host (once "//evil.example/..."). */
+static void test_redirect_target(void)
+{
+    static const char *const bad[] = {
+        "//evil.example/landing", "///evil.example/", "/\\evil.example/", "/a\\b", "/%09/x\\y",
+        "/caf\xc3\xa9",
+    };
+    struct ports_head h;
+    char in[256], url[256];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(in, sizeof(in), "GET %s?warren_token=T HTTP/1.1\r\nHost: 9-s.d\r\n\r\n", bad[i]);
+        CHECK(parse(in, &h) > 0);
+        CHECK(ports_url_without_token(&h, url, sizeof(url)) == -EINVAL);
+    }
+    /* encoded slashes are a path's own bytes: a browser does not read them as a host */
+    CHECK(parse("GET /%2F%2Fevil/%5Cx?a=1&warren_token=T HTTP/1.1\r\nHost: 9-s.d\r\n\r\n", &h) > 0);
+    CHECK(ports_url_without_token(&h, url, sizeof(url)) == 20);
+    CHECK(memcmp(url, "/%2F%2Fevil/%5Cx?a=1", 20) == 0);
+    CHECK(parse("GET /?warren_token=T HTTP/1.1\r\nHost: 9-s.d\r\n\r\n", &h) > 0);
+    CHECK(ports_url_without_token(&h, url, sizeof(url)) == 1 && url[0] == '/');
 }
 
 static void test_maybe(void)
@@ -211,7 +262,7 @@ static void test_limits(void)
         }
         CHECK(parse(head, &h) == (int)n);
         CHECK(ports_route(&h, "", &d) == PORTS_PATH);
-        len = ports_head_rewrite(&h, &d, true, out, sizeof(out));
+        len = ports_head_rewrite(&h, &d, "K", out, sizeof(out));
         if (nh == PORTS_HDRS_MAX) {
             CHECK(len == -E2BIG); /* its Connection line would make one more */
             continue;
@@ -228,6 +279,7 @@ int main(void)
     test_route();
     test_rewrite();
     test_tokens();
+    test_redirect_target();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;

@@ -71,6 +71,8 @@ static void test_mint_args(void)
     id[TOKEN_SBX_MAX + 1] = '\0';
     CHECK(token_mint(key, id, TOKEN_SCOPE_PTY, 5, tok) == -EINVAL);
     CHECK(token_scope_of("pty") == TOKEN_SCOPE_PTY);
+    CHECK(token_scope_of("exec") == TOKEN_SCOPE_EXEC);
+    CHECK(strcmp(token_scope_name(TOKEN_SCOPE_EXEC), "exec") == 0);
     CHECK(token_scope_of("session") == TOKEN_SCOPE_SESSION);
     CHECK(token_scope_of("files") == TOKEN_SCOPE_FILES);
     CHECK(token_scope_of("Files") == 0 && token_scope_of("") == 0 && token_scope_of(NULL) == 0);
