@@ -16,6 +16,8 @@
  *    read-only template files and its own run dir, each at its host path, so
  *    QEMU's argv (and vmm_adopt's cmdline check) are the same jailed or not.
  *    The API key, the index and other VMs' run dirs do not exist in there.
+ *  - a network namespace: the VM's own (with its tap) when it has a NIC,
+ *    else an empty one of its own, never the host's.
  *  - a cgroup "u<uid>.<id>" under <hierarchy>/<cgroup_name> in the memory,
  *    cpu and pids controllers (v1: one group per controller hierarchy; v2:
  *    one group, controllers enabled in each ancestor's subtree_control).
@@ -778,7 +780,7 @@ struct child_err {
 };
 
 static const char *const step_names[] = {
-    "setsid",         "join cgroup",         "unshare(CLONE_NEWNS)",
+    "setsid",         "join cgroup",         "unshare (mount, network)",
     "make / private", "mount tmpfs root",    "create path",
     "bind mount",     "remount read-only",   "symlink",
     "pivot_root",     "detach old root",     "remount root read-only",
@@ -961,7 +963,11 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
         run_wrap(pl);
     if (pl->netns)
         tap = net_enter(pl);
-    if (unshare(CLONE_NEWNS) != 0)
+    /* Without a NIC, a network namespace of its own, empty (not even lo up):
+     * in the host's, QEMU's uid could reach every service on loopback,
+     * warrend's API included. ~0.3 ms (docs/SECURITY.md), paid at launch, so
+     * a pool's waiting QEMU pays it before any create. */
+    if (unshare(pl->netns ? CLONE_NEWNS : CLONE_NEWNS | CLONE_NEWNET) != 0)
         child_fail(pl, S_UNSHARE);
     /* Nothing mounted from here on may propagate back to the host. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)

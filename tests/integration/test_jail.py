@@ -204,6 +204,37 @@ class JailTest(WarrenCase):
             w.delete(a)
             w.delete(b)
 
+    def test_qemu_without_a_nic_cannot_reach_host_loopback(self):
+        """A VM without networking: its QEMU is in a network namespace of its own,
+        not the host's, so a process of QEMU's uid in that namespace cannot reach
+        warrend's API (or anything else) on the host's loopback."""
+        w = self.w
+        a = w.create(ttl_seconds=1200)
+        try:
+            pa = qemu_of(w, a)
+            self.assertNotEqual(os.stat(f"/proc/{pa}/ns/net").st_ino,
+                                os.stat(f"/proc/{w.proc.pid}/ns/net").st_ino)
+            ua = proc_uid(pa)
+            # What a QEMU taken over by its guest could do: connect to warrend's port.
+            probe = ("import socket,sys\n"
+                     "try:\n"
+                     f"  socket.create_connection(('127.0.0.1', {w.port}), timeout=3)\n"
+                     "  print('connected')\n"
+                     "except OSError as e:\n"
+                     "  print('refused', e)\n")
+            r = subprocess.run(["nsenter", "-t", str(pa), "-n", "-S", str(ua), "-G", str(ua),
+                                "python3", "-c", probe], capture_output=True, text=True,
+                               timeout=30)
+            self.assertTrue(r.stdout.startswith("refused"), r)
+            # The same probe from the host's namespace does connect: the probe works.
+            r = subprocess.run(["setpriv", f"--reuid={ua}", f"--regid={ua}", "--clear-groups",
+                                "python3", "-c", probe], capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.stdout.strip(), "connected", r)
+            self.assertEqual(w.run(a, "echo hi")["stdout"], "hi\n")
+        finally:
+            w.delete(a)
+
     def test_memory_hog_killed_by_its_cgroup(self):
         # A second warrend whose VMs get no memory margin: guest RAM is the limit,
         # so a guest touching most of its RAM pushes QEMU over it.
