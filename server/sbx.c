@@ -1633,6 +1633,7 @@ static int jail_setup(struct sbx_table *t)
         .root_dir = root,
         .mem_overhead_mb = c->jail_mem_overhead_mb,
         .pids_max = c->jail_pids_max,
+        .uid_lock_dir = c->jail_uid_lock_dir,
     };
     int r;
 

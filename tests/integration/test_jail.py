@@ -338,6 +338,59 @@ class JailRestartTest(unittest.TestCase):
             cleanup(w)
 
 
+@unittest.skipUnless(jail_possible(), "needs root and cgroups (memory, cpu, pids)")
+class JailUidSharingTest(unittest.TestCase):
+    """Two warrends given the same uid range (a mistake of configuration, or two state
+    dirs on one host) never run two VMs as one uid, whichever of them is alive: a
+    uid is claimed by a lock every warrend sees, and one a process still runs as (a
+    killed warrend's QEMU) is not given out; a warrend that finds every uid of its
+    range held refuses to start."""
+
+    def test_two_warrends_one_range(self):
+        base = UID_BASE + 180
+        conf = jail_conf(jail_uid_base=base, jail_uid_count=2)
+        w1, w2, w3 = Warren(conf), Warren(conf), Warren(dict(conf, jail_uid_count=1))
+        try:
+            w1.start()
+            w2.start()
+            a = w1.create(ttl_seconds=1200)
+            pa = qemu_of(w1, a)
+            ua = proc_uid(pa)
+            b = w2.create(ttl_seconds=1200)
+            pb = qemu_of(w2, b)
+            ub = proc_uid(pb)
+            # Lowest free first: w1's VM has the first uid, w2's the next.
+            self.assertEqual((ua, ub), (base, base + 1))
+            # A range of one uid, held by w1's VM: w3 refuses to start.
+            with self.assertRaises(RuntimeError) as e:
+                w3.start(timeout=30)
+            self.assertIn("held by another warrend", str(e.exception))
+            # w1 is killed: its QEMU runs on as ua, with no warrend holding its lock.
+            w1.kill9()
+            self.assertEqual(proc_uid(pa), ua)
+            rb = w2.run_dir(b)
+            self.assertEqual(w2.delete(b).status, 200)
+            self.assertEqual(wait_no_qemu(rb + "/"), [])
+            # The uid goes back once its QEMU is reaped, just after the delete's answer.
+            deadline = time.time() + 15
+            while time.time() < deadline:
+                r = w2.request("POST", "/v1/sandboxes", {"template": "minimal", "ttl_seconds": 1200})
+                if r.status == 201 or "Too many users" not in r.body.decode():
+                    break
+                time.sleep(0.1)
+            self.assertEqual(r.status, 201, r)
+            c = r.json()["id"]
+            self.assertNotEqual(proc_uid(qemu_of(w2, c)), ua)
+            # The range is full now (ua runs, w2 holds the other): refused, not shared.
+            r = w2.request("POST", "/v1/sandboxes", {"template": "minimal", "ttl_seconds": 60})
+            self.assertNotIn(r.status, (200, 201), r)
+            self.assertEqual(procs_in_uid_range(ua, 1), [pa])
+            self.assertEqual(w2.delete(c).status, 200)
+        finally:
+            for w in (w3, w2, w1):
+                cleanup(w)
+
+
 class StartupTest(unittest.TestCase):
     def start(self, conf_lines, addr="0.0.0.0", jail="off"):
         d = Warren().state_dir
