@@ -114,9 +114,13 @@ static const char apply_script[] =
              "exit 1\n";
 
 /* Always denied (besides net_range, added per ruleset): nothing a guest may
- * reach whatever its policy. 224/3 is multicast, reserved and broadcast. */
+ * reach whatever its policy. 224/3 is multicast, reserved and broadcast;
+ * 168.63.129.16 a cloud's metadata and host agent address (169.254.169.254
+ * is in 169.254/16). Enforced twice: in the VM's namespace (net_vm_rules) and
+ * in warrend's (net_host_rules), which nothing in the VM's namespace can change. */
 static const char deny_list[] = "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, "
-                                "169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/3";
+                                "168.63.129.16/32, 169.254.0.0/16, 172.16.0.0/12, "
+                                "192.168.0.0/16, 224.0.0.0/3";
 
 int net_parse_range(const char *s, unsigned *base, unsigned *prefix)
 {
@@ -397,7 +401,65 @@ char *net_vm_rules(const char *range, const char *dns, const struct net_policy *
                 "    iifname \"tap0\" ip daddr 10.0.2.1 meta l4proto { tcp, udp } th dport 53 "
                 "accept\n"
                 "    iifname \"eth0\" ct state established,related accept\n");
+    /* What the namespace's own processes (QEMU, the resolver) may send: to the guest
+     * (the resolver's answers, warrend's port proxy), answers, and the resolver's
+     * queries to its upstream; nothing else out of eth0. */
+    str_add(&s, &len,
+            "  }\n"
+            "  chain guard_out {\n"
+            "    type filter hook output priority filter; policy drop;\n"
+            "    oifname { \"lo\", \"tap0\" } accept\n"
+            "    ct state established,related accept\n");
+    if (own_dns && dns && *dns)
+        str_add(&s, &len,
+                "    oifname \"eth0\" ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n",
+                dns);
     str_add(&s, &len, "  }\n}\n");
+    return s;
+}
+
+char *net_host_rules(const char *tag, const char *uplink, const char *range, const char *dns)
+{
+    char *s = strdup("");
+    size_t len = 0;
+
+    /* Nothing from a wn-* interface reaches the host itself or any interface but
+     * the uplink (another sandbox); the always-deny set is refused here too, so
+     * a process in a VM's namespace (QEMU's uid, the resolver) or a table swapped
+     * there by whatever holds CAP_NET_ADMIN in it reaches none of it. Only the
+     * resolver (which may be private) is let through first, on port 53. IPv6 is
+     * never forwarded. */
+    str_add(&s, &len,
+            "table inet warren_%s\n"
+            "delete table inet warren_%s\n"
+            "table inet warren_%s {\n"
+            "  set deny {\n"
+            "    type ipv4_addr; flags interval; auto-merge\n"
+            "    elements = { %s, %s }\n"
+            "  }\n"
+            "  chain guard_fwd {\n"
+            "    type filter hook forward priority filter - 10; policy accept;\n"
+            "    iifname \"wn-*\" oifname != \"%s\" drop\n"
+            "    oifname \"wn-*\" iifname != \"%s\" drop\n"
+            "    iifname \"wn-*\" meta nfproto ipv6 drop\n",
+            tag, tag, tag, deny_list, range, uplink, uplink);
+    if (dns && *dns)
+        str_add(&s, &len,
+                "    iifname \"wn-*\" ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n",
+                dns);
+    str_add(&s, &len,
+            "    iifname \"wn-*\" ip daddr @deny drop\n"
+            "  }\n"
+            "  chain guard_in {\n"
+            "    type filter hook input priority filter - 10; policy accept;\n"
+            "    iifname \"wn-*\" drop\n"
+            "  }\n"
+            "  chain nat_post {\n"
+            "    type nat hook postrouting priority srcnat; policy accept;\n"
+            "    oifname \"%s\" ip saddr %s masquerade\n"
+            "  }\n"
+            "}\n",
+            uplink, range);
     return s;
 }
 
@@ -524,26 +586,9 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
         return -ENOMEM;
     }
     /* warrend's side: NAT out of the uplink only; a sandbox's veth reaches
-     * neither the host itself nor any other interface (another sandbox). */
-    if (asprintf(&rules,
-                 "table inet warren_%s\n"
-                 "delete table inet warren_%s\n"
-                 "table inet warren_%s {\n"
-                 "  chain guard_fwd {\n"
-                 "    type filter hook forward priority filter - 10; policy accept;\n"
-                 "    iifname \"wn-*\" oifname != \"%s\" drop\n"
-                 "    oifname \"wn-*\" iifname != \"%s\" drop\n"
-                 "  }\n"
-                 "  chain guard_in {\n"
-                 "    type filter hook input priority filter - 10; policy accept;\n"
-                 "    iifname \"wn-*\" drop\n"
-                 "  }\n"
-                 "  chain nat_post {\n"
-                 "    type nat hook postrouting priority srcnat; policy accept;\n"
-                 "    oifname \"%s\" ip saddr %s masquerade\n"
-                 "  }\n"
-                 "}\n",
-                 n->tag, n->tag, n->tag, n->uplink, n->uplink, n->uplink, n->range) < 0) {
+     * neither the host itself nor any other interface (another sandbox), nor
+     * the always-deny set. */
+    if (!(rules = net_host_rules(n->tag, n->uplink, n->range, n->dns))) {
         net_free(n);
         return -ENOMEM;
     }

@@ -179,7 +179,7 @@ class TestNet(unittest.TestCase):
             subprocess.run(["python3", "-c", f"import socket; socket.create_connection("
                             f"('{addr}', 8081), 3).close()"], check=True)
         got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
-                         "169.254.169.254:80",
+                         "169.254.169.254:80", "168.63.129.16:80",
                          f"{host_a}:8081", f"{fakenet.UPLINK_ADDR}:8081", "10.99.0.1:8081",
                          "10.0.2.1:22", f"{host_b}:8081", f"{ns_b}:22", "127.0.0.1:1")
         self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
@@ -657,6 +657,45 @@ class TestNetPolicy(unittest.TestCase):
         self.assertEqual(resolvers(w.state_dir), [])
         self.assertEqual(fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"), [])
         self.assertEqual(os.listdir(os.path.join(w.state_dir, "net-dns")), [])
+
+
+    def test_6_always_denied_beyond_the_vms_namespace(self):
+        """The always-deny set holds whatever happens in a VM's namespace: a process
+        there without capabilities (QEMU's lot) reaches none of it, and after the
+        namespace's table is swapped for an open one with the resolver's privileges
+        (nobody with CAP_NET_ADMIN: what a resolver taken over by its guest can do),
+        the guest reaches an address its policy did not allow, but still none of the
+        always-denied ones: warrend's own table refuses them too. The impostors
+        answer from past the uplink, so a miss would show as "open"."""
+        w = self.w
+        a = w.create(network={"internet": True, "allow_out": ["www.example.com"]}, **BASE)
+        try:
+            ns = f"warren-{ns_tag(w.state_dir)}-{w.vm_id(a)}"
+            meta = [f"{m}:80" for m in fakenet.METADATA_ADDRS]
+            self.assertTrue(self.reaches(a, "www.example.com"))
+            r = subprocess.run(["ip", "netns", "exec", ns, "setpriv", "--reuid=65534",
+                                "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                                "--bounding-set=-all", "python3", "-c", PROBE] + meta,
+                               capture_output=True, text=True, timeout=60)
+            got = json.loads(r.stdout)
+            for target in meta:
+                self.assertNotEqual(got[target], "open", got)
+            swap = ("table inet warren\ndelete table inet warren\n"
+                    "table inet warren {\n"
+                    "  chain open_out { type filter hook forward priority filter; policy accept; }\n"
+                    "  chain open_nat { type nat hook postrouting priority srcnat; policy accept;\n"
+                    "    oifname \"eth0\" masquerade\n  }\n}\n")
+            r = subprocess.run(["ip", "netns", "exec", ns, "setpriv", "--reuid=65534",
+                                "--regid=65534", "--clear-groups", "--inh-caps=+net_admin",
+                                "--ambient-caps=+net_admin", "nft", "-f", "-"],
+                               input=swap, capture_output=True, text=True, timeout=30)
+            self.assertEqual(r.returncode, 0, r)
+            got = self.probe(a, f"{fakenet.API_ADDR}:80", *meta)
+            self.assertEqual(got.pop(f"{fakenet.API_ADDR}:80"), "open", got)
+            for target, res in got.items():
+                self.assertNotEqual(res, "open", (target, got))
+        finally:
+            w.delete(a)
 
 
 class TestNetConf(unittest.TestCase):
