@@ -388,9 +388,9 @@ class TestNetJailed(TestNet):
 
 
 def resolvers(state_dir):
-    """pids of the dnsmasq processes of this warrend (their config is under
-    state_dir/net-dns/)."""
-    mark = os.path.join(state_dir, "net-dns/").encode()
+    """pids of the dnsmasq processes of this warrend (their pidfiles are under
+    /run/warren/dns-<tag>/, which their command line names)."""
+    mark = f"/run/warren/dns-{ns_tag(state_dir)}/".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -659,14 +659,27 @@ class TestNetPolicy(unittest.TestCase):
         self.assertEqual(os.listdir(os.path.join(w.state_dir, "net-dns")), [])
 
 
+    def as_resolver(self, pid, ns, argv, **kw):
+        """argv run with what resolver pid holds: root of its own user namespace when it
+        is in one (its capabilities reach only its VM's namespace); else its uid with
+        CAP_NET_ADMIN, what it kept of root."""
+        if os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user"):
+            cmd = ["nsenter", "-t", str(pid), "--user", "--net", "--"]
+        else:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            cmd = ["ip", "netns", "exec", ns, "setpriv", f"--reuid={uid}", f"--regid={uid}",
+                   "--clear-groups", "--inh-caps=+net_admin", "--ambient-caps=+net_admin"]
+        return subprocess.run(cmd + argv, capture_output=True, text=True, timeout=30, **kw)
+
     def test_6_always_denied_beyond_the_vms_namespace(self):
         """The always-deny set holds whatever happens in a VM's namespace: a process
         there without capabilities (QEMU's lot) reaches none of it, and after the
         namespace's table is swapped for an open one with the resolver's privileges
-        (nobody with CAP_NET_ADMIN: what a resolver taken over by its guest can do),
-        the guest reaches an address its policy did not allow, but still none of the
-        always-denied ones: warrend's own table refuses them too. The impostors
-        answer from past the uplink, so a miss would show as "open"."""
+        (what a resolver taken over by its guest can do), the guest reaches an address
+        its policy did not allow, but still none of the always-denied ones: warrend's
+        own table refuses them too. The impostors answer from past the uplink, so a
+        miss would show as "open". And the resolver's privileges stop at its VM's
+        namespace: it cannot move an interface of it into another one."""
         w = self.w
         a = w.create(network={"internet": True, "allow_out": ["www.example.com"]}, **BASE)
         try:
@@ -685,10 +698,15 @@ class TestNetPolicy(unittest.TestCase):
                     "  chain open_out { type filter hook forward priority filter; policy accept; }\n"
                     "  chain open_nat { type nat hook postrouting priority srcnat; policy accept;\n"
                     "    oifname \"eth0\" masquerade\n  }\n}\n")
-            r = subprocess.run(["ip", "netns", "exec", ns, "setpriv", "--reuid=65534",
-                                "--regid=65534", "--clear-groups", "--inh-caps=+net_admin",
-                                "--ambient-caps=+net_admin", "nft", "-f", "-"],
-                               input=swap, capture_output=True, text=True, timeout=30)
+            (dns,) = [p for p in resolvers(w.state_dir)
+                      if os.stat(f"/proc/{p}/ns/net").st_ino == os.stat(f"/run/netns/{ns}").st_ino]
+            self.assertNotEqual(os.stat(f"/proc/{dns}").st_uid, 0)
+            # Into this test's own namespace (fakenet's "host", warrend's): refused.
+            r = self.as_resolver(dns, ns, ["ip", "link", "set", "eth0", "netns",
+                                           str(os.getpid())])
+            self.assertNotEqual(r.returncode, 0, r)
+            self.assertIn("not permitted", r.stderr)
+            r = self.as_resolver(dns, ns, ["nft", "-f", "-"], input=swap)
             self.assertEqual(r.returncode, 0, r)
             got = self.probe(a, f"{fakenet.API_ADDR}:80", *meta)
             self.assertEqual(got.pop(f"{fakenet.API_ADDR}:80"), "open", got)

@@ -207,7 +207,7 @@ static void test_dns_and_limits(void)
     CHECK(net_policy_dns(&p));
     c = net_dns_conf("198.51.100.53", &p, "/run/x.pid");
     CHECK(c && strstr(c, "no-resolv\nno-hosts\n") && strstr(c, "listen-address=10.0.2.1\n") &&
-          strstr(c, "user=nobody\n") && strstr(c, "pid-file=/run/x.pid\n"));
+          strstr(c, "user=root\n") && strstr(c, "pid-file=/run/x.pid\n"));
     CHECK(c && strstr(c, "address=/#/\n") && strstr(c, "server=/www.example.com/198.51.100.53\n") &&
           strstr(c, "server=/*.example.org/198.51.100.53\n") &&
           strstr(c, "nftset=/example.org/4#inet#warren#allow_dns\n") &&
