@@ -94,9 +94,21 @@ def net_conf(**kw):
 
 
 def remove_namespaces(w):
-    """A failed test leaves the namespaces of VMs the harness killed behind warrend."""
-    for ns in fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"):
+    """What warrend leaves when it ends with VMs the harness then kills (a failed test,
+    a kill -9, a shutdown that detaches): their namespaces, the user namespaces that
+    own them (/run/warren/userns) and their resolvers' pidfiles (/run/warren/dns-<tag>)."""
+    tag = f"warren-{ns_tag(w.state_dir)}-"
+    for ns in fakenet.netns_named(tag):
         fakenet.sh("ip", "netns", "del", ns, check=False)
+    us = "/run/warren/userns"
+    for name in (os.listdir(us) if os.path.isdir(us) else []):
+        if name.startswith(tag):
+            fakenet.sh("umount", "-l", os.path.join(us, name), check=False)
+            try:
+                os.unlink(os.path.join(us, name))
+            except FileNotFoundError:
+                pass
+    shutil.rmtree(f"/run/warren/dns-{ns_tag(w.state_dir)}", ignore_errors=True)
 
 
 class TestNet(unittest.TestCase):
@@ -657,6 +669,10 @@ class TestNetPolicy(unittest.TestCase):
         self.assertEqual(resolvers(w.state_dir), [])
         self.assertEqual(fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"), [])
         self.assertEqual(os.listdir(os.path.join(w.state_dir, "net-dns")), [])
+        # Nor the user namespaces that owned them, nor a resolver's pidfile.
+        self.assertEqual([f for f in os.listdir("/run/warren/userns")
+                          if f.startswith(f"warren-{ns_tag(w.state_dir)}-")], [])
+        self.assertEqual(os.listdir(f"/run/warren/dns-{ns_tag(w.state_dir)}"), [])
 
 
     def as_resolver(self, pid, ns, argv, **kw):
