@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
-from warren import Warren, pss_kib, qemu_pids  # noqa: E402
+from warren import Warren, pss_kib, qemu_pids, shm_name  # noqa: E402
 from pool import pct, wait_ready  # noqa: E402
 
 
@@ -54,7 +54,10 @@ def run(tmpl, kind, a):
         m = re.search(r"pool: template \S+ saved \(VM (\S+), ([0-9.]+) ms from launch\)", log)
         if not m:
             raise SystemExit("no template saved in the log:\n" + log[-2000:])
-        st = os.stat(f"/dev/shm/warren-{m.group(1)}.mem")
+        # Named after the state dir's tag since it is swept by it; an older warrend's
+        # has the VM id alone.
+        mem = f"/dev/shm/{shm_name(w, m.group(1))}"
+        st = os.stat(mem if os.path.exists(mem) else f"/dev/shm/warren-{m.group(1)}.mem")
         build_ms, ram_mib = float(m.group(2)), st.st_blocks * 512 / 2**20
         if "its warm-up command" in log or (kind == "on" and "warm-up ran in" not in log):
             raise SystemExit("the template's warm-up failed or did not run:\n" + log[-2000:])

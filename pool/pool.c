@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,10 +153,15 @@ static void kick_soon(struct tpool *p, double after)
 
 static void tpl_paths(struct tpool *p)
 {
+    char tag[9];
+
     snprintf(p->dir, sizeof(p->dir), "%s/templates/%s", p->t->cfg->state_dir, p->id);
     snprintf(p->snap, sizeof(p->snap), "%s/state.snap", p->dir);
     snprintf(p->disk, sizeof(p->disk), "%s/disk.qcow2", p->dir);
-    snprintf(p->mem, sizeof(p->mem), "/dev/shm/warren-%s.mem", p->id);
+    /* The state dir's tag first: a warrend's start-up sweep knows its own files in
+     * /dev/shm (shm_sweep), whatever other warrends run here. */
+    sbx_state_tag(p->t->cfg->state_dir, tag);
+    snprintf(p->mem, sizeof(p->mem), "/dev/shm/warren-%s-%s.mem", tag, p->id);
 }
 
 /* Remove the current template's files and record (clones running keep their open
@@ -186,13 +192,71 @@ static bool pool_names(const struct pool *all, const char *id)
     return false;
 }
 
+/* Whether a live process maps path (its maps name it). Start-up only. */
+static bool shm_mapped(const char *path)
+{
+    char maps[16 + 256], line[4096 + 256];
+    bool found = false;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    FILE *f;
+
+    if (!d)
+        return true; /* cannot tell: keep it */
+    while (!found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(maps, sizeof(maps), "/proc/%s/maps", e->d_name);
+        if (!(f = fopen(maps, "re")))
+            continue;
+        while (!found && fgets(line, sizeof(line), f))
+            found = strstr(line, path) != NULL;
+        fclose(f);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Template RAM files of this state dir's tag that no pool of all's names and no
+ * live process maps: a warrend killed (-9) before its pool ended leaves its
+ * template's guest RAM in /dev/shm, which nothing else would ever free. Files of
+ * other tags are other warrends': never touched. */
+static void shm_sweep(struct sbx_table *t, const struct pool *all)
+{
+    char tag[9], prefix[32], path[9 + 256], id[64];
+    size_t plen, len;
+    DIR *d;
+    struct dirent *e;
+
+    sbx_state_tag(t->cfg->state_dir, tag);
+    plen = (size_t)snprintf(prefix, sizeof(prefix), "warren-%s-", tag);
+    if (!(d = opendir("/dev/shm")))
+        return;
+    while ((e = readdir(d)) != NULL) {
+        len = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, plen) != 0 || len < plen + 5 ||
+            strcmp(e->d_name + len - 4, ".mem") != 0 || len - plen - 4 >= sizeof(id))
+            continue;
+        snprintf(id, sizeof(id), "%.*s", (int)(len - plen - 4), e->d_name + plen);
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        if (pool_names(all, id) || shm_mapped(path))
+            continue;
+        LOG(LOG_INFO, "pool: removing a template RAM file no record names: %s", path);
+        unlink(path);
+    }
+    closedir(d);
+}
+
 /* Template dirs and RAM files no pool of all's names (a crash mid-build, or a pool
  * turned off since); all NULL: every one. */
 static void tpl_sweep(struct sbx_table *t, const struct pool *all)
 {
-    char dir[4096], path[4096 + 300];
+    char dir[4096], path[4096 + 300], tag[9];
     DIR *d;
     struct dirent *e;
+
+    shm_sweep(t, all);
+    sbx_state_tag(t->cfg->state_dir, tag);
 
     snprintf(dir, sizeof(dir), "%s/templates", t->cfg->state_dir);
     if (!(d = opendir(dir)))
@@ -204,7 +268,7 @@ static void tpl_sweep(struct sbx_table *t, const struct pool *all)
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         sbx_rm_dir(path);
         /* Named after the same VM id: only ours (ids are random per warrend). */
-        snprintf(path, sizeof(path), "/dev/shm/warren-%s.mem", e->d_name);
+        snprintf(path, sizeof(path), "/dev/shm/warren-%s-%s.mem", tag, e->d_name);
         unlink(path);
     }
     closedir(d);
@@ -646,7 +710,7 @@ static void tpl_build(struct tpool *p)
     char **wrap = NULL;
     struct net_policy pol = {0};
     uint8_t rnd[8];
-    int r;
+    int r, fd;
 
     tpl_end_vm(p);
     tpl_remove(p);
@@ -661,6 +725,15 @@ static void tpl_build(struct tpool *p)
     snprintf(p->id, sizeof(p->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     tpl_paths(p);
+    /* Made here, 0600: QEMU would create it 0644, every pooled guest's memory at
+     * template time readable by any local user. The template runs unjailed (as
+     * warrend's uid), unjailed clones too; jailed clones map a sealed memfd copy. */
+    (void)unlink(p->mem);
+    if ((fd = open(p->mem, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0) {
+        tpl_failed(p, "cannot create its RAM file");
+        return;
+    }
+    close(fd);
     snprintf(path, sizeof(path), "%s/templates", t->cfg->state_dir);
     if ((mkdir(path, 0700) != 0 && errno != EEXIST) || mkdir(p->dir, 0700) != 0) {
         tpl_failed(p, "cannot make its directory");

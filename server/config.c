@@ -95,6 +95,7 @@ static const struct opt opts[] = {
     {"jail_uid_base", T_UINT, F(jail_uid_base), "200000", 1},
     {"jail_uid_count", T_UINT, F(jail_uid_count), "10000", 1},
     {"jail_cgroup", T_STR, F(jail_cgroup), "warren", 0},
+    {"jail_uid_lock_dir", T_STR, F(jail_uid_lock_dir), "/run/warren/uids", 0},
     {"jail_memory_overhead_mb", T_UINT, F(jail_mem_overhead_mb), "256", 0},
     {"jail_pids_max", T_UINT, F(jail_pids_max), "512", 16},
     {"allow_tcg", T_BOOL, F(allow_tcg), "false", 0},
@@ -446,6 +447,7 @@ void cfg_free(struct srv_config *c)
     free(c->pool_templates);
     free(c->jail);
     free(c->jail_cgroup);
+    free(c->jail_uid_lock_dir);
     free(c->allowed_origins);
     free(c->web_dir);
     free(c->net_uplink);

@@ -59,6 +59,7 @@ struct srv_config {
     unsigned jail_uid_base;        /* jail_uid_base = 200000 */
     unsigned jail_uid_count;       /* jail_uid_count = 10000 */
     char *jail_cgroup;             /* jail_cgroup = warren */
+    char *jail_uid_lock_dir;       /* jail_uid_lock_dir = /run/warren/uids */
     unsigned jail_mem_overhead_mb; /* jail_memory_overhead_mb = 256 */
     unsigned jail_pids_max;        /* jail_pids_max = 512 */
     unsigned allow_tcg;            /* allow_tcg = false (0/1) */

@@ -29,6 +29,14 @@
 #include <unistd.h>
 
 #define NETNS_DIR "/run/netns"
+/* The user namespace that owns each VM's network namespace is kept here, by the
+ * namespace's name, for its resolver to enter. */
+#define NET_RUN_DIR  "/run/warren"
+#define NET_USNS_DIR NET_RUN_DIR "/userns"
+/* Root of a VM's user namespace is this uid (nobody) outside it: the resolver runs
+ * as that root, with capabilities over its VM's network namespace only. */
+#define NET_DNS_UID     65534
+#define NET_DNS_UID_STR "65534"
 
 extern char **environ;
 
@@ -40,7 +48,8 @@ struct net {
     char ip[32];       /* ip's absolute path: entering a namespace made ahead spawns it directly */
     char nft[32];      /* nft's: the host table at start */
     char dnsmasq[32];  /* dnsmasq's ("": not installed, domain rules refused) */
-    char dnsdir[4096]; /* state_dir/net-dns: each resolver's config and pidfile */
+    char dnsdir[4096]; /* state_dir/net-dns: each resolver's config */
+    char piddir[64];   /* NET_RUN_DIR/dns-<tag>: resolvers' pidfiles, NET_DNS_UID's */
     unsigned base, prefix;
     unsigned nslots;
     uint8_t *used; /* one byte per slot */
@@ -49,10 +58,15 @@ struct net {
 
 /*
  * Run inside a VM's namespace, as root, by the set-up (before QEMU) and by a
- * policy change: ap RULES RATE DNSCONF CONFPATH PIDPATH loads the nft
+ * policy change: ap RULES RATE DNSCONF CONFPATH PIDPATH USERNS loads the nft
  * ruleset (one transaction), the tc limits on tap0 (towards the guest) and
  * eth0 (from it), and stops the VM's old resolver and starts the new one
- * (dnsmasq daemonizes once it listens: its exit status is the start's).
+ * (dnsmasq daemonizes once it listens: its exit status is the start's). The
+ * resolver runs as root of the user namespace that owns the VM's network
+ * namespace (nsenter --user), i.e. as NET_DNS_UID outside it, with
+ * capabilities over that namespace alone: its nft sets, its port 53. It
+ * reads its configuration from stdin (state_dir is closed to it) and is
+ * found again by its pidfile's path, which its command line names.
  * Explicit returns rather than set -e: a function run on the left of || does
  * not stop at a failure under set -e.
  */
@@ -68,30 +82,49 @@ struct net {
     "    else tc qdisc del dev $d root 2>/dev/null || :; fi\n"                                     \
     "  done\n"                                                                                     \
     "  p=; [ -s \"$5\" ] && read p <\"$5\"\n"                                                      \
-    "  if [ -n \"$p\" ] && grep -qF -- \"$4\" /proc/$p/cmdline 2>/dev/null; then\n"                \
+    "  if [ -n \"$p\" ] && grep -qF -- \"$5\" /proc/$p/cmdline 2>/dev/null; then\n"                \
     "    kill $p; i=0\n"                                                                           \
-    "    while grep -qF -- \"$4\" /proc/$p/cmdline 2>/dev/null && [ $i -lt 100 ]; do\n"            \
+    "    while grep -qF -- \"$5\" /proc/$p/cmdline 2>/dev/null && [ $i -lt 100 ]; do\n"            \
     "      sleep 0.02; i=$((i + 1)); done\n"                                                       \
     "  fi\n"                                                                                       \
     "  rm -f \"$5\" \"$4\"\n"                                                                      \
     "  [ -z \"$3\" ] && return 0\n"                                                                \
-    "  printf '%s' \"$3\" >\"$4\" && dnsmasq --conf-file=\"$4\"\n"                                 \
+    "  printf '%s' \"$3\" >\"$4\" && chmod 644 \"$4\" &&\n"                                        \
+    "    nsenter --user=\"$6\" -- dnsmasq --conf-file=/dev/stdin --pid-file=\"$5\" <\"$4\"\n"      \
     "}\n"
 
 /*
  * Run in QEMU's place: $1 namespace, $2 host veth, $3 host address, $4 the
  * namespace's address, $5 its nft ruleset, $6 the apply function's script
- * (APPLY_FN), $7 rate, $8 resolver config, $9 its path, $10 its pidfile;
- * then QEMU's argv. set -e: the first failure ends it with ip's, nft's or
- * dnsmasq's message in qemu.log, and the VM is reported exited. ip netns
- * exec execs QEMU (no fork): the pid stays.
+ * (APPLY_FN), $7 rate, $8 resolver config, $9 its path, $10 its pidfile,
+ * $11 where its user namespace is kept; then QEMU's argv. set -e: the first
+ * failure ends it with ip's, nft's or dnsmasq's message in qemu.log, and the
+ * VM is reported exited. ip netns exec execs QEMU (no fork): the pid stays.
+ *
+ * The namespace is made as `ip netns add` does (a bind mount in /run/netns),
+ * but owned by a user namespace of its own whose root is NET_DNS_UID outside:
+ * whatever holds a capability there (the resolver) holds it over this
+ * namespace only, never over the host's or another VM's (with CAP_NET_ADMIN
+ * of the init user namespace, nobody moved an interface into another network
+ * namespace by naming a process there). Root (warrend, the set-up, the
+ * jail's child) still enters and configures it as before.
  */
 static const char setup_script[] =
     "set -e\n"
     "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n"
-    "ns=$1 hv=$2 hip=$3 nip=$4 rules=$5 apply=$6 rate=$7 dconf=$8 dpath=$9 dpid=${10}\n"
-    "shift 10\n"
-    "ip netns add \"$ns\"\n"
+    "ns=$1 hv=$2 hip=$3 nip=$4 rules=$5 apply=$6 rate=$7 dconf=$8 dpath=$9 dpid=${10} us=${11}\n"
+    "shift 11\n"
+    "mkdir -p /run/netns \"${us%/*}\"\n"
+    ": >\"/run/netns/$ns\"; : >\"$us\"\n"
+    "unshare -U -n sleep 60 & p=$!\n"
+    "trap 'kill $p 2>/dev/null' EXIT\n"
+    "while [ \"$(readlink /proc/$p/ns/user)\" = \"$(readlink /proc/$$/ns/user)\" ]; do sleep "
+    "0.001; done\n"
+    "echo '0 " NET_DNS_UID_STR " 1' >/proc/$p/uid_map\n"
+    "echo '0 " NET_DNS_UID_STR " 1' >/proc/$p/gid_map\n"
+    "mount --bind /proc/$p/ns/net \"/run/netns/$ns\"\n"
+    "mount --bind /proc/$p/ns/user \"$us\"\n"
+    "kill $p; trap - EXIT\n"
     "printf 'link add %s type veth peer name eth0 netns %s\\naddr add %s/30 dev %s\\n"
     "link set %s up\\n' \"$hv\" \"$ns\" \"$hip\" \"$hv\" \"$hv\" | ip -b -\n"
     "printf 'addr add %s/30 dev eth0\\nlink set eth0 up\\nlink set lo up\\n"
@@ -99,24 +132,28 @@ static const char setup_script[] =
     "addr add 10.0.2.1/30 dev tap0\\nlink set tap0 up\\n"
     "route add default via %s\\n' \"$nip\" \"$hip\" | ip -n \"$ns\" -b -\n"
     "ip netns exec \"$ns\" sh -c \"$apply\"'ap \"$@\"' ap \\\n"
-    "  \"$rules\" \"$rate\" \"$dconf\" \"$dpath\" \"$dpid\"\n"
+    "  \"$rules\" \"$rate\" \"$dconf\" \"$dpath\" \"$dpid\" \"$us\"\n"
     "exec ip netns exec \"$ns\" \"$@\"\n";
 
-/* A policy change: $1 namespace, $2 marker, then the new policy's five ap
+/* A policy change: $1 namespace, $2 marker, then the new policy's six ap
  * arguments and the old one's. */
 static const char apply_script[] =
     APPLY_FN "ns=$1 marker=$2\n"
              "shift 2\n"
-             "if ap \"$1\" \"$2\" \"$3\" \"$4\" \"$5\"; then : >\"$marker\"; exit 0; fi\n"
+             "if ap \"$1\" \"$2\" \"$3\" \"$4\" \"$5\" \"$6\"; then : >\"$marker\"; exit 0; fi\n"
              "echo 'warren: the new policy failed; putting the old one back' >&2\n"
-             "shift 5\n"
+             "shift 6\n"
              "ap \"$@\"\n"
              "exit 1\n";
 
 /* Always denied (besides net_range, added per ruleset): nothing a guest may
- * reach whatever its policy. 224/3 is multicast, reserved and broadcast. */
+ * reach whatever its policy. 224/3 is multicast, reserved and broadcast;
+ * 168.63.129.16 a cloud's metadata and host agent address (169.254.169.254
+ * is in 169.254/16). Enforced twice: in the VM's namespace (net_vm_rules) and
+ * in warrend's (net_host_rules), which nothing in the VM's namespace can change. */
 static const char deny_list[] = "0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, "
-                                "169.254.0.0/16, 172.16.0.0/12, 192.168.0.0/16, 224.0.0.0/3";
+                                "168.63.129.16/32, 169.254.0.0/16, 172.16.0.0/12, "
+                                "192.168.0.0/16, 224.0.0.0/3";
 
 int net_parse_range(const char *s, unsigned *base, unsigned *prefix)
 {
@@ -267,12 +304,13 @@ char *net_dns_conf(const char *dns, const struct net_policy *pol, const char *pi
     /* Isolation from the host's dnsmasq set-up: this file is the whole
      * configuration (--conf-file replaces /etc/dnsmasq.conf), no
      * /etc/hosts, no resolv.conf, no DHCP (no dhcp-range), only the guest's
-     * gateway address. user=: it drops root once bound (keeping
-     * CAP_NET_ADMIN, which the nft sets need). filter-AAAA: guests have no
-     * IPv6 route. */
+     * gateway address. user=root: it stays root of its VM's user namespace
+     * (NET_DNS_UID outside), whose capabilities reach only its VM's network
+     * namespace, where the nft sets need CAP_NET_ADMIN; nobody and dip, its
+     * defaults, do not exist in there. filter-AAAA: guests have no IPv6 route. */
     str_add(&s, &len,
             "no-resolv\nno-hosts\nno-poll\nlisten-address=10.0.2.1\nbind-interfaces\n"
-            "user=nobody\ngroup=nogroup\npid-file=%s\nfilter-AAAA\ncache-size=1000\n",
+            "user=root\ngroup=root\npid-file=%s\nfilter-AAAA\ncache-size=1000\n",
             pidfile);
     if (pol->allow_names[0]) {
         /* Only the allowed names are forwarded; everything else is NXDOMAIN
@@ -397,7 +435,65 @@ char *net_vm_rules(const char *range, const char *dns, const struct net_policy *
                 "    iifname \"tap0\" ip daddr 10.0.2.1 meta l4proto { tcp, udp } th dport 53 "
                 "accept\n"
                 "    iifname \"eth0\" ct state established,related accept\n");
+    /* What the namespace's own processes (QEMU, the resolver) may send: to the guest
+     * (the resolver's answers, warrend's port proxy), answers, and the resolver's
+     * queries to its upstream; nothing else out of eth0. */
+    str_add(&s, &len,
+            "  }\n"
+            "  chain guard_out {\n"
+            "    type filter hook output priority filter; policy drop;\n"
+            "    oifname { \"lo\", \"tap0\" } accept\n"
+            "    ct state established,related accept\n");
+    if (own_dns && dns && *dns)
+        str_add(&s, &len,
+                "    oifname \"eth0\" ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n",
+                dns);
     str_add(&s, &len, "  }\n}\n");
+    return s;
+}
+
+char *net_host_rules(const char *tag, const char *uplink, const char *range, const char *dns)
+{
+    char *s = strdup("");
+    size_t len = 0;
+
+    /* Nothing from a wn-* interface reaches the host itself or any interface but
+     * the uplink (another sandbox); the always-deny set is refused here too, so
+     * a process in a VM's namespace (QEMU's uid, the resolver) or a table swapped
+     * there by whatever holds CAP_NET_ADMIN in it reaches none of it. Only the
+     * resolver (which may be private) is let through first, on port 53. IPv6 is
+     * never forwarded. */
+    str_add(&s, &len,
+            "table inet warren_%s\n"
+            "delete table inet warren_%s\n"
+            "table inet warren_%s {\n"
+            "  set deny {\n"
+            "    type ipv4_addr; flags interval; auto-merge\n"
+            "    elements = { %s, %s }\n"
+            "  }\n"
+            "  chain guard_fwd {\n"
+            "    type filter hook forward priority filter - 10; policy accept;\n"
+            "    iifname \"wn-*\" oifname != \"%s\" drop\n"
+            "    oifname \"wn-*\" iifname != \"%s\" drop\n"
+            "    iifname \"wn-*\" meta nfproto ipv6 drop\n",
+            tag, tag, tag, deny_list, range, uplink, uplink);
+    if (dns && *dns)
+        str_add(&s, &len,
+                "    iifname \"wn-*\" ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n",
+                dns);
+    str_add(&s, &len,
+            "    iifname \"wn-*\" ip daddr @deny drop\n"
+            "  }\n"
+            "  chain guard_in {\n"
+            "    type filter hook input priority filter - 10; policy accept;\n"
+            "    iifname \"wn-*\" drop\n"
+            "  }\n"
+            "  chain nat_post {\n"
+            "    type nat hook postrouting priority srcnat; policy accept;\n"
+            "    oifname \"%s\" ip saddr %s masquerade\n"
+            "  }\n"
+            "}\n",
+            uplink, range);
     return s;
 }
 
@@ -513,8 +609,18 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
     /* Optional: without it domain rules are refused (sbx_get_network). */
     (void)find_tool("dnsmasq", n->dnsmasq, sizeof(n->dnsmasq));
     snprintf(n->dnsdir, sizeof(n->dnsdir), "%s/net-dns", c->state_dir);
+    snprintf(n->piddir, sizeof(n->piddir), NET_RUN_DIR "/dns-%s", n->tag);
     if (mkdir(n->dnsdir, 0700) != 0 && errno != EEXIST) {
         snprintf(why, cap, "cannot create %s: %s", n->dnsdir, strerror(errno));
+        free(n);
+        return -EIO;
+    }
+    /* The resolvers write their pidfiles as NET_DNS_UID. */
+    if ((mkdir(NET_RUN_DIR, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(NET_USNS_DIR, 0700) != 0 && errno != EEXIST) ||
+        (mkdir(n->piddir, 0700) != 0 && errno != EEXIST) ||
+        chown(n->piddir, NET_DNS_UID, NET_DNS_UID) != 0 || chmod(n->piddir, 0700) != 0) {
+        snprintf(why, cap, "cannot create %s: %s", n->piddir, strerror(errno));
         free(n);
         return -EIO;
     }
@@ -524,26 +630,9 @@ int net_new(const struct srv_config *c, struct net **out, char *why, size_t cap)
         return -ENOMEM;
     }
     /* warrend's side: NAT out of the uplink only; a sandbox's veth reaches
-     * neither the host itself nor any other interface (another sandbox). */
-    if (asprintf(&rules,
-                 "table inet warren_%s\n"
-                 "delete table inet warren_%s\n"
-                 "table inet warren_%s {\n"
-                 "  chain guard_fwd {\n"
-                 "    type filter hook forward priority filter - 10; policy accept;\n"
-                 "    iifname \"wn-*\" oifname != \"%s\" drop\n"
-                 "    oifname \"wn-*\" iifname != \"%s\" drop\n"
-                 "  }\n"
-                 "  chain guard_in {\n"
-                 "    type filter hook input priority filter - 10; policy accept;\n"
-                 "    iifname \"wn-*\" drop\n"
-                 "  }\n"
-                 "  chain nat_post {\n"
-                 "    type nat hook postrouting priority srcnat; policy accept;\n"
-                 "    oifname \"%s\" ip saddr %s masquerade\n"
-                 "  }\n"
-                 "}\n",
-                 n->tag, n->tag, n->tag, n->uplink, n->uplink, n->uplink, n->range) < 0) {
+     * neither the host itself nor any other interface (another sandbox), nor
+     * the always-deny set. */
+    if (!(rules = net_host_rules(n->tag, n->uplink, n->range, n->dns))) {
         net_free(n);
         return -ENOMEM;
     }
@@ -576,6 +665,7 @@ void net_free(struct net *n)
 {
     if (!n)
         return;
+    (void)rmdir(n->piddir); /* empty once every resolver went */
     free(n->used);
     free(n);
 }
@@ -615,20 +705,20 @@ static void ns_name(const struct net *n, const char *vm_id, char *buf, size_t ca
 }
 
 /* Entries of net_wrap's argv before QEMU's (or the marker's), of net_apply_argv's */
-#define WRAP_ARGS  14
-#define APPLY_ARGS 20
+#define WRAP_ARGS  15
+#define APPLY_ARGS 22
 
 static void dns_paths(const struct net *n, const char *vm_id, char *conf, char *pid, size_t cap)
 {
     snprintf(conf, cap, "%s/%s.conf", n->dnsdir, vm_id);
-    snprintf(pid, cap, "%s/%s.pid", n->dnsdir, vm_id);
+    snprintf(pid, cap, "%s/%s.pid", n->piddir, vm_id);
 }
 
-/* ap's five arguments for pol into v (strdup'd; a NULL on ENOMEM). */
+/* ap's six arguments for pol into v (strdup'd; a NULL on ENOMEM). */
 static void apply_args(const struct net *n, const char *vm_id, const struct net_policy *pol,
                        char **v)
 {
-    char conf[4096 + 64], pid[4096 + 64], rate[16];
+    char conf[4096 + 64], pid[4096 + 64], rate[16], us[256];
 
     dns_paths(n, vm_id, conf, pid, sizeof(conf));
     snprintf(rate, sizeof(rate), "%u", pol->internet ? pol->rate_mbit : 0);
@@ -637,6 +727,10 @@ static void apply_args(const struct net *n, const char *vm_id, const struct net_
     v[2] = net_dns_conf(n->dns, pol, pid);
     v[3] = strdup(conf);
     v[4] = strdup(pid);
+    ns_name(n, vm_id, us, sizeof(us));
+    v[5] = NULL;
+    if (asprintf(&v[5], NET_USNS_DIR "/%s", us) < 0)
+        v[5] = NULL;
 }
 
 int net_wrap(const struct net *n, const char *vm_id, int slot, const struct net_policy *pol,
@@ -717,7 +811,7 @@ int net_apply_argv(const struct net *n, const char *vm_id, const struct net_poli
     v[8] = strdup(ns);
     v[9] = strdup(marker);
     apply_args(n, vm_id, pol, v + 10);
-    apply_args(n, vm_id, old, v + 15);
+    apply_args(n, vm_id, old, v + 16);
     for (int i = 0; i < APPLY_ARGS; i++) {
         if (!v[i]) {
             for (int j = 0; j < APPLY_ARGS; j++)
@@ -788,16 +882,24 @@ const char *net_append(const char *base)
     return buf;
 }
 
-static void ns_remove_name(const char *name)
+static void unmount_file(const char *path)
 {
-    char path[256];
-
-    snprintf(path, sizeof(path), NETNS_DIR "/%s", name);
     /* MNT_DETACH: a namespace still entered by a dying process goes when it does. */
     if (umount2(path, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
         LOG(LOG_WARN, "net: cannot unmount %s: %s", path, strerror(errno));
     if (unlink(path) != 0 && errno != ENOENT)
         LOG(LOG_WARN, "net: cannot remove %s: %s", path, strerror(errno));
+}
+
+/* The network namespace and the user namespace that owns it. */
+static void ns_remove_name(const char *name)
+{
+    char path[320];
+
+    snprintf(path, sizeof(path), NETNS_DIR "/%s", name);
+    unmount_file(path);
+    snprintf(path, sizeof(path), NET_USNS_DIR "/%s", name);
+    unmount_file(path);
 }
 
 void net_ns_path(const struct net *n, const char *vm_id, char *buf, size_t cap)
@@ -830,7 +932,7 @@ void net_dns_stop(const struct net *n, const char *vm_id)
         p = strtol(buf, NULL, 10);
     }
     if (p > 1) {
-        /* Its command line names its config (dnsmasq --conf-file=<conf>): only
+        /* Its command line names its pidfile (dnsmasq --pid-file=<pid>): only
          * then is the pid still that resolver's. */
         char path[64];
         snprintf(path, sizeof(path), "/proc/%ld/cmdline", p);
@@ -840,7 +942,7 @@ void net_dns_stop(const struct net *n, const char *vm_id)
             for (ssize_t i = 0; i < got; i++)
                 buf[i] = buf[i] ? buf[i] : ' ';
             buf[got > 0 ? got : 0] = '\0';
-            if (strstr(buf, "dnsmasq") && strstr(buf, conf))
+            if (strstr(buf, "dnsmasq") && strstr(buf, pid))
                 kill((pid_t)p, SIGKILL);
         }
     }
@@ -885,8 +987,21 @@ int net_sweep(const struct net *n, bool (*known)(void *ud, const char *vm_id), v
         count++;
     }
     closedir(d);
+    /* User namespaces whose network namespace went (a kill -9 between the two). */
+    if ((d = opendir(NET_USNS_DIR))) {
+        while ((e = readdir(d)) != NULL) {
+            char path[256 + 32];
+            if (strncmp(e->d_name, prefix, plen) != 0 || known(ud, e->d_name + plen))
+                continue;
+            snprintf(path, sizeof(path), NET_USNS_DIR "/%s", e->d_name);
+            unmount_file(path);
+        }
+        closedir(d);
+    }
     /* Resolvers whose namespace is already gone (a kill -9 between the two). */
-    if ((d = opendir(n->dnsdir))) {
+    for (int k = 0; k < 2; k++) {
+        if (!(d = opendir(k ? n->piddir : n->dnsdir)))
+            continue;
         while ((e = readdir(d)) != NULL) {
             /* <vm id>.pid, .conf, .applied, .err */
             char id[256];

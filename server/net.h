@@ -125,6 +125,10 @@ int net_parse_range(const char *s, unsigned *base, unsigned *prefix);
  * one transaction that deletes the table and adds the new one, so a reload
  * while the VM runs is atomic. */
 char *net_vm_rules(const char *range, const char *dns, const struct net_policy *pol);
+/* Pure: the table loaded into warrend's own namespace at start (malloc'd, NULL on
+ * ENOMEM): wn-* interfaces reach only the uplink, never the host itself, and
+ * never the always-deny set (the resolver dns, when set, on port 53 only). */
+char *net_host_rules(const char *tag, const char *uplink, const char *range, const char *dns);
 /* Pure: the dnsmasq configuration for pol (malloc'd; "" when pol needs no
  * resolver; NULL on ENOMEM). dns: the upstream ("" : none, every name fails). */
 char *net_dns_conf(const char *dns, const struct net_policy *pol, const char *pidfile);

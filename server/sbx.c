@@ -1633,6 +1633,7 @@ static int jail_setup(struct sbx_table *t)
         .root_dir = root,
         .mem_overhead_mb = c->jail_mem_overhead_mb,
         .pids_max = c->jail_pids_max,
+        .uid_lock_dir = c->jail_uid_lock_dir,
     };
     int r;
 
@@ -1644,10 +1645,9 @@ static int jail_setup(struct sbx_table *t)
     /* One parent group per state dir: warrend sweeps its parent of groups no
      * live VM holds at start, which must never reach another warrend's VMs. */
     {
-        uint32_t h = 2166136261u;
-        for (const char *p = c->state_dir; *p; p++)
-            h = (h ^ (uint8_t)*p) * 16777619u;
-        snprintf(cg, sizeof(cg), "%s/%08x", c->jail_cgroup, h);
+        char tag[9];
+        sbx_state_tag(c->state_dir, tag);
+        snprintf(cg, sizeof(cg), "%s/%s", c->jail_cgroup, tag);
     }
     snprintf(root, sizeof(root), "%s/jail-root", c->state_dir);
     r = vmm_jail_new(&jc, &t->jail, why, sizeof(why));

@@ -377,6 +377,10 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
 /* Remove a directory of plain files (a snapshot's, a template's) and then itself;
  * what cannot be removed stays, silently (the next start's sweep retries). */
 void sbx_rm_dir(const char *dir);
+/* The state dir's tag: FNV-1a of its path, 8 hex digits. It names what one warrend
+ * makes outside its state dir (cgroups, network namespaces, /dev/shm files), so a
+ * warrend's sweep reaches only its own. */
+void sbx_state_tag(const char *state_dir, char out[9]);
 
 /* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */

@@ -294,6 +294,15 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     return 0;
 }
 
+void sbx_state_tag(const char *state_dir, char out[9])
+{
+    uint32_t h = 2166136261u;
+
+    for (const char *p = state_dir; *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    snprintf(out, 9, "%08x", h);
+}
+
 void sbx_rm_dir(const char *dir)
 {
     DIR *d = opendir(dir);

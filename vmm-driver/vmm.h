@@ -197,13 +197,18 @@ struct vmm_jail_conf {
                                    * each VM's root inside its own namespace */
     unsigned mem_overhead_mb;     /* memory limit = guest RAM + this (TCG cache, QEMU) */
     unsigned pids_max;            /* 0: 512 */
+    const char *uid_lock_dir;     /* NULL: VMM_UID_LOCK_DIR; one flock'd file per uid held,
+                                   * shared by every warrend of the host */
 };
+
+#define VMM_UID_LOCK_DIR "/run/warren/uids"
 
 struct vmm_jail;
 
 /* Check that jailing works here (root, a cgroup hierarchy with the memory, cpu and
  * pids controllers, v1 or v2) and create the parent groups. 0 and *out, or -errno
- * with a one-line reason in why (-EPERM: not root; -ENOTSUP: no usable cgroups). */
+ * with a one-line reason in why (-EPERM: not root; -ENOTSUP: no usable cgroups;
+ * -EBUSY: every uid of the range is locked by another warrend). */
 int vmm_jail_new(const struct vmm_jail_conf *c, struct vmm_jail **out, char *why, size_t cap);
 /* Drop the owner's reference; VMs still holding one keep it alive. */
 void vmm_jail_free(struct vmm_jail *j);

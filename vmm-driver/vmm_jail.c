@@ -16,6 +16,8 @@
  *    read-only template files and its own run dir, each at its host path, so
  *    QEMU's argv (and vmm_adopt's cmdline check) are the same jailed or not.
  *    The API key, the index and other VMs' run dirs do not exist in there.
+ *  - a network namespace: the VM's own (with its tap) when it has a NIC,
+ *    else an empty one of its own, never the host's.
  *  - a cgroup "u<uid>.<id>" under <hierarchy>/<cgroup_name> in the memory,
  *    cpu and pids controllers (v1: one group per controller hierarchy; v2:
  *    one group, controllers enabled in each ancestor's subtree_control).
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -57,7 +60,8 @@ struct vmm_jail {
     struct vmm_jail_conf c;
     char *cgroup_name, *root_dir;
     struct vmm_cg_host cg;
-    uint8_t *uids;             /* bitmap over uid_count */
+    int *locks; /* per uid of the range: its lock's fd, -1 when not ours */
+    char *lock_dir;
     unsigned refs;             /* the owner + every vmm that may still release into it */
     char pending[8][PATH_MAX]; /* cgroup dirs whose rmdir said EBUSY: retried later */
     unsigned npending;
@@ -190,36 +194,123 @@ int vmm_cg_group_dirs(const struct vmm_cg_host *h, uid_t uid, const char *id, ch
     return 0;
 }
 
-/* ---- uid range ---- */
+/* ---- uid range ----
+ *
+ * A uid is a VM's alone on the whole host, not only within this warrend: two
+ * warrends (or one and the orphans of a killed one) handing out the same uid
+ * would let one VM's QEMU signal and inspect the other's. Each uid held is an
+ * flock'd file <uid_lock_dir>/<uid>, which every warrend sees; the lock goes
+ * with the holder (a kill -9 included). A killed warrend's QEMUs outlive their
+ * locks, so a uid is also taken only when no process runs as it. */
 
 static bool uid_bit(const struct vmm_jail *j, unsigned i)
 {
-    return j->uids[i / 8] & (1u << (i % 8));
+    return j->locks[i] >= 0;
+}
+
+/* The lock of uid base + i, held: its fd, or -EBUSY (another holder) or -errno. */
+static int uid_lock(const struct vmm_jail *j, unsigned i)
+{
+    char p[PATH_MAX];
+    int fd;
+
+    if (snprintf(p, sizeof(p), "%s/%u", j->lock_dir, j->c.uid_base + i) >= (int)sizeof(p))
+        return -ENAMETOOLONG;
+    if ((fd = open(p, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno == EWOULDBLOCK ? EBUSY : errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+/* Which uids of the range a live process runs as (real, effective or saved): a
+ * bitmap over uid_count (NULL: out of memory, then every uid counts as busy). */
+static uint8_t *uids_running(const struct vmm_jail *j)
+{
+    uint8_t *busy = calloc(j->c.uid_count / 8 + 1, 1);
+    char p[16 + 256], buf[2048];
+    struct dirent *e;
+    DIR *d;
+
+    if (!busy || !(d = opendir("/proc")))
+        return busy;
+    while ((e = readdir(d)) != NULL) {
+        unsigned u[3];
+        ssize_t n;
+        char *l;
+        int fd;
+
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(p, sizeof(p), "/proc/%s/status", e->d_name);
+        if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+            continue;
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        buf[n > 0 ? n : 0] = '\0';
+        if (!(l = strstr(buf, "\nUid:")) || sscanf(l, "\nUid: %u %u %u", &u[0], &u[1], &u[2]) != 3)
+            continue;
+        for (int k = 0; k < 3; k++)
+            if (u[k] >= j->c.uid_base && u[k] - j->c.uid_base < j->c.uid_count)
+                busy[(u[k] - j->c.uid_base) / 8] |= (uint8_t)(1u << ((u[k] - j->c.uid_base) % 8));
+    }
+    closedir(d);
+    return busy;
 }
 
 int vmm_jail_uid_alloc(struct vmm_jail *j, uid_t *uid)
 {
-    /* Lowest free: deterministic, and after a restart the adopted VMs' bits
-     * are set before anything new is handed out. */
-    for (unsigned i = 0; i < j->c.uid_count; i++)
-        if (!uid_bit(j, i)) {
-            j->uids[i / 8] |= (uint8_t)(1u << (i % 8));
-            *uid = (uid_t)(j->c.uid_base + i);
-            return 0;
+    uint8_t *busy = NULL;
+    int fd, r = -EUSERS;
+
+    /* Lowest free: deterministic, and after a restart the adopted VMs' uids
+     * are claimed before anything new is handed out. The process scan (~10 us
+     * a process) only once a lock is had. */
+    for (unsigned i = 0; i < j->c.uid_count; i++) {
+        if (uid_bit(j, i))
+            continue;
+        if ((fd = uid_lock(j, i)) < 0) {
+            if (fd != -EBUSY) {
+                r = fd;
+                break;
+            }
+            continue;
         }
-    return -EUSERS;
+        if (!busy && !(busy = uids_running(j))) {
+            close(fd);
+            r = -ENOMEM;
+            break;
+        }
+        if (busy[i / 8] & (1u << (i % 8))) {
+            close(fd);
+            continue;
+        }
+        j->locks[i] = fd;
+        *uid = (uid_t)(j->c.uid_base + i);
+        r = 0;
+        break;
+    }
+    free(busy);
+    return r;
 }
 
 int vmm_jail_uid_claim(struct vmm_jail *j, uid_t uid)
 {
     unsigned i;
+    int fd;
 
     if (uid < j->c.uid_base || uid - j->c.uid_base >= j->c.uid_count)
         return -ERANGE;
     i = uid - j->c.uid_base;
     if (uid_bit(j, i))
         return -EEXIST;
-    j->uids[i / 8] |= (uint8_t)(1u << (i % 8));
+    /* An adopted VM's QEMU runs as it already: only the lock counts here. */
+    if ((fd = uid_lock(j, i)) < 0)
+        return fd == -EBUSY ? -EEXIST : fd;
+    j->locks[i] = fd;
     return 0;
 }
 
@@ -227,7 +318,9 @@ void vmm_jail_uid_release(struct vmm_jail *j, uid_t uid)
 {
     if (uid >= j->c.uid_base && uid - j->c.uid_base < j->c.uid_count) {
         unsigned i = uid - j->c.uid_base;
-        j->uids[i / 8] &= (uint8_t) ~(1u << (i % 8));
+        if (j->locks[i] >= 0)
+            close(j->locks[i]);
+        j->locks[i] = -1;
     }
 }
 
@@ -288,6 +381,24 @@ static int v2_enable(const struct vmm_cg_host *h, char *why, size_t cap)
     return 0;
 }
 
+/* mkdir -p: parents 0755, the last one mode. 0 or -errno. */
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char p[PATH_MAX];
+
+    if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+        return -ENAMETOOLONG;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return -errno;
+        *s = '/';
+    }
+    return mkdir(p, mode) != 0 && errno != EEXIST ? -errno : 0;
+}
+
 int vmm_jail_new(const struct vmm_jail_conf *c, struct vmm_jail **out, char *why, size_t cap)
 {
     struct vmm_jail *j = NULL;
@@ -306,17 +417,52 @@ int vmm_jail_new(const struct vmm_jail_conf *c, struct vmm_jail **out, char *why
         snprintf(why, cap, "no jail root directory");
         return -EINVAL;
     }
-    if (!(j = calloc(1, sizeof(*j))) || !(j->uids = calloc(c->uid_count / 8 + 1, 1)) ||
+    if (!(j = calloc(1, sizeof(*j))) || !(j->locks = malloc(c->uid_count * sizeof(int))) ||
         !(j->cgroup_name = strdup(c->cgroup_name ? c->cgroup_name : "")) ||
-        !(j->root_dir = strdup(c->root_dir))) {
+        !(j->root_dir = strdup(c->root_dir)) ||
+        !(j->lock_dir = strdup(c->uid_lock_dir ? c->uid_lock_dir : VMM_UID_LOCK_DIR))) {
         snprintf(why, cap, "out of memory");
         r = -ENOMEM;
         goto fail;
     }
+    for (unsigned i = 0; i < c->uid_count; i++)
+        j->locks[i] = -1;
     j->c = *c;
     j->c.cgroup_name = j->cgroup_name;
     j->c.root_dir = j->root_dir;
+    j->c.uid_lock_dir = j->lock_dir;
     j->refs = 1;
+    if ((r = mkdir_p(j->lock_dir, 0700)) != 0) {
+        snprintf(why, cap, "cannot create %s: %s", j->lock_dir, strerror(-r));
+        goto fail;
+    }
+    /* Every uid locked by another warrend: refuse now, rather than fail each create.
+     * (Processes running as a uid do not count here: they may be this state dir's
+     * VMs, adopted next.) */
+    {
+        unsigned i, held = 0;
+        for (i = 0; i < c->uid_count; i++) {
+            int fd = uid_lock(j, i);
+            if (fd >= 0) {
+                close(fd);
+                break;
+            }
+            if (fd != -EBUSY) {
+                r = fd;
+                snprintf(why, cap, "cannot lock a uid in %s: %s", j->lock_dir, strerror(-r));
+                goto fail;
+            }
+            held++;
+        }
+        if (held == c->uid_count) {
+            r = -EBUSY;
+            snprintf(why, cap,
+                     "every uid of %u-%u is held by another warrend (locks in %s): give this one "
+                     "a jail_uid_base of its own",
+                     c->uid_base, c->uid_base + c->uid_count - 1, j->lock_dir);
+            goto fail;
+        }
+    }
     if ((r = vmm_cg_detect(c->cgroup_sysfs ? c->cgroup_sysfs : "/sys/fs/cgroup", j->cgroup_name,
                            &j->cg, why, cap)) != 0)
         goto fail;
@@ -355,7 +501,8 @@ int vmm_jail_new(const struct vmm_jail_conf *c, struct vmm_jail **out, char *why
     return 0;
 fail:
     if (j) {
-        free(j->uids);
+        free(j->locks);
+        free(j->lock_dir);
         free(j->cgroup_name);
         free(j->root_dir);
         free(j);
@@ -377,7 +524,11 @@ void vmm_jail_free(struct vmm_jail *j)
     if (!j || --j->refs > 0)
         return;
     retry_pending(j);
-    free(j->uids);
+    for (unsigned i = 0; i < j->c.uid_count; i++)
+        if (j->locks[i] >= 0)
+            close(j->locks[i]);
+    free(j->locks);
+    free(j->lock_dir);
     free(j->cgroup_name);
     free(j->root_dir);
     free(j);
@@ -778,7 +929,7 @@ struct child_err {
 };
 
 static const char *const step_names[] = {
-    "setsid",         "join cgroup",         "unshare(CLONE_NEWNS)",
+    "setsid",         "join cgroup",         "unshare (mount, network)",
     "make / private", "mount tmpfs root",    "create path",
     "bind mount",     "remount read-only",   "symlink",
     "pivot_root",     "detach old root",     "remount root read-only",
@@ -961,7 +1112,11 @@ static __attribute__((noreturn)) void child(const struct plan *pl)
         run_wrap(pl);
     if (pl->netns)
         tap = net_enter(pl);
-    if (unshare(CLONE_NEWNS) != 0)
+    /* Without a NIC, a network namespace of its own, empty (not even lo up):
+     * in the host's, QEMU's uid could reach every service on loopback,
+     * warrend's API included. ~0.3 ms (docs/SECURITY.md), paid at launch, so
+     * a pool's waiting QEMU pays it before any create. */
+    if (unshare(pl->netns ? CLONE_NEWNS : CLONE_NEWNS | CLONE_NEWNET) != 0)
         child_fail(pl, S_UNSHARE);
     /* Nothing mounted from here on may propagate back to the host. */
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)

@@ -4,7 +4,7 @@ Two network namespaces: "host" (warrend runs there: the test process enters
 it with setns, so warrend and its children inherit it) and "inet", joined by
 a veth pair on 203.0.113.0/24 (documentation addresses). The host namespace's
 only route out leads into inet, which holds an HTTP server on 192.0.2.10:80 (and 198.51.100.80, 203.0.113.2,
-203.0.113.80) and a DNS server on 198.51.100.53:53 answering a few names (NAMES). Everything is
+203.0.113.80, and impostors of 169.254.169.254 and 168.63.129.16) and a DNS server on 198.51.100.53:53 answering a few names (NAMES). Everything is
 removed by close(), whatever happened.
 """
 import ctypes
@@ -22,6 +22,9 @@ DNS_ADDR = "198.51.100.53"
 HTTP2_ADDR = "198.51.100.80"  # the same HTTP server on another address
 INET_ADDR = "203.0.113.2"  # and on the fake internet's side of the uplink
 API_ADDR = "203.0.113.80"  # and on another address, named api.example.org
+# Impostors of the clouds' metadata addresses, served by the same HTTP server past
+# the uplink: what an always-denied address would answer if it were let out.
+METADATA_ADDRS = ("169.254.169.254", "168.63.129.16")
 UPLINK = "up0"
 UPLINK_ADDR = "203.0.113.1"
 NAMES = {"www.example.com": HTTP_ADDR, "api.example.org": API_ADDR,
@@ -107,7 +110,8 @@ class FakeNet:
                     "addr add 10.99.0.1/32 dev lo\n", self.host), \
                    ("link set lo up\nlink set inet0 up\naddr add 203.0.113.2/24 dev inet0\n"
                     f"addr add {HTTP_ADDR}/32 dev lo\naddr add {DNS_ADDR}/32 dev lo\n"
-                    f"addr add {HTTP2_ADDR}/32 dev lo\naddr add {API_ADDR}/32 dev lo\n",
+                    f"addr add {HTTP2_ADDR}/32 dev lo\naddr add {API_ADDR}/32 dev lo\n" +
+                    "".join(f"addr add {a}/32 dev lo\n" for a in METADATA_ADDRS),
                     self.inet):
             subprocess.run(["ip", "-n", cmd[1], "-b", "-"], input=cmd[0], check=True, text=True,
                            capture_output=True)

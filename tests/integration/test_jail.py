@@ -204,6 +204,37 @@ class JailTest(WarrenCase):
             w.delete(a)
             w.delete(b)
 
+    def test_qemu_without_a_nic_cannot_reach_host_loopback(self):
+        """A VM without networking: its QEMU is in a network namespace of its own,
+        not the host's, so a process of QEMU's uid in that namespace cannot reach
+        warrend's API (or anything else) on the host's loopback."""
+        w = self.w
+        a = w.create(ttl_seconds=1200)
+        try:
+            pa = qemu_of(w, a)
+            self.assertNotEqual(os.stat(f"/proc/{pa}/ns/net").st_ino,
+                                os.stat(f"/proc/{w.proc.pid}/ns/net").st_ino)
+            ua = proc_uid(pa)
+            # What a QEMU taken over by its guest could do: connect to warrend's port.
+            probe = ("import socket,sys\n"
+                     "try:\n"
+                     f"  socket.create_connection(('127.0.0.1', {w.port}), timeout=3)\n"
+                     "  print('connected')\n"
+                     "except OSError as e:\n"
+                     "  print('refused', e)\n")
+            r = subprocess.run(["nsenter", "-t", str(pa), "-n", "-S", str(ua), "-G", str(ua),
+                                "python3", "-c", probe], capture_output=True, text=True,
+                               timeout=30)
+            self.assertTrue(r.stdout.startswith("refused"), r)
+            # The same probe from the host's namespace does connect: the probe works.
+            r = subprocess.run(["setpriv", f"--reuid={ua}", f"--regid={ua}", "--clear-groups",
+                                "python3", "-c", probe], capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(r.stdout.strip(), "connected", r)
+            self.assertEqual(w.run(a, "echo hi")["stdout"], "hi\n")
+        finally:
+            w.delete(a)
+
     def test_memory_hog_killed_by_its_cgroup(self):
         # A second warrend whose VMs get no memory margin: guest RAM is the limit,
         # so a guest touching most of its RAM pushes QEMU over it.
@@ -305,6 +336,59 @@ class JailRestartTest(unittest.TestCase):
             self.assertEqual(left, [])
         finally:
             cleanup(w)
+
+
+@unittest.skipUnless(jail_possible(), "needs root and cgroups (memory, cpu, pids)")
+class JailUidSharingTest(unittest.TestCase):
+    """Two warrends given the same uid range (a mistake of configuration, or two state
+    dirs on one host) never run two VMs as one uid, whichever of them is alive: a
+    uid is claimed by a lock every warrend sees, and one a process still runs as (a
+    killed warrend's QEMU) is not given out; a warrend that finds every uid of its
+    range held refuses to start."""
+
+    def test_two_warrends_one_range(self):
+        base = UID_BASE + 180
+        conf = jail_conf(jail_uid_base=base, jail_uid_count=2)
+        w1, w2, w3 = Warren(conf), Warren(conf), Warren(dict(conf, jail_uid_count=1))
+        try:
+            w1.start()
+            w2.start()
+            a = w1.create(ttl_seconds=1200)
+            pa = qemu_of(w1, a)
+            ua = proc_uid(pa)
+            b = w2.create(ttl_seconds=1200)
+            pb = qemu_of(w2, b)
+            ub = proc_uid(pb)
+            # Lowest free first: w1's VM has the first uid, w2's the next.
+            self.assertEqual((ua, ub), (base, base + 1))
+            # A range of one uid, held by w1's VM: w3 refuses to start.
+            with self.assertRaises(RuntimeError) as e:
+                w3.start(timeout=30)
+            self.assertIn("held by another warrend", str(e.exception))
+            # w1 is killed: its QEMU runs on as ua, with no warrend holding its lock.
+            w1.kill9()
+            self.assertEqual(proc_uid(pa), ua)
+            rb = w2.run_dir(b)
+            self.assertEqual(w2.delete(b).status, 200)
+            self.assertEqual(wait_no_qemu(rb + "/"), [])
+            # The uid goes back once its QEMU is reaped, just after the delete's answer.
+            deadline = time.time() + 15
+            while time.time() < deadline:
+                r = w2.request("POST", "/v1/sandboxes", {"template": "minimal", "ttl_seconds": 1200})
+                if r.status == 201 or "Too many users" not in r.body.decode():
+                    break
+                time.sleep(0.1)
+            self.assertEqual(r.status, 201, r)
+            c = r.json()["id"]
+            self.assertNotEqual(proc_uid(qemu_of(w2, c)), ua)
+            # The range is full now (ua runs, w2 holds the other): refused, not shared.
+            r = w2.request("POST", "/v1/sandboxes", {"template": "minimal", "ttl_seconds": 60})
+            self.assertNotIn(r.status, (200, 201), r)
+            self.assertEqual(procs_in_uid_range(ua, 1), [pa])
+            self.assertEqual(w2.delete(c).status, 200)
+        finally:
+            for w in (w3, w2, w1):
+                cleanup(w)
 
 
 class StartupTest(unittest.TestCase):

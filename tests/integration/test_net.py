@@ -94,9 +94,21 @@ def net_conf(**kw):
 
 
 def remove_namespaces(w):
-    """A failed test leaves the namespaces of VMs the harness killed behind warrend."""
-    for ns in fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"):
+    """What warrend leaves when it ends with VMs the harness then kills (a failed test,
+    a kill -9, a shutdown that detaches): their namespaces, the user namespaces that
+    own them (/run/warren/userns) and their resolvers' pidfiles (/run/warren/dns-<tag>)."""
+    tag = f"warren-{ns_tag(w.state_dir)}-"
+    for ns in fakenet.netns_named(tag):
         fakenet.sh("ip", "netns", "del", ns, check=False)
+    us = "/run/warren/userns"
+    for name in (os.listdir(us) if os.path.isdir(us) else []):
+        if name.startswith(tag):
+            fakenet.sh("umount", "-l", os.path.join(us, name), check=False)
+            try:
+                os.unlink(os.path.join(us, name))
+            except FileNotFoundError:
+                pass
+    shutil.rmtree(f"/run/warren/dns-{ns_tag(w.state_dir)}", ignore_errors=True)
 
 
 class TestNet(unittest.TestCase):
@@ -179,7 +191,7 @@ class TestNet(unittest.TestCase):
             subprocess.run(["python3", "-c", f"import socket; socket.create_connection("
                             f"('{addr}', 8081), 3).close()"], check=True)
         got = self.probe(cls.a, f"{fakenet.HTTP_ADDR}:80", f"{fakenet.HTTP2_ADDR}:80",
-                         "169.254.169.254:80",
+                         "169.254.169.254:80", "168.63.129.16:80",
                          f"{host_a}:8081", f"{fakenet.UPLINK_ADDR}:8081", "10.99.0.1:8081",
                          "10.0.2.1:22", f"{host_b}:8081", f"{ns_b}:22", "127.0.0.1:1")
         self.assertEqual(got.pop(f"{fakenet.HTTP_ADDR}:80"), "open", got)
@@ -388,9 +400,9 @@ class TestNetJailed(TestNet):
 
 
 def resolvers(state_dir):
-    """pids of the dnsmasq processes of this warrend (their config is under
-    state_dir/net-dns/)."""
-    mark = os.path.join(state_dir, "net-dns/").encode()
+    """pids of the dnsmasq processes of this warrend (their pidfiles are under
+    /run/warren/dns-<tag>/, which their command line names)."""
+    mark = f"/run/warren/dns-{ns_tag(state_dir)}/".encode()
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -657,6 +669,67 @@ class TestNetPolicy(unittest.TestCase):
         self.assertEqual(resolvers(w.state_dir), [])
         self.assertEqual(fakenet.netns_named(f"warren-{ns_tag(w.state_dir)}-"), [])
         self.assertEqual(os.listdir(os.path.join(w.state_dir, "net-dns")), [])
+        # Nor the user namespaces that owned them, nor a resolver's pidfile.
+        self.assertEqual([f for f in os.listdir("/run/warren/userns")
+                          if f.startswith(f"warren-{ns_tag(w.state_dir)}-")], [])
+        self.assertEqual(os.listdir(f"/run/warren/dns-{ns_tag(w.state_dir)}"), [])
+
+
+    def as_resolver(self, pid, ns, argv, **kw):
+        """argv run with what resolver pid holds: root of its own user namespace when it
+        is in one (its capabilities reach only its VM's namespace); else its uid with
+        CAP_NET_ADMIN, what it kept of root."""
+        if os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user"):
+            cmd = ["nsenter", "-t", str(pid), "--user", "--net", "--"]
+        else:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            cmd = ["ip", "netns", "exec", ns, "setpriv", f"--reuid={uid}", f"--regid={uid}",
+                   "--clear-groups", "--inh-caps=+net_admin", "--ambient-caps=+net_admin"]
+        return subprocess.run(cmd + argv, capture_output=True, text=True, timeout=30, **kw)
+
+    def test_6_always_denied_beyond_the_vms_namespace(self):
+        """The always-deny set holds whatever happens in a VM's namespace: a process
+        there without capabilities (QEMU's lot) reaches none of it, and after the
+        namespace's table is swapped for an open one with the resolver's privileges
+        (what a resolver taken over by its guest can do), the guest reaches an address
+        its policy did not allow, but still none of the always-denied ones: warrend's
+        own table refuses them too. The impostors answer from past the uplink, so a
+        miss would show as "open". And the resolver's privileges stop at its VM's
+        namespace: it cannot move an interface of it into another one."""
+        w = self.w
+        a = w.create(network={"internet": True, "allow_out": ["www.example.com"]}, **BASE)
+        try:
+            ns = f"warren-{ns_tag(w.state_dir)}-{w.vm_id(a)}"
+            meta = [f"{m}:80" for m in fakenet.METADATA_ADDRS]
+            self.assertTrue(self.reaches(a, "www.example.com"))
+            r = subprocess.run(["ip", "netns", "exec", ns, "setpriv", "--reuid=65534",
+                                "--regid=65534", "--clear-groups", "--inh-caps=-all",
+                                "--bounding-set=-all", "python3", "-c", PROBE] + meta,
+                               capture_output=True, text=True, timeout=60)
+            got = json.loads(r.stdout)
+            for target in meta:
+                self.assertNotEqual(got[target], "open", got)
+            swap = ("table inet warren\ndelete table inet warren\n"
+                    "table inet warren {\n"
+                    "  chain open_out { type filter hook forward priority filter; policy accept; }\n"
+                    "  chain open_nat { type nat hook postrouting priority srcnat; policy accept;\n"
+                    "    oifname \"eth0\" masquerade\n  }\n}\n")
+            (dns,) = [p for p in resolvers(w.state_dir)
+                      if os.stat(f"/proc/{p}/ns/net").st_ino == os.stat(f"/run/netns/{ns}").st_ino]
+            self.assertNotEqual(os.stat(f"/proc/{dns}").st_uid, 0)
+            # Into this test's own namespace (fakenet's "host", warrend's): refused.
+            r = self.as_resolver(dns, ns, ["ip", "link", "set", "eth0", "netns",
+                                           str(os.getpid())])
+            self.assertNotEqual(r.returncode, 0, r)
+            self.assertIn("not permitted", r.stderr)
+            r = self.as_resolver(dns, ns, ["nft", "-f", "-"], input=swap)
+            self.assertEqual(r.returncode, 0, r)
+            got = self.probe(a, f"{fakenet.API_ADDR}:80", *meta)
+            self.assertEqual(got.pop(f"{fakenet.API_ADDR}:80"), "open", got)
+            for target, res in got.items():
+                self.assertNotEqual(res, "open", (target, got))
+        finally:
+            w.delete(a)
 
 
 class TestNetConf(unittest.TestCase):

@@ -24,7 +24,7 @@ import time
 import unittest
 
 from warren import (Warren, counter_runs, counter_value, flip_ram_byte, held, image_dir, qemu_pids,
-                    wait_no_qemu)
+                    fnv1a, shm_files, shm_name, wait_no_qemu)
 
 # Pools of the default template only: test_1 checks that another shape boots.
 POOL_CONF = {"pool_size": "2", "jail": "off", "default_template": "minimal",
@@ -73,9 +73,13 @@ def pause_delta(tc, w, sid):
 
 
 def tcg_rwx_mib(pid):
-    """MiB resident in QEMU pid's TCG translation buffer (its one large rwx mapping)."""
-    with open(f"/proc/{pid}/smaps") as f:
-        lines = f.read().split("\n")
+    """MiB resident in QEMU pid's TCG translation buffer (its one large rwx mapping);
+    None for a QEMU that has none (yet, or any more: just starting or ending) or is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            lines = f.read().split("\n")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
     sizes = []
     for k, line in enumerate(lines):
         if " rwxp " in line:
@@ -83,8 +87,7 @@ def tcg_rwx_mib(pid):
             rss = next(int(m.split()[1]) for m in lines[k + 1:] if m.startswith("Rss:"))
             if hi - lo >= 8 << 20:
                 sizes.append(rss / 1024)
-    assert len(sizes) == 1, sizes
-    return sizes[0]
+    return sizes[0] if len(sizes) == 1 else None
 
 
 def wait_spares_ready(w, n=1, timeout=120):
@@ -201,7 +204,7 @@ class TestPool(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(w.state_dir, "vms", j["vm_id"])))
         tid = template_ids(w)
         self.assertEqual(len(tid), 1, tid)
-        self.assertTrue(os.path.exists(f"/dev/shm/warren-{tid[0]}.mem"))
+        self.assertTrue(os.path.exists(f"/dev/shm/{shm_name(w, tid[0])}"))
         # Refilled in the background.
         p = wait_pool_ready(w, 2)
         self.assertGreaterEqual(p["handed_out"], 2, p)
@@ -221,7 +224,11 @@ class TestPool(unittest.TestCase):
         while pool(w).get("spares_prefaulted", 0) < 1 and time.time() < deadline:
             time.sleep(0.05)
         self.assertEqual(pool(w)["spares_prefaulted"], 1, pool(w))
-        rwx = {pid: tcg_rwx_mib(pid) for pid in qemu_pids(w.state_dir)}
+        # Every QEMU of the state dir now, for the spare among them, found below by the
+        # pid of the VM the log names: others may be starting or ending meanwhile (a
+        # refill), with no translation buffer to measure; they are left out.
+        rwx = {pid: mib for pid in qemu_pids(w.state_dir)
+               if (mib := tcg_rwx_mib(pid)) is not None}
         # Four back to back: the pool holds two and refills one at a time (a restore
         # takes far longer than a create), so the others find it empty: the first of
         # them is restored into the spare, the next into a QEMU started for it.
@@ -305,10 +312,10 @@ class TestPool(unittest.TestCase):
         self.assertGreater(dev_len, 0)
         self.assertGreater(npages, min_pages)
         self.assertLess(npages, 65536)
-        self.assertRegex(base, r"^warren-vm-[0-9a-f]+\.mem$")
+        self.assertRegex(base, r"^warren-[0-9a-f]{8}-vm-[0-9a-f]+\.mem$")
         tid = template_ids(w)
         self.assertEqual(len(tid), 1, tid)
-        self.assertEqual(base, f"warren-{tid[0]}.mem")
+        self.assertEqual(base, shm_name(w, tid[0]))
         self.assertTrue(os.path.exists(os.path.join("/dev/shm", base)))
         # The RAM file's checksum: the one the template's save computed over that file.
         with open(os.path.join(w.state_dir, "templates", tid[0], "state.snap"), "rb") as f:
@@ -382,7 +389,7 @@ class TestPool(unittest.TestCase):
         a, md5 = self.busy_pool_sandbox(4, "/root/pz", "paused-pool")
         self.assertTrue(self.counting(a))
         tid = template_ids(w)[0]
-        base = os.path.join(w.state_dir, "bases", f"warren-{tid}.mem")
+        base = os.path.join(w.state_dir, "bases", shm_name(w, tid))
         for round_ in range(2):
             r = w.request("POST", f"/v1/sandboxes/{a}/pause", {})
             self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
@@ -391,7 +398,7 @@ class TestPool(unittest.TestCase):
             self.assert_delta(snap, a, 1024, kind="pause")
             # The copy: the same bytes as the template's RAM file, under the same name.
             self.assertTrue(os.path.exists(base), os.listdir(w.state_dir))
-            with open(base, "rb") as f1, open(f"/dev/shm/warren-{tid}.mem", "rb") as f2:
+            with open(base, "rb") as f1, open(f"/dev/shm/{shm_name(w, tid)}", "rb") as f2:
                 self.assertEqual(hashlib.md5(f1.read()).digest(), hashlib.md5(f2.read()).digest())
             if round_ == 1:
                 break
@@ -500,7 +507,7 @@ class TestPool(unittest.TestCase):
             f.write(bytes(x ^ 0xFF for x in chunk))
         w.start()
         assert_rebuilt(self, w, "refused", old)
-        self.assertFalse(os.path.exists(f"/dev/shm/warren-{old[0]}.mem"))
+        self.assertFalse(os.path.exists(f"/dev/shm/{shm_name(w, old[0])}"))
         # test_1d's paused sandbox: its delta goes over the old template's RAM file, which
         # the rebuild removed; it resumes over the copy in state_dir/bases/, processes,
         # memory and disk as they were, and pauses and resumes again over it.
@@ -556,7 +563,7 @@ class TestPool(unittest.TestCase):
         self.assertEqual(w.run(g, "cat /root/k")["stdout"], "kept\n")
         w.delete(g)
         # Kept for test_2a: the fork's delta snapshot over the removed RAM file.
-        type(self).stale = (fsnap, fk, f"/dev/shm/warren-{old[0]}.mem")
+        type(self).stale = (fsnap, fk, f"/dev/shm/{shm_name(w, old[0])}")
 
     # A create from a fork's delta snapshot whose template RAM file is gone (the template
     # was rebuilt) is refused before any QEMU starts: one would create the missing RAM
@@ -598,10 +605,10 @@ class TestPool(unittest.TestCase):
         self.assertEqual(p["rebuilds"], 0, p)
         w.wait_state(a, ["running"])
         snap, (f1,) = self.fork(a, 1)
-        self.assertEqual(snap_header(w, snap), (6, f"warren-{tid[0]}.mem"))
+        self.assertEqual(snap_header(w, snap), (6, shm_name(w, tid[0])))
         self.assertEqual(w.run(f1, "cat /root/adopted; md5sum /tmp/blob")["stdout"].split()[:2],
                          ["adopted", md5])
-        self.assertEqual(pause_delta(self, w, a), f"warren-{tid[0]}.mem")
+        self.assertEqual(pause_delta(self, w, a), shm_name(w, tid[0]))
         r = w.request("POST", f"/v1/sandboxes/{a}/resume", {})
         self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")
         self.assertTrue(self.counting(a))
@@ -695,7 +702,7 @@ class TestPool(unittest.TestCase):
         w = self.w
         wait_pool_ready(w, 2)
         (tid,) = template_ids(w)
-        mem = f"/dev/shm/warren-{tid}.mem"
+        mem = f"/dev/shm/{shm_name(w, tid)}"
         a, md5 = self.busy_pool_sandbox(2, "/root/live", "before-rebuild")
         with open(os.path.join(w.state_dir, "templates", tid, "state.snap"), "r+b") as f:
             f.seek(8)
@@ -749,7 +756,7 @@ class TestPool(unittest.TestCase):
         bases = os.path.join(w.state_dir, "bases")
         self.assertEqual(os.listdir(bases) if os.path.isdir(bases) else [], [])
         for t in tid:
-            self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
+            self.assertFalse(os.path.exists(f"/dev/shm/{shm_name(w, t)}"))
 
 
 def pools(w):
@@ -813,9 +820,9 @@ class TestPoolTemplates(unittest.TestCase):
             self.assertEqual(os.readlink(f"/proc/{q}/fd/4"),
                              "/memfd:warren-template-ram (deleted)")
             shown = [t for t in template_ids(w)
-                     if os.path.lexists(f"/proc/{q}/root/dev/shm/warren-{t}.mem")]
+                     if os.path.lexists(f"/proc/{q}/root/dev/shm/{shm_name(w, t)}")]
             self.assertEqual(len(shown), 1, (shown, template_ids(w)))
-            self.assertEqual(os.readlink(f"/proc/{q}/root/dev/shm/warren-{shown[0]}.mem"),
+            self.assertEqual(os.readlink(f"/proc/{q}/root/dev/shm/{shm_name(w, shown[0])}"),
                              "/proc/self/fd/4")
             self.assertLess(mem_total_mib(w, d), 192)
             for x in (c, d):
@@ -913,7 +920,7 @@ class TestPoolTemplates(unittest.TestCase):
         w.stop()
         self.assertEqual(template_ids(w), [])
         for t in tid:
-            self.assertFalse(os.path.exists(f"/dev/shm/warren-{t}.mem"))
+            self.assertFalse(os.path.exists(f"/dev/shm/{shm_name(w, t)}"))
 
 
 class TestPoolJailed(unittest.TestCase):
@@ -932,7 +939,7 @@ class TestPoolJailed(unittest.TestCase):
             w.start()
             wait_pool_ready(w, 2)
             tid = template_ids(w)[0]
-            mem = f"/dev/shm/warren-{tid}.mem"
+            mem = f"/dev/shm/{shm_name(w, tid)}"
             sids = [w.create() for _ in range(3)]  # the third finds the pool empty
             recs = [w.get(s).json() for s in sids]
             self.assertEqual([r["source"] for r in recs[:2]], ["pool", "pool"], recs)
@@ -1042,7 +1049,7 @@ class TestPoolDamagedTemplateRam(unittest.TestCase):
             for pid in qemu_pids(w.state_dir):  # the pool's VMs: none would be handed out
                 os.kill(pid, signal.SIGKILL)
             self.assertEqual(wait_no_qemu(w.state_dir), [])
-            flip_ram_byte(f"/dev/shm/warren-{tid}.mem")
+            flip_ram_byte(f"/dev/shm/{shm_name(w, tid)}")
             w.start()
             assert_rebuilt(self, w, "checksum mismatch (damaged file)", [tid])
             sid = w.create()
@@ -1050,6 +1057,67 @@ class TestPoolDamagedTemplateRam(unittest.TestCase):
             self.assertEqual(w.run(sid, "echo ok")["stdout"], "ok\n")
         finally:
             w.cleanup()
+
+
+class TestPoolShmFiles(unittest.TestCase):
+    """The template's guest RAM in /dev/shm: readable by warrend's uid alone, named after
+    the state dir's tag; what a warrend killed with -9 left there is swept at the next
+    start (its own tag's files that no record names and no process maps, nothing else),
+    and the harness removes what a warrend that never comes back left."""
+
+    def test_template_ram_private_and_swept(self):
+        w = Warren(dict(POOL_CONF, pool_size="1"))
+        holder, others = None, []
+        try:
+            w.start()
+            wait_pool_ready(w, 1)
+            (tid,) = template_ids(w)
+            mem = f"/dev/shm/{shm_name(w, tid)}"
+            st = os.stat(mem)
+            self.assertEqual((st.st_uid, st.st_mode & 0o777), (os.geteuid(), 0o600))
+            # Another local user reading a pooled guest's memory: refused.
+            r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                "head", "-c", "16", mem], capture_output=True)
+            self.assertNotEqual(r.returncode, 0, r)
+            self.assertIn(b"Permission denied", r.stderr)
+            # What a warrend killed mid-way leaves: a RAM file of a template no record
+            # names; one a live process still maps; and another state dir's.
+            tag = fnv1a(w.state_dir)
+            stray = f"/dev/shm/warren-{tag}-vm-00000000000dead0.mem"
+            mapped = f"/dev/shm/warren-{tag}-vm-00000000000dead1.mem"
+            other = f"/dev/shm/warren-{fnv1a(w.state_dir + '-other')}-vm-00000000000dead2.mem"
+            for f in (stray, mapped, other):
+                with open(f, "wb") as out:
+                    out.write(b"\0" * 4096)
+                others.append(f)
+            holder = subprocess.Popen(
+                ["python3", "-c", "import mmap,sys,time\n"
+                 f"f=open({mapped!r},'r+b'); m=mmap.mmap(f.fileno(), 4096)\n"
+                 "print('mapped', flush=True); time.sleep(600)"],
+                stdout=subprocess.PIPE, text=True)
+            self.assertEqual(holder.stdout.readline().strip(), "mapped")
+            w.kill9()
+            w.start()
+            p = wait_pool_ready(w, 1)
+            self.assertEqual(p["rebuilds"], 0, p)
+            self.assertFalse(os.path.exists(stray))
+            self.assertTrue(os.path.exists(mapped))
+            self.assertTrue(os.path.exists(other))
+            self.assertEqual(template_ids(w), [tid])
+            self.assertTrue(os.path.exists(mem))
+            # The warrend dies for good (kill -9, as the suite's own tests do): its
+            # template's RAM is left to the harness, which leaves none behind.
+            w.kill9()
+            self.assertIn(os.path.basename(mem), shm_files(w.state_dir))
+        finally:
+            if holder:
+                holder.kill()
+                holder.wait()
+            w.cleanup()
+            for f in others:
+                if os.path.exists(f) and f.endswith("dead2.mem"):
+                    os.unlink(f)
+        self.assertEqual(shm_files(w.state_dir), [])
 
 
 class TestPoolTemplateWarmup(unittest.TestCase):

@@ -165,6 +165,18 @@ def fnv1a(s):
     return f"{h:08x}"
 
 
+def shm_name(w, vm_id):
+    """The name in /dev/shm of the RAM file of w's template VM vm_id (pool.c: the
+    state dir's tag first, so a warrend's sweep knows its own)."""
+    return f"warren-{fnv1a(w.state_dir)}-{vm_id}.mem"
+
+
+def shm_files(state_dir):
+    """The template RAM files in /dev/shm of the warrend of state_dir."""
+    prefix = f"warren-{fnv1a(state_dir)}-"
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(prefix) and f.endswith(".mem"))
+
+
 def held(w, gone_vms=()):
     """What w's warrend holds on this machine: its QEMU processes (found by state dir),
     its VM run dirs, the templates' guest RAM files in /dev/shm; and, of the VMs in
@@ -176,10 +188,10 @@ def held(w, gone_vms=()):
     shm = set(os.listdir("/dev/shm"))
     leaked = []
     for v in gone_vms:
-        if v in dirs or f"warren-{v}.mem" in shm or qemu_pids(v):
+        if v in dirs or shm_name(w, v) in shm or qemu_pids(v):
             leaked.append(v)
     return {"qemu": len(qemu_pids(w.state_dir)), "run_dirs": len(dirs),
-            "template_mem": sum(f"warren-{t}.mem" in shm for t in tids), "templates": len(tids),
+            "template_mem": sum(shm_name(w, t) in shm for t in tids), "templates": len(tids),
             "leaked": leaked, "fds": open_fds(w.proc.pid) if w.proc else 0}
 
 
@@ -328,6 +340,13 @@ class Warren:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
+                pass
+        # A warrend ended by kill -9 never removed its templates' RAM files, and no
+        # warrend of this state dir will start again to sweep them: 256 MiB each.
+        for f in shm_files(self.state_dir):
+            try:
+                os.unlink(os.path.join("/dev/shm", f))
+            except FileNotFoundError:
                 pass
         shutil.rmtree(self.state_dir, ignore_errors=True)
 

@@ -47,9 +47,9 @@ static int nft_check(const char *rules)
 
 static void test_rules(void)
 {
-    static const char *const denied[] = {"0.0.0.0/8",      "10.0.0.0/8",     "100.64.0.0/10",
-                                         "127.0.0.0/8",    "169.254.0.0/16", "172.16.0.0/12",
-                                         "192.168.0.0/16", "224.0.0.0/3",    "10.201.0.0/16"};
+    static const char *const denied[] = {
+        "0.0.0.0/8",     "10.0.0.0/8",     "100.64.0.0/10", "127.0.0.0/8",   "169.254.0.0/16",
+        "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/3",   "10.201.0.0/16", "168.63.129.16/32"};
     struct net_policy on = {.internet = true}, off = {.internet = false};
     char *r[3] = {net_vm_rules("10.201.0.0/16", "198.51.100.53", &on),
                   net_vm_rules("10.201.0.0/16", "198.51.100.53", &off),
@@ -76,8 +76,45 @@ static void test_rules(void)
     CHECK(strstr(r[1], "dnat") == NULL && strstr(r[1], "jump out_ok") == NULL);
     /* No resolver: nothing forwarded. */
     CHECK(strstr(r[2], "dnat") == NULL && strstr(r[2], "@deny jump out_ok") != NULL);
+    /* The namespace's own processes send nothing out of eth0 but the resolver's
+     * queries (only with a resolver of its own). */
+    for (int i = 0; i < 3; i++)
+        CHECK(strstr(r[i], "hook output priority filter; policy drop;") != NULL &&
+              strstr(strstr(r[i], "chain guard_out"), "oifname \"eth0\"") == NULL);
     for (int i = 0; i < 3; i++)
         free(r[i]);
+}
+
+/* warrend's own table: the always-deny set again, out of reach of anything in a
+ * VM's namespace; the resolver first, on port 53 only. */
+static void test_host_rules(void)
+{
+    static const char *const denied[] = {
+        "0.0.0.0/8",     "10.0.0.0/8",     "100.64.0.0/10", "127.0.0.0/8",   "169.254.0.0/16",
+        "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/3",   "10.201.0.0/16", "168.63.129.16/32"};
+    char *r[2] = {net_host_rules("0123abcd", "up0", "10.201.0.0/16", "10.9.0.53"),
+                  net_host_rules("0123abcd", "up0", "10.201.0.0/16", "")};
+    const char *dns, *drop;
+    int ok;
+
+    for (int i = 0; i < 2; i++) {
+        CHECK(r[i] != NULL);
+        if (!r[i])
+            return;
+        CHECK(strstr(r[i], "table inet warren_0123abcd {") != NULL);
+        for (size_t j = 0; j < sizeof(denied) / sizeof(*denied); j++)
+            CHECK(strstr(r[i], denied[j]) != NULL);
+        CHECK((drop = strstr(r[i], "iifname \"wn-*\" ip daddr @deny drop")) != NULL);
+        CHECK(strstr(r[i], "iifname \"wn-*\" meta nfproto ipv6 drop") != NULL);
+        CHECK(strstr(r[i], "iifname \"wn-*\" oifname != \"up0\" drop") != NULL);
+        if ((ok = nft_check(r[i])) >= 0)
+            CHECK(ok == 1);
+    }
+    dns = strstr(r[0], "ip daddr 10.9.0.53 meta l4proto { tcp, udp } th dport 53 accept");
+    CHECK(dns && dns < strstr(r[0], "ip daddr @deny drop"));
+    CHECK(strstr(r[1], "dport 53") == NULL);
+    free(r[0]);
+    free(r[1]);
 }
 
 /* allow_out / deny_out: canonical CIDRs, bounded, and rules nft accepts. */
@@ -170,7 +207,7 @@ static void test_dns_and_limits(void)
     CHECK(net_policy_dns(&p));
     c = net_dns_conf("198.51.100.53", &p, "/run/x.pid");
     CHECK(c && strstr(c, "no-resolv\nno-hosts\n") && strstr(c, "listen-address=10.0.2.1\n") &&
-          strstr(c, "user=nobody\n") && strstr(c, "pid-file=/run/x.pid\n"));
+          strstr(c, "user=root\n") && strstr(c, "pid-file=/run/x.pid\n"));
     CHECK(c && strstr(c, "address=/#/\n") && strstr(c, "server=/www.example.com/198.51.100.53\n") &&
           strstr(c, "server=/*.example.org/198.51.100.53\n") &&
           strstr(c, "nftset=/example.org/4#inet#warren#allow_dns\n") &&
@@ -214,6 +251,7 @@ int main(void)
 {
     test_range();
     test_rules();
+    test_host_rules();
     test_lists();
     test_names();
     test_dns_and_limits();

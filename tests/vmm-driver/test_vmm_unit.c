@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1088,10 +1089,11 @@ static void test_cgroup_paths(void)
 /* The uid range, on a jail over a fake v1 tree (needs root, like the jail). */
 static void test_jail_uids(void)
 {
-    char root[256], jroot[256], why[256] = "", p[512];
+    char root[256], jroot[256], locks[256], why[256] = "", p[512];
     struct vmm_jail_conf jc = {0};
-    struct vmm_jail *j = NULL;
+    struct vmm_jail *j = NULL, *j2 = NULL;
     uid_t a, b, c;
+    pid_t kid;
 
     if (geteuid() != 0) {
         CHECK(vmm_jail_new(&jc, &j, why, sizeof(why)) == -EPERM && j == NULL);
@@ -1100,11 +1102,13 @@ static void test_jail_uids(void)
     }
     snprintf(root, sizeof(root), "%s/cg-v1", dir); /* made by test_cgroup_paths */
     snprintf(jroot, sizeof(jroot), "%s/jail-root", dir);
+    snprintf(locks, sizeof(locks), "%s/uid-locks", dir);
     jc.uid_base = 250000;
     jc.uid_count = 3;
     jc.cgroup_name = "warren/t";
     jc.cgroup_sysfs = root;
     jc.root_dir = jroot;
+    jc.uid_lock_dir = locks;
     CHECK(vmm_jail_new(&jc, &j, why, sizeof(why)) == 0);
     if (!j) {
         printf("jail: %s\n", why);
@@ -1125,6 +1129,44 @@ static void test_jail_uids(void)
     CHECK(vmm_jail_uids_in_use(j) == 3);
     vmm_jail_uid_release(j, a);
     CHECK(vmm_jail_uid_alloc(j, &c) == 0 && c == 250000);
+
+    /* Another warrend over the same range (the same lock dir): it refuses to start
+     * while every uid is held, and never gets a uid held by the first. */
+    CHECK(vmm_jail_new(&jc, &j2, why, sizeof(why)) == -EBUSY && j2 == NULL);
+    vmm_jail_uid_release(j, 250002);
+    CHECK(vmm_jail_new(&jc, &j2, why, sizeof(why)) == 0);
+    if (j2) {
+        CHECK(vmm_jail_uid_claim(j2, 250001) == -EEXIST); /* the first's */
+        /* A process runs as 250002 (a killed warrend's QEMU): not given out either. */
+        if ((kid = fork()) == 0) {
+            if (setresgid(250002, 250002, 250002) == 0 && setresuid(250002, 250002, 250002) == 0)
+                pause();
+            _exit(1);
+        }
+        for (int i = 0; i < 200; i++) {
+            char st[64], line[128];
+            FILE *f;
+            unsigned u = 0;
+            snprintf(st, sizeof(st), "/proc/%d/status", (int)kid);
+            if ((f = fopen(st, "re"))) {
+                while (fgets(line, sizeof(line), f))
+                    if (sscanf(line, "Uid: %u", &u) == 1)
+                        break;
+                fclose(f);
+            }
+            if (u == 250002)
+                break;
+            usleep(5000);
+        }
+        CHECK(vmm_jail_uid_alloc(j2, &b) == -EUSERS);
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+        CHECK(vmm_jail_uid_alloc(j2, &b) == 0 && b == 250002);
+        CHECK(vmm_jail_uid_alloc(j, &c) == -EUSERS);
+        /* Its locks go with it (as with a kill -9). */
+        vmm_jail_free(j2);
+        CHECK(vmm_jail_uid_alloc(j, &c) == 0 && c == 250002);
+    }
 
     /* Sweep: a group of a uid nobody holds goes, the held ones stay, foreign names stay. */
     mkdirs(root, "memory/warren/t/u250001.sb-kept");
