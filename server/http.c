@@ -62,6 +62,7 @@
 #include "http_int.h"
 #include "ports.h"
 #include "ports_head.h"
+#include "ws_rx.h"
 #include "ws_session.h"
 #include "ws_pty.h"
 
@@ -521,6 +522,109 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
     default:
         return 0;
     }
+}
+
+/* ----------------------------------------------- the WebSocket doors */
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 414:
+        return "URI Too Long";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return status >= 500 ? "Error" : "Bad Request";
+    }
+}
+
+/* Written raw: at CONFIRM_UPGRADE lws has not recorded the request's version yet, so
+ * its header helpers write "HTTP/1.0", which WebSocket clients (Python's websockets)
+ * refuse to read. */
+int http_ws_refuse(struct lws *wsi, const struct api_err *e)
+{
+    json_t *j = api_error(e->code, "%s", e->msg);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    unsigned char *buf = NULL;
+    size_t cap;
+    int n, rc = -1;
+
+    json_decref(j);
+    LOG(LOG_DEBUG, "WebSocket upgrade refused: %d %s: %s", e->status, e->code, e->msg);
+    if (!body)
+        return -1;
+    cap = strlen(body) + 256;
+    if (!(buf = malloc(LWS_PRE + cap)))
+        goto out;
+    n = snprintf((char *)buf + LWS_PRE, cap,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s\n",
+                 e->status, status_text(e->status), strlen(body) + 1, body);
+    if (n > 0 && (size_t)n < cap &&
+        lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP_FINAL) == n)
+        rc = 1;
+out:
+    free(buf);
+    free(body);
+    return rc;
+}
+
+int http_ws_sandbox_open(struct http_server *srv, const char *sbx, struct api_err *e)
+{
+    struct sbx_err err;
+    json_t *rec = NULL;
+    const char *state;
+    bool gone;
+
+    if (sbx_get(srv->t, sbx, &rec, &err)) {
+        *e = (struct api_err){.status = sbx_err_http_status(err.code),
+                              .code = sbx_err_name(err.code)};
+        snprintf(e->msg, sizeof(e->msg), "%.200s", err.msg);
+        return -1;
+    }
+    state = json_string_value(json_object_get(rec, "state"));
+    gone = state && (!strcmp(state, "ended") || !strcmp(state, "dead"));
+    json_decref(rec);
+    if (gone) {
+        *e = (struct api_err){.status = sbx_err_http_status(SBX_E_GONE),
+                              .code = sbx_err_name(SBX_E_GONE)};
+        snprintf(e->msg, sizeof(e->msg), "sandbox %s has ended", sbx);
+        return -1;
+    }
+    return 0;
+}
+
+/* lws 4.1.6 echoes a client's close payload, rewriting only some invalid codes to 1002
+ * (not 5000 and up), and never checks the reason's UTF-8. A close of ours set here is
+ * sent by lws as the socket closes. */
+int http_ws_peer_close(struct lws *wsi, const void *in, size_t len)
+{
+    const char *why = NULL;
+    int code = ws_close_check(in, len, &why);
+
+    if (!code)
+        return 0;
+    LOG(LOG_DEBUG, "WebSocket client closed with an invalid close frame: %s", why);
+    lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)why, strlen(why));
+    return -1;
 }
 
 /* Every protocol of the vhost, in one place. protocols[0] also gets the connection-level
