@@ -601,14 +601,12 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         int rc;
         conn_deadline(wsi, 0);
         if (ws_pty_route(wsi))
-            return ws_pty_confirm(srv, wsi);
-        rc = ws_session_confirm(wsi);
-        if (rc == 1) /* refused with an answer: the connection is kept alive */
+            rc = ws_pty_confirm(srv, wsi);
+        else if ((rc = ws_session_confirm(wsi)) == WS_NOT_MINE)
+            return -1; /* no other WebSocket or h2c here: hang up rather than half-serve */
+        if (rc == 1)   /* refused with an answer: whatever lws does next is on a deadline */
             conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
-        if (rc != WS_NOT_MINE)
-            return rc;
-        /* No other WebSocket or h2c here: hang up rather than half-serve. */
-        return -1;
+        return rc;
     }
     default:
         return 0;
