@@ -4,10 +4,13 @@
  * and flow control by client ACKs.
  *
  * Flow control: output bytes the guest sent for this socket are credited
- * back (sbx_op_consumed) only when the client ACKs them, so warrend holds at
- * most one guest window per socket whatever the client does; a client that
- * never ACKs stalls only its own reader, which falls behind in the guest's
- * ring and is told what it lost.
+ * back (sbx_op_consumed) only once they were written to the client and the
+ * client ACKed them; an ACK of more than was written closes the socket. So
+ * warrend holds at most one guest window per socket whatever the client
+ * does; a client that never ACKs stalls only its own reader, which falls
+ * behind in the guest's ring and is told what it lost. Lost notices cost the
+ * guest no window, so the queue is capped too (pty_socket_send_queue_bytes,
+ * its frames' memory): past it the socket closes with 1011.
  *
  * Input: INPUT, RESIZE and SIGNAL become sbx_proc_ctl calls, one in flight
  * per socket, the rest queued up to pty_socket_input_queue; at that point

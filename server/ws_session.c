@@ -176,11 +176,11 @@ static int check_query(struct lws *wsi, struct api_err *e)
     return 0;
 }
 
-static struct api_err bad_request(const char *fmt, const char *arg)
+static struct api_err bad_request(const char *msg)
 {
     struct api_err e = {.status = 400, .code = "bad_request"};
 
-    snprintf(e.msg, sizeof(e.msg), fmt, arg);
+    snprintf(e.msg, sizeof(e.msg), "%s", msg);
     return e;
 }
 
@@ -222,10 +222,10 @@ int ws_session_confirm(struct lws *wsi)
     if (!path_ok && !proto_ok)
         return WS_NOT_MINE;
     if (!path_ok)
-        e = bad_request("the %s protocol is served at GET /v1/sandboxes/{id}/session only",
-                        SESS_PROTO);
+        e = bad_request("the " SESS_PROTO " protocol is served at GET /v1/sandboxes/{id}/session "
+                        "only");
     else if (!proto_ok)
-        e = bad_request("the agent socket needs Sec-WebSocket-Protocol: %s", SESS_PROTO);
+        e = bad_request("the agent socket needs Sec-WebSocket-Protocol: " SESS_PROTO);
     else if (http_authorize(NULL, wsi, id, "session", &e))
         ;
     else if (!http_origin_allowed(srv, wsi))
