@@ -110,6 +110,8 @@ static const struct opt opts[] = {
     {"pty_sockets_per_sandbox", T_UINT, F(pty_socks_per_sbx), "64", 1},
     {"pty_viewers_per_process", T_UINT, F(pty_viewers), "16", 1},
     {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
+    /* At least one guest window (1 MiB) and its frames: less would end honest sockets. */
+    {"pty_socket_send_queue_bytes", T_SIZE, F(pty_send_queue), "2097152", 1179648},
     {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
     {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
     {"freeze_pageout_after_ms", T_UINT, F(freeze_pageout_after_ms), "300000", 0},

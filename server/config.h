@@ -78,6 +78,7 @@ struct srv_config {
     unsigned pty_socks_per_sbx; /* pty_sockets_per_sandbox = 64 */
     unsigned pty_viewers;       /* pty_viewers_per_process = 16 */
     unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
+    size_t pty_send_queue;      /* pty_socket_send_queue_bytes = 2097152: frames for the client */
     /* the browser terminal (issue 7) */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
     /* idle freeze (issue 8) */

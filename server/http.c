@@ -62,6 +62,7 @@
 #include "http_int.h"
 #include "ports.h"
 #include "ports_head.h"
+#include "ws_rx.h"
 #include "ws_session.h"
 #include "ws_pty.h"
 
@@ -75,6 +76,9 @@
 #define PRE_MAX      8192
 #define PEEK_AGAIN_S 0.005
 #define PEEK_MAX_S   0.25
+/* The longest request line passed to lws: it keeps the line with the header values in
+ * one 4 KiB table, and drops a connection that overflows it without an answer. */
+#define LINE_MAX_BYTES 3072
 
 /* Open connections from one address (IPv4 as v4-mapped IPv6). */
 struct client {
@@ -136,6 +140,36 @@ static void client_put(struct http_server *srv, struct client *c)
     free(c);
 }
 
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Gone";
+    case 414:
+        return "URI Too Long";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return status >= 500 ? "Error" : "Bad Request";
+    }
+}
+
 /* Answer a connection refused by a cap, best effort: the socket is fresh, so a short
  * answer fits its buffer. What the client sent already is read first, so closing does
  * not turn into a reset that could destroy the answer before the client reads it. */
@@ -149,7 +183,7 @@ static void refuse(int fd, int status, const char *code, const char *msg)
     n = snprintf(buf, sizeof(buf),
                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                  "Connection: close\r\n\r\n%s",
-                 status, status == 429 ? "Too Many Requests" : "Service Unavailable", bl, body);
+                 status, status_text(status), bl, body);
     for (int i = 0; i < 4 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
         ;
     if (send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
@@ -158,6 +192,46 @@ static void refuse(int fd, int status, const char *code, const char *msg)
 }
 
 static void on_repeek(struct ev_loop *loop, ev_timer *w, int revents);
+
+static bool is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* The first request line as lws would mishandle it: one too long for its header table,
+ * a malformed %-escape (its HTML 403) or a %00 (closed, no answer) in the target. These
+ * get the JSON error every other bad request gets. 0: it may go to lws; 1: refused here
+ * (answered; the caller frees the connection); -1: the line is not complete yet. */
+static int line_check(const char *b, size_t n, int fd)
+{
+    const char *eol = memchr(b, '\n', n), *t, *end;
+    size_t len = eol ? (size_t)(eol - b) : n;
+
+    if (len > LINE_MAX_BYTES) {
+        refuse(fd, 414, "uri_too_long", "the request line is longer than 3072 bytes");
+        return 1;
+    }
+    if (!eol)
+        return -1;
+    if (!(t = memchr(b, ' ', len)))
+        return 0; /* not HTTP: lws's to judge */
+    t++;
+    if (!(end = memchr(t, ' ', (size_t)(eol - t))))
+        end = eol;
+    for (; t < end; t++) {
+        if (*t != '%')
+            continue;
+        if (end - t < 3 || !is_hex(t[1]) || !is_hex(t[2])) {
+            refuse(fd, 400, "bad_request", "malformed percent-encoding in the request target");
+            return 1;
+        }
+        if (t[1] == '0' && t[2] == '0') {
+            refuse(fd, 400, "bad_request", "a NUL byte (%00) in the request target");
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* Leave the pre-routing list and its watcher (the fd and buffer stay). */
 static void pre_unlink(struct conn *cn)
@@ -284,6 +358,30 @@ static void pre_to_lws(struct conn *cn)
     }
 }
 
+/* Peek again later: the head is neither complete nor decided yet. */
+static void peek_later(struct conn *cn)
+{
+    ev_io_stop(cn->srv->loop, &cn->rd);
+    cn->peek_s = cn->peek_s ? cn->peek_s * 2 : PEEK_AGAIN_S;
+    if (cn->peek_s > PEEK_MAX_S)
+        cn->peek_s = PEEK_MAX_S;
+    ev_timer_set(&cn->repeek, cn->peek_s, 0);
+    ev_timer_start(cn->srv->loop, &cn->repeek);
+}
+
+/* A head for lws, once its request line passed line_check. */
+static void to_lws(struct conn *cn)
+{
+    int r = line_check(cn->buf, cn->n, cn->fd);
+
+    if (r > 0)
+        conn_free(cn);
+    else if (r < 0)
+        peek_later(cn);
+    else
+        pre_to_lws(cn);
+}
+
 /*
  * Look at the first head without taking it (MSG_PEEK): a connection that is not for
  * a sandbox port goes to lws untouched, which reads it as it always has (lws 4.1.6's
@@ -311,21 +409,15 @@ static void pre_check(struct conn *cn)
     cn->n = (size_t)r;
     hl = ports_head_parse(cn->buf, cn->n, PRE_MAX, &h);
     if (hl == 0) {
-        if (!ports_head_maybe(cn->buf, cn->n, srv->cfg->port_domain)) {
-            pre_to_lws(cn);
-            return;
-        }
-        ev_io_stop(srv->loop, &cn->rd);
-        cn->peek_s = cn->peek_s ? cn->peek_s * 2 : PEEK_AGAIN_S;
-        if (cn->peek_s > PEEK_MAX_S)
-            cn->peek_s = PEEK_MAX_S;
-        ev_timer_set(&cn->repeek, cn->peek_s, 0);
-        ev_timer_start(srv->loop, &cn->repeek);
+        if (!ports_head_maybe(cn->buf, cn->n, srv->cfg->port_domain))
+            to_lws(cn);
+        else
+            peek_later(cn);
         return;
     }
     route = hl > 0 ? ports_route(&h, srv->cfg->port_domain, &d) : PORTS_NOT;
     if (route == PORTS_NOT) {
-        pre_to_lws(cn);
+        to_lws(cn);
         return;
     }
     /* A port request: take what was peeked (it is still there), then the proxy owns
@@ -509,18 +601,89 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         int rc;
         conn_deadline(wsi, 0);
         if (ws_pty_route(wsi))
-            return ws_pty_confirm(srv, wsi);
-        rc = ws_session_confirm(wsi);
-        if (rc == 1) /* refused with an answer: the connection is kept alive */
+            rc = ws_pty_confirm(srv, wsi);
+        else if ((rc = ws_session_confirm(wsi)) == WS_NOT_MINE)
+            return -1; /* no other WebSocket or h2c here: hang up rather than half-serve */
+        if (rc == 1)   /* refused with an answer: whatever lws does next is on a deadline */
             conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
-        if (rc != WS_NOT_MINE)
-            return rc;
-        /* No other WebSocket or h2c here: hang up rather than half-serve. */
-        return -1;
+        return rc;
     }
     default:
         return 0;
     }
+}
+
+/* ----------------------------------------------- the WebSocket doors */
+
+/* Written raw: at CONFIRM_UPGRADE lws has not recorded the request's version yet, so
+ * its header helpers write "HTTP/1.0", which WebSocket clients (Python's websockets)
+ * refuse to read. */
+int http_ws_refuse(struct lws *wsi, const struct api_err *e)
+{
+    json_t *j = api_error(e->code, "%s", e->msg);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    unsigned char *buf = NULL;
+    size_t cap;
+    int n, rc = -1;
+
+    json_decref(j);
+    LOG(LOG_DEBUG, "WebSocket upgrade refused: %d %s: %s", e->status, e->code, e->msg);
+    if (!body)
+        return -1;
+    cap = strlen(body) + 256;
+    if (!(buf = malloc(LWS_PRE + cap)))
+        goto out;
+    n = snprintf((char *)buf + LWS_PRE, cap,
+                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s\n",
+                 e->status, status_text(e->status), strlen(body) + 1, body);
+    if (n > 0 && (size_t)n < cap &&
+        lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP_FINAL) == n)
+        rc = 1;
+out:
+    free(buf);
+    free(body);
+    return rc;
+}
+
+int http_ws_sandbox_open(struct http_server *srv, const char *sbx, struct api_err *e)
+{
+    struct sbx_err err;
+    json_t *rec = NULL;
+    const char *state;
+    bool gone;
+
+    if (sbx_get(srv->t, sbx, &rec, &err)) {
+        *e = (struct api_err){.status = sbx_err_http_status(err.code),
+                              .code = sbx_err_name(err.code)};
+        snprintf(e->msg, sizeof(e->msg), "%.200s", err.msg);
+        return -1;
+    }
+    state = json_string_value(json_object_get(rec, "state"));
+    gone = state && (!strcmp(state, "ended") || !strcmp(state, "dead"));
+    json_decref(rec);
+    if (gone) {
+        *e = (struct api_err){.status = sbx_err_http_status(SBX_E_GONE),
+                              .code = sbx_err_name(SBX_E_GONE)};
+        snprintf(e->msg, sizeof(e->msg), "sandbox %s has ended", sbx);
+        return -1;
+    }
+    return 0;
+}
+
+/* lws 4.1.6 echoes a client's close payload, rewriting only some invalid codes to 1002
+ * (not 5000 and up), and never checks the reason's UTF-8. A close of ours set here is
+ * sent by lws as the socket closes. */
+int http_ws_peer_close(struct lws *wsi, const void *in, size_t len)
+{
+    const char *why = NULL;
+    int code = ws_close_check(in, len, &why);
+
+    if (!code)
+        return 0;
+    LOG(LOG_DEBUG, "WebSocket client closed with an invalid close frame: %s", why);
+    lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)why, strlen(why));
+    return -1;
 }
 
 /* Every protocol of the vhost, in one place. protocols[0] also gets the connection-level

@@ -205,6 +205,19 @@ void http_conn_upgraded(struct lws *wsi);
 /* A connection the port proxy took is closed: uncount it (ud: its struct conn). */
 void http_conn_release(void *ud);
 
+/* ---- http.c: what both WebSocket doors (ws_pty.c, ws_session.c) share ---- */
+
+/* Refuse an upgrade from HTTP_CONFIRM_UPGRADE with e as an ordinary JSON error answer
+ * (HTTP/1.1, Connection: close), as REST answers it. Returns 1 (answered: lws completes
+ * the transaction), or -1 to hang up when even that could not be written. */
+int http_ws_refuse(struct lws *wsi, const struct api_err *e);
+/* A socket may open on sandbox sbx: it exists and has not ended or died. 0, or -1 with
+ * *e (404 sandbox_not_found, 409 sandbox_ended, ...). */
+int http_ws_sandbox_open(struct http_server *srv, const char *sbx, struct api_err *e);
+/* LWS_CALLBACK_WS_PEER_INITIATED_CLOSE: 0 lets lws echo the client's close; -1 when
+ * its payload is invalid (ws_close_check), with our close (1002 or 1007) set. */
+int http_ws_peer_close(struct lws *wsi, const void *in, size_t len);
+
 /* ---- rest.c: the REST router and handlers ---- */
 
 /* A request head has arrived (uri: its path): route, check, and answer or start. */

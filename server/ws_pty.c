@@ -4,10 +4,13 @@
  * and flow control by client ACKs.
  *
  * Flow control: output bytes the guest sent for this socket are credited
- * back (sbx_op_consumed) only when the client ACKs them, so warrend holds at
- * most one guest window per socket whatever the client does; a client that
- * never ACKs stalls only its own reader, which falls behind in the guest's
- * ring and is told what it lost.
+ * back (sbx_op_consumed) only once they were written to the client and the
+ * client ACKed them; an ACK of more than was written closes the socket. So
+ * warrend holds at most one guest window per socket whatever the client
+ * does; a client that never ACKs stalls only its own reader, which falls
+ * behind in the guest's ring and is told what it lost. Lost notices cost the
+ * guest no window, so the queue is capped too (pty_socket_send_queue_bytes,
+ * its frames' memory): past it the socket closes with 1011.
  *
  * Input: INPUT, RESIZE and SIGNAL become sbx_proc_ctl calls, one in flight
  * per socket, the rest queued up to pty_socket_input_queue; at that point
@@ -22,15 +25,24 @@
 #include "sbx_snap.h"
 #include "ws_pty.h"
 #include "ws_pty_frame.h"
+#include "ws_rx.h"
 
 #define WPTY_DEF_COLS 80
 #define WPTY_DEF_ROWS 24
 #define WPTY_CMD_MAX  4096
 
+/* Room of a new OUTPUT frame: output that arrives while the client is behind is
+ * appended to the last queued frame up to this, so a guest's small frames cost the
+ * queue their bytes, not a frame each. */
+#define WPTY_CHUNK (16 * 1024)
+
 /* One frame for the client, with LWS_PRE headroom. */
 struct wmsg {
     struct wmsg *next;
-    size_t len;
+    size_t len;     /* frame bytes (after LWS_PRE) */
+    size_t cap;     /* frame bytes it has room for */
+    size_t payload; /* OUTPUT bytes it carries (0: a control frame) */
+    uint64_t end;   /* OUTPUT: the offset after its last byte */
     unsigned char mem[];
 };
 
@@ -57,17 +69,20 @@ struct wpty {
     sbx_op_t start_op, out_op, ctl_op;
     bool start_live, out_live, ctl_live;
 
-    unsigned char *rx; /* a client frame being reassembled */
-    size_t rx_len, rx_cap;
+    struct ws_rx rx; /* a client frame being reassembled */
     bool rx_paused;
 
     struct wctl *cq, *cq_tail;
     unsigned cq_n;
 
     struct wmsg *tq, *tq_tail;
-    uint64_t held; /* output bytes received and not yet ACKed: credit withheld */
+    size_t tq_bytes;  /* what tq's frames take: at most pty_socket_send_queue_bytes */
+    uint64_t unacked; /* output bytes written to the client and not yet ACKed */
+    bool out_dropped; /* tq overflowed: output is no longer taken */
 
-    bool closing; /* close once tq is empty */
+    bool closing;   /* close once tq is empty */
+    int close_code; /* ... with this code and reason (0: 1000 "done") */
+    const char *close_why;
 };
 
 static struct wpty *registry;
@@ -223,9 +238,6 @@ static int check_upgrade(struct http_server *srv, struct lws *wsi, char *sbx, ui
                          struct wq *q, struct api_err *e)
 {
     char uri[512], proto[256];
-    struct sbx_err err;
-    json_t *rec = NULL;
-    const char *state;
     unsigned n_sbx, n_pid;
 
     if (get_uri(wsi, uri, sizeof(uri)) || parse_path(uri, sbx, pid)) {
@@ -256,21 +268,8 @@ static int check_upgrade(struct http_server *srv, struct lws *wsi, char *sbx, ui
     }
     if (parse_query(wsi, *pid == 0, q, e))
         return -1;
-    if (sbx_get(srv->t, sbx, &rec, &err)) {
-        *e = (struct api_err){.status = sbx_err_http_status(err.code),
-                              .code = sbx_err_name(err.code)};
-        snprintf(e->msg, sizeof(e->msg), "%.200s", err.msg);
+    if (http_ws_sandbox_open(srv, sbx, e))
         return -1;
-    }
-    state = json_string_value(json_object_get(rec, "state"));
-    if (state && !strcmp(state, "ended")) {
-        json_decref(rec);
-        *e = (struct api_err){.status = sbx_err_http_status(SBX_E_GONE),
-                              .code = sbx_err_name(SBX_E_GONE)};
-        snprintf(e->msg, sizeof(e->msg), "sandbox %s has ended", sbx);
-        return -1;
-    }
-    json_decref(rec);
     count_socks(srv, sbx, *pid, &n_sbx, &n_pid);
     if (n_sbx >= srv->cfg->pty_socks_per_sbx) {
         *e = (struct api_err){.status = 429, .code = "too_many_sockets"};
@@ -289,41 +288,6 @@ static int check_upgrade(struct http_server *srv, struct lws *wsi, char *sbx, ui
     return 0;
 }
 
-/* Answer a refused upgrade as any REST error: status and {"error":{...}}. */
-static int refuse_http(struct lws *wsi, const struct api_err *e)
-{
-    unsigned char buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start,
-                                       *end = buf + sizeof(buf) - 1;
-    json_t *j = api_error(e->code, "%s", e->msg);
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    char cl[24];
-    size_t bl = body ? strlen(body) : 0;
-    int rc = -1;
-
-    json_decref(j);
-    if (!body || bl + 1 > 1024)
-        goto out;
-    snprintf(cl, sizeof(cl), "%zu", bl + 1);
-    if (lws_add_http_header_status(wsi, (unsigned)e->status, &p, end) ||
-        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
-                                     (const unsigned char *)"application/json", 16, &p, end) ||
-        lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, (const unsigned char *)cl,
-                                     (int)strlen(cl), &p, end) ||
-        lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close", 5,
-                                     &p, end) ||
-        lws_finalize_http_header(wsi, &p, end))
-        goto out;
-    memcpy(p, body, bl);
-    p += bl;
-    *p++ = '\n';
-    if (lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
-        goto out;
-    rc = 1;
-out:
-    free(body);
-    return rc;
-}
-
 int ws_pty_confirm(struct http_server *srv, struct lws *wsi)
 {
     char sbx[API_ID_MAX + 1];
@@ -336,10 +300,8 @@ int ws_pty_confirm(struct http_server *srv, struct lws *wsi)
         return -1;
     rc = check_upgrade(srv, wsi, sbx, &pid, q, &e);
     free(q);
-    if (rc) {
-        LOG(LOG_DEBUG, "PTY socket refused: %d %s: %s", e.status, e.code, e.msg);
-        return refuse_http(wsi, &e);
-    }
+    if (rc)
+        return http_ws_refuse(wsi, &e);
     return 0;
 }
 
@@ -350,14 +312,31 @@ static void want_write(struct wpty *w)
     lws_callback_on_writable(w->wsi);
 }
 
-static struct wmsg *msg_new(size_t len)
+static size_t msg_size(size_t cap)
 {
-    struct wmsg *m = malloc(sizeof(*m) + LWS_PRE + len);
+    return sizeof(struct wmsg) + LWS_PRE + cap;
+}
 
-    if (m) {
-        m->next = NULL;
-        m->len = len;
-    }
+static void msg_free(struct wpty *w, struct wmsg *m)
+{
+    w->tq_bytes -= msg_size(m->cap);
+    free(m);
+}
+
+/* A frame of len bytes with room for cap, counted in tq_bytes; NULL when out of memory
+ * or when the queue would grow past pty_socket_send_queue_bytes. */
+static struct wmsg *msg_new(struct wpty *w, size_t len, size_t cap)
+{
+    struct wmsg *m;
+
+    if (w->tq_bytes + msg_size(cap) > w->srv->cfg->pty_send_queue)
+        return NULL;
+    if (!(m = malloc(msg_size(cap))))
+        return NULL;
+    memset(m, 0, sizeof(*m));
+    m->len = len;
+    m->cap = cap;
+    w->tq_bytes += msg_size(cap);
     return m;
 }
 
@@ -371,19 +350,40 @@ static void msg_push(struct wpty *w, struct wmsg *m)
     want_write(w);
 }
 
+/* Nothing more can be queued for the client: drop what waits and close with code and
+ * why once lws is ready. The guest's credit for dropped output is not returned: its
+ * reader stalls until the socket closes and cancels it. */
+static void overflow(struct wpty *w, int code, const char *why)
+{
+    LOG(LOG_WARN, "%s: PTY socket closed: %s", w->sbx, why);
+    while (w->tq) {
+        struct wmsg *m = w->tq;
+        w->tq = m->next;
+        msg_free(w, m);
+    }
+    w->tq_tail = NULL;
+    w->out_dropped = true;
+    w->closing = true;
+    w->close_code = code;
+    w->close_why = why;
+    want_write(w);
+}
+
 /* A CONTROL frame with j (taken). */
 static void send_control(struct wpty *w, json_t *j)
 {
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     size_t n = s ? strlen(s) : 0;
-    struct wmsg *m = s ? msg_new(1 + n) : NULL;
+    struct wmsg *m;
 
     json_decref(j);
-    if (!m) {
+    if (w->out_dropped) {
         free(s);
-        LOG(LOG_WARN, "%s: PTY socket: out of memory for a control frame; closing", w->sbx);
-        w->closing = true;
-        want_write(w);
+        return;
+    }
+    if (!s || !(m = msg_new(w, 1 + n, 1 + n))) {
+        free(s);
+        overflow(w, 1011, "output queue over pty_socket_send_queue_bytes (or out of memory)");
         return;
     }
     m->mem[LWS_PRE] = WSP_CONTROL;
@@ -408,21 +408,42 @@ static void send_error(struct wpty *w, const char *code, const char *msg)
     finish(w, json_pack("{s:s,s:s,s:s}", "type", "error", "code", code, "message", msg));
 }
 
+/* Output for the client: appended to the last queued OUTPUT frame while it has room and
+ * the bytes follow on, else in new frames. Its credit goes back to the guest only once
+ * the client ACKs it, and the client can ACK only what was written to it (on_ack), so
+ * the queue holds at most one guest window whatever the client does. */
 static void on_out_data(void *user, int fd, uint64_t off, const void *p, size_t n)
 {
     struct wpty *w = user;
-    struct wmsg *m = msg_new(WSP_OUTPUT_HEAD + n);
+    const unsigned char *b = p;
 
     (void)fd;
-    if (!m) {
-        /* Without its credit back the guest sends no more: closing is the honest end. */
-        send_error(w, "internal", "out of memory");
+    if (w->out_dropped)
         return;
+    while (n) {
+        struct wmsg *m = w->tq_tail;
+        size_t take;
+
+        if (!m || !m->payload || m->end != off || m->len == m->cap) {
+            size_t room = n > WPTY_CHUNK ? n : WPTY_CHUNK;
+            if (!(m = msg_new(w, WSP_OUTPUT_HEAD, WSP_OUTPUT_HEAD + room))) {
+                overflow(w, 1011,
+                         "output queue over pty_socket_send_queue_bytes (or out of memory)");
+                return;
+            }
+            wsp_output_head(m->mem + LWS_PRE, off);
+            m->end = off;
+            msg_push(w, m);
+        }
+        take = m->cap - m->len < n ? m->cap - m->len : n;
+        memcpy(m->mem + LWS_PRE + m->len, b, take);
+        m->len += take;
+        m->payload += take;
+        m->end += take;
+        off += take;
+        b += take;
+        n -= take;
     }
-    wsp_output_head(m->mem + LWS_PRE, off);
-    memcpy(m->mem + LWS_PRE + WSP_OUTPUT_HEAD, p, n);
-    w->held += n;
-    msg_push(w, m);
 }
 
 static void on_out_lost(void *user, uint64_t off, uint64_t n)
@@ -653,53 +674,49 @@ static int reject(struct wpty *w, int code, const char *why)
     return -1;
 }
 
+/* The client has shown n more output bytes: their credit goes back to the guest. It
+ * can only have shown bytes written to it; claiming more would let it keep the guest
+ * sending into a queue it never reads, so that ends the socket. */
+static int on_ack(struct wpty *w, uint32_t n)
+{
+    if (n > w->unacked)
+        return reject(w, WSP_CLOSE_POLICY, "ACK of more output bytes than were sent");
+    w->unacked -= n;
+    if (n && w->out_live)
+        sbx_op_consumed(w->srv->t, w->out_op, n);
+    return 0;
+}
+
 static int on_receive(struct wpty *w, const void *in, size_t len)
 {
+    const unsigned char *msg;
     struct wsp_frame f;
     const char *why;
-    int code;
+    size_t n;
+    int code, rc;
 
-    if (lws_is_first_fragment(w->wsi))
-        w->rx_len = 0;
     if (!lws_frame_is_binary(w->wsi))
         return reject(w, WSP_CLOSE_POLICY, "text frames are not part of warren.pty.v1");
-    if (w->rx_len + len > w->srv->cfg->pty_max_frame)
+    rc = ws_rx_add(&w->rx, in, len, lws_is_first_fragment(w->wsi), lws_is_final_fragment(w->wsi),
+                   lws_remaining_packet_payload(w->wsi), w->srv->cfg->pty_max_frame, &msg, &n);
+    if (rc == -EMSGSIZE)
         return reject(w, WSP_CLOSE_BIG, "frame larger than pty_socket_max_frame_bytes");
-    if (w->rx_len + len > w->rx_cap) {
-        size_t cap = w->rx_len + len < 4096 ? 4096 : w->rx_len + len;
-        unsigned char *nb = realloc(w->rx, cap);
-        if (!nb)
-            return reject(w, 1011, "out of memory");
-        w->rx = nb;
-        w->rx_cap = cap;
-    }
-    if (len)
-        memcpy(w->rx + w->rx_len, in, len);
-    w->rx_len += len;
-    if (!lws_is_final_fragment(w->wsi) || lws_remaining_packet_payload(w->wsi))
+    if (rc < 0)
+        return reject(w, 1011, "out of memory");
+    if (rc == WS_RX_MORE)
         return 0;
-    code = wsp_decode(w->rx, w->rx_len, &f, &why);
-    w->rx_len = 0;
+    code = wsp_decode(msg, n, &f, &why);
     if (code)
         return reject(w, code, why);
-    if (f.op == WSP_ACK) {
-        /* Credit goes back to the guest only for bytes the client has shown. */
-        size_t n = f.ack > w->held ? (size_t)w->held : f.ack;
-        w->held -= n;
-        if (n && w->out_live)
-            sbx_op_consumed(w->srv->t, w->out_op, n);
-        return 0;
-    }
+    if (f.op == WSP_ACK)
+        return on_ack(w, f.ack);
     if (f.op == WSP_INPUT && f.len == 0)
         return 0;
     if (ctl_push(w, &f))
         return reject(w, WSP_CLOSE_POLICY, "input queue overflow");
     /* Shrink a buffer a big paste grew. */
-    if (w->rx_cap > 65536) {
-        free(w->rx);
-        w->rx = NULL;
-        w->rx_cap = 0;
-    }
+    if (w->rx.cap > 65536)
+        ws_rx_free(&w->rx);
     return 0;
 }
 
@@ -708,19 +725,24 @@ static int on_writeable(struct wpty *w)
     struct wmsg *m = w->tq;
 
     if (m) {
+        int rc = 0;
+
         if (!(w->tq = m->next))
             w->tq_tail = NULL;
-        if (lws_write(w->wsi, m->mem + LWS_PRE, m->len, LWS_WRITE_BINARY) < (int)m->len) {
-            free(m);
-            return -1;
-        }
-        free(m);
-        if (w->tq || w->closing)
+        if (lws_write(w->wsi, m->mem + LWS_PRE, m->len, LWS_WRITE_BINARY) < (int)m->len)
+            rc = -1;
+        else
+            w->unacked += m->payload; /* the client may ACK these now */
+        msg_free(w, m);
+        if (rc == 0 && (w->tq || w->closing))
             want_write(w);
-        return 0;
+        return rc;
     }
     if (w->closing) {
-        lws_close_reason(w->wsi, LWS_CLOSE_STATUS_NORMAL, (unsigned char *)"done", 4);
+        const char *why = w->close_code ? w->close_why : "done";
+        lws_close_reason(
+            w->wsi, w->close_code ? (enum lws_close_status)w->close_code : LWS_CLOSE_STATUS_NORMAL,
+            (unsigned char *)why, strlen(why));
         return -1;
     }
     return 0;
@@ -794,9 +816,9 @@ static void on_closed(struct wpty *w)
     while (w->tq) {
         struct wmsg *m = w->tq;
         w->tq = m->next;
-        free(m);
+        msg_free(w, m);
     }
-    free(w->rx);
+    ws_rx_free(&w->rx);
     free(w->cmd);
     free(w->cwd);
     memset(w, 0, sizeof(*w));
@@ -822,6 +844,8 @@ static int ws_pty_cb(struct lws *wsi, enum lws_callback_reasons reason, void *us
         return w && w->live ? on_receive(w, in, len) : -1;
     case LWS_CALLBACK_SERVER_WRITEABLE:
         return w && w->live ? on_writeable(w) : 0;
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        return http_ws_peer_close(wsi, in, len);
     case LWS_CALLBACK_CLOSED:
     case LWS_CALLBACK_WS_SERVER_DROP_PROTOCOL:
         if (w)

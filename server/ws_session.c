@@ -34,6 +34,7 @@
 #include "http_int.h"
 #include "sbx_snap.h"
 #include "session_frame.h"
+#include "ws_rx.h"
 #include "ws_session.h"
 
 #define SESS_PROTO  "warren.session.v1"
@@ -82,8 +83,7 @@ struct sess {
     bool holding; /* credit is held back until the queue drains to half */
     struct held *held;
     size_t nheld, heldcap;
-    unsigned char *rx; /* a message arriving in pieces */
-    size_t rxlen, rxcap;
+    struct ws_rx rx; /* a message arriving in pieces */
     /* The sandbox was paused: its resume is in flight, reading is paused, and the
      * messages that came meanwhile wait, in order, as they arrived. */
     bool resuming;
@@ -148,38 +148,41 @@ static bool offers_proto(struct lws *wsi)
     return false;
 }
 
-/* An HTTP answer written whole from CONFIRM_UPGRADE (lws then completes the
- * transaction). Written raw: lws's header helpers say HTTP/1.0 at this point (it has not
- * recorded the request's version yet), which WebSocket clients refuse. Takes body.
- * Returns 1 (refused), or -1 to hang up when even that fails. */
-static int refuse(struct lws *wsi, int status, json_t *body)
+/* The query may carry an access token and nothing else, as REST judges its routes'
+ * queries: 0, or -1 with *e. */
+static int check_query(struct lws *wsi, struct api_err *e)
 {
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    unsigned char *buf = NULL;
-    int n, rc = -1;
+    char frag[QUERY_STORE];
 
-    json_decref(body);
-    if (!s)
-        return -1;
-    n = (int)strlen(s) + 256;
-    if (!(buf = malloc(LWS_PRE + (size_t)n)))
-        goto out;
-    n = snprintf((char *)buf + LWS_PRE, (size_t)n,
-                 "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n\r\n%s\n",
-                 status,
-                 status == 401   ? "Unauthorized"
-                 : status == 404 ? "Not Found"
-                 : status == 429 ? "Too Many Requests"
-                 : status >= 500 ? "Error"
-                                 : "Bad Request",
-                 strlen(s) + 1, s);
-    if (lws_write(wsi, buf + LWS_PRE, (size_t)n, LWS_WRITE_HTTP_FINAL) == n)
-        rc = 1;
-out:
-    free(buf);
-    free(s);
-    return rc;
+    for (int i = 0; i < QUERY_FRAGS_MAX; i++) {
+        int len = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_URI_ARGS, i);
+
+        if (len <= 0)
+            return 0;
+        if (len >= (int)sizeof(frag) ||
+            lws_hdr_copy_fragment(wsi, frag, (int)sizeof(frag), WSI_TOKEN_HTTP_URI_ARGS, i) < 0) {
+            *e = (struct api_err){.status = 400, .code = "bad_request"};
+            snprintf(e->msg, sizeof(e->msg), "query string too long");
+            return -1;
+        }
+        if (http_query_frag_spurious(wsi, i, frag))
+            continue;
+        if (strncmp(frag, HTTP_TOKEN_PARAM, strlen(HTTP_TOKEN_PARAM))) {
+            *e = (struct api_err){.status = 400, .code = "invalid_argument"};
+            snprintf(e->msg, sizeof(e->msg), "unknown query parameter '%.*s'",
+                     (int)strcspn(frag, "="), frag);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static struct api_err bad_request(const char *msg)
+{
+    struct api_err e = {.status = 400, .code = "bad_request"};
+
+    snprintf(e.msg, sizeof(e.msg), "%s", msg);
+    return e;
 }
 
 static struct sbx_socks **socks_find(struct vhd *v, const char *id)
@@ -214,39 +217,33 @@ int ws_session_confirm(struct lws *wsi)
     int n = lws_hdr_total_length(wsi, WSI_TOKEN_GET_URI);
     bool path_ok, proto_ok = offers_proto(wsi);
     struct api_err e;
-    struct sbx_err err;
-    json_t *out = NULL;
 
     path_ok = n > 0 && n < (int)sizeof(uri) &&
               lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI) > 0 && !session_path(uri, id);
     if (!path_ok && !proto_ok)
         return WS_NOT_MINE;
     if (!path_ok)
-        return refuse(wsi, 400,
-                      api_error("bad_request",
-                                "the %s protocol is served at GET "
-                                "/v1/sandboxes/{id}/session only",
-                                SESS_PROTO));
-    if (!proto_ok)
-        return refuse(wsi, 400,
-                      api_error("bad_request", "the agent socket needs Sec-WebSocket-Protocol: %s",
-                                SESS_PROTO));
-    if (http_authorize(NULL, wsi, id, "session", &e))
-        return refuse(wsi, e.status, api_error(e.code, "%s", e.msg));
-    if (!http_origin_allowed(srv, wsi))
-        return refuse(wsi, 403,
-                      api_error("origin_not_allowed",
-                                "this Origin may not open sockets here (allowed_origins)"));
-    if (sbx_get(srv->t, id, &out, &err))
-        return refuse(wsi, sbx_err_http_status(err.code), api_error_of(&err));
-    json_decref(out);
-    if (sockets_of(vhd_of(wsi), id) >= srv->cfg->sess_max_sockets)
-        return refuse(wsi, 429,
-                      api_error("too_many_sockets",
-                                "sandbox %s already has %u agent sockets "
-                                "(session_max_sockets_per_sandbox); close one",
-                                id, srv->cfg->sess_max_sockets));
-    return 0;
+        e = bad_request("the " SESS_PROTO " protocol is served at GET /v1/sandboxes/{id}/session "
+                        "only");
+    else if (!proto_ok)
+        e = bad_request("the agent socket needs Sec-WebSocket-Protocol: " SESS_PROTO);
+    else if (http_authorize(NULL, wsi, id, "session", &e))
+        ;
+    else if (!http_origin_allowed(srv, wsi))
+        e = (struct api_err){.status = 403,
+                             .code = "origin_not_allowed",
+                             .msg = "this Origin may not open sockets here (allowed_origins)"};
+    else if (check_query(wsi, &e) || http_ws_sandbox_open(srv, id, &e))
+        ;
+    else if (sockets_of(vhd_of(wsi), id) >= srv->cfg->sess_max_sockets) {
+        e = (struct api_err){.status = 429, .code = "too_many_sockets"};
+        snprintf(e.msg, sizeof(e.msg),
+                 "sandbox %s already has %u agent sockets (session_max_sockets_per_sandbox); "
+                 "close one",
+                 id, srv->cfg->sess_max_sockets);
+    } else
+        return 0;
+    return http_ws_refuse(wsi, &e);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -801,37 +798,27 @@ static int on_message(struct sess *s, const void *p, size_t n)
 static int on_receive(struct sess *s, const void *in, size_t len)
 {
     size_t max = s->srv->cfg->sess_max_frame;
-    size_t rest = lws_remaining_packet_payload(s->wsi);
-    bool final = lws_is_final_fragment(s->wsi);
-    int rc;
+    const unsigned char *msg;
+    size_t n;
+    int rc =
+        ws_rx_add(&s->rx, in, len, lws_is_first_fragment(s->wsi), lws_is_final_fragment(s->wsi),
+                  lws_remaining_packet_payload(s->wsi), max, &msg, &n);
 
-    if (s->rxlen + len + rest > max) {
+    if (rc == -EMSGSIZE) {
         char why[96];
-        int n = snprintf(why, sizeof(why),
+        int k = snprintf(why, sizeof(why),
                          "message larger than %zu bytes (session_max_frame_bytes)", max);
         lws_close_reason(s->wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, (unsigned char *)why,
-                         (size_t)n);
+                         (size_t)k);
         return -1;
     }
-    if (!s->rxlen && final)
-        return on_message(s, in, len); /* whole in one piece: no copy */
-    if (s->rxlen + len > s->rxcap) {
-        size_t cap = s->rxlen + len + rest;
-        unsigned char *nb = realloc(s->rx, cap);
-        if (!nb)
-            return -1;
-        s->rx = nb;
-        s->rxcap = cap;
-    }
-    memcpy(s->rx + s->rxlen, in, len);
-    s->rxlen += len;
-    if (!final)
+    if (rc < 0)
+        return -1;
+    if (rc == WS_RX_MORE)
         return 0;
-    rc = on_message(s, s->rx, s->rxlen);
+    rc = on_message(s, msg, n);
     /* An idle socket holds no receive buffer. */
-    free(s->rx);
-    s->rx = NULL;
-    s->rxlen = s->rxcap = 0;
+    ws_rx_free(&s->rx);
     return rc;
 }
 
@@ -865,7 +852,7 @@ static void sess_end(struct sess *s)
     }
     s->qt = NULL;
     free(s->held);
-    free(s->rx);
+    ws_rx_free(&s->rx);
     if (s->linked && v) {
         struct sbx_socks **pp = socks_find(v, s->sbx), *c = *pp;
         if (c && !--c->n) {
@@ -928,6 +915,8 @@ static int sess_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
             return 0;
         reap(s);
         return writeable(s);
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        return http_ws_peer_close(wsi, in, len);
     case LWS_CALLBACK_CLOSED:
         if (s && s->srv) {
             LOG(LOG_DEBUG, "%s: agent socket closed", s->sbx);

@@ -1,7 +1,8 @@
 /*
- * Fuzz server/session_frame.c with SEQUENCES of agent-socket messages, as one socket
- * would receive them: the input is a list of messages, each a 2-byte big-endian
- * length and its bytes. Each is decoded; a request in flight is modelled (ids, as
+ * Fuzz the agent socket's door with SEQUENCES of messages as one socket receives them:
+ * frames, fragments and pieces, empty ones included, joined by server/ws_rx.c
+ * (ws_pieces.h says the input's shape), then decoded by server/session_frame.c. Each
+ * message is decoded; a request in flight is modelled (ids, as
  * ws_session.c keeps them) and every decoded request is re-encoded as an answer with
  * its op added back, decoded again, and must give the same id, op and fields. Its
  * data (pointing into the message) is echoed through sf_enc_data, which must
@@ -14,6 +15,7 @@
 #include <msgpack.h>
 
 #include "session_frame.h"
+#include "ws_pieces.h"
 
 #define INFLIGHT 64
 
@@ -74,26 +76,29 @@ static void one(const uint8_t *p, size_t n, uint32_t *ids, size_t *nids)
     sf_req_clear(&r);
 }
 
+struct ctx {
+    uint32_t ids[INFLIGHT];
+    size_t nids;
+};
+
+static void on_msg(const uint8_t *p, size_t n, void *c)
+{
+    struct ctx *x = c;
+    /* a copy of exactly n bytes, so ASan sees any read past the message */
+    uint8_t *m = malloc(n ? n : 1);
+
+    if (!m)
+        return;
+    if (n)
+        memcpy(m, p, n);
+    one(m, n, x->ids, &x->nids);
+    free(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    uint32_t ids[INFLIGHT];
-    size_t nids = 0;
+    struct ctx x = {.nids = 0};
 
-    while (size >= 2) {
-        size_t n = (size_t)data[0] << 8 | data[1];
-        uint8_t *m;
-        data += 2;
-        size -= 2;
-        if (n > size)
-            n = size;
-        /* a copy of exactly n bytes, so ASan sees any read past the message */
-        if (!(m = malloc(n ? n : 1)))
-            return 0;
-        memcpy(m, data, n);
-        one(m, n, ids, &nids);
-        free(m);
-        data += n;
-        size -= n;
-    }
+    ws_pieces(data, size, 65536, on_msg, &x);
     return 0;
 }

@@ -1,15 +1,19 @@
 /*
- * Fuzz server/ws_pty_frame.c with a sequence of client frames as one socket
- * could send them: each is a u16 big-endian length and that many bytes. A
- * frame that decodes must re-encode to exactly its bytes (nothing read past
- * or ignored); a refusal must carry a close code 1008/1009 and a reason; a
- * refusal ends the sequence, as it closes the socket. ACKs are applied to a
- * model of the credit the server holds, which must never go negative.
+ * Fuzz the PTY socket's door with a sequence of client messages as one socket could
+ * send them: frames, fragments and pieces, empty ones included, joined by
+ * server/ws_rx.c (ws_pieces.h says the input's shape), then decoded by
+ * server/ws_pty_frame.c. A frame that decodes must re-encode to exactly its bytes (nothing read
+ * past or ignored); a refusal must carry a close code 1008/1009 and a reason; a refusal ends the
+ * sequence, as it closes the socket. ACKs are applied to a model of the output the server has sent
+ * and not seen ACKed: an ACK past it closes the socket (ends the sequence), so the model never goes
+ * negative.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ws_pieces.h"
 #include "ws_pty_frame.h"
 
 static size_t encode(const struct wsp_frame *f, uint8_t *out)
@@ -36,46 +40,57 @@ static size_t encode(const struct wsp_frame *f, uint8_t *out)
     abort();
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+struct ctx {
+    uint64_t unacked; /* output sent and not yet ACKed */
+    bool closed;
+};
+
+static void on_msg(const uint8_t *p, size_t n, void *c)
 {
     static uint8_t re[1 + WSP_INPUT_MAX];
-    uint64_t held = 1 << 20; /* one window of output awaiting ACKs */
-    size_t off = 0;
+    struct ctx *x = c;
+    struct wsp_frame f;
+    const char *why = NULL;
+    uint8_t *frame;
+    int rc;
 
-    while (off + 2 <= size) {
-        size_t n = (size_t)data[off] << 8 | data[off + 1];
-        struct wsp_frame f;
-        const char *why = NULL;
-        uint8_t *frame;
-        int rc;
-
-        off += 2;
-        if (n > size - off)
-            n = size - off;
-        /* A copy of exactly n bytes, so ASan sees any read past the frame. */
-        frame = malloc(n ? n : 1);
-        if (!frame)
-            return 0;
-        memcpy(frame, data + off, n);
-        off += n;
-        rc = wsp_decode(frame, n, &f, &why);
-        if (rc) {
-            if ((rc != WSP_CLOSE_POLICY && rc != WSP_CLOSE_BIG) || !why || !*why)
-                abort();
-            free(frame);
-            return 0;
-        }
-        if (encode(&f, re) != n || memcmp(re, frame, n))
+    if (x->closed)
+        return;
+    /* A copy of exactly n bytes, so ASan sees any read past the frame. */
+    frame = malloc(n ? n : 1);
+    if (!frame)
+        return;
+    if (n)
+        memcpy(frame, p, n);
+    rc = wsp_decode(frame, n, &f, &why);
+    if (rc) {
+        if ((rc != WSP_CLOSE_POLICY && rc != WSP_CLOSE_BIG) || !why || !*why)
             abort();
-        if (f.op == WSP_RESIZE &&
-            (!f.cols || !f.rows || f.cols > WSP_SIZE_MAX || f.rows > WSP_SIZE_MAX))
-            abort();
-        if (f.op == WSP_SIGNAL && (f.sig < 1 || f.sig > 64))
-            abort();
-        if (f.op == WSP_ACK)
-            held -= f.ack > held ? held : f.ack;
+        x->closed = true;
         free(frame);
+        return;
     }
-    (void)held;
+    if (encode(&f, re) != n || memcmp(re, frame, n))
+        abort();
+    if (f.op == WSP_RESIZE &&
+        (!f.cols || !f.rows || f.cols > WSP_SIZE_MAX || f.rows > WSP_SIZE_MAX))
+        abort();
+    if (f.op == WSP_SIGNAL && (f.sig < 1 || f.sig > 64))
+        abort();
+    if (f.op == WSP_ACK) {
+        if (f.ack > x->unacked)
+            x->closed = true;
+        else
+            x->unacked -= f.ack;
+    }
+    free(frame);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct ctx x = {.unacked = 1 << 20}; /* one window of output sent */
+
+    /* pty_socket_max_frame_bytes' default */
+    ws_pieces(data, size, 1 + WSP_INPUT_MAX, on_msg, &x);
     return 0;
 }

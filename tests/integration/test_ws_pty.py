@@ -18,7 +18,8 @@ import urllib.parse
 
 import websockets
 
-from warren import Warren, WarrenCase
+from rawws import RawWs, refused
+from warren import RssPeak, Warren, WarrenCase, rss_kib
 
 PROTO = "warren.pty.v1"
 WINDOW = 1 << 20  # PROTO_WINDOW: output a socket may hold unacknowledged
@@ -342,6 +343,134 @@ class PtySocketTest(WarrenCase):
         with self.assertRaises(AssertionError) as cm:
             run(t())
         self.assertIn("process_not_found", str(cm.exception))
+
+    def test_never_reading_client_that_acks_everything_stays_bounded(self):
+        """A client that never reads, on a 4 KiB receive buffer, but ACKs 2^32-1 over
+        and over, under a PTY printing 4 KiB lines without pause: ACKs once returned
+        the guest's credit for output only queued, never written, so the guest kept
+        sending into a queue without a cap (warrend grew by over 100 MiB in 25 s). An
+        ACK may return credit only for what was written to the client; this one claims
+        more, and the socket is closed. warrend's RSS stays flat meanwhile."""
+        w = self.w
+        cmd = "s=x; while [ ${#s} -lt 3000 ]; do s=$s$s; done; yes $s"
+        c = RawWs(w, self.path() + "?" + urllib.parse.urlencode({"cmd": cmd}), PROTO,
+                  rcvbuf=4096)
+        self.assertEqual(c.status, 101, c.status_line)
+        try:
+            base = rss_kib(w.proc.pid)
+            with RssPeak(w.proc.pid) as peak:
+                end = time.time() + 25
+                while time.time() < end:
+                    try:
+                        c.send_frame(0x2, b"\x02\xff\xff\xff\xff")
+                    except OSError:
+                        break  # closed by warrend, as it should be
+                    time.sleep(0.05)
+            print(f"\nwarrend RSS under a never-reading, ACK-everything client: {base} KiB, "
+                  f"peak {peak.kib} KiB")
+            self.assertLess(peak.kib - base, 24 << 10,
+                            f"warrend grew from {base} KiB to {peak.kib} KiB")
+            # The server ended the socket: reading what it sent reaches its end (a close
+            # frame when lws had none of its own output half-sent, else the TCP close).
+            got = c.until_close()
+            if got is not None:
+                self.assertEqual(got[0], 1008, got)
+        finally:
+            c.close()
+        self.assertEqual(w.proc.poll(), None)
+
+    def test_ack_of_more_than_was_sent_closes(self):
+        """An ACK may cover only output bytes the socket has sent; one more closes it
+        with 1008 and a reason that says so (it was clamped and ignored before)."""
+        async def t():
+            p = await Pty.open(self.w, self.path(), ack=False, cmd="echo ready; sleep 600")
+            await p.until(r"ready\r\n")
+            # Exactly what was received is fine...
+            await p.ws.send(b"\x02" + p.received().to_bytes(4, "big"))
+            # ...one byte more than was sent is not.
+            await p.ws.send(b"\x02\x00\x00\x00\x01")
+            code, reason = await asyncio.wait_for(p.closed(), T)
+            self.assertEqual(code, 1008, reason)
+            self.assertIn("ACK", reason)
+        run(t())
+
+    def test_refusals_are_http_1_1_that_websocket_clients_read(self):
+        """A refused upgrade is an HTTP/1.1 answer with the JSON error, on both socket
+        doors: the PTY door once wrote HTTP/1.0, which Python's websockets reports as
+        "did not receive a valid HTTP response" instead of the status."""
+        w, sid = self.w, self.sid
+        h = {"Authorization": f"Bearer {w.key}"}
+
+        async def t():
+            for path, proto, status in ((self.path(), None, 400),
+                                        (self.path() + "?bogus=1", [PROTO], 400),
+                                        ("/v1/sandboxes/sb-0000000000000000/pty", [PROTO], 404),
+                                        (f"/v1/sandboxes/{sid}/session", None, 400)):
+                with self.assertRaises(websockets.InvalidStatusCode) as cm:
+                    await websockets.connect(f"ws://127.0.0.1:{w.port}{path}",
+                                             subprotocols=proto, extra_headers=h,
+                                             open_timeout=T)
+                self.assertEqual(cm.exception.status_code, status, path)
+        run(t())
+        st, body = refused(w, self.path(), "nonsense")
+        self.assertTrue(st.startswith("HTTP/1.1 400 "), st)
+        self.assertEqual(body["error"]["code"], "bad_request", body)
+
+    def test_bad_request_lines_get_a_json_error(self):
+        """A request line lws cannot hold, a %00 or a malformed %-escape in the target:
+        lws closed without an answer or answered with its own HTML 403; the PTY door
+        answers with the JSON error of any bad request."""
+        w = self.w
+        for query, status, code in (("?cmd=" + "a" * 4000, 414, "uri_too_long"),
+                                    ("?cmd=%00", 400, "bad_request"),
+                                    ("?cmd=%zz", 400, "bad_request"),
+                                    ("?cmd=%4", 400, "bad_request")):
+            st, body = refused(w, self.path() + query, PROTO)
+            self.assertTrue(st.startswith(f"HTTP/1.1 {status} "), (query[:12], st))
+            self.assertEqual(body["error"]["code"], code, body)
+        # An escape that is well formed still works.
+        st, body = upgrade(w, self.path() + "?cmd=%74rue")
+        self.assertEqual(st, 101, body)
+
+    def test_fragmented_frames_with_empty_pieces(self):
+        """Client frames split into fragments, empty ones first, between and last, are
+        joined into the frames they make (the agent socket once passed an empty first
+        fragment to memcpy with a NULL buffer: undefined behaviour)."""
+        w = self.w
+        c = RawWs(w, self.path() + "?cmd=cat", PROTO)
+        try:
+            self.assertEqual(c.status, 101, c.status_line)
+            c.send_fragments([b"", b"\x00fr", b"", b"ag"])
+            c.send_fragments([b"", b"\x00ment\n"])
+            c.send_fragments([b"\x00", b"", b"ok\n", b""])
+            out = b""
+            while out.count(b"fragment") < 2 or out.count(b"ok") < 2:
+                op, m = c.recv_frame()
+                self.assertEqual(op, 0x2)
+                if m[0] == 0x10:
+                    out += m[9:]
+            self.assertIn(b"fragment\r\n", out)
+            self.assertIn(b"ok\r\n", out)
+        finally:
+            c.close()
+
+    def test_invalid_close_codes_are_answered_with_1002(self):
+        """A client's close frame is echoed only when it is valid; an invalid code (5000,
+        which lws echoed) or a one-byte payload gets 1002, a reason that is not UTF-8
+        1007."""
+        w = self.w
+        for payload, want in ((b"\x13\x88", 1002), (b"\x03", 1002), (b"\x00\x00", 1002),
+                              (b"\x03\xe8\xff", 1007), (b"\x0f\xa0bye", 4000),
+                              (b"\x03\xe8", 1000)):
+            c = RawWs(w, self.path() + "?cmd=cat", PROTO)
+            try:
+                self.assertEqual(c.status, 101, c.status_line)
+                c.send_frame(0x8, payload)
+                got = c.until_close()
+                self.assertIsNotNone(got, payload)
+                self.assertEqual(got[0], want, (payload, got))
+            finally:
+                c.close()
 
     def test_keys_before_the_hello(self):
         """Keys typed right after the upgrade, before the PTY's process exists (before

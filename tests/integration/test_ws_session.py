@@ -13,6 +13,7 @@ import unittest
 
 import websockets
 
+from rawws import RawWs, refused
 from warren import WarrenCase
 
 PROTO = "warren.session.v1"
@@ -245,6 +246,84 @@ class TestWsSession(WarrenCase):
                     await self.connect(**kw)
                 self.assertEqual(cm.exception.status_code, status, kw)
         self.arun(go())
+
+    def test_fragmented_messages_with_empty_pieces(self):
+        """A message whose first fragment is empty once reached memcpy with a NULL
+        buffer (undefined behaviour: the UBSan build aborted, ending warrend for anyone
+        holding a session token). Messages split with empty pieces first, between and
+        last are joined and answered; warrend stays up."""
+        c = RawWs(self.w, f"/v1/sandboxes/{self.sid}/session", PROTO)
+        try:
+            self.assertEqual(c.status, 101, c.status_line)
+            m1 = mp_pack({"id": 1, "op": "processes"})
+            m2 = mp_pack({"id": 2, "op": "stat", "path": "/"})
+            c.send_fragments([b"", m1])
+            c.send_fragments([b"", m2[:3], b"", m2[3:], b""])
+            c.send_fragments([mp_pack({"id": 3, "op": "processes"}), b""])
+            got = {}
+            while len(got) < 3:
+                op, m = c.recv_frame()
+                self.assertEqual(op, 0x2)
+                f = mp_unpack(m)
+                got[f["id"]] = f
+            self.assertEqual([got[i]["type"] for i in (1, 2, 3)], ["result"] * 3, got)
+            self.assertEqual(got[2]["type"], "result")
+        finally:
+            c.close()
+        self.assertIsNone(self.w.proc.poll(), self.w.log_text()[-2000:])
+
+    def test_invalid_close_codes_are_answered_with_1002(self):
+        """lws echoed a close code of 5000 and up; an invalid code or a one-byte close
+        payload is answered with 1002, a reason that is not UTF-8 with 1007, and a valid
+        close is echoed."""
+        for payload, want in ((b"\x13\x88", 1002), (b"\x03", 1002), (b"\x03\xee", 1002),
+                              (b"\x03\xe8\xc3", 1007), (b"\x0b\xb8", 3000)):
+            c = RawWs(self.w, f"/v1/sandboxes/{self.sid}/session", PROTO)
+            try:
+                self.assertEqual(c.status, 101, c.status_line)
+                c.send_frame(0x8, payload)
+                got = c.until_close()
+                self.assertIsNotNone(got, payload)
+                self.assertEqual(got[0], want, (payload, got))
+            finally:
+                c.close()
+
+    def test_upgrade_checks_match_the_pty_door(self):
+        """The agent socket's upgrade checks what the PTY socket's and REST check: an
+        unknown query parameter is 400 (it upgraded), an ended sandbox 409 (it upgraded,
+        then answered every request with sandbox_ended), and a request line lws cannot
+        take, a %00 or a malformed %-escape get the JSON error of any bad request (no
+        answer, or lws's HTML 403, before), on this door and on REST alike."""
+        w = self.w
+        path = f"/v1/sandboxes/{self.sid}/session"
+        st, body = refused(w, path + "?bogus=1", PROTO)
+        self.assertTrue(st.startswith("HTTP/1.1 400 "), st)
+        self.assertEqual(body["error"]["code"], "invalid_argument", body)
+        self.assertIn("bogus", body["error"]["message"])
+        st, body = refused(w, "/v1/sandboxes/sb-0000000000000000/session", PROTO)
+        self.assertEqual((st.split()[1], body["error"]["code"]), ("404", "sandbox_not_found"))
+        for query, status, code in (("?x=" + "a" * 4000, 414, "uri_too_long"),
+                                    ("?x=%00", 400, "bad_request"),
+                                    ("?x=%zz", 400, "bad_request")):
+            st, body = refused(w, path + query, PROTO)
+            self.assertTrue(st.startswith(f"HTTP/1.1 {status} "), (query[:8], st))
+            self.assertEqual(body["error"]["code"], code, body)
+            r = w.request("GET", f"/v1/sandboxes/{self.sid}" + query)
+            self.assertEqual((r.status, r.json()["error"]["code"]), (status, code), r)
+        # The token parameter is the one a socket may carry.
+        tok = w.request("POST", f"/v1/sandboxes/{self.sid}/tokens",
+                        {"scope": ["session"]}).json()["token"]
+
+        async def go():
+            ws = await websockets.connect(f"{self.url()}?access_token={tok}",
+                                          subprotocols=[PROTO], ping_interval=None)
+            await ws.close()
+        self.arun(go())
+        ended = w.create()
+        self.assertEqual(w.delete(ended).status, 200)
+        st, body = refused(w, f"/v1/sandboxes/{ended}/session", PROTO)
+        self.assertTrue(st.startswith("HTTP/1.1 409 "), st)
+        self.assertEqual(body["error"]["code"], "sandbox_ended", body)
 
     def test_50_concurrent_execs(self):
         async def go():

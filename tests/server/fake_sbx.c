@@ -18,6 +18,9 @@
  * text), "forever". File reads "/small", "/big200" (200 MiB of
  * fake_pattern), "/forever", "/missing", "/dies" (fails after 100 KiB).
  * Uploads to "/pattern" (a slow guest) and "/zeros" are checked byte by byte.
+ * Process FAKE_PID_LOSSY (a PTY to attach to) is a guest that misbehaves within its
+ * window: one byte of output, then a "lost" notice for the next byte, over and over
+ * (notices cost no window), for as long as it is read.
  */
 #include "fake_sbx.h"
 
@@ -57,7 +60,7 @@ static void misuse(const char *fmt, ...)
 }
 
 enum fop_kind { OP_LATER, OP_STREAM, OP_READ, OP_WRITE };
-enum script { S_NONE, S_NDJSON, S_TEXT, S_FILE, S_DIES };
+enum script { S_NONE, S_NDJSON, S_TEXT, S_FILE, S_DIES, S_LOSSY };
 
 struct fsbx {
     struct fsbx *next;
@@ -301,6 +304,21 @@ static void ndjson_script(struct fop *o)
                         "duration_ms", 7));
 }
 
+/* FAKE_PID_LOSSY's output: 64 pairs of one byte and one lost byte each millisecond. */
+static void lossy_script(struct fop *o)
+{
+    for (int i = 0; i < 64 && o->unconsumed < o->window; i++) {
+        o->unconsumed++;
+        if (CALL(o, o->sink->data(o->user, 1, o->sent, "x", 1)))
+            return;
+        if (CALL(o, o->sink->lost(o->user, o->sent + 1, 1)))
+            return;
+        o->sent += 2;
+    }
+    ev_timer_set(&o->tm, 0.001, 0);
+    ev_timer_start(o->t->loop, &o->tm);
+}
+
 static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
 {
     struct fop *o = w->data;
@@ -316,6 +334,8 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
     case OP_STREAM:
         if (o->script == S_NDJSON)
             ndjson_script(o);
+        else if (o->script == S_LOSSY)
+            lossy_script(o);
         else
             pump(o);
         break;
@@ -676,7 +696,9 @@ int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struc
     if ((st = need_sbx(t, id, err)))
         return st;
     o = op_new(t, OP_LATER, sink, user, 0.005, op);
-    if (pid)
+    if (pid == FAKE_PID_LOSSY)
+        later(o, json_pack("{s:i, s:i, s:i}", "pid", FAKE_PID_LOSSY, "cols", 80, "rows", 24));
+    else if (pid)
         later_err(o, SBX_E_PROCESS_NOT_FOUND, "no such process");
     else
         later(o, json_pack("{s:[]}", "processes"));
@@ -686,9 +708,19 @@ int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struc
 int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t offset, bool follow,
                     const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
+    struct fop *o;
+    int st;
+
     (void)offset;
     (void)follow;
-    return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
+    if (pid != FAKE_PID_LOSSY)
+        return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
+    if ((st = need_sbx(t, id, err)))
+        return st;
+    o = op_new(t, OP_STREAM, sink, user, 0.001, op);
+    o->script = S_LOSSY;
+    o->window = EXEC_WIN;
+    return 0;
 }
 
 int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_proc_ctl *c,

@@ -12,6 +12,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The process that misbehaves (fake_sbx.c). */
+#define FAKE_PID_LOSSY 777
+
 struct fake_stats {
     unsigned ops_live;       /* operations started and not yet done or drained after a cancel */
     unsigned cancels;        /* sbx_op_cancel on a live operation */

@@ -1337,6 +1337,45 @@ static void test_tokens(void)
     resp_free(&r);
 }
 
+/* A PTY whose guest sends what it should not: a byte of output, then a "lost" notice,
+ * over and over (notices cost no window), to a client that reads nothing. Each notice
+ * and each byte after it cost the socket's queue a frame; without a cap it grew until
+ * warrend ran out of memory. pty_socket_send_queue_bytes ends the socket with 1011. */
+static void test_pty_queue(void)
+{
+    static const char why[] = "\x03\xf3output queue over pty_socket_send_queue_bytes";
+    static char buf[1 << 20];
+    char req[1024];
+    bool closed = false, seen = false;
+    size_t n, keep = 0;
+    int fd = raw_connect();
+
+    snprintf(req, sizeof(req),
+             "GET /v1/sandboxes/%s/pty/%d HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+             "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+             "Sec-WebSocket-Protocol: warren.pty.v1\r\n%s\r\n\r\n",
+             sbx_id, FAKE_PID_LOSSY, authz);
+    raw_sends(fd, req);
+    pump_for(3); /* the client reads nothing meanwhile */
+    /* Then it reads what was written before the queue overflowed (megabytes: the
+     * kernel's buffers took a lot), up to the close frame: 1011 and the option. */
+    for (double end = now_s() + 60; !seen && !closed && now_s() < end;) {
+        size_t tot;
+        n = raw_read(fd, buf + keep, sizeof(buf) - keep, 20, &closed);
+        tot = keep + n;
+        if (tot == n)
+            CHECK(!strncmp(buf, "HTTP/1.1 101 ", 13));
+        seen = memmem(buf, tot, why, sizeof(why) - 1) != NULL;
+        keep = tot < sizeof(why) ? tot : sizeof(why);
+        memmove(buf, buf + tot - keep, keep);
+    }
+    CHECK(seen);
+    close(fd);
+    pump_for(0.2);
+    CHECK(fake_stats.misuse == 0);
+}
+
 int main(void)
 {
     struct srv_config cfg;
@@ -1386,10 +1425,11 @@ int main(void)
         static const struct {
             const char *name;
             void (*fn)(void);
-        } tests[] = {{"basics", test_basics},       {"exec", test_exec},     {"files", test_files},
-                     {"transfers", test_transfers}, {"vanish", test_vanish}, {"slow", test_slow},
-                     {"framing", test_framing},     {"peers", test_peers},   {"stall", test_stall},
-                     {"tokens", test_tokens}};
+        } tests[] = {
+            {"basics", test_basics},       {"exec", test_exec},          {"files", test_files},
+            {"transfers", test_transfers}, {"vanish", test_vanish},      {"slow", test_slow},
+            {"framing", test_framing},     {"peers", test_peers},        {"stall", test_stall},
+            {"tokens", test_tokens},       {"pty_queue", test_pty_queue}};
         const char *only = getenv("HTTP_TEST_ONLY");
         if (!only)
             test_basics();
