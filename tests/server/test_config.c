@@ -4,7 +4,7 @@
  * rejects what it must, with FILE:LINE. Includes config.c to see its option
  * table.
  */
-#include "../../server/config.c"
+#include "../../core/config.c"
 
 #include <stdio.h>
 
