@@ -14,7 +14,7 @@
  * into the log's queue, and one writer thread for every log of the process
  * does the pwrites and the compaction (which copies up to a quarter of the
  * cap). One mutex guards every queue, the writer's FIFO of logs with work
- * and the registry of open and closing logs (like server/bg.c). The memory a
+ * and the registry of open and closing logs (like core/bg.c). The memory a
  * log's queue holds (chunks queued or being written) never passes its
  * bound; past it the loop drops the bytes, counts them, and the writer puts
  * "[warren: N bytes of console output dropped]" in the file where they were.

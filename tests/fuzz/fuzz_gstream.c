@@ -4,7 +4,7 @@
  * it, split and decoded by protocol/proto.c, and every frame is applied the
  * way ops.c and ops_proc.c apply it to six streams (1 and 2: exec, 3: file
  * read, 4: upload, 5: an ATTACH to a process's ring from offset 1000, 6: a
- * process list), through server/gstream.c and server/procs.c, with accepted exec output encoded by
+ * process list), through core/gstream.c and core/procs.c, with accepted exec output encoded by
  * server/api.c's NDJSON encoder into buffers of exactly api_ndjson_max()
  * bytes (ASan reports one byte over). Wrong offsets, credit abuse, oversize
  * data, sizes announced late and bogus ids all come from the input.

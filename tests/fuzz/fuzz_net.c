@@ -1,5 +1,5 @@
 /*
- * fuzz_net: the parsers of server/net.c that see client input (network.allow_out
+ * fuzz_net: the parsers of net/net.c that see client input (network.allow_out
  * and deny_out entries, CIDRs or domain names, net_range). Input: newline-separated
  * strings, each added to one list in turn. Checked: no overflow; every accepted
  * CIDR leaves the list as a canonical "a.b.c.d/p" (p <= 32, host bits clear), so

@@ -49,7 +49,7 @@ def images_have_nic():
 
 
 def ns_tag(state_dir):
-    """The tag of this warrend's namespaces: FNV-1a of its state dir (server/net.c)."""
+    """The tag of this warrend's namespaces: FNV-1a of its state dir (net/net.c)."""
     return fnv1a(state_dir)
 
 

@@ -1,6 +1,6 @@
 /*
  * fake_sbx.c - a sandbox table without VMs, for testing the HTTP layer
- * (server/http.c) below its interface, server/sbx.h. See fake_sbx.h.
+ * (server/http.c) below its interface, core/sbx.h. See fake_sbx.h.
  *
  * It keeps the contract the real table keeps: callbacks never run inside
  * the call that started an operation (every step is an ev_timer), streamed

@@ -1,7 +1,7 @@
 /*
  * fake_sbx.h - what the fake sandbox table (fake_sbx.c) lets a test see.
  *
- * fake_sbx.c implements server/sbx.h without VMs so the HTTP layer can be
+ * fake_sbx.c implements core/sbx.h without VMs so the HTTP layer can be
  * driven on its own: sandboxes are records, exec and file reads produce
  * scripted output with credit-based flow control, uploads are checked and
  * dropped. Counters below tell a test what the HTTP layer did to it.

@@ -1,10 +1,10 @@
 /*
- * Unit tests of server/config.c: the shipped conf/warren.conf equals the
+ * Unit tests of core/config.c: the shipped conf/warren.conf equals the
  * embedded defaults field by field and names every option once; the parser
  * rejects what it must, with FILE:LINE. Includes config.c to see its option
  * table.
  */
-#include "../../server/config.c"
+#include "../../core/config.c"
 
 #include <stdio.h>
 

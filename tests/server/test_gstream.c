@@ -1,6 +1,6 @@
 /*
  * test_gstream.c - unit tests of the host's accounting of guest streams
- * (server/gstream.c): offsets must be contiguous per fd, data beyond the
+ * (core/gstream.c): offsets must be contiguous per fd, data beyond the
  * granted window or the announced size is refused, a guest's upload credit
  * is clamped to the bytes in flight, and the values a guest reports (exit
  * signal, mtime) are checked before they reach JSON.

@@ -1,5 +1,5 @@
 /*
- * Unit tests of server/net.c's pure parts: the range parser and the ruleset
+ * Unit tests of net/net.c's pure parts: the range parser and the ruleset
  * loaded into each VM's namespace. When nft is installed and we are root,
  * each ruleset is also checked by nft itself (nft -c: nothing is loaded).
  */

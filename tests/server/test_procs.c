@@ -1,5 +1,5 @@
 /*
- * test_procs.c - unit tests of server/procs.c: a guest's process list is
+ * test_procs.c - unit tests of core/procs.c: a guest's process list is
  * checked entry by entry (a hostile guest chooses every byte of it) and
  * shown as the JSON of docs/API.md.
  */

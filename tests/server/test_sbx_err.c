@@ -1,6 +1,6 @@
 /*
  * test_sbx_err.c - the one table from a core error code to its stable name
- * and HTTP status (server/sbx_err.c): every code has a row, names are unique,
+ * and HTTP status (core/sbx_err.c): every code has a row, names are unique,
  * and the names and statuses clients already see stay what they were.
  */
 #include "sbx_err.h"

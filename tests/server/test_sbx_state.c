@@ -1,5 +1,5 @@
 /*
- * test_sbx_state.c - the sandbox lifecycle table (server/sbx_state.c): the
+ * test_sbx_state.c - the sandbox lifecycle table (core/sbx_state.c): the
  * allowed transitions and no others, final states stay final, the names the
  * index and GET use, and the predicates the table answers for each state.
  */

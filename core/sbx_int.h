@@ -185,7 +185,7 @@ struct sbx_table {
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
     struct vmm_jail *jail;      /* NULL: QEMU runs unjailed (jail = off, or not possible here) */
-    struct pool *pool;          /* the warm pool (pool/pool.h), NULL when off */
+    struct pool *pool;          /* the warm pool (pool.h), NULL when off */
     struct net *net;            /* sandbox networking (net.h), NULL when off */
     struct net_ahead *ahead;    /* namespaces made ahead (net_ahead.c) */
     bool ahead_failed;          /* the last one failed: none made until the next create */

@@ -95,7 +95,7 @@ struct srv_config {
     unsigned pool_max_templates;     /* pool_max_templates = 4: templates (and shapes) pooled */
     unsigned mem_overcommit_pct;     /* memory_overcommit_percent = 100: guests' memory_mb may add
                                       * up to this share of host memory less the reserve */
-    /* sandbox networking (issue 9, server/net.h) */
+    /* sandbox networking (issue 9, net/net.h) */
     unsigned net_enabled;          /* net_enabled = false (0/1): no NIC at all when off */
     unsigned net_default_internet; /* net_default_internet = true (0/1): create's default */
     char *net_uplink;              /* net_uplink = (empty): interface NATed out of */

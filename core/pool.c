@@ -78,7 +78,7 @@ struct tpool {
     char dir[4096], snap[4096 + 16], disk[4096 + 16], mem[128];
     struct sbx_ident base, kernel, initrd;
     struct vmm *vmm;   /* the template VM while booting or saving */
-    int net_slot;      /* its network's /30 (server/net.h), -1: none */
+    int net_slot;      /* its network's /30 (net/net.h), -1: none */
     bool vmm_gone;     /* it exited: freed from the loop */
     struct wsess tw;   /* its session: PING until the agent answers, then sync */
     ev_timer ping;     /* PING until the agent answers */
