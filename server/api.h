@@ -1,12 +1,13 @@
 /*
- * api.h - pure helpers of the REST layer: routes, query strings, request
- * bodies, and the NDJSON/UTF-8/base64 encoding of streamed
- * exec output. No I/O and no lws here, so everything is unit-tested and
- * fuzzed (tests/server/test_api.c, tests/fuzz/fuzz_api.c).
+ * api.h - pure helpers of the REST layer: the route table (API_ROUTE_MAP) and
+ * its matcher, query strings, request bodies, and the NDJSON/UTF-8/base64
+ * encoding of streamed exec output. No I/O and no lws here, so everything is
+ * unit-tested and fuzzed (tests/server/test_api.c, tests/fuzz/fuzz_api.c).
  *
  * Errors are reported in a struct api_err (HTTP status, stable code, message);
  * http.c turns them into {"error":{...}} bodies with api_error().
- * Ownership: json_t results (*out, q->metadata) belong to the caller.
+ * Ownership: json_t results (*out, q->metadata, api_query_args) belong to the
+ * caller.
  * Strings in struct api_query point into the caller's fragments.
  */
 #ifndef WARREN_API_H

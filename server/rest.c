@@ -1,7 +1,8 @@
 /*
  * rest.c - the REST router and its handlers: a request head is routed and
- * checked (auth, method, query, framing), bodies are collected or fed to an
- * upload, and the sandbox table (sbx.h) is called; its sink callbacks (with
+ * checked (auth, method, query, framing) as its row in API_ROUTE_MAP (api.h)
+ * says, bodies are collected or fed to an upload, the row's handler calls the
+ * sandbox table (sbx.h); its sink callbacks (with
  * the pss as their user pointer) turn results into answers through resp.c.
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
