@@ -2,8 +2,8 @@
  * rest.c - the REST router and its handlers: a request head is routed and
  * checked (auth, method, query, framing) as its row in API_ROUTE_MAP (api.h)
  * says, bodies are collected or fed to an upload, the row's handler calls the
- * sandbox table (sbx.h); its sink callbacks (with
- * the pss as their user pointer) turn results into answers through resp.c.
+ * sandbox table (sbx.h); its sink callbacks (with the pss as their user
+ * pointer) turn results into answers through resp.c.
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "http_int.h"
