@@ -37,170 +37,105 @@ static bool id_char(char c)
            c == '_';
 }
 
-/* "/{pid}" at the start of s (len bytes): a decimal, no sign, no leading zero,
- * 1..API_PID_MAX. How many bytes it took, or 0 if there is no such pid. */
-static size_t parse_pid(const char *s, size_t len, uint32_t *pid)
+/* A {pid} segment (n bytes): a decimal, no sign, no leading zero, 1..API_PID_MAX. */
+static bool parse_pid(const char *s, size_t n, uint32_t *pid)
 {
-    size_t i = 1;
+    uint32_t v = 0;
 
-    *pid = 0;
-    if (len < 2 || s[0] != '/' || s[1] < '1' || s[1] > '9')
-        return 0;
-    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
-        *pid = *pid * 10 + (uint32_t)(s[i] - '0');
-        if (*pid > API_PID_MAX)
-            return 0;
+    if (n == 0 || s[0] < '1' || s[0] > '9')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint32_t)(s[i] - '0');
+        if (v > API_PID_MAX)
+            return false;
     }
-    return i;
+    *pid = v;
+    return true;
 }
 
-/* tail: what follows "/processes" (len bytes, not NUL-terminated at len). */
-static int proc_route(const char *tail, size_t len, const char *id, size_t idlen,
-                      struct api_route *r)
+/* One segment of a path (s, n bytes) against one of a pattern (pat, pl bytes). */
+static bool seg_match(const char *pat, size_t pl, const char *s, size_t n, struct api_route *r)
 {
-    static const struct {
-        const char *tail;
-        enum api_route_id id;
-        unsigned methods;
-    } subs[] = {
-        {"", API_R_PROC, API_GET},
-        {"/output", API_R_PROC_OUTPUT, API_GET},
-        {"/stdin", API_R_PROC_STDIN, API_POST},
-        {"/signal", API_R_PROC_SIGNAL, API_POST},
-        {"/resize", API_R_PROC_RESIZE, API_POST},
-    };
-    size_t i, tl;
-    uint32_t pid = 0;
+    if (pl == 4 && memcmp(pat, "{id}", 4) == 0) {
+        if (n == 0 || n > API_ID_MAX)
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!id_char(s[i]))
+                return false;
+        memcpy(r->sbx, s, n);
+        r->sbx[n] = '\0';
+        return true;
+    }
+    if ((pl == 5 && memcmp(pat, "{pid}", 5) == 0) || (pl == 6 && memcmp(pat, "{pid?}", 6) == 0))
+        return parse_pid(s, n, &r->pid);
+    return pl == n && memcmp(pat, s, n) == 0;
+}
 
-    if (len == 0) {
-        r->id = API_R_PROCS;
-        r->methods = API_GET;
-        goto found;
+/* The path (len bytes, not NUL-terminated at len) against a row's pattern. */
+static bool pattern_match(const char *pat, const char *path, size_t len, struct api_route *r)
+{
+    const char *s = path, *end = path + len;
+
+    while (*pat) {
+        const char *pe = strchr(pat + 1, '/'), *se;
+        size_t pl = pe ? (size_t)(pe - pat - 1) : strlen(pat + 1);
+
+        if (s == end) /* only an optional last segment may be missing */
+            return pl == 6 && memcmp(pat + 1, "{pid?}", 6) == 0;
+        if (*s != '/')
+            return false;
+        se = memchr(s + 1, '/', (size_t)(end - s - 1));
+        if (!se)
+            se = end;
+        if (!seg_match(pat + 1, pl, s + 1, (size_t)(se - s - 1), r))
+            return false;
+        pat += 1 + pl;
+        s = se;
     }
-    i = parse_pid(tail, len, &pid);
-    if (!i)
-        return -ENOENT;
-    tl = len - i;
-    for (size_t k = 0; k < sizeof(subs) / sizeof(subs[0]); k++) {
-        if (strlen(subs[k].tail) == tl && memcmp(tail + i, subs[k].tail, tl) == 0) {
-            r->id = subs[k].id;
-            r->methods = subs[k].methods;
-            r->pid = pid;
-            goto found;
-        }
-    }
-    return -ENOENT;
-found:
-    memcpy(r->sbx, id, idlen);
-    r->sbx[idlen] = '\0';
-    return 0;
+    return s == end;
+}
+
+#define ROW_(id, pattern, scope, ...)              [API_R_##id] = {pattern, scope, {__VA_ARGS__}},
+#define VERB_(method, query, body, flags, handler) {API_##method, query, API_BODY_##body, flags},
+const struct api_route_def api_routes[API_R_COUNT] = {API_ROUTE_MAP(ROW_, VERB_)};
+#undef ROW_
+#undef VERB_
+
+const struct api_verb *api_route_verb(enum api_route_id id, unsigned method)
+{
+    if (id <= API_R_NONE || id >= API_R_COUNT)
+        return NULL;
+    for (size_t i = 0; i < API_VERBS_MAX && api_routes[id].verbs[i].method; i++)
+        if (api_routes[id].verbs[i].method == method)
+            return &api_routes[id].verbs[i];
+    return NULL;
 }
 
 int api_route_match(const char *path, struct api_route *r)
 {
-    static const struct {
-        const char *tail;
-        enum api_route_id id;
-        unsigned methods;
-    } subs[] = {
-        {"", API_R_SANDBOX, API_GET | API_DELETE},
-        {"/timeout", API_R_TIMEOUT, API_POST},
-        {"/exec", API_R_EXEC, API_POST},
-        {"/files", API_R_FILES, API_GET | API_PUT | API_DELETE},
-        {"/files/stat", API_R_FILES_STAT, API_GET},
-        {"/files/list", API_R_FILES_LIST, API_GET},
-        {"/files/mkdir", API_R_FILES_MKDIR, API_POST},
-        {"/files/rename", API_R_FILES_RENAME, API_POST},
-        {"/tokens", API_R_TOKENS, API_POST},
-        {"/pty", API_R_PTY, API_GET},
-        {"/session", API_R_SESSION, API_GET},
-        {"/snapshot", API_R_SNAPSHOT_SB, API_POST},
-        {"/fork", API_R_FORK, API_POST},
-        {"/pause", API_R_PAUSE, API_POST},
-        {"/resume", API_R_RESUME, API_POST},
-        {"/network", API_R_NETWORK, API_PATCH},
-    };
-    static const char spfx[] = "/v1/snapshots";
-    static const char pfx[] = "/v1/sandboxes";
-    size_t len = strlen(path), idlen;
-    const char *id, *rest;
+    size_t len = strlen(path);
+    bool auth;
 
     memset(r, 0, sizeof(*r));
     /* One trailing slash is tolerated: /v1/sandboxes/ == /v1/sandboxes. */
     if (len > 1 && path[len - 1] == '/')
         len--;
-    if (len == 8 && memcmp(path, "/healthz", 8) == 0) {
-        r->id = API_R_HEALTHZ;
-        r->methods = API_GET;
-        return 0;
-    }
     /* Anything under /v1 needs the key, even to learn that it does not exist. */
-    r->auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
-    if (len == 13 && memcmp(path, "/v1/templates", 13) == 0) {
-        r->id = API_R_TEMPLATES;
-        r->methods = API_GET;
-        return 0;
-    }
-    if (len >= sizeof(spfx) - 1 && memcmp(path, spfx, sizeof(spfx) - 1) == 0) {
-        if (len == sizeof(spfx) - 1) {
-            r->id = API_R_SNAPSHOTS;
-            r->methods = API_GET;
+    auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
+    for (int id = API_R_NONE + 1; id < API_R_COUNT; id++) {
+        if (pattern_match(api_routes[id].pattern, path, len, r)) {
+            r->id = (enum api_route_id)id;
+            r->auth = auth;
+            for (size_t i = 0; i < API_VERBS_MAX; i++)
+                r->methods |= api_routes[id].verbs[i].method;
             return 0;
         }
-        if (path[sizeof(spfx) - 1] != '/')
-            return -ENOENT;
-        id = path + sizeof(spfx);
-        idlen = len - sizeof(spfx);
-        if (idlen == 0 || idlen > API_ID_MAX)
-            return -ENOENT;
-        for (size_t i = 0; i < idlen; i++)
-            if (!id_char(id[i]))
-                return -ENOENT;
-        r->id = API_R_SNAPSHOT;
-        r->methods = API_GET | API_DELETE;
-        memcpy(r->sbx, id, idlen);
-        r->sbx[idlen] = '\0';
-        return 0;
+        /* What a row matched before it failed is not the path's. */
+        memset(r, 0, sizeof(*r));
     }
-    if (len < sizeof(pfx) - 1 || memcmp(path, pfx, sizeof(pfx) - 1) != 0)
-        return -ENOENT;
-    if (len == sizeof(pfx) - 1) {
-        r->id = API_R_SANDBOXES;
-        r->methods = API_GET | API_POST;
-        return 0;
-    }
-    if (path[sizeof(pfx) - 1] != '/')
-        return -ENOENT;
-    id = path + sizeof(pfx);
-    for (idlen = 0; id + idlen < path + len && id[idlen] != '/'; idlen++) {
-        if (!id_char(id[idlen]))
-            return -ENOENT;
-    }
-    if (idlen == 0 || idlen > API_ID_MAX)
-        return -ENOENT;
-    rest = id + idlen;
-    if ((size_t)(path + len - rest) >= 10 && memcmp(rest, "/processes", 10) == 0)
-        return proc_route(rest + 10, (size_t)(path + len - rest) - 10, id, idlen, r);
-    if ((size_t)(path + len - rest) > 5 && memcmp(rest, "/pty/", 5) == 0) {
-        if (parse_pid(rest + 4, (size_t)(path + len - rest) - 4, &r->pid) !=
-            (size_t)(path + len - rest) - 4)
-            return -ENOENT;
-        r->id = API_R_PTY;
-        r->methods = API_GET;
-        memcpy(r->sbx, id, idlen);
-        r->sbx[idlen] = '\0';
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
-        size_t tl = strlen(subs[i].tail);
-        if ((size_t)(path + len - rest) == tl && memcmp(rest, subs[i].tail, tl) == 0) {
-            r->id = subs[i].id;
-            r->methods = subs[i].methods;
-            memcpy(r->sbx, id, idlen);
-            r->sbx[idlen] = '\0';
-            return 0;
-        }
-    }
+    r->auth = auth;
     return -ENOENT;
 }
 
@@ -357,6 +292,38 @@ int api_query_parse(const char *const *frags, size_t n, unsigned allowed, struct
 bad:
     api_query_clear(q);
     return -EINVAL;
+}
+
+json_t *api_query_args(const struct api_query *q, unsigned keys)
+{
+    json_t *a = json_object();
+    int bad = !a;
+
+    if (bad)
+        return NULL;
+    /* Checked already (api_path_check), so it is UTF-8. */
+    if ((keys & API_Q_PATH) && q->path)
+        bad |= json_object_set_new(a, "path", json_string(q->path));
+    if (keys & API_Q_MODE)
+        bad |= json_object_set_new(a, "mode", json_integer(q->mode));
+    if (keys & API_Q_DEPTH)
+        bad |= json_object_set_new(a, "depth", json_integer(q->depth));
+    if (keys & API_Q_RECURSIVE)
+        bad |= json_object_set_new(a, "recursive", json_boolean(q->recursive));
+    /* Not checked for UTF-8: the filter gets the client's bytes as they are. */
+    if ((keys & API_Q_STATE) && q->state)
+        bad |= json_object_set_new(a, "state", json_string_nocheck(q->state));
+    if ((keys & API_Q_METADATA) && q->metadata)
+        bad |= json_object_set(a, "metadata", q->metadata);
+    if (keys & API_Q_OFFSET)
+        bad |= json_object_set_new(a, "offset", json_integer((json_int_t)q->offset));
+    if (keys & API_Q_FOLLOW)
+        bad |= json_object_set_new(a, "follow", json_boolean(q->follow));
+    if (bad) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
 }
 
 int api_path_check(const char *what, const char *path, struct api_err *e)

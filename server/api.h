@@ -1,12 +1,13 @@
 /*
- * api.h - pure helpers of the REST layer: routes, query strings, request
- * bodies, and the NDJSON/UTF-8/base64 encoding of streamed
- * exec output. No I/O and no lws here, so everything is unit-tested and
- * fuzzed (tests/server/test_api.c, tests/fuzz/fuzz_api.c).
+ * api.h - pure helpers of the REST layer: the route table (API_ROUTE_MAP) and
+ * its matcher, query strings, request bodies, and the NDJSON/UTF-8/base64
+ * encoding of streamed exec output. No I/O and no lws here, so everything is
+ * unit-tested and fuzzed (tests/server/test_api.c, tests/fuzz/fuzz_api.c).
  *
  * Errors are reported in a struct api_err (HTTP status, stable code, message);
  * http.c turns them into {"error":{...}} bodies with api_error().
- * Ownership: json_t results (*out, q->metadata) belong to the caller.
+ * Ownership: json_t results (*out, q->metadata, api_query_args) belong to the
+ * caller.
  * Strings in struct api_query point into the caller's fragments.
  */
 #ifndef WARREN_API_H
@@ -45,53 +46,157 @@ enum api_method {
     API_PATCH = 1 << 5,
 };
 
-enum api_route_id {
-    API_R_NONE = 0,
-    API_R_HEALTHZ,      /* /healthz */
-    API_R_SANDBOXES,    /* /v1/sandboxes */
-    API_R_SANDBOX,      /* /v1/sandboxes/{id} */
-    API_R_TIMEOUT,      /* /v1/sandboxes/{id}/timeout */
-    API_R_EXEC,         /* /v1/sandboxes/{id}/exec */
-    API_R_FILES,        /* /v1/sandboxes/{id}/files */
-    API_R_FILES_STAT,   /* /v1/sandboxes/{id}/files/stat */
-    API_R_FILES_LIST,   /* /v1/sandboxes/{id}/files/list */
-    API_R_FILES_MKDIR,  /* /v1/sandboxes/{id}/files/mkdir */
-    API_R_FILES_RENAME, /* /v1/sandboxes/{id}/files/rename */
-    API_R_PROCS,        /* /v1/sandboxes/{id}/processes */
-    API_R_PROC,         /* /v1/sandboxes/{id}/processes/{pid} */
-    API_R_PROC_OUTPUT,  /* /v1/sandboxes/{id}/processes/{pid}/output */
-    API_R_PROC_STDIN,   /* /v1/sandboxes/{id}/processes/{pid}/stdin */
-    API_R_PROC_SIGNAL,  /* /v1/sandboxes/{id}/processes/{pid}/signal */
-    API_R_PROC_RESIZE,  /* /v1/sandboxes/{id}/processes/{pid}/resize */
-    API_R_TOKENS,       /* /v1/sandboxes/{id}/tokens (issue 7) */
-    API_R_PTY,          /* /v1/sandboxes/{id}/pty[/{pid}]: a WebSocket; a plain GET probes */
-    API_R_SESSION,      /* /v1/sandboxes/{id}/session: a WebSocket; a plain GET probes */
-    API_R_SNAPSHOT_SB,  /* /v1/sandboxes/{id}/snapshot */
-    API_R_FORK,         /* /v1/sandboxes/{id}/fork */
-    API_R_PAUSE,        /* /v1/sandboxes/{id}/pause */
-    API_R_NETWORK,      /* /v1/sandboxes/{id}/network */
-    API_R_RESUME,       /* /v1/sandboxes/{id}/resume */
-    API_R_SNAPSHOTS,    /* /v1/snapshots */
-    API_R_SNAPSHOT,     /* /v1/snapshots/{id} (the id in sbx) */
-    API_R_TEMPLATES,    /* /v1/templates */
+/* How a verb's request body is taken before its handler runs. */
+enum api_body {
+    API_BODY_NONE = 0, /* none is read: the handler runs on the head, its query as args */
+    API_BODY_JSON,     /* one JSON object, collected whole (max_json_body_bytes), then parsed */
+    API_BODY_RAW,      /* streamed to the guest as it comes (an upload): needs a length */
 };
 
-#define API_PID_MAX 4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */
+/* What else a row says about a verb. */
+enum api_verb_flag {
+    API_VF_GUEST = 1 << 0,    /* reaches the guest: on a paused or starting sandbox it waits
+                                 for the sandbox to be back */
+    API_VF_DISK = 1 << 1,     /* fills the server's disk: 507 below min_free_disk_mb */
+    API_VF_CREATED = 1 << 2,  /* its success is 201 */
+    API_VF_NDJSON = 1 << 3,   /* Accept: application/x-ndjson streams the answer */
+    API_VF_DOWNLOAD = 1 << 4, /* answers with a file's bytes (the core's head() starts them) */
+    API_VF_SOCKET = 1 << 5,   /* a WebSocket: a plain GET only probes it, and the query is
+                                 the socket's, not judged here */
+};
+
+/*
+ * Every REST route, one row each, the only place a route is described: api.c
+ * expands it into the path table (api_routes) and rest.c into its handlers, as
+ * libuv expands UV_ERRNO_MAP, so the matcher stays pure (unit-tested, fuzzed)
+ * while the handlers live with lws. A new route is a row here and a function in
+ * rest.c.
+ *
+ *   R(ID, pattern, scope, V(METHOD, query, body, flags, handler)...)
+ *
+ * pattern: '/'-separated literals and placeholders: {id} (1..API_ID_MAX of
+ *   [A-Za-z0-9_-]: a sandbox's id, or a snapshot's), {pid} (decimal 1..API_PID_MAX,
+ *   no leading zero), {pid?} (the same, or absent: last only). One trailing slash is
+ *   tolerated. No two patterns match the same path.
+ * scope: the access-token scope that opens it besides the API key (NULL: the key
+ *   only). Everything under /v1 needs one or the other, even a path that matches no
+ *   row; /healthz is open.
+ * One V per method the route answers (others: 405), at most API_VERBS_MAX:
+ *   query: the API_Q_* keys it takes (any other: 400); one that takes path requires it.
+ *   body: API_BODY_*. flags: API_VF_*.
+ *   handler: a function of rest.c, void (struct pss *, json_t *args), args being the
+ *   parsed JSON body, or the query as api_query_args gives it.
+ */
+/* clang-format off */
+#define API_ROUTE_MAP(R, V)                                                                  \
+    R(HEALTHZ, "/healthz", NULL,                                                             \
+      V(GET, 0, NONE, 0, h_healthz))                                                         \
+    R(SANDBOXES, "/v1/sandboxes", NULL,                                                      \
+      V(GET, API_Q_STATE | API_Q_METADATA, NONE, 0, h_sandbox_list)                          \
+      V(POST, 0, JSON, API_VF_DISK | API_VF_CREATED, h_sandbox_create))                      \
+    R(SANDBOX, "/v1/sandboxes/{id}", NULL,                                                   \
+      V(GET, 0, NONE, 0, h_sandbox_get)                                                      \
+      V(DELETE, 0, NONE, 0, h_sandbox_delete))                                               \
+    R(TIMEOUT, "/v1/sandboxes/{id}/timeout", NULL,                                           \
+      V(POST, 0, JSON, 0, h_timeout))                                                        \
+    R(EXEC, "/v1/sandboxes/{id}/exec", NULL,                                                 \
+      V(POST, 0, JSON, API_VF_GUEST | API_VF_NDJSON, h_exec))                                \
+    R(FILES, "/v1/sandboxes/{id}/files", "files",                                            \
+      V(GET, API_Q_PATH, NONE, API_VF_GUEST | API_VF_DOWNLOAD, h_file_read)                  \
+      V(PUT, API_Q_PATH | API_Q_MODE, RAW, API_VF_GUEST | API_VF_DISK, h_file_write)         \
+      V(DELETE, API_Q_PATH | API_Q_RECURSIVE, NONE, API_VF_GUEST, h_file_remove))            \
+    R(FILES_STAT, "/v1/sandboxes/{id}/files/stat", "files",                                  \
+      V(GET, API_Q_PATH, NONE, API_VF_GUEST, h_file_stat))                                   \
+    R(FILES_LIST, "/v1/sandboxes/{id}/files/list", "files",                                  \
+      V(GET, API_Q_PATH | API_Q_DEPTH, NONE, API_VF_GUEST, h_file_list))                     \
+    R(FILES_MKDIR, "/v1/sandboxes/{id}/files/mkdir", "files",                                \
+      V(POST, API_Q_PATH, NONE, API_VF_GUEST, h_file_mkdir))                                 \
+    R(FILES_RENAME, "/v1/sandboxes/{id}/files/rename", "files",                              \
+      V(POST, 0, JSON, API_VF_GUEST, h_file_rename))                                         \
+    R(PROCS, "/v1/sandboxes/{id}/processes", NULL,                                           \
+      V(GET, 0, NONE, API_VF_GUEST, h_proc_list))                                            \
+    R(PROC, "/v1/sandboxes/{id}/processes/{pid}", NULL,                                      \
+      V(GET, 0, NONE, API_VF_GUEST, h_proc_list))                                            \
+    R(PROC_OUTPUT, "/v1/sandboxes/{id}/processes/{pid}/output", NULL,                        \
+      V(GET, API_Q_OFFSET | API_Q_FOLLOW, NONE, API_VF_GUEST, h_proc_output))                \
+    R(PROC_STDIN, "/v1/sandboxes/{id}/processes/{pid}/stdin", NULL,                          \
+      V(POST, 0, JSON, API_VF_GUEST, h_proc_stdin))                                          \
+    R(PROC_SIGNAL, "/v1/sandboxes/{id}/processes/{pid}/signal", NULL,                        \
+      V(POST, 0, JSON, API_VF_GUEST, h_proc_signal))                                         \
+    R(PROC_RESIZE, "/v1/sandboxes/{id}/processes/{pid}/resize", NULL,                        \
+      V(POST, 0, JSON, API_VF_GUEST, h_proc_resize))                                         \
+    R(TOKENS, "/v1/sandboxes/{id}/tokens", NULL,                                             \
+      V(POST, 0, JSON, 0, h_tokens))                                                         \
+    /* A new PTY (no pid) runs a program: h_pty_probe also wants "exec" of a token. */      \
+    R(PTY, "/v1/sandboxes/{id}/pty/{pid?}", "pty",                                           \
+      V(GET, 0, NONE, API_VF_SOCKET, h_pty_probe))                                           \
+    R(SESSION, "/v1/sandboxes/{id}/session", "session",                                      \
+      V(GET, 0, NONE, API_VF_SOCKET, h_session_probe))                                       \
+    R(SNAPSHOT_SB, "/v1/sandboxes/{id}/snapshot", NULL,                                      \
+      V(POST, 0, JSON, API_VF_DISK | API_VF_CREATED, h_snapshot))                            \
+    R(FORK, "/v1/sandboxes/{id}/fork", NULL,                                                 \
+      V(POST, 0, JSON, API_VF_DISK | API_VF_CREATED, h_fork))                                \
+    R(PAUSE, "/v1/sandboxes/{id}/pause", NULL,                                               \
+      V(POST, 0, JSON, 0, h_pause))                                                          \
+    R(NETWORK, "/v1/sandboxes/{id}/network", NULL,                                           \
+      V(PATCH, 0, JSON, 0, h_network))                                                       \
+    R(RESUME, "/v1/sandboxes/{id}/resume", NULL,                                             \
+      V(POST, 0, JSON, 0, h_resume))                                                         \
+    R(SNAPSHOTS, "/v1/snapshots", NULL,                                                      \
+      V(GET, 0, NONE, 0, h_snapshot_list))                                                   \
+    R(SNAPSHOT, "/v1/snapshots/{id}", NULL,                                                  \
+      V(GET, 0, NONE, 0, h_snapshot_get)                                                     \
+      V(DELETE, 0, NONE, 0, h_snapshot_delete))                                              \
+    R(TEMPLATES, "/v1/templates", NULL,                                                      \
+      V(GET, 0, NONE, 0, h_templates))
+/* clang-format on */
+
+/* API_R_HEALTHZ, API_R_SANDBOXES, ...: the rows' ids, in the map's order. */
+#define API_R_ENUM_(id, ...) API_R_##id,
+/* clang-format off */
+enum api_route_id {
+    API_R_NONE = 0,
+    API_ROUTE_MAP(API_R_ENUM_, _)
+    API_R_COUNT
+};
+/* clang-format on */
+#undef API_R_ENUM_
+
+#define API_PID_MAX   4194304 /* Linux's PID_MAX_LIMIT: the largest pid a path may name */
+#define API_VERBS_MAX 3
+
+struct api_verb {
+    unsigned method; /* one API_* method */
+    unsigned query;  /* API_Q_* keys it takes */
+    enum api_body body;
+    unsigned flags; /* API_VF_* */
+};
+
+struct api_route_def {
+    const char *pattern;
+    const char *scope;                    /* token scope besides the key, or NULL */
+    struct api_verb verbs[API_VERBS_MAX]; /* a method of 0 ends them */
+};
+
+/* The rows of API_ROUTE_MAP, by id ([API_R_NONE] is empty). */
+extern const struct api_route_def api_routes[API_R_COUNT];
 
 struct api_route {
     enum api_route_id id;
-    unsigned methods; /* API_* methods the route answers */
-    bool auth;        /* needs the bearer key */
+    unsigned methods; /* API_* methods the route answers: its verbs' */
+    bool auth;        /* needs the bearer key (or a token) */
     char sbx[API_ID_MAX + 1];
-    uint32_t pid; /* API_R_PROC*, API_R_PTY (0: none): 1..API_PID_MAX */
+    uint32_t pid; /* {pid} (0: none): 1..API_PID_MAX */
 };
 
 /* Match a decoded, normalized path (no query). 0, or -ENOENT (404). */
 int api_route_match(const char *path, struct api_route *r);
+/* The verb of route id for method: its row's, or NULL (405). */
+const struct api_verb *api_route_verb(enum api_route_id id, unsigned method);
 
 /* ---- query strings ---- */
 enum api_qparam {
-    API_Q_PATH = 1 << 0,      /* path=/abs */
+    API_Q_PATH = 1 << 0,      /* path=/abs (required where taken) */
     API_Q_MODE = 1 << 1,      /* mode=0644 (octal) */
     API_Q_DEPTH = 1 << 2,     /* depth=N (1..API_DEPTH_MAX) */
     API_Q_RECURSIVE = 1 << 3, /* recursive=true|false|1|0 */
@@ -121,6 +226,10 @@ struct api_query {
 int api_query_parse(const char *const *frags, size_t n, unsigned allowed, struct api_query *q,
                     struct api_err *e);
 void api_query_clear(struct api_query *q);
+/* The keys a verb takes (API_Q_* in keys) as the args object its handler gets, as a
+ * JSON body would carry them: numbers and booleans always (defaults filled in),
+ * path, state and metadata when given. NULL when out of memory. */
+json_t *api_query_args(const struct api_query *q, unsigned keys);
 
 /* An absolute guest path: non-empty, starts with '/', <= API_PATH_MAX bytes, UTF-8. */
 int api_path_check(const char *what, const char *path, struct api_err *e);

@@ -1,8 +1,9 @@
 /*
  * rest.c - the REST router and its handlers: a request head is routed and
- * checked (auth, method, query, framing), bodies are collected or fed to an
- * upload, and the sandbox table (sbx.h) is called; its sink callbacks (with
- * the pss as their user pointer) turn results into answers through resp.c.
+ * checked (auth, method, query, framing) as its row in API_ROUTE_MAP (api.h)
+ * says, bodies are collected or fed to an upload, the row's handler calls the
+ * sandbox table (sbx.h); its sink callbacks (with the pss as their user
+ * pointer) turn results into answers through resp.c.
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "http_int.h"
@@ -12,8 +13,39 @@
 
 /* ----------------------------------------------------------- sink (sbx) */
 
-static void dispatch_json(struct pss *p, json_t *body);
-static void upload_open(struct pss *p, const char *path, unsigned mode, bool empty);
+/* A route's handler (its row in API_ROUTE_MAP, api.h): args is the parsed JSON body, or
+ * the query's args (api_query_args), borrowed; NULL for a socket probe. */
+typedef void rest_handler(struct pss *p, json_t *args);
+
+#define HDECL_ROW_(id, pattern, scope, ...)         __VA_ARGS__
+#define HDECL_VERB_(method, query, body, flags, fn) static rest_handler fn;
+API_ROUTE_MAP(HDECL_ROW_, HDECL_VERB_)
+#undef HDECL_ROW_
+#undef HDECL_VERB_
+
+/* By route id, then by the index of the verb in its row (api_routes). */
+#define HROW_(id, pattern, scope, ...)         [API_R_##id] = {__VA_ARGS__},
+#define HVERB_(method, query, body, flags, fn) fn,
+static rest_handler *const handlers[API_R_COUNT][API_VERBS_MAX] = {API_ROUTE_MAP(HROW_, HVERB_)};
+#undef HROW_
+#undef HVERB_
+
+/* The flags of the request's verb (0 before it is routed). */
+static unsigned verb_flags(const struct pss *p)
+{
+    const struct api_verb *v = api_route_verb(p->route, p->method);
+
+    return v ? v->flags : 0;
+}
+
+/* The request's handler, with its args. */
+static void handle(struct pss *p, json_t *args)
+{
+    const struct api_verb *v = api_route_verb(p->route, p->method);
+
+    handlers[p->route][v - api_routes[p->route].verbs](p, args);
+}
+
 static void upload_pump(struct pss *p);
 
 static void sink_done(void *user, const struct sbx_err *err, json_t *body)
@@ -34,12 +66,8 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         json_decref(body);
         if (err)
             resp_sbx_err(p, err);
-        else if (p->upload)
-            upload_open(p, json_string_value(json_object_get(held, "path")),
-                        (unsigned)json_integer_value(json_object_get(held, "mode")),
-                        json_is_true(json_object_get(held, "empty")));
         else
-            dispatch_json(p, held);
+            handle(p, held);
         json_decref(held);
         return;
     }
@@ -50,10 +78,7 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
     } else {
         /* A create (of a sandbox, or a snapshot), or a background exec (the process was
          * created), or another op. */
-        status = p->route == API_R_SANDBOXES || p->route == API_R_SNAPSHOT_SB ||
-                         p->route == API_R_FORK || (p->route == API_R_EXEC && p->bg_exec)
-                     ? 201
-                     : 200;
+        status = (verb_flags(p) & API_VF_CREATED) || p->bg_exec ? 201 : 200;
     }
     p->op_live = false;
     switch (p->kind) {
@@ -61,7 +86,7 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         if (p->ndjson && status < 400) {
             resp_ndjson_begin(p);
             resp_ndjson_end(p, status, body);
-        } else if (p->route == API_R_FILES && p->method == API_GET && status < 400) {
+        } else if ((verb_flags(p) & API_VF_DOWNLOAD) && status < 400) {
             json_decref(body);
             resp_code(p, 500, "internal", "the download ended before it started");
         } else {
@@ -105,7 +130,7 @@ static void sink_head(void *user, uint64_t size)
 {
     struct pss *p = user;
 
-    if (!p->op_live || p->kind != RESP_NONE || p->route != API_R_FILES)
+    if (!p->op_live || p->kind != RESP_NONE || !(verb_flags(p) & API_VF_DOWNLOAD))
         return;
     p->status = 200;
     p->kind = RESP_DOWNLOAD;
@@ -355,13 +380,11 @@ static void file_op(struct pss *p, const char *kind, json_t *args)
 }
 
 static bool disk_full(struct pss *p);
+static bool expects_continue(struct pss *p);
 
 /* POST .../processes/{pid}/stdin|signal|resize with its JSON body. */
-static void proc_ctl(struct pss *p, json_t *body)
+static void proc_ctl(struct pss *p, enum api_proc_action a, json_t *body)
 {
-    enum api_proc_action a = p->route == API_R_PROC_STDIN    ? API_PROC_STDIN
-                             : p->route == API_R_PROC_SIGNAL ? API_PROC_SIGNAL
-                                                             : API_PROC_RESIZE;
     struct sbx_proc_ctl c;
     struct sbx_err err;
     unsigned char *raw = NULL;
@@ -377,34 +400,16 @@ static void proc_ctl(struct pss *p, json_t *body)
     start_op(p, rc, &err);
 }
 
-/* A request that reaches the guest (exec, process control and output, file routes
- * but uploads) on a paused sandbox, or on one still starting (a resume or a create in
- * progress): start its resume if paused and hold the request until the sandbox is up
- * (sink_done runs it then). true if so (or if the resume was refused: then answered).
- * Uploads wait too, with their body unread (start_upload). */
-static bool resume_first(struct pss *p, json_t *body)
+/* A request that reaches the guest (API_VF_GUEST) on a paused sandbox, or on one still
+ * starting (a resume or a create in progress): start its resume if paused and hold the
+ * request until the sandbox is up (sink_done runs it then). true if so (or if the resume
+ * was refused: then answered). An upload's body waits, unread. */
+static bool resume_first(struct pss *p, json_t *args)
 {
     struct sbx_err err;
     json_t *out = NULL;
     int rc;
 
-    switch (p->route) {
-    case API_R_EXEC:
-    case API_R_PROC_STDIN:
-    case API_R_PROC_SIGNAL:
-    case API_R_PROC_RESIZE:
-    case API_R_PROCS:
-    case API_R_PROC:
-    case API_R_PROC_OUTPUT:
-    case API_R_FILES:
-    case API_R_FILES_STAT:
-    case API_R_FILES_LIST:
-    case API_R_FILES_MKDIR:
-    case API_R_FILES_RENAME:
-        break;
-    default:
-        return false;
-    }
     if (!sbx_coming_back(p->srv->t, p->sbx))
         return false;
     rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
@@ -413,11 +418,31 @@ static bool resume_first(struct pss *p, json_t *body)
         return false;
     }
     if (rc == 0) {
-        p->held = json_incref(body);
+        p->held = json_incref(args);
         p->resuming = true;
+        if (p->upload) {
+            p->rx_paused = true;
+            lws_rx_flow_control(p->wsi, 0);
+            resp_want_write(p); /* to clear the body timeout lws arms (resp_writeable) */
+        }
     }
     start_op(p, rc, &err);
     return true;
+}
+
+/* A request whose args are all there (its JSON body, or its query): what its row asks
+ * before it runs, then its handler, now or once the sandbox is back. */
+static void run(struct pss *p, json_t *args)
+{
+    const struct api_verb *v = api_route_verb(p->route, p->method);
+
+    if ((v->flags & API_VF_DISK) && disk_full(p))
+        return;
+    if (v->body == API_BODY_RAW)
+        p->upload = true;
+    if ((v->flags & API_VF_GUEST) && resume_first(p, args))
+        return;
+    handle(p, args);
 }
 
 /* A route whose JSON body has fully arrived. */
@@ -433,114 +458,284 @@ static void dispatch_body(struct pss *p)
     }
     free(p->body);
     p->body = NULL;
-    if (!resume_first(p, body))
-        dispatch_json(p, body);
+    run(p, body);
     json_decref(body);
 }
 
-/* The body route with its parsed body (borrowed). */
-static void dispatch_json(struct pss *p, json_t *body)
+/* ------------------------------------------------------------ handlers */
+
+static void h_healthz(struct pss *p, json_t *args)
 {
     struct api_err e;
+
+    (void)args;
+    /* Liveness is open to anyone; how many sandboxes run and what the pools hold
+     * is the key holder's (an Authorization header decides, as on /v1). */
+    if (lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0) {
+        resp_json(p, 200, json_pack("{s:s}", "status", "ok"));
+        return;
+    }
+    if (http_authorize(p, p->wsi, NULL, NULL, &e)) {
+        resp_api_err(p, &e);
+        return;
+    }
+    resp_json(p, 200,
+              json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
+                        (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_pool_stats(p->srv->t)));
+}
+
+static void h_sandbox_list(struct pss *p, json_t *args)
+{
     struct sbx_err err;
-    json_t *out = NULL, *args;
+    json_t *out = NULL;
+    int rc = sbx_list(p->srv->t, json_string_value(json_object_get(args, "state")),
+                      json_object_get(args, "metadata"), &out, &err);
+
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_sandbox_create(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+
+    start_op(p, sbx_create(p->srv->t, body, &sink, p, &p->op, &err), &err);
+}
+
+static void h_sandbox_get(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_get(p->srv->t, p->sbx, &out, &err);
+
+    (void)args;
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_sandbox_delete(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_delete(p->srv->t, p->sbx, &out, &err);
+
+    (void)args;
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_timeout(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out, &err);
+
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_exec(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+
+    p->bg_exec = json_is_true(json_object_get(body, "background")) ||
+                 json_is_object(json_object_get(body, "pty"));
+    if (p->bg_exec)
+        p->ndjson = false; /* answered at once with its pid; output is read apart */
+    start_op(p, sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err), &err);
+}
+
+static void h_file_read(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    int rc = sbx_file_read(p->srv->t, p->sbx, json_string_value(json_object_get(args, "path")),
+                           &sink, p, &p->op, &err);
+
+    start_op(p, rc, &err);
+}
+
+/* PUT .../files: open the write in the guest and feed it what has arrived. */
+static void h_file_write(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    int rc = sbx_file_write(p->srv->t, p->sbx, json_string_value(json_object_get(args, "path")),
+                            (unsigned)json_integer_value(json_object_get(args, "mode")), &sink, p,
+                            &p->op, &err);
+
+    if (rc) {
+        start_op(p, rc, &err);
+        return;
+    }
+    p->op_live = true;
+    if (json_is_true(json_object_get(args, "empty"))) {
+        p->finish_sent = true;
+        sbx_op_finish(p->srv->t, p->op);
+    } else if (expects_continue(p)) {
+        p->need_continue = true;
+        resp_want_write(p);
+    }
+    if (p->pend_len || p->rx_paused || p->body_done)
+        upload_pump(p); /* bytes that came while a resume was awaited, and the rest */
+}
+
+static void h_file_remove(struct pss *p, json_t *args)
+{
+    file_op(p, "remove", json_incref(args));
+}
+
+static void h_file_stat(struct pss *p, json_t *args)
+{
+    file_op(p, "stat", json_incref(args));
+}
+
+static void h_file_list(struct pss *p, json_t *args)
+{
+    file_op(p, "list", json_incref(args));
+}
+
+static void h_file_mkdir(struct pss *p, json_t *args)
+{
+    file_op(p, "mkdir", json_incref(args));
+}
+
+static void h_file_rename(struct pss *p, json_t *body)
+{
+    struct api_err e;
+    json_t *args;
+
+    if (api_rename_args(body, &args, &e))
+        resp_api_err(p, &e);
+    else
+        file_op(p, "rename", args);
+}
+
+/* The processes, or one of them (p->pid). */
+static void h_proc_list(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+
+    (void)args;
+    start_op(p, sbx_proc_list(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err), &err);
+}
+
+static void h_proc_output(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
     int rc;
 
-    switch (p->route) {
-    case API_R_SANDBOXES:
-        if (disk_full(p))
-            break;
-        rc = sbx_create(p->srv->t, body, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_TIMEOUT:
-        rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out, &err);
-        respond_sync(p, rc, out, &err);
-        break;
-    case API_R_EXEC:
-        p->bg_exec = json_is_true(json_object_get(body, "background")) ||
-                     json_is_object(json_object_get(body, "pty"));
-        if (p->bg_exec)
-            p->ndjson = false; /* answered at once with its pid; output is read apart */
-        rc = sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_PROC_STDIN:
-    case API_R_PROC_SIGNAL:
-    case API_R_PROC_RESIZE:
-        proc_ctl(p, body);
-        break;
-    case API_R_TOKENS:
-        auth_tokens_mint(p, body);
-        break;
-    case API_R_SNAPSHOT_SB:
-        if (disk_full(p))
-            break;
-        rc = sbx_snapshot(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_FORK:
-        if (disk_full(p))
-            break;
-        rc = sbx_fork(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_PAUSE:
-    case API_R_RESUME:
-        /* Already so: answered at once; else when the VM is saved (or restored). */
-        rc = p->route == API_R_PAUSE
-                 ? sbx_pause(p->srv->t, p->sbx, body, &sink, p, &p->op, &out, &err)
-                 : sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
-        if (rc == 0 && out)
-            respond_sync(p, rc, out, &err);
-        else
-            start_op(p, rc, &err);
-        break;
-    case API_R_NETWORK:
-        rc = sbx_set_network(p->srv->t, p->sbx, body, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_FILES_RENAME:
-        if (api_rename_args(body, &args, &e))
-            resp_api_err(p, &e);
-        else
-            file_op(p, "rename", args);
-        break;
-    case API_R_PROCS:
-    case API_R_PROC:
-        rc = sbx_proc_list(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_PROC_OUTPUT:
-        /* Always NDJSON: output until the process ends (follow) or until caught up. */
-        p->ndjson = true;
-        rc = sbx_proc_output(p->srv->t, p->sbx, p->pid,
-                             (uint64_t)json_integer_value(json_object_get(body, "offset")),
-                             json_is_true(json_object_get(body, "follow")), &sink, p, &p->op, &err);
-        start_op(p, rc, &err);
-        break;
-    case API_R_FILES:
-        if (p->method == API_GET) {
-            rc = sbx_file_read(p->srv->t, p->sbx, json_string_value(json_object_get(body, "path")),
-                               &sink, p, &p->op, &err);
-            start_op(p, rc, &err);
-        } else {
-            file_op(p, "remove", json_incref(body));
-        }
-        break;
-    case API_R_FILES_STAT:
-        file_op(p, "stat", json_incref(body));
-        break;
-    case API_R_FILES_LIST:
-        file_op(p, "list", json_incref(body));
-        break;
-    case API_R_FILES_MKDIR:
-        file_op(p, "mkdir", json_incref(body));
-        break;
-    default:
-        resp_code(p, 500, "internal", "no body route");
-        break;
-    }
+    /* Always NDJSON: output until the process ends (follow) or until caught up. */
+    p->ndjson = true;
+    rc = sbx_proc_output(p->srv->t, p->sbx, p->pid,
+                         (uint64_t)json_integer_value(json_object_get(args, "offset")),
+                         json_is_true(json_object_get(args, "follow")), &sink, p, &p->op, &err);
+    start_op(p, rc, &err);
+}
+
+static void h_proc_stdin(struct pss *p, json_t *body)
+{
+    proc_ctl(p, API_PROC_STDIN, body);
+}
+
+static void h_proc_signal(struct pss *p, json_t *body)
+{
+    proc_ctl(p, API_PROC_SIGNAL, body);
+}
+
+static void h_proc_resize(struct pss *p, json_t *body)
+{
+    proc_ctl(p, API_PROC_RESIZE, body);
+}
+
+static void h_tokens(struct pss *p, json_t *body)
+{
+    auth_tokens_mint(p, body);
+}
+
+static void h_snapshot(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+
+    start_op(p, sbx_snapshot(p->srv->t, p->sbx, body, &sink, p, &p->op, &err), &err);
+}
+
+static void h_fork(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+
+    start_op(p, sbx_fork(p->srv->t, p->sbx, body, &sink, p, &p->op, &err), &err);
+}
+
+/* Pause and resume: already so, answered at once; else when the VM is saved (or
+ * restored). */
+static void pause_or_resume(struct pss *p, int rc, json_t *out, const struct sbx_err *err)
+{
+    if (rc == 0 && out)
+        respond_sync(p, rc, out, err);
+    else
+        start_op(p, rc, err);
+}
+
+static void h_pause(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_pause(p->srv->t, p->sbx, body, &sink, p, &p->op, &out, &err);
+
+    pause_or_resume(p, rc, out, &err);
+}
+
+static void h_resume(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc;
+
+    (void)body;
+    rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
+    pause_or_resume(p, rc, out, &err);
+}
+
+static void h_network(struct pss *p, json_t *body)
+{
+    struct sbx_err err;
+
+    start_op(p, sbx_set_network(p->srv->t, p->sbx, body, &sink, p, &p->op, &err), &err);
+}
+
+static void h_snapshot_list(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_snap_list(p->srv->t, &out, &err);
+
+    (void)args;
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_snapshot_get(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_snap_get(p->srv->t, p->sbx, &out, &err);
+
+    (void)args;
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_snapshot_delete(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_snap_delete(p->srv->t, p->sbx, &out, &err);
+
+    (void)args;
+    respond_sync(p, rc, out, &err);
+}
+
+static void h_templates(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+    json_t *out = NULL;
+    int rc = sbx_templates(p->srv->t, &out, &err);
+
+    (void)args;
+    respond_sync(p, rc, out, &err);
 }
 
 /* Content-Length: 0 absent, 1 present (*cl set), -1 malformed. */
@@ -658,111 +853,17 @@ static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
     }
 }
 
-/* Open the upload's write in the guest and feed it what has arrived. */
-static void upload_open(struct pss *p, const char *path, unsigned mode, bool empty)
-{
-    struct sbx_err err;
-    int rc = sbx_file_write(p->srv->t, p->sbx, path, mode, &sink, p, &p->op, &err);
-
-    if (rc) {
-        start_op(p, rc, &err);
-        return;
-    }
-    p->op_live = true;
-    if (empty) {
-        p->finish_sent = true;
-        sbx_op_finish(p->srv->t, p->op);
-    } else if (expects_continue(p)) {
-        p->need_continue = true;
-        resp_want_write(p);
-    }
-    if (p->pend_len || p->rx_paused || p->body_done)
-        upload_pump(p); /* bytes that came while a resume was awaited, and the rest */
-}
-
-static void start_upload(struct pss *p, const struct api_query *q, int has_cl, uint64_t cl)
-{
-    struct api_err e;
-    struct sbx_err err;
-    json_t *out = NULL;
-    int rc;
-
-    if (api_path_check("path", q->path, &e)) {
-        resp_api_err(p, &e);
-        return;
-    }
-    if (!has_cl && !p->te_chunked) {
-        resp_code(p, 411, "length_required",
-                  "upload with a Content-Length or Transfer-Encoding: chunked");
-        return;
-    }
-    if (disk_full(p))
-        return;
-    p->upload = true;
-    if (sbx_coming_back(p->srv->t, p->sbx)) {
-        /* Paused (or starting): the body waits, unread, for the resume (sink_done). */
-        rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
-        if (rc == 0 && !out) {
-            p->held = json_pack("{s:s, s:i, s:b}", "path", q->path, "mode", (int)q->mode, "empty",
-                                has_cl && cl == 0);
-            if (!p->held) {
-                sbx_op_cancel(p->srv->t, p->op);
-                resp_code(p, 500, "internal", "out of memory");
-                return;
-            }
-            p->resuming = true;
-            p->op_live = true;
-            p->rx_paused = true;
-            lws_rx_flow_control(p->wsi, 0);
-            resp_want_write(p); /* to clear the body timeout lws arms (resp_writeable) */
-            return;
-        }
-        json_decref(out);
-        if (rc) {
-            start_op(p, rc, &err);
-            return;
-        }
-    }
-    upload_open(p, q->path, q->mode, has_cl && cl == 0);
-}
-
-/* The token scope that opens a route; NULL: only the key does. */
-static const char *route_scope(enum api_route_id id)
-{
-    switch (id) {
-    case API_R_FILES:
-    case API_R_FILES_STAT:
-    case API_R_FILES_LIST:
-    case API_R_FILES_MKDIR:
-    case API_R_FILES_RENAME:
-        return "files";
-    case API_R_PTY:
-        return "pty";
-    case API_R_SESSION:
-        return "session";
-    default:
-        return NULL;
-    }
-}
-
 /* A plain GET of a socket route (no Upgrade). A browser is never told why a WebSocket
  * handshake was refused, so the terminal page asks here: the same checks as the
  * upgrade (key or token, Origin, the sandbox), then 426 when all of them pass. The
  * query is the socket's own and is not judged here. */
-static void socket_probe(struct pss *p)
+static void socket_probe(struct pss *p, const char *protocol)
 {
     struct sbx_err err;
     json_t *out = NULL;
     const char *state;
     char msg[160];
-    struct api_err e;
 
-    /* As the upgrade judges it (ws_pty.c): a new PTY runs a program, so a token needs
-     * "exec" as well as "pty" for it. */
-    if (p->route == API_R_PTY && p->pid == 0 && http_authorize(p, p->wsi, p->sbx, "exec", &e)) {
-        resp_api_err(p, &e);
-        return;
-    }
     if (!http_origin_allowed(p->srv, p->wsi)) {
         resp_code(p, 403, "origin_not_allowed",
                   "this Origin may not open sockets here (allowed_origins)");
@@ -783,45 +884,29 @@ static void socket_probe(struct pss *p)
     json_decref(out);
     snprintf(msg, sizeof(msg),
              "this route is a WebSocket (Upgrade: websocket, Sec-WebSocket-Protocol: %s)",
-             p->route == API_R_PTY ? "warren.pty.v1" : "warren.session.v1");
+             protocol);
     resp_code(p, 426, "upgrade_required", msg);
 }
 
-/* A route answered from its path and query alone (process listing and output, file
- * reads, removal, stat, list, mkdir): its arguments become a JSON object, so it goes
- * through dispatch_json like the body routes, and on a paused sandbox waits for the
- * resume as they do (resume_first). */
-static void query_route(struct pss *p, const struct api_query *q)
+static void h_pty_probe(struct pss *p, json_t *args)
 {
-    json_t *args;
+    struct api_err e;
 
-    switch (p->route) {
-    case API_R_PROC_OUTPUT:
-        args = json_pack("{s:I, s:b}", "offset", (json_int_t)q->offset, "follow", q->follow);
-        break;
-    case API_R_FILES:
-        args = p->method == API_GET
-                   ? json_pack("{s:s}", "path", q->path)
-                   : json_pack("{s:s, s:b}", "path", q->path, "recursive", q->recursive);
-        break;
-    case API_R_FILES_LIST:
-        args = json_pack("{s:s, s:i}", "path", q->path, "depth", (int)q->depth);
-        break;
-    case API_R_FILES_STAT:
-    case API_R_FILES_MKDIR:
-        args = json_pack("{s:s}", "path", q->path);
-        break;
-    default:
-        args = json_object();
-        break;
-    }
-    if (!args) {
-        resp_code(p, 500, "internal", "out of memory");
+    (void)args;
+    /* As the upgrade judges it (ws_pty.c): a new PTY runs a program, so a token needs
+     * "exec" as well as "pty" for it. The route's own scope was judged first, and the
+     * method: a wrong one is a 405 whatever the token. */
+    if (p->pid == 0 && http_authorize(p, p->wsi, p->sbx, "exec", &e)) {
+        resp_api_err(p, &e);
         return;
     }
-    if (!resume_first(p, args))
-        dispatch_json(p, args);
-    json_decref(args);
+    socket_probe(p, "warren.pty.v1");
+}
+
+static void h_session_probe(struct pss *p, json_t *args)
+{
+    (void)args;
+    socket_probe(p, "warren.session.v1");
 }
 
 /* Percent-encode s (a decoded query name or value) onto out. */
@@ -897,27 +982,19 @@ static int port_redirect(struct pss *p, const char *uri)
 
 void rest_request(struct pss *p, const char *uri)
 {
-    static const unsigned qallow[] = {
-        [API_R_SANDBOXES] = API_Q_STATE | API_Q_METADATA,
-        [API_R_FILES] = API_Q_PATH | API_Q_MODE | API_Q_RECURSIVE,
-        [API_R_FILES_STAT] = API_Q_PATH,
-        [API_R_FILES_LIST] = API_Q_PATH | API_Q_DEPTH,
-        [API_R_FILES_MKDIR] = API_Q_PATH,
-        [API_R_PROC_OUTPUT] = API_Q_OFFSET | API_Q_FOLLOW,
-    };
     const char *frags[QUERY_FRAGS_MAX];
     char qstore[QUERY_STORE], ver[16];
     struct api_route r;
     struct api_query q;
     struct api_err e;
-    struct sbx_err err;
-    json_t *out = NULL;
+    const struct api_verb *v;
+    json_t *args;
     uint64_t cl;
     size_t nfrags;
     int rc, has_cl;
 
     p->method = method_of(p->wsi);
-    /* No route takes HEAD, OPTIONS or PATCH. A HEAD answer must not carry a body; rather
+    /* No route takes HEAD or OPTIONS. A HEAD answer must not carry a body; rather
      * than special-case it, any such answer ends the connection. */
     if (p->method == API_OTHER)
         p->close_after = true;
@@ -954,8 +1031,9 @@ void rest_request(struct pss *p, const char *uri)
     }
 
     rc = api_route_match(uri, &r);
-    /* A "files" token opens its sandbox's file routes; everything else needs the key. */
-    if (r.auth && http_authorize(p, p->wsi, r.sbx, rc == 0 ? route_scope(r.id) : NULL, &e)) {
+    /* A token of the row's scope opens its sandbox's route; everything else needs the
+     * key. */
+    if (r.auth && http_authorize(p, p->wsi, r.sbx, rc == 0 ? api_routes[r.id].scope : NULL, &e)) {
         resp_api_err(p, &e);
         return;
     }
@@ -963,123 +1041,59 @@ void rest_request(struct pss *p, const char *uri)
         resp_code(p, 404, "not_found", "no such route");
         return;
     }
-    if (!(r.methods & p->method)) {
+    if (!(v = api_route_verb(r.id, p->method))) {
         resp_code(p, 405, "method_not_allowed", "method not allowed on this route");
         return;
     }
     p->route = r.id;
     p->pid = r.pid;
     memcpy(p->sbx, r.sbx, sizeof(p->sbx));
-    if (r.id == API_R_PTY || r.id == API_R_SESSION) {
-        socket_probe(p);
+    if (v->flags & API_VF_SOCKET) {
+        handle(p, NULL);
         return;
     }
 
+    /* The typed request: the query the row allows, then its body as the row says. */
     if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags)) {
         resp_code(p, 400, "bad_request", "query string too long");
         return;
     }
-    /* Only GET /v1/sandboxes and the files routes take a query; for files the
-     * allowed set also depends on the method. */
-    {
-        unsigned allow = (size_t)r.id < sizeof(qallow) / sizeof(qallow[0]) ? qallow[r.id] : 0;
-        if (r.id == API_R_SANDBOXES && p->method != API_GET)
-            allow = 0;
-        if (r.id == API_R_FILES)
-            allow = API_Q_PATH | (p->method == API_PUT      ? API_Q_MODE
-                                  : p->method == API_DELETE ? API_Q_RECURSIVE
-                                                            : 0);
-        if (api_query_parse(frags, nfrags, allow, &q, &e)) {
-            resp_api_err(p, &e);
-            return;
-        }
+    if (api_query_parse(frags, nfrags, v->query, &q, &e)) {
+        resp_api_err(p, &e);
+        return;
     }
-
-    switch (r.id) {
-    case API_R_HEALTHZ:
-        /* Liveness is open to anyone; how many sandboxes run and what the pools hold
-         * is the key holder's (an Authorization header decides, as on /v1). */
-        if (lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION) <= 0) {
-            resp_json(p, 200, json_pack("{s:s}", "status", "ok"));
-            break;
-        }
-        if (http_authorize(p, p->wsi, NULL, NULL, &e)) {
-            resp_api_err(p, &e);
-            break;
-        }
-        resp_json(p, 200,
-                  json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
-                            (json_int_t)sbx_count_live(p->srv->t), "pool",
-                            sbx_pool_stats(p->srv->t)));
-        break;
-    case API_R_SANDBOXES:
-        if (p->method == API_GET) {
-            rc = sbx_list(p->srv->t, q.state, q.metadata, &out, &err);
-            respond_sync(p, rc, out, &err);
-        } else {
-            want_json_body(p, has_cl, cl);
-        }
-        break;
-    case API_R_SANDBOX:
-        rc = p->method == API_GET ? sbx_get(p->srv->t, p->sbx, &out, &err)
-                                  : sbx_delete(p->srv->t, p->sbx, &out, &err);
-        respond_sync(p, rc, out, &err);
-        break;
-    case API_R_TEMPLATES:
-        rc = sbx_templates(p->srv->t, &out, &err);
-        respond_sync(p, rc, out, &err);
-        break;
-    case API_R_SNAPSHOTS:
-        rc = sbx_snap_list(p->srv->t, &out, &err);
-        respond_sync(p, rc, out, &err);
-        break;
-    case API_R_SNAPSHOT:
-        rc = p->method == API_GET ? sbx_snap_get(p->srv->t, p->sbx, &out, &err)
-                                  : sbx_snap_delete(p->srv->t, p->sbx, &out, &err);
-        respond_sync(p, rc, out, &err);
-        break;
-    case API_R_EXEC: {
+    if ((v->query & API_Q_PATH) && api_path_check("path", q.path, &e)) {
+        resp_api_err(p, &e);
+        goto out;
+    }
+    if (v->flags & API_VF_NDJSON) {
         char accept[256];
         p->ndjson = hdr(p->wsi, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept)) > 0 &&
                     api_wants_ndjson(accept);
-        want_json_body(p, has_cl, cl);
-        break;
     }
-    case API_R_TIMEOUT:
-    case API_R_SNAPSHOT_SB:
-    case API_R_FORK:
-    case API_R_PAUSE:
-    case API_R_RESUME:
-    case API_R_NETWORK:
-    case API_R_FILES_RENAME:
-    case API_R_PROC_STDIN:
-    case API_R_PROC_SIGNAL:
-    case API_R_PROC_RESIZE:
-    case API_R_TOKENS:
+    if (v->body == API_BODY_JSON) {
         want_json_body(p, has_cl, cl);
-        break;
-    case API_R_PROCS:
-    case API_R_PROC:
-    case API_R_PROC_OUTPUT:
-    case API_R_FILES_STAT:
-    case API_R_FILES_LIST:
-    case API_R_FILES_MKDIR:
-    case API_R_FILES:
-        if (r.id == API_R_FILES && p->method == API_PUT) {
-            start_upload(p, &q, has_cl, cl);
-            break;
-        }
-        if (r.id != API_R_PROCS && r.id != API_R_PROC && r.id != API_R_PROC_OUTPUT &&
-            api_path_check("path", q.path, &e)) {
-            resp_api_err(p, &e);
-            break;
-        }
-        query_route(p, &q);
-        break;
-    default:
-        resp_code(p, 404, "not_found", "no such route");
-        break;
+        goto out;
     }
+    if (v->body == API_BODY_RAW && !has_cl && !p->te_chunked) {
+        resp_code(p, 411, "length_required",
+                  "upload with a Content-Length or Transfer-Encoding: chunked");
+        goto out;
+    }
+    args = api_query_args(&q, v->query);
+    /* An upload's args say whether its body is empty: then the write is finished at once. */
+    if (args && v->body == API_BODY_RAW &&
+        json_object_set_new(args, "empty", json_boolean(has_cl && cl == 0))) {
+        json_decref(args);
+        args = NULL;
+    }
+    if (!args) {
+        resp_code(p, 500, "internal", "out of memory");
+        goto out;
+    }
+    run(p, args);
+    json_decref(args);
+out:
     api_query_clear(&q);
 }
 

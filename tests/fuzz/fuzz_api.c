@@ -1,6 +1,7 @@
 /*
  * libFuzzer target for the REST layer's decoders (server/api.c): request
- * bodies, rename bodies, query strings (split at '&' as lws does), routes,
+ * bodies, rename bodies, query strings (split at '&' as lws does) and the args
+ * they become, routes (against the table's own rows),
  * bearer headers, base64, and the NDJSON encoder, whose output is decoded
  * again and must give back exactly the input bytes, in order, with text
  * lines only when the input was valid UTF-8; and the encoder again at offsets
@@ -48,9 +49,21 @@ static void fuzz_query_route(const uint8_t *d, size_t n)
 
     memcpy(s, d, n);
     s[n] = '\0';
-    /* The route matcher gets the whole string (it stops at NUL). */
-    if (api_route_match(s, &r) == 0 && strlen(r.sbx) > API_ID_MAX)
+    /* The route matcher gets the whole string (it stops at NUL). A match is a row of
+     * the table whose methods are its verbs'; a miss leaves nothing of a row behind. */
+    if (api_route_match(s, &r) == 0) {
+        unsigned all = 0;
+        if (r.id <= API_R_NONE || r.id >= API_R_COUNT || strlen(r.sbx) > API_ID_MAX ||
+            r.pid > API_PID_MAX)
+            abort();
+        for (unsigned m = API_GET; m <= API_PATCH; m <<= 1)
+            if (api_route_verb(r.id, m))
+                all |= m;
+        if (all != r.methods || (r.sbx[0] && !strstr(api_routes[r.id].pattern, "{id}")))
+            abort();
+    } else if (r.id || r.methods || r.sbx[0] || r.pid) {
         abort();
+    }
     cred_is_key(s, n, "0123456789abcdef0123456789abcdef");
     api_wants_ndjson(s);
     for (p = s; nf < 64;) {
@@ -64,8 +77,14 @@ static void fuzz_query_route(const uint8_t *d, size_t n)
     if (api_query_parse(frags, nf, ~0u, &q, &e) == 0) {
         if (q.metadata && !json_is_object(q.metadata))
             abort();
+        json_t *a;
         if (q.path)
             api_path_check("path", q.path, &e);
+        /* Without the path check first, a path that is not UTF-8 may fail it (NULL). */
+        a = api_query_args(&q, ~0u & ~(unsigned)API_Q_PATH);
+        if (!a || !json_is_object(a))
+            abort();
+        json_decref(a);
         api_query_clear(&q);
     } else if (q.metadata) {
         abort();

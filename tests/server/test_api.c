@@ -1,7 +1,8 @@
 /*
- * Unit tests of server/api.c: routes, query strings and metadata filters,
- * bodies, bearer auth, UTF-8 hold-back and the NDJSON/base64 encoding of
- * streamed output (checked by decoding what was encoded).
+ * Unit tests of server/api.c: routes and the route table, query strings, metadata
+ * filters and the args a query becomes, bodies, bearer auth, UTF-8 hold-back and
+ * the NDJSON/base64 encoding of streamed output (checked by decoding what was
+ * encoded).
  */
 #include "api.h"
 #include "cred.h"
@@ -116,6 +117,164 @@ static void test_routes(void)
     longid[14 + 64] = '\0';
     CHECK(api_route_match(longid, &r) == 0 && strlen(r.sbx) == 64);
     CHECK(api_route_match("/healthz/", &r) == 0 && r.id == API_R_HEALTHZ);
+}
+
+/* A path that a row's pattern names: {id} -> "s-1", {pid} -> "7", {pid?} -> "7" or
+ * nothing (with_opt). */
+static void sample_path(const char *pat, bool with_opt, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    while (*pat && n + 8 < cap) {
+        if (!strncmp(pat, "/{id}", 5)) {
+            n += (size_t)snprintf(out + n, cap - n, "/s-1");
+            pat += 5;
+        } else if (!strncmp(pat, "/{pid}", 6)) {
+            n += (size_t)snprintf(out + n, cap - n, "/7");
+            pat += 6;
+        } else if (!strncmp(pat, "/{pid?}", 7)) {
+            if (with_opt)
+                n += (size_t)snprintf(out + n, cap - n, "/7");
+            pat += 7;
+        } else {
+            out[n++] = *pat++;
+        }
+    }
+    out[n] = '\0';
+}
+
+/* Each row is reached by its own pattern and by no other, and says what it answers. */
+static void test_route_table(void)
+{
+    static const unsigned methods[] = {API_GET, API_POST, API_PUT, API_DELETE, API_PATCH};
+    struct api_route r;
+    char path[256];
+
+    CHECK(api_route_verb(API_R_NONE, API_GET) == NULL);
+    CHECK(api_route_verb(API_R_COUNT, API_GET) == NULL);
+    for (int id = API_R_NONE + 1; id < API_R_COUNT; id++) {
+        const struct api_route_def *d = &api_routes[id];
+        unsigned all = 0;
+
+        CHECK(d->pattern && d->pattern[0] == '/' && d->verbs[0].method);
+        for (int opt = 0; opt < 2; opt++) {
+            sample_path(d->pattern, opt, path, sizeof(path));
+            CHECK(api_route_match(path, &r) == 0 && (int)r.id == id);
+            CHECK(r.auth == (strncmp(path, "/v1/", 4) == 0));
+            CHECK(strstr(d->pattern, "{id}") ? !strcmp(r.sbx, "s-1") : !r.sbx[0]);
+        }
+        for (size_t i = 0; i < API_VERBS_MAX && d->verbs[i].method; i++) {
+            const struct api_verb *v = &d->verbs[i];
+            /* One method per verb, named once; a raw body comes with PUT only. */
+            CHECK((v->method & (v->method - 1)) == 0 && v->method != API_OTHER);
+            CHECK(!(all & v->method));
+            CHECK(v->body != API_BODY_RAW || v->method == API_PUT);
+            /* A socket's query is its own: the row lists none. */
+            CHECK(!(v->flags & API_VF_SOCKET) || (v->query == 0 && v->body == API_BODY_NONE));
+            CHECK(api_route_verb((enum api_route_id)id, v->method) == v);
+            all |= v->method;
+        }
+        CHECK(r.methods == all);
+        for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++)
+            CHECK(!!api_route_verb((enum api_route_id)id, methods[m]) == !!(all & methods[m]));
+        CHECK(api_route_verb((enum api_route_id)id, API_OTHER) == NULL);
+    }
+}
+
+/* What the edge judges from the rows: scopes, query keys, bodies. */
+static void test_route_rows(void)
+{
+    static const struct {
+        enum api_route_id id;
+        unsigned method, query;
+        enum api_body body;
+    } taking[] = {
+        {API_R_SANDBOXES, API_GET, API_Q_STATE | API_Q_METADATA, API_BODY_NONE},
+        {API_R_SANDBOXES, API_POST, 0, API_BODY_JSON},
+        {API_R_FILES, API_GET, API_Q_PATH, API_BODY_NONE},
+        {API_R_FILES, API_PUT, API_Q_PATH | API_Q_MODE, API_BODY_RAW},
+        {API_R_FILES, API_DELETE, API_Q_PATH | API_Q_RECURSIVE, API_BODY_NONE},
+        {API_R_FILES_STAT, API_GET, API_Q_PATH, API_BODY_NONE},
+        {API_R_FILES_LIST, API_GET, API_Q_PATH | API_Q_DEPTH, API_BODY_NONE},
+        {API_R_FILES_MKDIR, API_POST, API_Q_PATH, API_BODY_NONE},
+        {API_R_FILES_RENAME, API_POST, 0, API_BODY_JSON},
+        {API_R_PROC_OUTPUT, API_GET, API_Q_OFFSET | API_Q_FOLLOW, API_BODY_NONE},
+        {API_R_EXEC, API_POST, 0, API_BODY_JSON},
+        {API_R_NETWORK, API_PATCH, 0, API_BODY_JSON},
+        {API_R_HEALTHZ, API_GET, 0, API_BODY_NONE},
+    };
+    unsigned with_query = 0;
+
+    for (size_t i = 0; i < sizeof(taking) / sizeof(taking[0]); i++) {
+        const struct api_verb *v = api_route_verb(taking[i].id, taking[i].method);
+        CHECK(v && v->query == taking[i].query && v->body == taking[i].body);
+        with_query += taking[i].query != 0;
+    }
+    /* No other verb takes a query. */
+    for (int id = API_R_NONE + 1; id < API_R_COUNT; id++)
+        for (size_t k = 0; k < API_VERBS_MAX; k++)
+            with_query -= api_routes[id].verbs[k].query != 0;
+    CHECK(with_query == 0);
+    /* A token opens the file routes ("files"), and the two sockets; only the key, the rest. */
+    for (int id = API_R_NONE + 1; id < API_R_COUNT; id++) {
+        const char *s = api_routes[id].scope;
+        switch (id) {
+        case API_R_FILES:
+        case API_R_FILES_STAT:
+        case API_R_FILES_LIST:
+        case API_R_FILES_MKDIR:
+        case API_R_FILES_RENAME:
+            CHECK(s && !strcmp(s, "files"));
+            break;
+        case API_R_PTY:
+            CHECK(s && !strcmp(s, "pty"));
+            break;
+        case API_R_SESSION:
+            CHECK(s && !strcmp(s, "session"));
+            break;
+        default:
+            CHECK(s == NULL);
+        }
+    }
+    CHECK(api_route_verb(API_R_SANDBOXES, API_POST)->flags & API_VF_CREATED);
+    CHECK(!(api_route_verb(API_R_SANDBOXES, API_GET)->flags & API_VF_DISK));
+    CHECK(api_route_verb(API_R_FILES, API_PUT)->flags & API_VF_DISK);
+    CHECK(api_route_verb(API_R_FILES, API_GET)->flags & API_VF_DOWNLOAD);
+    CHECK(api_route_verb(API_R_PTY, API_GET)->flags & API_VF_SOCKET);
+}
+
+/* The query as a handler's args: defaults for numbers and booleans, strings when given. */
+static void test_query_args(void)
+{
+    struct api_query q;
+    struct api_err e;
+    const char *f[] = {"path=/a b", "metadata.k=v", "state=running"};
+    json_t *a;
+
+    CHECK(api_query_parse(f, 0, ~0u, &q, &e) == 0);
+    a = api_query_args(&q, API_Q_PATH | API_Q_MODE | API_Q_DEPTH | API_Q_RECURSIVE);
+    CHECK(a && json_object_size(a) == 3 && json_integer_value(json_object_get(a, "mode")) == 0644 &&
+          json_integer_value(json_object_get(a, "depth")) == 1 &&
+          json_is_false(json_object_get(a, "recursive")));
+    json_decref(a);
+    a = api_query_args(&q, API_Q_OFFSET | API_Q_FOLLOW | API_Q_STATE | API_Q_METADATA);
+    CHECK(a && json_object_size(a) == 2 && json_integer_value(json_object_get(a, "offset")) == 0 &&
+          json_is_false(json_object_get(a, "follow")));
+    json_decref(a);
+    api_query_clear(&q);
+
+    CHECK(api_query_parse(f, 3, ~0u, &q, &e) == 0);
+    a = api_query_args(&q, API_Q_PATH | API_Q_STATE | API_Q_METADATA);
+    CHECK(a && json_object_size(a) == 3 &&
+          !strcmp(json_string_value(json_object_get(a, "path")), "/a b") &&
+          !strcmp(json_string_value(json_object_get(a, "state")), "running") &&
+          !strcmp(json_string_value(json_object_get(json_object_get(a, "metadata"), "k")), "v"));
+    json_decref(a);
+    /* Only the keys asked for. */
+    a = api_query_args(&q, 0);
+    CHECK(a && json_object_size(a) == 0);
+    json_decref(a);
+    api_query_clear(&q);
 }
 
 static int qp(unsigned allow, struct api_query *q, struct api_err *e, int n, ...)
@@ -603,6 +762,9 @@ int main(void)
     test_signals();
     test_proc_ctl();
     test_routes();
+    test_route_table();
+    test_route_rows();
+    test_query_args();
     test_query();
     test_bodies();
     test_headers();
