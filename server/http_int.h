@@ -1,9 +1,9 @@
 /*
- * http_int.h - what the three files of the REST server share: http.c (the
- * lws glue: context, vhost, the protocols list, connections and their
- * caps), rest.c (the REST router, its handlers and the sandbox table's
- * sink) and resp.c (the response writer: output queue, JSON answers, the
- * NDJSON stream encoder, WRITEABLE).
+ * http_int.h - what the parts of the HTTP server (warren_http) share: the lws
+ * glue (context, vhost, the protocols list, connections and their caps), the
+ * REST router, its handlers and the sandbox table's sink, the response writer
+ * (output queue, JSON answers, the NDJSON stream encoder, WRITEABLE), and the
+ * WebSocket, port-proxy and token doors built on them.
  *
  * One struct pss per HTTP transaction, owned by lws (per_session_data);
  * p->srv is set while the transaction is live, from LWS_CALLBACK_HTTP to

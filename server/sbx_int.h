@@ -1,6 +1,8 @@
 /*
- * sbx_int.h - internals shared by sbx.c (sandbox lifecycle, index, reaper)
- * and ops.c (exec and file operations on a running sandbox).
+ * sbx_int.h - the sandbox table's internals (warren_core): the structs and
+ * calls its parts share (lifecycle, index, reaper, VMs, operations,
+ * snapshots, freeze, networking). Not for the HTTP layer, which sees only
+ * sbx.h.
  *
  * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
  * the reaper purges it after its retention time. An op lives from its

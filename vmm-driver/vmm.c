@@ -1,9 +1,14 @@
 /*
  * vmm.c - one QEMU process: spawn or adopt, connect its sockets, watch it exit.
  *
- * States: RUNNING -> EXITED (cbs->exited ran) | DETACHED | FREED. Only
- * RUNNING makes callbacks; every path out of RUNNING first stops every
- * watcher and closes every socket (teardown), so nothing can fire later.
+ * Phases: the table in vmm_phase.h (BOOTING, WAITING, RESTORING, RUNNING,
+ * STOPPED, SAVING, SEALED while the process is watched; EXITED, DETACHED,
+ * FREED after). Every change goes through phase_set, which checks that table.
+ * Only the live phases make callbacks, plus one last delivery at EXITED (the
+ * queued phase changes, then cbs->exited); DETACHED and FREED, which the
+ * owner causes itself, make none. Every path out of the live phases first
+ * stops every watcher and closes every socket (teardown_io), so nothing can
+ * fire later.
  *
  * Exit is watched through a pidfd, which works for our own children and for
  * VMs adopted after a warrend restart alike. The status comes from
