@@ -134,7 +134,7 @@ struct pss {
     size_t credit_pending; /* written but not yet acknowledged */
     struct api_utf8_hold hold[2];
 
-    bool by_token; /* admitted by an ?access_token=, not the API key (issue 7) */
+    bool by_token; /* admitted by an ?access_token=, not the API key */
     /* A body route on a paused sandbox waits for its resume (op is the resume's):
      * then it runs with this body. */
     bool resuming;
@@ -158,7 +158,7 @@ struct http_server {
     unsigned fd_conns; /* fds left for connections once the sandboxes have theirs */
     struct client *clients[CLIENT_BUCKETS];
     struct conn *accepted; /* counted by the filter, not yet bound to its wsi */
-    /* access tokens (issue 7): the HMAC key, once http_set_token_secret gave it */
+    /* access tokens: the HMAC key, once http_set_token_secret gave it */
     unsigned char token_key[TOKEN_SECRET_LEN];
     bool token_key_set;
     /* warrend's own listener (http.c): it reads each connection's first head to
@@ -229,7 +229,7 @@ int rest_body_done(struct pss *p);
  * free its buffers, clear p->srv. Idempotent. */
 void rest_req_end(struct pss *p);
 
-/* ---- auth.c: who may do what (issue 7) ---- */
+/* ---- auth.c: who may do what ---- */
 
 /* The query parameter that carries an access token. Every edge drops it from the query
  * it parses, so it never reaches an error message or a log line. */

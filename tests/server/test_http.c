@@ -1257,7 +1257,7 @@ static void test_stall(void)
     }
 }
 
-/* Access tokens (issue 7) over the fake table: minted with the key, a "files" token
+/* Access tokens over the fake table: minted with the key, a "files" token
  * opens that sandbox's file routes only, and its refusals carry their own codes. */
 static void test_tokens(void)
 {
