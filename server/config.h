@@ -43,6 +43,8 @@ struct srv_config {
     unsigned max_conn_per_client; /* max_connections_per_client = 256: per client address */
     unsigned header_timeout_s;    /* header_timeout_seconds = 10: to send a request's headers */
     unsigned stall_timeout_s;     /* stream_stall_timeout_seconds = 60: streamed answer unread */
+    unsigned http_timeout_s;      /* 30, no key: lws's body, header-read and idle timeouts
+                                   * (the HTTP layer's tests shorten it) */
     unsigned max_ops_per_sbx;     /* max_operations_per_sandbox = 64: concurrent operations */
     unsigned max_ops_total;       /* max_operations = 1024: concurrent operations, all sandboxes */
     size_t max_env_meta_bytes;    /* max_env_metadata_bytes = 65536: env + metadata at create */

@@ -43,9 +43,9 @@
 #define CHUNK_HDR  10            /* "%x\r\n" for a chunk below 4 GiB */
 #define CHUNK_TRL  2             /* "\r\n" after each chunk */
 #define HDR_ROOM   1024          /* response header block */
-#ifndef HTTP_TIMEOUT_S
-#define HTTP_TIMEOUT_S 30 /* lws body, header and idle-read timeouts (tests build it with 2) */
-#endif
+/* lws body, header and idle-read timeouts: the config's http_timeout_s, read where a
+ * struct pss *p is in scope (every user has one). */
+#define HTTP_TIMEOUT_S http_timeout_s(p->wsi)
 #define KEEPALIVE_S     30   /* idle keep-alive connections */
 #define FDS_PER_SBX     8    /* fds a sandbox costs warrend (QMP, channel, console...) */
 #define QUERY_STORE     8192 /* decoded query fragments (lws caps headers at 4 KiB) */
@@ -200,6 +200,8 @@ int resp_writeable(struct pss *p);
 
 /* ---- http.c ---- */
 
+/* The lws timeouts of wsi's server, in seconds (its config's http_timeout_s). */
+int http_timeout_s(struct lws *wsi);
 /* The connection became a WebSocket: no header deadline any more. */
 void http_conn_upgraded(struct lws *wsi);
 /* A connection the port proxy took is closed: uncount it (ud: its struct conn). */
