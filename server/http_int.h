@@ -45,7 +45,7 @@
 #define HDR_ROOM   1024          /* response header block */
 /* lws body, header and idle-read timeouts: the config's http_timeout_s, read where a
  * struct pss *p is in scope (every user has one). */
-#define HTTP_TIMEOUT_S http_timeout_s(p->wsi)
+#define HTTP_TIMEOUT_S  http_timeout_s(p->wsi)
 #define KEEPALIVE_S     30   /* idle keep-alive connections */
 #define FDS_PER_SBX     8    /* fds a sandbox costs warrend (QMP, channel, console...) */
 #define QUERY_STORE     8192 /* decoded query fragments (lws caps headers at 4 KiB) */
