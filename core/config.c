@@ -365,6 +365,7 @@ int cfg_defaults(struct srv_config *c)
             return r == -ENOMEM ? -ENOMEM : -EINVAL;
         }
     }
+    c->http_timeout_s = 30;
     return 0;
 }
 

@@ -38,22 +38,24 @@ struct srv_config {
     size_t console_max_bytes;   /* console_log_bytes = 1048576 */
     char *default_template;     /* default_template = base */
     char *kernel_append;        /* kernel_append = (empty): extra guest kernel command line */
-    /* Limits on clients and resources (issue 5). */
+    /* Limits on clients and resources. */
     unsigned max_connections;     /* max_connections = 4096: open HTTP connections in total */
     unsigned max_conn_per_client; /* max_connections_per_client = 256: per client address */
     unsigned header_timeout_s;    /* header_timeout_seconds = 10: to send a request's headers */
     unsigned stall_timeout_s;     /* stream_stall_timeout_seconds = 60: streamed answer unread */
+    unsigned http_timeout_s;      /* 30, no key: lws's body, header-read and idle timeouts
+                                   * (the HTTP layer's tests shorten it) */
     unsigned max_ops_per_sbx;     /* max_operations_per_sandbox = 64: concurrent operations */
     unsigned max_ops_total;       /* max_operations = 1024: concurrent operations, all sandboxes */
     size_t max_env_meta_bytes;    /* max_env_metadata_bytes = 65536: env + metadata at create */
     unsigned mem_reserve_mb;      /* memory_reserve_mb = 1024: host memory kept from guests */
     unsigned min_free_disk_mb;    /* min_free_disk_mb = 1024: in state_dir, for create/upload */
-    /* a hostile guest (issue 5) */
+    /* a hostile guest */
     unsigned violations_max;   /* protocol_violations_max = 5: then the sandbox is dead */
     unsigned list_max_entries; /* list_max_entries = 10000 */
     size_t chan_send_max;      /* channel_send_buffer_bytes = 8388608 */
     size_t list_max_bytes;     /* list_max_bytes = 4194304 */
-    /* QEMU in a jail (issue 5) */
+    /* QEMU in a jail */
     size_t qemu_log_bytes;         /* qemu_log_bytes = 262144 */
     char *jail;                    /* jail = auto | required | off */
     unsigned jail_uid_base;        /* jail_uid_base = 200000 */
@@ -63,28 +65,28 @@ struct srv_config {
     unsigned jail_mem_overhead_mb; /* jail_memory_overhead_mb = 256 */
     unsigned jail_pids_max;        /* jail_pids_max = 512 */
     unsigned allow_tcg;            /* allow_tcg = false (0/1) */
-    /* processes that belong to the sandbox (issue 6) */
+    /* processes that belong to the sandbox */
     size_t process_ring_bytes;  /* process_ring_bytes = 1048576: output kept per process */
     unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
-    /* browser access (issue 7) */
+    /* browser access */
     char *allowed_origins; /* allowed_origins = (empty): Origins browser sockets may come from */
-    /* the agent socket (issue 7) */
+    /* the agent socket */
     unsigned sess_max_sockets;  /* session_max_sockets_per_sandbox = 16 */
     unsigned sess_max_requests; /* session_max_requests = 64: in flight per socket */
     size_t sess_max_frame;      /* session_max_frame_bytes = 1114112: one client message */
     size_t sess_send_queue;     /* session_send_queue_bytes = 1048576: then credit waits */
-    /* the PTY WebSocket (issue 7) */
+    /* the PTY WebSocket */
     size_t pty_max_frame;       /* pty_socket_max_frame_bytes = 65537: client frame */
     unsigned pty_socks_per_sbx; /* pty_sockets_per_sandbox = 64 */
     unsigned pty_viewers;       /* pty_viewers_per_process = 16 */
     unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
     size_t pty_send_queue;      /* pty_socket_send_queue_bytes = 2097152: frames for the client */
-    /* the browser terminal (issue 7) */
+    /* the browser terminal */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
-    /* idle freeze (issue 8) */
+    /* idle freeze */
     unsigned freeze_after_ms; /* freeze_after_ms = 30000: idle time before a VM is stopped; 0 off */
     unsigned freeze_pageout_after_ms; /* = 300000: frozen this long, to swap; 0 off */
-    /* template snapshots and the warm pool (issue 8) */
+    /* template snapshots and the warm pool */
     unsigned pool_size;   /* pool_size = 0: ready VMs kept per template (0: every create boots) */
     unsigned pool_max_mb; /* pool_max_mb = 1024: memory the pool may hold (see conf) */
     unsigned pool_spares; /* pool_spares = 1: QEMUs started ahead for clones and forks */
@@ -95,20 +97,20 @@ struct srv_config {
     unsigned pool_max_templates;     /* pool_max_templates = 4: templates (and shapes) pooled */
     unsigned mem_overcommit_pct;     /* memory_overcommit_percent = 100: guests' memory_mb may add
                                       * up to this share of host memory less the reserve */
-    /* sandbox networking (issue 9, net/net.h) */
+    /* sandbox networking (net/net.h) */
     unsigned net_enabled;          /* net_enabled = false (0/1): no NIC at all when off */
     unsigned net_default_internet; /* net_default_internet = true (0/1): create's default */
     char *net_uplink;              /* net_uplink = (empty): interface NATed out of */
     char *net_range;               /* net_range = 10.201.0.0/16: host-side /30 per VM */
     char *net_dns_upstream;        /* net_dns_upstream = (empty): IPv4 resolver guests use */
     unsigned net_ahead;            /* net_ahead = 2: namespaces made ahead for cold creates */
-    /* snapshots, fork (issue 8) */
+    /* snapshots, fork */
     unsigned fork_max;           /* fork_max = 16: sandboxes one fork request may make */
     unsigned paused_retention_s; /* paused_retention_s = 604800: then a paused one is deleted */
-    /* per-sandbox network limits (issue 9): a create's defaults, 0 = unlimited */
+    /* per-sandbox network limits: a create's defaults, 0 = unlimited */
     unsigned net_rate_mbit;       /* net_rate_mbit = 0: Mbit/s each way (tc tbf) */
     unsigned net_max_connections; /* net_max_connections = 0: concurrent connections out */
-    /* sandbox ports through warrend (issue 9, server/ports.h) */
+    /* sandbox ports through warrend (server/ports.h) */
     char *port_domain;           /* port_domain = (empty): Host {port}-{id}.{domain}; empty off */
     size_t port_buf_bytes;       /* port_buffer_bytes = 262144: per direction per connection */
     unsigned port_conns_per_sbx; /* port_connections_per_sandbox = 64 */

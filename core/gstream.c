@@ -5,12 +5,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
-
-/* 0000-01-01T00:00:00Z and 9999-12-31T23:59:59Z: four-digit years, and gmtime_r never
- * fails (its year is an int) inside them. */
-#define ISO_MIN_S (-62167219200LL)
-#define ISO_MAX_S (253402300799LL)
 
 static void say(char *why, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *why, size_t cap, const char *fmt, ...)
@@ -138,32 +132,6 @@ uint64_t gstream_tx_credit(struct gstream *g, uint64_t n)
 bool gstream_sig_ok(int64_t sig)
 {
     return sig >= 1 && sig <= GSTREAM_SIG_MAX;
-}
-
-size_t gstream_time_iso(int64_t s, char *buf, size_t cap)
-{
-    struct tm tm;
-    time_t tt;
-    int n;
-
-    if (!buf || cap == 0)
-        return 0;
-    buf[0] = '\0';
-    if (s < ISO_MIN_S)
-        s = ISO_MIN_S;
-    if (s > ISO_MAX_S)
-        s = ISO_MAX_S;
-    tt = (time_t)s;
-    /* Checked anyway: an unchecked failure once left the buffer unterminated. */
-    if (!gmtime_r(&tt, &tm))
-        return 0;
-    n = snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    if (n < 0 || (size_t)n >= cap) {
-        buf[0] = '\0';
-        return 0;
-    }
-    return (size_t)n;
 }
 
 const char *gstream_strerror(int err)

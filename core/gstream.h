@@ -95,10 +95,6 @@ uint64_t gstream_tx_credit(struct gstream *g, uint64_t n);
 /* An exit signal a guest may report: 1..GSTREAM_SIG_MAX. */
 bool gstream_sig_ok(int64_t sig);
 
-/* "YYYY-MM-DDTHH:MM:SSZ" for seconds since the epoch, clamped to the years 0000..9999,
- * NUL-terminated. buf needs at least 21 bytes (cap smaller: ""). Returns the length. */
-size_t gstream_time_iso(int64_t s, char *buf, size_t cap);
-
 const char *gstream_strerror(int err);
 
 #endif

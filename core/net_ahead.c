@@ -17,8 +17,8 @@
 #include "sbx_int.h"
 #include "log.h"
 #include "net.h"
+#include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -185,22 +185,17 @@ bool sbx_net_ahead_take(struct sbx_table *t, char *id, size_t cap, int *slot)
     return true;
 }
 
+static bool hidden(const char *name)
+{
+    return name[0] == '.';
+}
+
 void sbx_net_ahead_sweep(struct sbx_table *t)
 {
-    char dir[4096 + 16], path[4096 + 300];
-    DIR *d;
-    struct dirent *e;
+    char dir[4096 + 16];
 
     ahead_path(t, dir, sizeof(dir), NULL);
-    if (!(d = opendir(dir)))
-        return;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
+    util_rm_dir(dir, hidden); /* the directory itself stays: sbx_net_ahead_free removes it */
 }
 
 void sbx_net_ahead_free(struct sbx_table *t)

@@ -19,6 +19,7 @@
 #include "sbx_int.h"
 #include "procs.h"
 #include "log.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -259,8 +260,8 @@ static json_t *iso(int64_t s)
     char buf[32];
 
     /* The guest's mtime: INT64_MAX once made gmtime_r fail and strftime leave buf
-     * unterminated. gstream_time_iso clamps and always terminates. */
-    gstream_time_iso(s, buf, sizeof(buf));
+     * unterminated. util_iso_time clamps and always terminates. */
+    util_iso_time(s, -1, buf, sizeof(buf));
     return json_string(buf);
 }
 

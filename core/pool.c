@@ -13,6 +13,7 @@
 #include "sbx_int.h"
 #include "log.h"
 #include "net.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -178,7 +179,7 @@ static void tpl_remove(struct tpool *p)
     if (!p->id[0])
         return;
     unlink(p->mem);
-    sbx_rm_dir(p->dir);
+    util_rm_dir(p->dir, NULL);
     idx_del(p->t->idx, IDX_TEMPLATES, p->key);
     p->t->idx_dirty = true;
     p->id[0] = 0;
@@ -266,7 +267,7 @@ static void tpl_sweep(struct sbx_table *t, const struct pool *all)
             continue;
         LOG(LOG_INFO, "pool: removing template files no record names: %s", e->d_name);
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        sbx_rm_dir(path);
+        util_rm_dir(path, NULL);
         /* Named after the same VM id: only ours (ids are random per warrend). */
         snprintf(path, sizeof(path), "/dev/shm/warren-%s-%s.mem", tag, e->d_name);
         unlink(path);

@@ -1,5 +1,5 @@
 /*
- * pool.h - template snapshots and the warm pool (issue 8).
+ * pool.h - template snapshots and the warm pool.
  *
  * A pool is for one template, memory size and vCPU count: the default
  * template's, those named in pool_templates (default size), both from the start,

@@ -1,5 +1,6 @@
 /* procs.c - a guest's process list, checked and shown as JSON (see procs.h). */
 #include "procs.h"
+#include "util.h"
 #include "gstream.h"
 
 #include <errno.h>
@@ -148,14 +149,11 @@ static int parse_entry(const msgpack_object *m, struct entry *e, char *why, size
 /* Milliseconds since the epoch as 2026-12-01T18:00:00.123Z (years clamped to 4 digits). */
 static json_t *iso_ms(uint64_t ms)
 {
-    char buf[40], out[48];
-    size_t n = gstream_time_iso(ms > INT64_MAX ? INT64_MAX / 1000 : (int64_t)(ms / 1000), buf,
-                                sizeof(buf));
+    char buf[UTIL_ISO_MAX];
 
-    if (n < 2)
+    if (!util_iso_time_ms(ms > INT64_MAX ? INT64_MAX : (int64_t)ms, buf, sizeof(buf)))
         return json_null();
-    snprintf(out, sizeof(out), "%.*s.%03uZ", (int)n - 1, buf, (unsigned)(ms % 1000));
-    return json_string(out);
+    return json_string(buf);
 }
 
 static json_t *entry_json(const struct entry *e)

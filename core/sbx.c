@@ -10,6 +10,7 @@
  */
 #include "sbx_int.h"
 #include "log.h"
+#include "util.h"
 #include "net.h"
 #include "pool.h"
 
@@ -144,17 +145,13 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
 /* ---- JSON record: the same object serves GET and the index ---- */
 
+/* A time in ms as ISO-8601 with milliseconds; null while unset (0). */
 static json_t *iso_time(int64_t ms)
 {
-    char buf[64];
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
+    char buf[UTIL_ISO_MAX];
 
-    if (ms <= 0)
+    if (ms <= 0 || !util_iso_time_ms(ms, buf, sizeof(buf)))
         return json_null();
-    gmtime_r(&s, &tm);
-    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
     return json_string(buf);
 }
 
@@ -247,23 +244,14 @@ int sbx_save(struct sandbox *sb)
 
 /* Remove a sandbox's files. keep_logs keeps console.log and qemu.log (a dead sandbox's
  * only witnesses) until the record is purged. */
+static bool is_log(const char *name)
+{
+    return !strcmp(name, "console.log") || !strcmp(name, "qemu.log");
+}
+
 static void remove_run_dir(const char *dir, bool keep_logs)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-
-    if (!d)
-        return;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        if (keep_logs && (!strcmp(e->d_name, "console.log") || !strcmp(e->d_name, "qemu.log")))
-            continue;
-        unlinkat(dirfd(d), e->d_name, 0);
-    }
-    closedir(d);
-    if (!keep_logs)
-        rmdir(dir);
+    util_rm_dir(dir, keep_logs ? is_log : NULL);
 }
 
 struct rm_job {
@@ -1676,13 +1664,8 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
         return -ENOMEM;
     t->loop = loop;
     t->cfg = cfg;
-    mbedtls_entropy_init(&t->entropy);
-    mbedtls_ctr_drbg_init(&t->drbg);
-    if (mbedtls_ctr_drbg_seed(&t->drbg, mbedtls_entropy_func, &t->entropy,
-                              (const unsigned char *)"warren-sbx", 10) != 0) {
-        r = -EIO;
+    if ((r = util_drbg_seed(&t->entropy, &t->drbg, "warren-sbx")) != 0)
         goto fail;
-    }
     if (!realpath(cfg->image_dir, t->image_dir)) {
         r = -errno;
         LOG(LOG_ERR, "image dir %s: %s (build the images: images/build.sh)", cfg->image_dir,
@@ -1784,8 +1767,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     /* Deleted VMs still dying give their uid and cgroups back before we go. */
     (void)vmm_settle_orphans(2000);
     vmm_jail_free(t->jail);
-    mbedtls_ctr_drbg_free(&t->drbg);
-    mbedtls_entropy_free(&t->entropy);
+    util_drbg_free(&t->entropy, &t->drbg);
     free(t);
 }
 

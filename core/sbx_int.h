@@ -1,6 +1,8 @@
 /*
- * sbx_int.h - internals shared by sbx.c (sandbox lifecycle, index, reaper)
- * and ops.c (exec and file operations on a running sandbox).
+ * sbx_int.h - the sandbox table's internals (warren_core): the structs and
+ * calls its parts share (lifecycle, index, reaper, VMs, operations,
+ * snapshots, freeze, networking). Not for the HTTP layer, which sees only
+ * sbx.h.
  *
  * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
  * the reaper purges it after its retention time. An op lives from its
@@ -374,9 +376,6 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
                     struct sbx_vm *spare, const struct net_policy *pol, const struct sbx_sink *sink,
                     void *user, sbx_op_t *opid, struct sbx_err *err);
 
-/* Remove a directory of plain files (a snapshot's, a template's) and then itself;
- * what cannot be removed stays, silently (the next start's sweep retries). */
-void sbx_rm_dir(const char *dir);
 /* The state dir's tag: FNV-1a of its path, 8 hex digits. It names what one warrend
  * makes outside its state dir (cgroups, network namespaces, /dev/shm files), so a
  * warrend's sweep reaches only its own. */

@@ -16,6 +16,7 @@
 #include "sbx_snap.h"
 #include "sbx_int.h"
 #include "log.h"
+#include "util.h"
 #include "pool.h"
 
 #include <dirent.h>
@@ -171,13 +172,10 @@ static void snap_free(struct sbx_snap *s)
 
 static json_t *iso(int64_t ms)
 {
-    char buf[64];
-    time_t sec = (time_t)(ms / 1000);
-    struct tm tm;
+    char buf[UTIL_ISO_MAX];
 
-    gmtime_r(&sec, &tm);
-    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    if (!util_iso_time_ms(ms, buf, sizeof(buf)))
+        return json_null();
     return json_string(buf);
 }
 
@@ -303,23 +301,9 @@ void sbx_state_tag(const char *state_dir, char out[9])
     snprintf(out, 9, "%08x", h);
 }
 
-void sbx_rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-
-    if (!d)
-        return;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
-    rmdir(dir);
-}
-
 static void rm_work(void *arg)
 {
-    sbx_rm_dir(arg);
+    util_rm_dir(arg, NULL);
     free(arg);
 }
 
@@ -330,7 +314,7 @@ static void rm_later(struct sbx_table *t, const char *dir)
 
     if (!d || bg_run(t->bg, rm_work, NULL, d) != 0) {
         free(d);
-        sbx_rm_dir(dir);
+        util_rm_dir(dir, NULL);
     }
 }
 
@@ -377,7 +361,7 @@ void sbx_snap_free_all(struct sbx_table *t)
     while (t->snaps->jobs) {
         struct snap_job *j = t->snaps->jobs;
         t->snaps->jobs = j->next;
-        sbx_rm_dir(j->s->dir);
+        util_rm_dir(j->s->dir, NULL);
         snap_free(j->s);
         json_decref(j->fork_req);
         free(j);

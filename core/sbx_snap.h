@@ -1,5 +1,5 @@
 /*
- * sbx_snap.h - snapshots of running sandboxes (issue 8): take one, list,
+ * sbx_snap.h - snapshots of running sandboxes: take one, list,
  * look up and delete them; sbx_create restores new sandboxes from them
  * ("snapshot_id" in place of "template").
  *

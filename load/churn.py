@@ -1,4 +1,4 @@
-"""Create/delete churn, many live sandboxes, many frozen ones (issue 8).
+"""Create/delete churn, many live sandboxes, many frozen ones.
 
     load/run --churn [--cycles N] [--live N] [--pool-size N] [--freeze-ms MS]
                      [--pageout-ms MS [--zram SIZE]]

@@ -1,4 +1,4 @@
-"""Exec round trip against the guest's own fork+exec+wait floor (issue 8): one table.
+"""Exec round trip against the guest's own fork+exec+wait floor: one table.
 
     load/run --exec-rt --images DIR [--old-images DIR] [--n N]
 

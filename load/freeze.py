@@ -1,4 +1,4 @@
-"""Idle freeze (issue 8): what a thaw adds to the first exec, and what a frozen VM costs.
+"""Idle freeze: what a thaw adds to the first exec, and what a frozen VM costs.
 
     load/run --freeze [--n N] [--watch S] [--pageout N]
 

@@ -1,4 +1,4 @@
-"""Flood warrend from both sides at once (issue 5) and print one table:
+"""Flood warrend from both sides at once and print one table:
 hostile guests writing frames of their own (tests/hostile/hostile.c, run as
 root in real sandboxes) while thousands of slow clients hold connections
 (load/slow_clients.py). Reports warrend's peak RSS and whether a

@@ -1,5 +1,6 @@
 """What an idle sandbox costs in memory against how fast it stays, per TCG
-translation cache size (issue 8's PSS target), side by side in one run.
+translation cache size (against the PSS target of load/targets.py), side by side in
+one run.
 
     load/run --idle-mem [--tb 8,16,32,128,128h] [--n 4] [--execs 20] [--template minimal]
 

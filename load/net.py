@@ -1,4 +1,4 @@
-"""What networking adds to create (issue 9), net on and off side by side.
+"""What networking adds to create, net on and off side by side.
 
     WARREN_IMAGE_DIR=... python3 load/net.py [--creates N] [--jail]
 

@@ -1,6 +1,6 @@
 /*
  * net_setup: what a VM's network namespace costs to make, with no VM
- * (load/RESULTS.md, issue 9). Run as root inside a scratch namespace that has
+ * (load/RESULTS.md). Run as root inside a scratch namespace that has
  * an interface named up0, e.g.
  *
  *   ip netns add s && ip -n s link add up0 type veth peer name up1 &&

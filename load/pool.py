@@ -1,4 +1,4 @@
-"""The warm pool against a cold boot, side by side in one run (issue 8).
+"""The warm pool against a cold boot, side by side in one run.
 
     load/run --pool [--creates N] [--boots N] [--execs N] [--pool-size N] [--jail auto|off]
                     [--other TEMPLATE] [--set KEY=VALUE ...]

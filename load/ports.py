@@ -1,4 +1,4 @@
-"""The port proxy (issue 9 "Inbound"): throughput and connection set-up, through
+"""The port proxy (docs/NETWORK.md, "Inbound"): throughput and connection set-up, through
 warrend vs direct from inside the VM's namespace.
 
     WARREN_IMAGE_DIR=... python3 load/ports.py [--mib N] [--conns N]

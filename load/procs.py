@@ -1,4 +1,4 @@
-"""Benchmarks of processes that belong to the sandbox (issue 6): one table.
+"""Benchmarks of processes that belong to the sandbox: one table.
 
     load/run --procs [--n N] [--procs N] [--sandboxes N] [--watch S]
 

@@ -1,5 +1,5 @@
 """PTY output through the PTY WebSocket, by producer, and keystroke echo: one table,
-two guest image sets side by side in one run (issue 7).
+two guest image sets side by side in one run.
 
     load/run --pty-out [--images DIR] [--old-images DIR] [--echo N] [--vcpus N]
 

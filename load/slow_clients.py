@@ -1,4 +1,4 @@
-"""Slow and idle clients against warrend (issue 5): open N connections that
+"""Slow and idle clients against warrend: open N connections that
 never complete a request, hold them, and see whether a well-behaved client
 still gets /healthz and an exec answered, and what it costs warrend (peak RSS).
 

@@ -1,4 +1,4 @@
-"""Snapshots, fork, pause and resume (issue 8): latencies, client side.
+"""Snapshots, fork, pause and resume: latencies, client side.
 
     load/run --snap [--n N] [--fork8 N] [--gap S] [--set KEY=VALUE ...]
 

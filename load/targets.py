@@ -1,4 +1,4 @@
-"""Issue 8's targets in one table: every benchmark it names, run one after the other
+"""The performance targets in one table: every benchmark they name, run one after the other
 on this machine, each figure beside its target and whether it is met.
 
     load/run --targets [--quick] [--churn] [--zram SIZE]

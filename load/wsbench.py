@@ -1,4 +1,4 @@
-"""WebSocket benchmarks (issue 7): idle agent sessions, keystroke echo among many
+"""WebSocket benchmarks: idle agent sessions, keystroke echo among many
 sockets, PTY output throughput, a saturating producer with a slow reader, exec
 `true` over the agent socket beside REST. Starts warrend (tests/integration/warren.py)
 with limits raised for the run, drives it with build/load/wsload (one thread, epoll)

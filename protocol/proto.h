@@ -12,7 +12,8 @@
  * the caller's buffer or the msgpack zone. Nothing here does I/O.
  *
  * Ownership: a decoded frame borrows from the input buffer and from the
- * struct proto_msg that holds its zone; both must outlive the frame.
+ * msgpack_zone the caller passed to proto_decode(); both must outlive the
+ * frame.
  * Encoders append to a struct proto_buf the caller owns.
  */
 #ifndef WARREN_PROTO_H

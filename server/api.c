@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util.h"
+
 static int fail(struct api_err *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int fail(struct api_err *e, int status, const char *code, const char *fmt, ...)
@@ -470,68 +472,21 @@ size_t api_utf8_partial_tail(const unsigned char *p, size_t n)
     return 0;
 }
 
-static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
+/* The API's base64 is standard and padded; the codec is shared with the tokens'
+ * URL-safe form (util/). */
 size_t api_b64_len(size_t n)
 {
-    return (n + 2) / 3 * 4;
+    return util_b64_len(UTIL_B64_STD, n);
 }
 
 void api_b64_encode(const unsigned char *in, size_t n, char *out)
 {
-    size_t i = 0;
-
-    for (; i + 3 <= n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        *out++ = b64chars[v >> 18];
-        *out++ = b64chars[(v >> 12) & 63];
-        *out++ = b64chars[(v >> 6) & 63];
-        *out++ = b64chars[v & 63];
-    }
-    if (n - i == 1) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        *out++ = b64chars[v >> 18];
-        *out++ = b64chars[(v >> 12) & 63];
-        *out++ = '=';
-        *out++ = '=';
-    } else if (n - i == 2) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-        *out++ = b64chars[v >> 18];
-        *out++ = b64chars[(v >> 12) & 63];
-        *out++ = b64chars[(v >> 6) & 63];
-        *out++ = '=';
-    }
-}
-
-static int b64val(char c)
-{
-    const char *p = c ? strchr(b64chars, c) : NULL;
-    return p ? (int)(p - b64chars) : -1;
+    util_b64_encode(UTIL_B64_STD, in, n, out);
 }
 
 long api_b64_decode(const char *in, size_t n, unsigned char *out)
 {
-    long o = 0;
-
-    if (n % 4)
-        return -1;
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4], pad = 0;
-        for (int k = 0; k < 4; k++) {
-            if (in[i + k] == '=' && i + 4 == n && k >= 2) {
-                v[k] = 0;
-                pad++;
-            } else if (pad || (v[k] = b64val(in[i + k])) < 0) {
-                return -1;
-            }
-        }
-        out[o++] = (unsigned char)(v[0] << 2 | v[1] >> 4);
-        if (pad < 2)
-            out[o++] = (unsigned char)((v[1] & 15) << 4 | v[2] >> 2);
-        if (pad < 1)
-            out[o++] = (unsigned char)((v[2] & 3) << 6 | v[3]);
-    }
-    return o;
+    return util_b64_decode(UTIL_B64_STD, in, n, out, n / 4 * 3);
 }
 
 /* Base64 of a ++ b where a is at most 3 bytes (the held-back bytes). */

@@ -11,6 +11,7 @@
  */
 #include "cred.h"
 #include "http_int.h"
+#include "util.h"
 
 #define TOKEN_TTL_DEFAULT 3600
 #define TOKEN_TTL_MAX     86400
@@ -163,16 +164,13 @@ bool http_origin_allowed(const struct http_server *srv, struct lws *wsi)
     return token_origin_allowed(origin, srv->cfg->allowed_origins, host[0] ? host : NULL);
 }
 
+/* Whole seconds, shown with ".000" like the sandbox's own times. */
 static json_t *iso_time(uint64_t s)
 {
-    char buf[64];
-    time_t tt = (time_t)s;
-    struct tm tm;
+    char buf[UTIL_ISO_MAX];
 
-    if (!gmtime_r(&tt, &tm))
+    if (!util_iso_time(s > INT64_MAX ? INT64_MAX : (int64_t)s, 0, buf, sizeof(buf)))
         return json_null();
-    snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.000Z", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
     return json_string(buf);
 }
 

@@ -779,6 +779,10 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     bool v6 = inet_pton(AF_INET6, cfg->listen_addr, a6) == 1;
     int r;
 
+    if (!cfg->http_timeout_s) {
+        LOG(LOG_ERR, "http: a timeout of 0 would disable lws's timeouts");
+        return -EINVAL;
+    }
     h = calloc(1, sizeof(*h));
     if (!h || !(h->key = strdup(api_key))) {
         free(h);
@@ -799,7 +803,7 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     info.foreign_loops = foreign;
     info.count_threads = 1;
     info.pt_serv_buf_size = RX_BUF;
-    info.timeout_secs = HTTP_TIMEOUT_S;
+    info.timeout_secs = (unsigned)cfg->http_timeout_s;
     info.server_string = "warrend";
     info.user = h; /* lws_context_user(): how callbacks find their server */
     h->ctx = lws_create_context(&info);
@@ -842,6 +846,13 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     LOG(LOG_DEBUG, "%u fds for connections", h->fd_conns);
     *out = h;
     return 0;
+}
+
+int http_timeout_s(struct lws *wsi)
+{
+    const struct http_server *srv = lws_context_user(lws_get_context(wsi));
+
+    return (int)srv->cfg->http_timeout_s;
 }
 
 unsigned http_port(const struct http_server *h)

@@ -22,7 +22,8 @@ struct sbx_table;
 
 /* Create the lws context on loop and start listening on cfg->listen_addr:listen_port.
  * 0; -ENOENT when lws cannot run on libev (evlib plugin missing); -EADDRNOTAVAIL when
- * the address cannot be bound; -ENOMEM. The reason is logged. */
+ * the address cannot be bound; -EINVAL when cfg->http_timeout_s is 0 (lws would take
+ * it as "no timeout"; cfg_defaults sets it); -ENOMEM. The reason is logged. */
 int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table *t,
                const char *api_key, struct http_server **out);
 

@@ -1,9 +1,9 @@
 /*
- * http_int.h - what the three files of the REST server share: http.c (the
- * lws glue: context, vhost, the protocols list, connections and their
- * caps), rest.c (the REST router, its handlers and the sandbox table's
- * sink) and resp.c (the response writer: output queue, JSON answers, the
- * NDJSON stream encoder, WRITEABLE).
+ * http_int.h - what the parts of the HTTP server (warren_http) share: the lws
+ * glue (context, vhost, the protocols list, connections and their caps), the
+ * REST router, its handlers and the sandbox table's sink, the response writer
+ * (output queue, JSON answers, the NDJSON stream encoder, WRITEABLE), and the
+ * WebSocket, port-proxy and token doors built on them.
  *
  * One struct pss per HTTP transaction, owned by lws (per_session_data);
  * p->srv is set while the transaction is live, from LWS_CALLBACK_HTTP to
@@ -35,20 +35,17 @@
 #include "http.h"
 #include "token.h"
 
-#define WRITE_MAX  (64 * 1024)   /* bytes per lws_write */
-#define OBUF_MIN   (64 * 1024)   /* payload room of a fresh output buffer */
-#define HIGH_WATER (1024 * 1024) /* queued bytes above which credit is withheld */
-#define LOW_WATER  (256 * 1024)  /* ... until the queue is back down to this */
-#define RX_BUF     (64 * 1024)   /* lws read size (pt_serv_buf_size) */
-#define CHUNK_HDR  10            /* "%x\r\n" for a chunk below 4 GiB */
-#define CHUNK_TRL  2             /* "\r\n" after each chunk */
-#define HDR_ROOM   1024          /* response header block */
-#ifndef HTTP_TIMEOUT_S
-#define HTTP_TIMEOUT_S 30 /* lws body, header and idle-read timeouts (tests build it with 2) */
-#endif
-#define KEEPALIVE_S     30   /* idle keep-alive connections */
-#define FDS_PER_SBX     8    /* fds a sandbox costs warrend (QMP, channel, console...) */
-#define QUERY_STORE     8192 /* decoded query fragments (lws caps headers at 4 KiB) */
+#define WRITE_MAX       (64 * 1024)   /* bytes per lws_write */
+#define OBUF_MIN        (64 * 1024)   /* payload room of a fresh output buffer */
+#define HIGH_WATER      (1024 * 1024) /* queued bytes above which credit is withheld */
+#define LOW_WATER       (256 * 1024)  /* ... until the queue is back down to this */
+#define RX_BUF          (64 * 1024)   /* lws read size (pt_serv_buf_size) */
+#define CHUNK_HDR       10            /* "%x\r\n" for a chunk below 4 GiB */
+#define CHUNK_TRL       2             /* "\r\n" after each chunk */
+#define HDR_ROOM        1024          /* response header block */
+#define KEEPALIVE_S     30            /* idle keep-alive connections */
+#define FDS_PER_SBX     8             /* fds a sandbox costs warrend (QMP, channel, console...) */
+#define QUERY_STORE     8192          /* decoded query fragments (lws caps headers at 4 KiB) */
 #define QUERY_FRAGS_MAX 64
 #define CLIENT_BUCKETS  1024 /* client address -> open connections */
 #define CONN_FAIR       4    /* past max_connections, an address holding fewer may still connect */
@@ -134,7 +131,7 @@ struct pss {
     size_t credit_pending; /* written but not yet acknowledged */
     struct api_utf8_hold hold[2];
 
-    bool by_token; /* admitted by an ?access_token=, not the API key (issue 7) */
+    bool by_token; /* admitted by an ?access_token=, not the API key */
     /* A body route on a paused sandbox waits for its resume (op is the resume's):
      * then it runs with this body. */
     bool resuming;
@@ -158,7 +155,7 @@ struct http_server {
     unsigned fd_conns; /* fds left for connections once the sandboxes have theirs */
     struct client *clients[CLIENT_BUCKETS];
     struct conn *accepted; /* counted by the filter, not yet bound to its wsi */
-    /* access tokens (issue 7): the HMAC key, once http_set_token_secret gave it */
+    /* access tokens: the HMAC key, once http_set_token_secret gave it */
     unsigned char token_key[TOKEN_SECRET_LEN];
     bool token_key_set;
     /* warrend's own listener (http.c): it reads each connection's first head to
@@ -200,6 +197,8 @@ int resp_writeable(struct pss *p);
 
 /* ---- http.c ---- */
 
+/* The lws timeouts of wsi's server, in seconds (its config's http_timeout_s). */
+int http_timeout_s(struct lws *wsi);
 /* The connection became a WebSocket: no header deadline any more. */
 void http_conn_upgraded(struct lws *wsi);
 /* A connection the port proxy took is closed: uncount it (ud: its struct conn). */
@@ -229,7 +228,7 @@ int rest_body_done(struct pss *p);
  * free its buffers, clear p->srv. Idempotent. */
 void rest_req_end(struct pss *p);
 
-/* ---- auth.c: who may do what (issue 7) ---- */
+/* ---- auth.c: who may do what ---- */
 
 /* The query parameter that carries an access token. Every edge drops it from the query
  * it parses, so it never reaches an error message or a log line. */

@@ -20,14 +20,13 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <ev.h>
-#include <mbedtls/ctr_drbg.h>
-#include <mbedtls/entropy.h>
 
 #include "config.h"
 #include "http.h"
 #include "log.h"
 #include "sbx.h"
 #include "token.h"
+#include "util.h"
 #include "vmm.h"
 
 #ifndef WARREN_VERSION
@@ -75,24 +74,6 @@ static int mkdir_p(const char *path)
         }
     }
     return 0;
-}
-
-static int random_bytes(unsigned char *out, size_t n)
-{
-    static const char pers[] = "warrend api key";
-    mbedtls_entropy_context ent;
-    mbedtls_ctr_drbg_context drbg;
-    int r;
-
-    mbedtls_entropy_init(&ent);
-    mbedtls_ctr_drbg_init(&drbg);
-    r = mbedtls_ctr_drbg_seed(&drbg, mbedtls_entropy_func, &ent, (const unsigned char *)pers,
-                              sizeof(pers) - 1);
-    if (!r)
-        r = mbedtls_ctr_drbg_random(&drbg, out, n);
-    mbedtls_ctr_drbg_free(&drbg);
-    mbedtls_entropy_free(&ent);
-    return r ? -EIO : 0;
 }
 
 /* Read a key file: one line of at least 16 printable characters, in a file only
@@ -159,7 +140,7 @@ static int load_api_key(const struct srv_config *cfg, char **out)
             LOG(LOG_INFO, "API key: %s", path);
         goto out;
     }
-    r = random_bytes(raw, sizeof(raw));
+    r = util_random_bytes("warrend api key", raw, sizeof(raw));
     if (r) {
         LOG(LOG_ERR, "cannot get random bytes for the API key (mbedTLS entropy)");
         goto out;
@@ -210,7 +191,7 @@ static int load_token_secret(const char *state_dir, unsigned char out[TOKEN_SECR
         return -ENOMEM;
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 && errno == ENOENT) {
-        if ((r = random_bytes(out, TOKEN_SECRET_LEN))) {
+        if ((r = util_random_bytes("warrend api key", out, TOKEN_SECRET_LEN))) {
             LOG(LOG_ERR, "cannot get random bytes for the token secret (mbedTLS entropy)");
             goto out;
         }

@@ -187,7 +187,7 @@ void resp_json(struct pss *p, int status, json_t *body)
     if (p->upload && !p->body_done && p->rx_paused) {
         p->rx_paused = false;
         lws_rx_flow_control(p->wsi, 1);
-        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, HTTP_TIMEOUT_S);
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, http_timeout_s(p->wsi));
     }
     resp_want_write(p);
 }
@@ -316,7 +316,7 @@ static int finish(struct pss *p)
             p->rx_paused = false;
             lws_rx_flow_control(p->wsi, 1);
         }
-        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, HTTP_TIMEOUT_S);
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, http_timeout_s(p->wsi));
         return 0;
     }
     /* lws_http_transaction_completed frees p (HTTP_DROP_PROTOCOL): do not touch it after. */

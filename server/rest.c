@@ -209,7 +209,7 @@ static void upload_resume(struct pss *p)
     p->rx_paused = false;
     lws_rx_flow_control(p->wsi, 1);
     if (!p->body_done)
-        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, HTTP_TIMEOUT_S);
+        lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, http_timeout_s(p->wsi));
 }
 
 static void upload_pump(struct pss *p)

@@ -15,10 +15,9 @@
 #include <mbedtls/md.h>
 
 #include "token.h"
+#include "util.h"
 
 #define HDR_LEN (1 + 8 + 1 + 1) /* version, expiry, scopes, id length */
-
-static const char b64u[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 static const char *const scope_names[] = {"pty", "session", "files", "ports", "exec"};
 
@@ -67,72 +66,6 @@ static int mac(const unsigned char key[TOKEN_SECRET_LEN], const unsigned char *i
     return 0;
 }
 
-static size_t b64u_encode(const unsigned char *in, size_t n, char *out)
-{
-    size_t o = 0, i = 0;
-
-    for (; i + 3 <= n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[o++] = b64u[v >> 18];
-        out[o++] = b64u[(v >> 12) & 63];
-        out[o++] = b64u[(v >> 6) & 63];
-        out[o++] = b64u[v & 63];
-    }
-    if (n - i == 1) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        out[o++] = b64u[v >> 18];
-        out[o++] = b64u[(v >> 12) & 63];
-    } else if (n - i == 2) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
-        out[o++] = b64u[v >> 18];
-        out[o++] = b64u[(v >> 12) & 63];
-        out[o++] = b64u[(v >> 6) & 63];
-    }
-    out[o] = '\0';
-    return o;
-}
-
-static int b64u_val(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decode unpadded base64url into out (cap bytes): its length, or -1 when it is not the
- * one canonical spelling of some bytes (bad character, impossible length, stray bits). */
-static long b64u_decode(const char *in, size_t n, unsigned char *out, size_t cap)
-{
-    size_t o = 0;
-    uint32_t acc = 0;
-    unsigned bits = 0;
-
-    if (n % 4 == 1 || n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0) > cap)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64u_val(in[i]);
-        if (v < 0)
-            return -1;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    /* Leftover bits must be zero, or two strings would decode to the same token. */
-    return acc ? -1 : (long)o;
-}
-
 int token_mint(const unsigned char key[TOKEN_SECRET_LEN], const char *sbx, unsigned scopes,
                uint64_t expires, char out[TOKEN_STR_MAX + 1])
 {
@@ -151,7 +84,7 @@ int token_mint(const unsigned char key[TOKEN_SECRET_LEN], const char *sbx, unsig
     n = HDR_LEN + idlen;
     if (mac(key, raw, n, raw + n))
         return -EIO;
-    b64u_encode(raw, n + TOKEN_MAC_LEN, out);
+    out[util_b64_encode(UTIL_B64_URL, raw, n + TOKEN_MAC_LEN, out)] = '\0';
     return 0;
 }
 
@@ -169,7 +102,7 @@ enum token_why token_verify(const unsigned char key[TOKEN_SECRET_LEN], const cha
         memset(claims, 0, sizeof(*claims));
     if (!key || !tok || len > TOKEN_STR_MAX)
         return TOKEN_MALFORMED;
-    got = b64u_decode(tok, len, raw, sizeof(raw));
+    got = util_b64_decode(UTIL_B64_URL, tok, len, raw, sizeof(raw));
     if (got < HDR_LEN + 1 + TOKEN_MAC_LEN || raw[0] != TOKEN_VERSION)
         return TOKEN_MALFORMED;
     idlen = raw[10];

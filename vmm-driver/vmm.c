@@ -1,9 +1,14 @@
 /*
  * vmm.c - one QEMU process: spawn or adopt, connect its sockets, watch it exit.
  *
- * States: RUNNING -> EXITED (cbs->exited ran) | DETACHED | FREED. Only
- * RUNNING makes callbacks; every path out of RUNNING first stops every
- * watcher and closes every socket (teardown), so nothing can fire later.
+ * Phases: the table in vmm_phase.h (BOOTING, WAITING, RESTORING, RUNNING,
+ * STOPPED, SAVING, SEALED while the process is watched; EXITED, DETACHED,
+ * FREED after). Every change goes through phase_set, which checks that table.
+ * Only the live phases make callbacks, plus one last delivery at EXITED (the
+ * queued phase changes, then cbs->exited); DETACHED and FREED, which the
+ * owner causes itself, make none. Every path out of the live phases first
+ * stops every watcher and closes every socket (teardown_io), so nothing can
+ * fire later.
  *
  * Exit is watched through a pidfd, which works for our own children and for
  * VMs adopted after a warrend restart alike. The status comes from
@@ -44,7 +49,8 @@
 
 extern char **environ;
 
-enum op_kind { OP_NONE = 0, OP_STOP, OP_CONT, OP_SAVE, OP_RESTORE };
+/* vmm_ prefixed: the sandbox table has its own, different enum op_kind. */
+enum vmm_op_kind { VMM_OP_NONE = 0, VMM_OP_STOP, VMM_OP_CONT, VMM_OP_SAVE, VMM_OP_RESTORE };
 /* Where a save or restore is: which step answers next. */
 enum op_stage { STG_QMP = 0, STG_JOB, STG_PAGES, STG_LOAD };
 
@@ -67,7 +73,7 @@ struct vmm_po {
 
 /* The one stop/cont/save/restore in progress. */
 struct vmm_op {
-    enum op_kind kind;
+    enum vmm_op_kind kind;
     enum op_stage stage;
     vmm_op_cb cb;
     void *ud;
@@ -802,7 +808,7 @@ static void on_status(void *ud, int err, const char *json)
         else
             phase_set(vm, VMM_PH_STOPPED);
     }
-    if (vm->pf_want && vm->phase == VMM_PH_WAITING && vm->op.kind == OP_NONE && st &&
+    if (vm->pf_want && vm->phase == VMM_PH_WAITING && vm->op.kind == VMM_OP_NONE && st &&
         strcmp(st, "inmigrate") == 0)
         (void)pf_begin(vm, vm->pf_want);
     json_decref(o);
@@ -1680,7 +1686,7 @@ static void op_clear(struct vmm *vm)
     if (op->job) {
         job_unref(op->job); /* the thread finishes (a save's file included) on its own */
         op->job = NULL;
-    } else if (op->kind == OP_SAVE && op->tmp) {
+    } else if (op->kind == VMM_OP_SAVE && op->tmp) {
         unlink(op->tmp);
     }
     if (op->fd >= 0)
@@ -1701,7 +1707,7 @@ static void op_finish(struct vmm *vm, int err, const char *why)
     char buf[240];
 
     snprintf(buf, sizeof(buf), "%s", why ? why : (err ? strerror(-err) : "ok"));
-    if (vm->op.kind == OP_SAVE && err && vm->op.tmp && !vm->op.job)
+    if (vm->op.kind == VMM_OP_SAVE && err && vm->op.tmp && !vm->op.job)
         unlink(vm->op.tmp);
     ev_io_stop(vm->loop, &vm->job_w);
     job_unref(vm->op.job);
@@ -1733,7 +1739,7 @@ static void on_op_reply(void *ud, int err, const char *json)
 {
     struct vmm *vm = ud;
 
-    if (vm->op.kind == OP_NONE)
+    if (vm->op.kind == VMM_OP_NONE)
         return;
     vm->op.replies--;
     if (err)
@@ -1800,13 +1806,13 @@ static void op_step(struct vmm *vm)
     if (op->replies > 0 || op->job)
         return;
     switch (op->kind) {
-    case OP_NONE:
+    case VMM_OP_NONE:
         return;
-    case OP_STOP:
-    case OP_CONT:
+    case VMM_OP_STOP:
+    case VMM_OP_CONT:
         op_finish(vm, op->err, op->err ? op->why : NULL);
         return;
-    case OP_SAVE:
+    case VMM_OP_SAVE:
         if (op->err) {
             /* A failed migration leaves the (stopped) source as it was. */
             phase_set(vm, VMM_PH_STOPPED);
@@ -1827,7 +1833,7 @@ static void op_step(struct vmm *vm)
             op_finish(vm, r, "snapshot: could not start the writer thread");
         }
         return;
-    case OP_RESTORE:
+    case VMM_OP_RESTORE:
         if (op->err && !op->mig_done) {
             /* Refused before QEMU read a byte of it (or QEMU refused the
              * command): the VM still waits for a stream. If QEMU rejected
@@ -1889,7 +1895,7 @@ static void on_job(struct ev_loop *loop, ev_io *w, int revents)
     ev_io_stop(loop, w);
     vm->op.job = NULL;
     vmm_enter(vm);
-    if (vm->op.kind == OP_SAVE) {
+    if (vm->op.kind == VMM_OP_SAVE) {
         /* A saved template's RAM file is the clones' base from now on. */
         phase_set(vm, !j->err && vm->boot == VMM_BOOT_TEMPLATE ? VMM_PH_SEALED : VMM_PH_STOPPED);
         if (j->err)
@@ -1928,7 +1934,7 @@ void vmm_qmp_event(struct vmm *vm, const char *ev, const char *status)
             vm->phase == VMM_PH_RESTORING)
             phase_set(vm, VMM_PH_RUNNING);
     } else if (strcmp(ev, "MIGRATION") == 0 && status) {
-        if (vm->op.kind != OP_SAVE && vm->op.kind != OP_RESTORE)
+        if (vm->op.kind != VMM_OP_SAVE && vm->op.kind != VMM_OP_RESTORE)
             return;
         if (strcmp(status, "completed") == 0)
             vm->op.mig_done = true;
@@ -1940,13 +1946,13 @@ void vmm_qmp_event(struct vmm *vm, const char *ev, const char *status)
     }
 }
 
-static int op_begin(struct vmm *vm, enum op_kind kind, vmm_op_cb cb, void *ud)
+static int op_begin(struct vmm *vm, enum vmm_op_kind kind, vmm_op_cb cb, void *ud)
 {
     if (!vm)
         return -EINVAL;
     if (!vmm_phase_live(vm->phase))
         return -ESRCH;
-    if (vm->op.kind != OP_NONE)
+    if (vm->op.kind != VMM_OP_NONE)
         return -EBUSY;
     memset(&vm->op, 0, sizeof(vm->op));
     vm->op.kind = kind;
@@ -1960,7 +1966,7 @@ static int op_begin(struct vmm *vm, enum op_kind kind, vmm_op_cb cb, void *ud)
  * it put the VM in (SAVING, RESTORING) is its own doing. */
 static bool busy(const struct vmm *vm)
 {
-    return vm && vmm_phase_live(vm->phase) && vm->op.kind != OP_NONE;
+    return vm && vmm_phase_live(vm->phase) && vm->op.kind != VMM_OP_NONE;
 }
 
 static int stop_cont(struct vmm *vm, bool stop, vmm_op_cb cb, void *ud)
@@ -1972,7 +1978,7 @@ static int stop_cont(struct vmm *vm, bool stop, vmm_op_cb cb, void *ud)
     if (vm && vmm_phase_live(vm->phase) &&
         !(stop ? vmm_phase_can_stop(vm->phase) : vmm_phase_can_cont(vm->phase)))
         return -EPERM;
-    if ((r = op_begin(vm, stop ? OP_STOP : OP_CONT, cb, ud)) != 0)
+    if ((r = op_begin(vm, stop ? VMM_OP_STOP : VMM_OP_CONT, cb, ud)) != 0)
         return r;
     if ((r = op_send(vm, stop ? "{\"execute\":\"stop\"}" : "{\"execute\":\"cont\"}",
                      on_op_reply)) != 0)
@@ -2061,7 +2067,7 @@ int vmm_prefault_tcg(struct vmm *vm, uint64_t bytes)
         return -EINVAL;
     if (!vmm_phase_live(vm->phase) || vm->pidfd < 0)
         return -ESRCH;
-    if (vm->phase != VMM_PH_WAITING || vm->op.kind != OP_NONE)
+    if (vm->phase != VMM_PH_WAITING || vm->op.kind != VMM_OP_NONE)
         return -EPERM;
     if (vm->pf.mem >= 0 || vm->pf_want || vm->pf_done)
         return -EBUSY;
@@ -2214,7 +2220,7 @@ static void on_dev_saved(void *ud, int err, const char *json)
 {
     struct vmm *vm = ud;
 
-    if (vm->op.kind == OP_SAVE && !err)
+    if (vm->op.kind == VMM_OP_SAVE && !err)
         vm->op.mig_done = true;
     on_op_reply(ud, err, json);
 }
@@ -2277,7 +2283,7 @@ static int save_start(struct vmm *vm, const char *path, const char *ram, unsigne
     /* A RAM file is made of a booted VM's anonymous RAM, found among QEMU's mappings. */
     if (ram && (vm->mem_file || vm->pid <= 0 || !vmm_ram_anon_find(vm->pid, vm->mem_mb)))
         return -ENOTSUP;
-    if ((r = op_begin(vm, OP_SAVE, cb, ud)) != 0)
+    if ((r = op_begin(vm, VMM_OP_SAVE, cb, ud)) != 0)
         return r;
     op = &vm->op;
     op->nosync = flags & VMM_SAVE_NOSYNC;
@@ -2364,7 +2370,7 @@ int vmm_restore(struct vmm *vm, const char *path, vmm_op_cb cb, void *ud)
         return -EBUSY;
     if (vmm_phase_live(vm->phase) && !vmm_phase_can_restore(vm->phase))
         return -EPERM;
-    if ((r = op_begin(vm, OP_RESTORE, cb, ud)) != 0)
+    if ((r = op_begin(vm, VMM_OP_RESTORE, cb, ud)) != 0)
         return r;
     vm->op.fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (vm->op.fd < 0) {

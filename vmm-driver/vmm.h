@@ -157,7 +157,7 @@ struct vmm_config {
                            * /dev/shm/warren-<t>.mem (no commas). TEMPLATE creates it (mem_mb long);
                            * RESTORE needs the one its snapshot was saved over, unchanged.
                            * A jailed RESTORE over a mem_path needs mem_fd. */
-    /* Appended for networking (issue 9); NULL keeps the VM without a NIC. */
+    /* Appended for networking; NULL keeps the VM without a NIC. */
     const char *const *net_wrap; /* NULL-terminated argv spawned in QEMU's place, QEMU's own
                                   * argv appended: it sets up the VM's network namespace
                                   * (tap0 inside) and execs its trailing arguments there,

@@ -29,6 +29,7 @@
 #include "gstream.h"
 #include "procs.h"
 #include "proto.h"
+#include "util.h"
 
 #define NSTREAMS  7 /* index = stream id; 0 unused */
 #define RING_FROM 1000
@@ -149,7 +150,7 @@ static void frame(struct host *h, const struct proto_frame *f)
                f->v[PK_DATA].s.len);
     }
     if (proto_has(f, PK_MTIME)) {
-        size_t l = gstream_time_iso(f->v[PK_MTIME].i, buf, sizeof(buf));
+        size_t l = util_iso_time(f->v[PK_MTIME].i, -1, buf, sizeof(buf));
         if (l != 20 || strlen(buf) != 20)
             abort();
     }

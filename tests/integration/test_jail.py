@@ -1,4 +1,4 @@
-"""QEMU in a jail (issue 5): every VM's QEMU under its own uid, in its own
+"""QEMU in a jail: every VM's QEMU under its own uid, in its own
 mount namespace and cgroup; nothing leaks across create/delete cycles or a
 kill -9 of warrend; TCG is refused on a non-loopback address.
 

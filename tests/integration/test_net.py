@@ -1,4 +1,4 @@
-"""Sandbox networking (issue 9, docs/NETWORK.md), against a fake internet.
+"""Sandbox networking (docs/NETWORK.md), against a fake internet.
 
 warrend runs inside a test-made network namespace whose only route out leads
 into another test namespace (fakenet.py): an HTTP server on 192.0.2.10 and a
@@ -39,8 +39,8 @@ with cf.ThreadPoolExecutor(16) as ex:
 
 
 def images_have_nic():
-    """The guest images load virtio_net (images/build.sh after issue 9): its
-    name is in a newc header of the initramfs."""
+    """The guest images load virtio_net (images from an older images/build.sh
+    lack it): its name is in a newc header of the initramfs."""
     try:
         with open(os.path.join(image_dir(), "initramfs.cpio"), "rb") as f:
             return b"virtio_net.ko" in f.read()

@@ -1,4 +1,4 @@
-"""The warm pool (issue 8): creates are handed VMs restored from a template
+"""The warm pool: creates are handed VMs restored from a template
 snapshot instead of booting; two hand-outs are distinct VMs; the pool refills;
 an empty pool restores a clone of its template for the create instead of booting;
 a sandbox from the pool survives a warrend kill -9; a corrupted snapshot is
@@ -780,7 +780,7 @@ def mem_total_mib(w, sid):
 
 
 class TestPoolTemplates(unittest.TestCase):
-    """Pools of more than the default template (issue 8: "per template"):
+    """A pool per template, not only for the default one:
     pool_templates' built at start; on first use, one for each template and shape
     (memory, vCPUs) a create asks for, that create booting; none past
     pool_max_templates (logged once, its creates boot). They survive a kill -9 and

@@ -1,4 +1,4 @@
-"""Sandbox ports through warrend (issue 9 "Inbound", docs/NETWORK.md, server/ports.c).
+"""Sandbox ports through warrend (docs/NETWORK.md "Inbound", server/ports.c).
 
 A guest HTTP server (python3 of the base template: it echoes the request line and
 headers it got, serves n bytes, hashes what is posted, and echoes WebSocket frames)

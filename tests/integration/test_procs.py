@@ -1,4 +1,4 @@
-"""Processes and PTYs that belong to the sandbox (issue 6), over REST, against
+"""Processes and PTYs that belong to the sandbox, over REST, against
 real microVMs: a background exec outlives its request, its output is kept in
 a ring inside the guest and read back byte-exact from any offset, stdin,
 signals and PTY sizes reach it, and everything survives kill -9 of warrend."""

@@ -217,7 +217,7 @@ class RobustnessTest(WarrenCase):
 
 
 class OvercommitTest(WarrenCase):
-    """memory_overcommit_percent (issue 8: clones share their template's pages, so
+    """memory_overcommit_percent (clones share their template's pages, so
     200 idle sandboxes fit where their memory_mb adds up to twice the host): 150%
     of the 200 MiB left holds two 128 MiB guests and refuses a third."""
     conf = {"memory_reserve_mb": mem_total_mb() - 200, "memory_overcommit_percent": 150}
@@ -256,7 +256,7 @@ class OvercommitTest(WarrenCase):
 
 
 class QuotaTest(WarrenCase):
-    """Create and operation quotas on a real warrend (issue 5). Each check was
+    """Create and operation quotas on a real warrend. Each check was
     accepted before: a bad env key gave 201 (and broke every later exec), and
     nothing limited concurrent operations or the guests' total memory."""
     # Room for one 128 MiB guest and no more: what is left of MemTotal is 200 MiB.
@@ -317,7 +317,7 @@ class QuotaTest(WarrenCase):
 
 
 class ClientTest(WarrenCase):
-    """Careless clients against a real guest (issue 5): chunked request bodies
+    """Careless clients against a real guest: chunked request bodies
     (refused with 411 before) and a client that stops reading a stream."""
     conf = {"stream_stall_timeout_seconds": 3}
 

@@ -1,4 +1,4 @@
-"""Snapshots of running sandboxes against real microVMs (issue 8): a snapshot
+"""Snapshots of running sandboxes against real microVMs: a snapshot
 holds the whole VM (memory, running processes) and its disk; a sandbox created
 from it sees the files and a background loop still counting, with writes of
 its own and a boot id and hostname of its own; the snapshot tree (parent

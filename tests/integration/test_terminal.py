@@ -1,4 +1,4 @@
-"""The browser terminal (issue 7): the page and its static files served by the
+"""The browser terminal: the page and its static files served by the
 real warrend, and, in headless Debian chromium driven by playwright-core
 (terminal_e2e.js), the page on a real microVM's PTY: a command's output, the
 PTY's size following the window, output replayed on reload, and a page that

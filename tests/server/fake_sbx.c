@@ -13,7 +13,7 @@
  * on a cancelled operation, or a second cancel, is counted as misuse.
  *
  * Scripts: create {"template":"bad"} fails at once, "slow" answers after
- * FAKE_SLOW_MS. exec cmd "echo", "fail", "sleep:MS", "ndjson" (text split
+ * fake_slow_ms. exec cmd "echo", "fail", "sleep:MS", "ndjson" (text split
  * inside UTF-8 characters, stderr, invalid bytes), "big:N" (N bytes of
  * text), "forever". File reads "/small", "/big200" (200 MiB of
  * fake_pattern), "/forever", "/missing", "/dies" (fails after 100 KiB).
@@ -35,9 +35,7 @@
 #include "sbx.h"
 #include "sbx_snap.h"
 
-#ifndef FAKE_SLOW_MS
-#define FAKE_SLOW_MS 5000
-#endif
+unsigned fake_slow_ms = 5000;
 #define CHUNK      (64 * 1024)
 #define EXEC_WIN   PROTO_WINDOW
 #define READ_WIN   PROTO_WINDOW
@@ -464,7 +462,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                        "metadata", meta ? json_incref(meta) : json_object());
     s->next = t->sbxs;
     t->sbxs = s;
-    o = op_new(t, OP_LATER, sink, user, !strcmp(tpl, "slow") ? FAKE_SLOW_MS / 1000.0 : 0.02, op);
+    o = op_new(t, OP_LATER, sink, user, !strcmp(tpl, "slow") ? fake_slow_ms / 1000.0 : 0.02, op);
     o->create = true;
     later(o, json_deep_copy(s->rec));
     return 0;

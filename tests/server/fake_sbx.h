@@ -28,6 +28,8 @@ struct fake_stats {
 };
 
 extern struct fake_stats fake_stats;
+/* How long a create of template "slow" takes to answer, in ms (5000 unless set). */
+extern unsigned fake_slow_ms;
 
 /* Bytes of the fake's file and upload pattern at offset i. */
 static inline unsigned char fake_pattern(uint64_t i)

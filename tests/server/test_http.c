@@ -4,8 +4,9 @@
  * curl processes. The loop keeps running while each curl runs; a timer
  * samples this process's VmRSS so transfers can be checked for flat memory.
  *
- * Built with HTTP_TIMEOUT_S=2 and FAKE_SLOW_MS=5000, so a "slow" create
- * answers well after lws's own timeouts would have fired.
+ * Run with lws timeouts of 2 s (cfg.http_timeout_s) and a "slow" create that
+ * answers after 5 s (fake_slow_ms), so it answers well after lws's own
+ * timeouts would have fired.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -546,7 +547,7 @@ static void test_slow(void)
     struct resp r;
     char u[256];
 
-    /* Longer than lws's timeouts (2 s in this build): must still answer. */
+    /* Longer than lws's timeouts (2 s in this test): must still answer. */
     url(u, sizeof(u), "/v1/sandboxes");
     curl_run(&r, NULL, 20, "-H", authz, "--data-binary", "{\"template\":\"slow\"}", u, NULL);
     CHECK(r.code == 201 && r.secs > 4.5);
@@ -1257,7 +1258,7 @@ static void test_stall(void)
     }
 }
 
-/* Access tokens (issue 7) over the fake table: minted with the key, a "files" token
+/* Access tokens over the fake table: minted with the key, a "files" token
  * opens that sandbox's file routes only, and its refusals carry their own codes. */
 static void test_tokens(void)
 {
@@ -1398,6 +1399,8 @@ int main(void)
     CHECK(cfg_set(&cfg, "stream_stall_timeout_seconds", "4", err, sizeof(err)) == 0);
     CHECK(cfg_set(&cfg, "state_dir", tmp, err, sizeof(err)) == 0);
     CHECK(cfg_set(&cfg, "min_free_disk_mb", "1", err, sizeof(err)) == 0);
+    cfg.http_timeout_s = 2;
+    fake_slow_ms = 5000;
     cfgp = &cfg;
     CHECK(sbx_table_new(loop, &cfg, &t) == 0);
     /* warrend leaves ulimit -n less 32 and 8 per sandbox (max_sandboxes, 32 here) to

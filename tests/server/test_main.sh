@@ -24,6 +24,9 @@ check() { # check DESCRIPTION COMMAND...
 
 # start ARGS...: run warrend in the background, wait for its line, set URL.
 start() {
+    # Emptied here, not only by the redirection below: that one runs in the
+    # background child, and the loop could first read the last run's line.
+    : >"$T/out"
     "$WARREND" "$@" >"$T/out" 2>"$T/err" &
     PID=$!
     URL=
