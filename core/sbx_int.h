@@ -85,35 +85,53 @@ struct sbx_vm {
     char mem[4096];
 };
 
+/*
+ * An operation in flight: a common head every kind has, then the state of its
+ * kind only (u, chosen by kind; no other member of u may be read). A path or a
+ * tag is kept in str[], allocated with the op to its actual length (ops_new_str),
+ * so one free releases it; what else an op owns is freed by ops_free: an exec's
+ * output buffers, a listing's entries.
+ */
 struct op {
     struct op *next_all, *next_sb; /* links in t->ops and sb->ops */
     sbx_op_t id;
     enum op_kind kind;
     struct sandbox *sb;
     uint32_t stream; /* channel stream id (0 for create) */
+    bool cancelled;  /* the requester is gone: no callbacks, drain the guest's frames */
     struct sbx_sink sink;
     void *user;
     int64_t started_ms;
-    /* exec */
-    bool cancelled; /* the requester is gone: no callbacks, drain the guest's frames */
-    bool stream_mode;
-    struct proto_buf out[2]; /* JSON mode: stdout, stderr */
-    bool truncated[2];
+    /* A guest stream's accounting (sbx_op_consumed may credit any op's stream). */
     size_t unacked;    /* bytes consumed but not yet credited back (sent in batches) */
     struct gstream gs; /* offsets, credit and size of the stream, as the host counts them */
-    /* file ops */
-    char fop[8];         /* "stat", "list", ... */
-    json_t *entries;     /* list results being gathered */
-    size_t list_bytes;   /* list: the listing's size so far, as counted against list_max_bytes */
-    bool waiting_credit; /* upload: the requester was refused and waits for writable */
-    bool finished_input; /* upload: END sent */
-    bool got_head;
-    char path[4096];
-    /* processes (ops_proc.c) */
-    bool bg;             /* exec: in the background (or a PTY): RESULT{pid} answers it */
-    char tag[257];       /* exec: the client's label for it */
-    uint32_t pid;        /* PLIST (0: all), ATTACH, PCTL: the process */
-    uint64_t attach_off; /* ATTACH: the offset asked for */
+    union {
+        struct op_exec {      /* OP_EXEC */
+            bool stream_mode; /* output goes to sink.data as it comes, not buffered */
+            bool bg;          /* in the background (or a PTY): RESULT{pid} answers it */
+            bool truncated[2];
+            struct proto_buf out[2]; /* JSON mode: stdout, stderr */
+            const char *tag;         /* the client's label for it (in str[]), or NULL */
+        } exec;
+        struct op_file {         /* OP_FREAD, OP_FWRITE */
+            const char *path;    /* in str[] */
+            bool got_head;       /* download: the guest's RESULT{size} came */
+            bool waiting_credit; /* upload: the requester was refused and waits for writable */
+            bool finished_input; /* upload: END sent */
+        } file;
+        struct op_fop {           /* OP_FOP */
+            const char *path;     /* in str[] */
+            enum proto_type type; /* PROTO_STAT, PROTO_LIST, ... */
+            json_t *entries;      /* list results being gathered */
+            size_t list_bytes;    /* the listing's size so far, against list_max_bytes */
+        } fop;
+        struct op_proc {         /* OP_PLIST, OP_ATTACH, OP_PCTL */
+            uint32_t pid;        /* the process (PLIST: 0 for all) */
+            uint64_t attach_off; /* ATTACH: the offset asked for */
+            bool resize;         /* PCTL: a resize (else a signal or stdin) */
+        } proc;
+    } u;
+    char str[]; /* the path or the tag, NUL-terminated ("" for other kinds) */
 };
 
 #define SBX_PUBLIC_PORTS_MAX 16 /* create option public_ports: entries */
@@ -440,13 +458,19 @@ bool sbx_freeze_frame(struct sandbox *sb, const struct proto_frame *f);
 void sbx_freeze_reset(struct sandbox *sb, int err);
 void sbx_freeze_reset_resync(struct sandbox *sb, int err);
 
+/* A new op, linked in t->ops and sb->ops, with a stream of its own (none for a create):
+ * NULL when out of memory. ops_new_str also copies s (NULL: "") into op->str, sized to it;
+ * the caller bounds s (a checked path, a checked tag). */
 struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
+struct op *ops_new_str(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink,
+                       void *user, const char *s);
 /* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or
  * err and NULL. Takes body. */
 void ops_finish(struct op *op, const struct sbx_err *err, json_t *body);
 /* ops_finish with an error of this code and message. */
 void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Unlink op and free it with what it owns; no callback. */
 void ops_free(struct op *op);
 struct op *ops_by_stream(struct sandbox *sb, uint32_t stream);
 /* The op of that id, or NULL (finished, freed). */
