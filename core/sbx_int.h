@@ -2,12 +2,16 @@
  * sbx_int.h - the sandbox table's internals (warren_core): the structs and
  * calls its parts share (lifecycle, index, reaper, VMs, operations,
  * snapshots, freeze, networking). Not for the HTTP layer, which sees only
- * sbx.h.
+ * sbx.h, nor for the pool, which sees the table through struct pool_host
+ * (pool.h, filled by sbx.c) and its pure helpers through sbx_util.h.
  *
  * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
  * the reaper purges it after its retention time. An op lives from its
- * sbx_* call until it finishes (ops_finish: the sink's done is called, then
- * it is unlinked and freed) or is cancelled. Every op belongs to one
+ * sbx_* call until it finishes (ops_finish: it is unlinked and freed, with
+ * what it owns (struct op), then the sink's done is called) or is cancelled
+ * (sbx_op_cancel: a create is freed at once and its sandbox ended; any op is
+ * freed at once when there is no channel; else it stays, silent, until its
+ * work or the guest's last frame for its stream finishes it). Every op belongs to one
  * running sandbox; ending a sandbox finishes all its ops first, so an op
  * never outlives its sandbox.
  *
@@ -24,6 +28,7 @@
 
 #include "sbx.h"
 #include "sbx_state.h"
+#include "sbx_util.h"
 #include "bg.h"
 #include "chan.h"
 #include "config.h"
@@ -216,10 +221,6 @@ struct sbx_table {
     int64_t swap_kb;            /* the host's free swap then */
 };
 
-/* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
-int64_t sbx_now_ms(void);
-/* Milliseconds on CLOCK_REALTIME: only timestamps shown to clients or saved. */
-int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
 /* Look up a sandbox for an operation: 0 and *out, or an sbx_errcode with *err. */
 int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err);
@@ -337,22 +338,8 @@ void sbx_die(struct sandbox *sb, const char *reason);
  * dead and err is set: 0 or -1. */
 int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err);
 
-/* A template's name: 1-48 of [a-z0-9_-] (its image is image_dir/<name>.ext4). */
-bool sbx_template_name_ok(const char *s);
-
 /* ---- snapshots (sbx_snap.c; the API is sbx_snap.h) ---- */
 
-/* The identity of a file something depends on (a template's base image). */
-struct sbx_ident {
-    char path[4096];
-    long long size, mtime_ns, ino;
-};
-/* path resolved and stat'ed: 0 or -errno. */
-int sbx_ident_get(struct sbx_ident *id, const char *path);
-/* {"path","size","mtime_ns","ino"} (new reference). */
-json_t *sbx_ident_json(const struct sbx_ident *id);
-/* Whether the recorded identity o is the file's now: NULL, or what differs. */
-const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
 /* Read the snapshots table into t->snaps and remove snapshot dirs no record names:
  * 0 or -errno. */
 int sbx_snap_restore_all(struct sbx_table *t);
@@ -393,11 +380,6 @@ int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struc
 int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, const char *mem,
                     struct sbx_vm *spare, const struct net_policy *pol, const struct sbx_sink *sink,
                     void *user, sbx_op_t *opid, struct sbx_err *err);
-
-/* The state dir's tag: FNV-1a of its path, 8 hex digits. It names what one warrend
- * makes outside its state dir (cgroups, network namespaces, /dev/shm files), so a
- * warrend's sweep reaches only its own. */
-void sbx_state_tag(const char *state_dir, char out[9]);
 
 /* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
