@@ -51,13 +51,16 @@ int ops_quota(struct sandbox *sb, struct sbx_err *err)
     return 0;
 }
 
-struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user)
+struct op *ops_new_str(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink,
+                       void *user, const char *s)
 {
     struct sbx_table *t = sb->t;
-    struct op *op = calloc(1, sizeof(*op));
+    size_t n = s ? strlen(s) : 0;
+    struct op *op = calloc(1, sizeof(*op) + n + 1);
 
     if (!op)
         return NULL;
+    memcpy(op->str, s ? s : "", n + 1);
     op->id = ++t->next_op;
     op->kind = kind;
     op->sb = sb;
@@ -66,14 +69,32 @@ struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink 
     op->started_ms = sbx_now_ms();
     op->stream = kind == OP_CREATE ? 0 : ++sb->next_stream;
     gstream_init(&op->gs);
-    proto_buf_init(&op->out[0]);
-    proto_buf_init(&op->out[1]);
+    switch (kind) {
+    case OP_EXEC:
+        proto_buf_init(&op->u.exec.out[0]);
+        proto_buf_init(&op->u.exec.out[1]);
+        break;
+    case OP_FREAD:
+    case OP_FWRITE:
+        op->u.file.path = op->str;
+        break;
+    case OP_FOP:
+        op->u.fop.path = op->str;
+        break;
+    default:
+        break;
+    }
     op->next_all = t->ops;
     t->ops = op;
     op->next_sb = sb->ops;
     sb->ops = op;
     sb->nops++;
     return op;
+}
+
+struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user)
+{
+    return ops_new_str(sb, kind, sink, user, NULL);
 }
 
 static void op_unlink(struct op *op)
@@ -98,9 +119,12 @@ static void op_unlink(struct op *op)
 void ops_free(struct op *op)
 {
     op_unlink(op);
-    proto_buf_free(&op->out[0]);
-    proto_buf_free(&op->out[1]);
-    json_decref(op->entries);
+    if (op->kind == OP_EXEC) {
+        proto_buf_free(&op->u.exec.out[0]);
+        proto_buf_free(&op->u.exec.out[1]);
+    } else if (op->kind == OP_FOP) {
+        json_decref(op->u.fop.entries);
+    }
     free(op);
 }
 
@@ -357,7 +381,7 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
     }
     o = json_object();
 
-    if (op->stream_mode)
+    if (op->u.exec.stream_mode)
         json_object_set_new(o, "type", json_string("exit"));
     /* Like a shell: a process killed by signal N exits with 128 + N. */
     json_object_set_new(o, "exit_code", json_integer(sig > 0 ? 128 + sig : code));
@@ -365,10 +389,10 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
     json_object_set_new(o, "timed_out",
                         json_boolean(proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b));
     json_object_set_new(o, "duration_ms", json_integer(sbx_now_ms() - op->started_ms));
-    if (!op->stream_mode) {
-        set_bytes(o, "stdout", "stdout_b64", op->out[0].p, op->out[0].len);
-        set_bytes(o, "stderr", "stderr_b64", op->out[1].p, op->out[1].len);
-        if (op->truncated[0] || op->truncated[1])
+    if (!op->u.exec.stream_mode) {
+        set_bytes(o, "stdout", "stdout_b64", op->u.exec.out[0].p, op->u.exec.out[0].len);
+        set_bytes(o, "stderr", "stderr_b64", op->u.exec.out[1].p, op->u.exec.out[1].len);
+        if (op->u.exec.truncated[0] || op->u.exec.truncated[1])
             json_object_set_new(o, "truncated", json_true());
     }
     ops_finish(op, NULL, o);
@@ -401,16 +425,16 @@ static void exec_out(struct op *op, const struct proto_frame *f)
         return;
     if (op->cancelled) {
         ops_credit(op, d->len);
-    } else if (op->stream_mode) {
+    } else if (op->u.exec.stream_mode) {
         op->sink.data(op->user, (int)fd, f->v[PK_OFF].u, d->p, d->len);
     } else {
-        struct proto_buf *b = &op->out[fd - 1];
+        struct proto_buf *b = &op->u.exec.out[fd - 1];
         size_t room = b->len < cap ? cap - b->len : 0;
         size_t take = d->len < room ? d->len : room;
         if (take < d->len)
-            op->truncated[fd - 1] = true;
+            op->u.exec.truncated[fd - 1] = true;
         if (take && proto_buf_append(b, d->p, take) != 0)
-            op->truncated[fd - 1] = true;
+            op->u.exec.truncated[fd - 1] = true;
         ops_credit(op, d->len);
     }
 }
@@ -419,47 +443,48 @@ static void fop_result(struct op *op, const struct proto_frame *f)
 {
     json_t *o;
 
-    if (strcmp(op->fop, "stat") == 0) {
+    if (op->u.fop.type == PROTO_STAT) {
         ops_finish(op, NULL, stat_json(f));
         return;
     }
-    if (strcmp(op->fop, "list") == 0) {
+    if (op->u.fop.type == PROTO_LIST) {
         const struct srv_config *cfg = op->sb->t->cfg;
         bool truncated = false;
 
-        if (!op->entries)
-            op->entries = json_array();
+        if (!op->u.fop.entries)
+            op->u.fop.entries = json_array();
         if (proto_has(f, PK_ENTRIES)) {
             const msgpack_object_array *a = f->v[PK_ENTRIES].arr;
             for (uint32_t i = 0; i < a->size && !truncated; i++) {
                 size_t cost = list_entry_cost(&a->ptr[i]);
                 /* A listing is held whole until its last frame: bounded in entries and
                  * bytes, or one 256 KiB frame of empty entries became ~65 MiB of JSON. */
-                if (json_array_size(op->entries) >= cfg->list_max_entries ||
-                    cost > cfg->list_max_bytes - op->list_bytes) {
+                if (json_array_size(op->u.fop.entries) >= cfg->list_max_entries ||
+                    cost > cfg->list_max_bytes - op->u.fop.list_bytes) {
                     truncated = true;
                     break;
                 }
-                op->list_bytes += cost;
-                json_array_append_new(op->entries, entry_json(&a->ptr[i]));
+                op->u.fop.list_bytes += cost;
+                json_array_append_new(op->u.fop.entries, entry_json(&a->ptr[i]));
             }
         }
         if (!truncated && proto_has(f, PK_EOF) && !f->v[PK_EOF].b)
             return;
         /* Cut short: answered now; the guest's later frames for the stream are dropped
          * like any late frame of a finished op. */
-        o = json_pack("{s:s,s:O}", "path", op->path, "entries", op->entries);
+        o = json_pack("{s:s,s:O}", "path", op->u.fop.path, "entries", op->u.fop.entries);
         if (truncated)
             json_object_set_new(o, "truncated", json_true());
         ops_finish(op, NULL, o);
         return;
     }
-    ops_finish(op, NULL, json_pack("{s:s}", "path", op->path));
+    ops_finish(op, NULL, json_pack("{s:s}", "path", op->u.fop.path));
 }
 
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
 {
-    if (op->bg || op->kind == OP_PLIST || op->kind == OP_ATTACH || op->kind == OP_PCTL) {
+    if ((op->kind == OP_EXEC && op->u.exec.bg) || op->kind == OP_PLIST || op->kind == OP_ATTACH ||
+        op->kind == OP_PCTL) {
         ops_proc_frame(op, f);
         return;
     }
@@ -475,17 +500,17 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             exec_exit(op, f);
         break;
     case OP_FREAD:
-        if (f->type == PROTO_RESULT && !op->got_head) {
+        if (f->type == PROTO_RESULT && !op->u.file.got_head) {
             uint64_t size = proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0;
-            op->got_head = true;
+            op->u.file.got_head = true;
             /* The download's Content-Length: the guest must then send exactly that. */
             gstream_set_size(&op->gs, size, NULL, 0);
             if (!op->cancelled)
                 op->sink.head(op->user, size);
         } else if (f->type == PROTO_DATA) {
-            if (!op->got_head || !proto_has(f, PK_DATA)) {
+            if (!op->u.file.got_head || !proto_has(f, PK_DATA)) {
                 sbx_violation(sb, "DATA on stream %u %s", op->stream,
-                              op->got_head ? "without data" : "before its RESULT");
+                              op->u.file.got_head ? "without data" : "before its RESULT");
                 return;
             }
             if (!data_ok(op, f, 0))
@@ -503,13 +528,13 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
             /* Clamped to the bytes in flight: credit for bytes never sent would let the
              * host queue more than a window toward a guest that does not read. */
             if (proto_has(f, PK_N) && gstream_tx_credit(&op->gs, f->v[PK_N].u) > 0 &&
-                op->waiting_credit && !op->cancelled) {
-                op->waiting_credit = false;
+                op->u.file.waiting_credit && !op->cancelled) {
+                op->u.file.waiting_credit = false;
                 op->sink.writable(op->user);
             }
         } else if (f->type == PROTO_RESULT) {
             ops_finish(op, NULL,
-                       json_pack("{s:s,s:I}", "path", op->path, "size",
+                       json_pack("{s:s,s:I}", "path", op->u.file.path, "size",
                                  (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
         }
         break;
@@ -705,15 +730,16 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
         json_decref(env);
         return status;
     }
-    op = ops_new(sb, OP_EXEC, sink, user);
+    /* The tag's length was checked by exec_validate_bg (at most PROCS_TAG_MAX). */
+    op = ops_new_str(sb, OP_EXEC, sink, user, json_is_string(tag) ? json_string_value(tag) : NULL);
     if (!op) {
         json_decref(env);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
-    op->stream_mode = stream && !bg;
-    op->bg = bg;
-    if (json_is_string(tag))
-        snprintf(op->tag, sizeof(op->tag), "%s", json_string_value(tag));
+    op->u.exec.stream_mode = stream && !bg;
+    op->u.exec.bg = bg;
+    if (op->str[0]) /* an empty tag is no tag, as the answer shows it */
+        op->u.exec.tag = op->str;
     tx = chan_tx(sb->ch);
     proto_enc_begin(&e, tx, PROTO_EXEC, op->stream, nkeys);
     if (argv) {
@@ -789,10 +815,10 @@ static int file_op_begin(struct sbx_table *t, const char *id, const char *path, 
     if ((status = check_path(path, err)) || (status = sbx_usable(t, id, &sb, err)) ||
         (status = ops_quota(sb, err)))
         return status;
-    if (!(op = ops_new(sb, kind, sink, user))) {
+    /* path is bounded by check_path (under 4096 bytes). */
+    if (!(op = ops_new_str(sb, kind, sink, user, path))) {
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
-    snprintf(op->path, sizeof(op->path), "%s", path);
     proto_enc_begin(e, chan_tx(sb->ch), type, op->stream, 3 + extra);
     proto_put_cstr(e, PK_PATH, path);
     *opp = op;
@@ -869,7 +895,7 @@ int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *a
                                 type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE,
                                 sink, user, &op, &e, err)))
         return status;
-    snprintf(op->fop, sizeof(op->fop), "%s", kind);
+    op->u.fop.type = type;
     if (type == PROTO_RENAME)
         proto_put_cstr(&e, PK_TO, to);
     else if (type == PROTO_LIST)
@@ -887,7 +913,7 @@ size_t sbx_op_write(struct sbx_table *t, sbx_op_t id, const void *p, size_t n)
     size_t take, off = 0;
     struct proto_buf *tx;
 
-    if (!op || op->kind != OP_FWRITE || op->finished_input || !op->sb->ch)
+    if (!op || op->kind != OP_FWRITE || op->u.file.finished_input || !op->sb->ch)
         return n; /* nothing will read it: swallow, the op's done() tells the outcome */
     take = n < gstream_tx_room(&op->gs) ? n : (size_t)gstream_tx_room(&op->gs);
     tx = chan_tx(op->sb->ch);
@@ -902,7 +928,7 @@ size_t sbx_op_write(struct sbx_table *t, sbx_op_t id, const void *p, size_t n)
     }
     gstream_tx_sent(&op->gs, take);
     if (take < n)
-        op->waiting_credit = true;
+        op->u.file.waiting_credit = true;
     chan_flush(op->sb->ch);
     sbx_touch(op->sb);
     return take;
@@ -912,9 +938,9 @@ void sbx_op_finish(struct sbx_table *t, sbx_op_t id)
 {
     struct op *op = op_by_id(t, id);
 
-    if (!op || op->kind != OP_FWRITE || op->finished_input || !op->sb->ch)
+    if (!op || op->kind != OP_FWRITE || op->u.file.finished_input || !op->sb->ch)
         return;
-    op->finished_input = true;
+    op->u.file.finished_input = true;
     proto_send_end(chan_tx(op->sb->ch), op->stream);
     chan_flush(op->sb->ch);
 }
@@ -953,7 +979,7 @@ void sbx_op_cancel(struct sbx_table *t, sbx_op_t id)
         }
         break;
     case OP_EXEC:
-        if (op->bg)
+        if (op->u.exec.bg)
             break; /* it belongs to the sandbox now: the client can find it in the list */
         /* fall through */
     case OP_FREAD:

@@ -26,26 +26,32 @@ _Static_assert(SBX_PROC_STDIN_MAX == PROTO_MAX_DATA, "one PCTL frame carries a c
 
 /* ---- frames from the guest ---- */
 
+/* The process a process op names; 0 for a background exec (its pid is not known yet). */
+static uint32_t op_pid(const struct op *op)
+{
+    return op->kind == OP_EXEC ? 0 : op->u.proc.pid;
+}
+
 /* An error the guest answered a process request with. */
 static void proc_error(struct op *op, const struct proto_frame *f)
 {
     int e = proto_has(f, PK_CODE) ? (int)f->v[PK_CODE].i : EIO;
-    const char *what = op->kind == OP_PCTL ? op->fop : "";
+    uint32_t pid = op_pid(op);
 
     switch (e) {
     case ESRCH:
         ops_fail(op, SBX_E_PROCESS_NOT_FOUND, "sandbox %s has no process %" PRIu32, op->sb->id,
-                 op->pid);
+                 pid);
         return;
     case ECHILD:
-        ops_fail(op, SBX_E_PROCESS_EXITED, "process %" PRIu32 " has exited", op->pid);
+        ops_fail(op, SBX_E_PROCESS_EXITED, "process %" PRIu32 " has exited", pid);
         return;
     case EPIPE:
-        ops_fail(op, SBX_E_STDIN_CLOSED, "the stdin of process %" PRIu32 " is closed", op->pid);
+        ops_fail(op, SBX_E_STDIN_CLOSED, "the stdin of process %" PRIu32 " is closed", pid);
         return;
     case EAGAIN:
         ops_fail(op, SBX_E_STDIN_FULL,
-                 "process %" PRIu32 " has not read the stdin already queued; retry later", op->pid);
+                 "process %" PRIu32 " has not read the stdin already queued; retry later", pid);
         return;
     case EMFILE:
         ops_fail(op, SBX_E_TOO_MANY_PROCESSES,
@@ -55,11 +61,11 @@ static void proc_error(struct op *op, const struct proto_frame *f)
     case EINVAL:
         if (op->kind == OP_ATTACH) {
             ops_fail(op, SBX_E_BAD_OFFSET, "offset %" PRIu64 " is past the end of the output",
-                     op->attach_off);
+                     op->u.proc.attach_off);
             return;
         }
-        if (op->kind == OP_PCTL && strcmp(what, "resize") == 0) {
-            ops_fail(op, SBX_E_NOT_A_PTY, "process %" PRIu32 " has no terminal to resize", op->pid);
+        if (op->kind == OP_PCTL && op->u.proc.resize) {
+            ops_fail(op, SBX_E_NOT_A_PTY, "process %" PRIu32 " has no terminal to resize", pid);
             return;
         }
         break;
@@ -82,7 +88,7 @@ static void bg_started(struct op *op, const struct proto_frame *f)
         return;
     }
     o = json_pack("{s:I,s:o}", "pid", (json_int_t)pid, "tag",
-                  op->tag[0] ? json_string(op->tag) : json_null());
+                  op->u.exec.tag ? json_string(op->u.exec.tag) : json_null());
     ops_finish(op, NULL, o);
 }
 
@@ -103,13 +109,13 @@ static void plist_result(struct op *op, const struct proto_frame *f)
         ops_fail(op, SBX_E_INTERNAL, "out of memory");
         return;
     }
-    if (!op->pid) {
+    if (!op->u.proc.pid) {
         ops_finish(op, NULL, list);
         return;
     }
     json_array_foreach(json_object_get(list, "processes"), i, p)
     {
-        if (json_integer_value(json_object_get(p, "pid")) == (json_int_t)op->pid) {
+        if (json_integer_value(json_object_get(p, "pid")) == (json_int_t)op->u.proc.pid) {
             json_incref(p);
             json_decref(list);
             ops_finish(op, NULL, p);
@@ -118,7 +124,7 @@ static void plist_result(struct op *op, const struct proto_frame *f)
     }
     json_decref(list);
     ops_fail(op, SBX_E_PROCESS_NOT_FOUND, "sandbox %s has no process %" PRIu32, op->sb->id,
-             op->pid);
+             op->u.proc.pid);
 }
 
 static void attach_out(struct op *op, const struct proto_frame *f)
@@ -214,7 +220,7 @@ static int proc_begin(struct sbx_table *t, const char *id, uint32_t pid, enum op
         return r;
     if (!(op = ops_new(sb, kind, sink, user)))
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    op->pid = pid;
+    op->u.proc.pid = pid;
     proto_enc_begin(e, chan_tx(sb->ch), type, op->stream, nkeys + (pid ? 1 : 0));
     if (pid)
         proto_put_u(e, PK_PID, pid);
@@ -245,7 +251,7 @@ int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t 
         return sbx_err_set(err, SBX_E_PROCESS_NOT_FOUND, "no process 0");
     if ((r = proc_begin(t, id, pid, OP_ATTACH, PROTO_ATTACH, 4, sink, user, &op, &e, err)))
         return r;
-    op->attach_off = offset;
+    op->u.proc.attach_off = offset;
     gstream_init_ring(&op->gs, offset);
     proto_put_u(&e, PK_OFF, offset);
     proto_put_b(&e, PK_FOLLOW, follow);
@@ -282,14 +288,12 @@ int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct
     if ((r = proc_begin(t, id, pid, OP_PCTL, PROTO_PCTL, nkeys, sink, user, &op, &e, err)))
         return r;
     if (c->sig) {
-        snprintf(op->fop, sizeof(op->fop), "signal");
         proto_put_i(&e, PK_SIG, c->sig);
     } else if (c->cols) {
-        snprintf(op->fop, sizeof(op->fop), "resize");
+        op->u.proc.resize = true;
         proto_put_u(&e, PK_COLS, c->cols);
         proto_put_u(&e, PK_ROWS, c->rows);
     } else {
-        snprintf(op->fop, sizeof(op->fop), "stdin");
         if (c->len)
             proto_put_bin(&e, PK_DATA, c->data, c->len);
         if (c->eof)

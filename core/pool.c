@@ -10,7 +10,9 @@
  * bounded by fill_timer.
  */
 #include "pool.h"
-#include "sbx_int.h"
+#include "sbx_util.h"
+#include "chan.h"
+#include "proto.h"
 #include "log.h"
 #include "net.h"
 #include "util.h"
@@ -68,7 +70,7 @@ struct wsess {
 /* One template's pool: its snapshot, its ready VMs and spares, for one template,
  * memory size and vCPU count. */
 struct tpool {
-    struct sbx_table *t;
+    const struct pool_host *h;
     struct pool *all; /* the pools it shares pool_max_mb with */
     char tmpl[64];
     char key[96]; /* its index record's: tmpl, or tmpl@<mem>m<vcpus>c for another shape */
@@ -120,7 +122,8 @@ struct tpool {
 /* Every template's pool (pool.h): default_template's, pool_templates' and those made
  * on first use (pool_first_use), within pool_max_mb together. */
 struct pool {
-    struct sbx_table *t;
+    struct pool_host host;     /* the table's, copied at pool_new */
+    const struct pool_host *h; /* &host, as every tpool holds it */
     struct tpool *tp[POOL_TEMPLATES_MAX];
     unsigned n;
     char refused[POOL_TEMPLATES_MAX][96]; /* keys refused a pool: logged once each */
@@ -146,7 +149,7 @@ static void kick_soon(struct tpool *p, double after)
 {
     if (!ev_is_active(&p->kick)) {
         ev_timer_set(&p->kick, after, 0);
-        ev_timer_start(p->t->loop, &p->kick);
+        ev_timer_start(p->h->loop, &p->kick);
     }
 }
 
@@ -156,12 +159,12 @@ static void tpl_paths(struct tpool *p)
 {
     char tag[9];
 
-    snprintf(p->dir, sizeof(p->dir), "%s/templates/%s", p->t->cfg->state_dir, p->id);
+    snprintf(p->dir, sizeof(p->dir), "%s/templates/%s", p->h->cfg->state_dir, p->id);
     snprintf(p->snap, sizeof(p->snap), "%s/state.snap", p->dir);
     snprintf(p->disk, sizeof(p->disk), "%s/disk.qcow2", p->dir);
     /* The state dir's tag first: a warrend's start-up sweep knows its own files in
      * /dev/shm (shm_sweep), whatever other warrends run here. */
-    sbx_state_tag(p->t->cfg->state_dir, tag);
+    sbx_state_tag(p->h->cfg->state_dir, tag);
     snprintf(p->mem, sizeof(p->mem), "/dev/shm/warren-%s-%s.mem", tag, p->id);
 }
 
@@ -180,8 +183,8 @@ static void tpl_remove(struct tpool *p)
         return;
     unlink(p->mem);
     util_rm_dir(p->dir, NULL);
-    idx_del(p->t->idx, IDX_TEMPLATES, p->key);
-    p->t->idx_dirty = true;
+    idx_del(p->h->idx, IDX_TEMPLATES, p->key);
+    p->h->idx_changed(p->h->ctx);
     p->id[0] = 0;
 }
 
@@ -222,14 +225,14 @@ static bool shm_mapped(const char *path)
  * live process maps: a warrend killed (-9) before its pool ended leaves its
  * template's guest RAM in /dev/shm, which nothing else would ever free. Files of
  * other tags are other warrends': never touched. */
-static void shm_sweep(struct sbx_table *t, const struct pool *all)
+static void shm_sweep(const struct pool_host *h, const struct pool *all)
 {
     char tag[9], prefix[32], path[9 + 256], id[64];
     size_t plen, len;
     DIR *d;
     struct dirent *e;
 
-    sbx_state_tag(t->cfg->state_dir, tag);
+    sbx_state_tag(h->cfg->state_dir, tag);
     plen = (size_t)snprintf(prefix, sizeof(prefix), "warren-%s-", tag);
     if (!(d = opendir("/dev/shm")))
         return;
@@ -250,16 +253,16 @@ static void shm_sweep(struct sbx_table *t, const struct pool *all)
 
 /* Template dirs and RAM files no pool of all's names (a crash mid-build, or a pool
  * turned off since); all NULL: every one. */
-static void tpl_sweep(struct sbx_table *t, const struct pool *all)
+static void tpl_sweep(const struct pool_host *h, const struct pool *all)
 {
     char dir[4096], path[4096 + 300], tag[9];
     DIR *d;
     struct dirent *e;
 
-    shm_sweep(t, all);
-    sbx_state_tag(t->cfg->state_dir, tag);
+    shm_sweep(h, all);
+    sbx_state_tag(h->cfg->state_dir, tag);
 
-    snprintf(dir, sizeof(dir), "%s/templates", t->cfg->state_dir);
+    snprintf(dir, sizeof(dir), "%s/templates", h->cfg->state_dir);
     if (!(d = opendir(dir)))
         return;
     while ((e = readdir(d)) != NULL) {
@@ -275,15 +278,15 @@ static void tpl_sweep(struct sbx_table *t, const struct pool *all)
     closedir(d);
 }
 
-static json_t *cmdline_json(const struct sbx_table *t)
+static json_t *cmdline_json(const struct pool_host *h)
 {
     return json_pack("{s:i,s:s}", "rev", VMM_CMDLINE_REV, "append",
-                     t->cfg->kernel_append ? t->cfg->kernel_append : "");
+                     h->cfg->kernel_append ? h->cfg->kernel_append : "");
 }
 
-static const char *warmup_cmd(const struct sbx_table *t)
+static const char *warmup_cmd(const struct pool_host *h)
 {
-    return t->cfg->pool_template_warmup ? t->cfg->pool_template_warmup : "";
+    return h->cfg->pool_template_warmup ? h->cfg->pool_template_warmup : "";
 }
 
 static int tpl_record(struct tpool *p)
@@ -299,17 +302,17 @@ static int tpl_record(struct tpool *p)
 
     /* A NIC or none: clones must match the template's devices. */
     if (o)
-        json_object_set_new(o, "net", json_boolean(p->t->net != NULL));
+        json_object_set_new(o, "net", json_boolean(p->h->net));
     /* The kernel command line it booted with: every clone keeps it. */
     if (o)
-        json_object_set_new(o, "cmdline", cmdline_json(p->t));
+        json_object_set_new(o, "cmdline", cmdline_json(p->h));
     /* What it ran before its save: its page cache is every clone's. */
     if (o)
-        json_object_set_new(o, "warmup", json_string(warmup_cmd(p->t)));
+        json_object_set_new(o, "warmup", json_string(warmup_cmd(p->h)));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    r = s ? idx_put(p->t->idx, IDX_TEMPLATES, p->key, s, strlen(s)) : -ENOMEM;
+    r = s ? idx_put(p->h->idx, IDX_TEMPLATES, p->key, s, strlen(s)) : -ENOMEM;
     if (r == 0)
-        p->t->idx_dirty = true;
+        p->h->idx_changed(p->h->ctx);
     free(s);
     json_decref(o);
     return r;
@@ -340,7 +343,7 @@ static const char *tpl_check_record(struct tpool *p)
     json_t *cl = NULL;
     struct stat st;
 
-    idx_foreach(p->t->idx, IDX_TEMPLATES, find_one, &f);
+    idx_foreach(p->h->idx, IDX_TEMPLATES, find_one, &f);
     if (!f.rec)
         return "none recorded";
     if (json_unpack(f.rec, "{s:s,s:I,s:I}", "vm_id", &id, "mem_mb", &mem, "vcpus", &vcpus) != 0 ||
@@ -352,12 +355,12 @@ static const char *tpl_check_record(struct tpool *p)
     tpl_paths(p);
     if ((unsigned)mem != p->mem_mb || (unsigned)vcpus != p->vcpus)
         why = "saved with another memory size or vCPU count";
-    else if (json_is_true(json_object_get(f.rec, "net")) != (p->t->net != NULL))
+    else if (json_is_true(json_object_get(f.rec, "net")) != p->h->net)
         why = "saved with networking turned the other way";
-    else if (!json_equal(json_object_get(f.rec, "cmdline"), (cl = cmdline_json(p->t))))
+    else if (!json_equal(json_object_get(f.rec, "cmdline"), (cl = cmdline_json(p->h))))
         why = "booted with another kernel command line";
     else if (!json_is_string(json_object_get(f.rec, "warmup")) ||
-             strcmp(json_string_value(json_object_get(f.rec, "warmup")), warmup_cmd(p->t)))
+             strcmp(json_string_value(json_object_get(f.rec, "warmup")), warmup_cmd(p->h)))
         why = "warmed up with another pool_template_warmup";
     else if ((why = sbx_ident_differs(json_object_get(f.rec, "base"), &p->base)))
         why = "its base image changed";
@@ -378,8 +381,8 @@ static const char *tpl_check_record(struct tpool *p)
 
 static void tpl_end_vm(struct tpool *p)
 {
-    ev_timer_stop(p->t->loop, &p->ping);
-    ev_timer_stop(p->t->loop, &p->deadline);
+    ev_timer_stop(p->h->loop, &p->ping);
+    ev_timer_stop(p->h->loop, &p->deadline);
     if (p->tw.ch) {
         chan_free(p->tw.ch);
         p->tw.ch = NULL;
@@ -390,7 +393,7 @@ static void tpl_end_vm(struct tpool *p)
     }
     p->vmm_gone = false;
     if (p->net_slot >= 0) /* its namespace goes with it */
-        sbx_vm_net_release(p->t, p->id, &p->net_slot);
+        p->h->net_release(p->h->ctx, p->id, &p->net_slot);
 }
 
 /* The build failed: drop it, try again later (never from inside a vmm callback:
@@ -399,9 +402,9 @@ static void tpl_failed(struct tpool *p, const char *why)
 {
     double delay = 10.0 * (double)(1u << (p->tries < 5 ? p->tries : 5));
 
-    ev_timer_stop(p->t->loop, &p->ping);
-    ev_timer_stop(p->t->loop, &p->deadline);
-    ev_timer_stop(p->t->loop, &p->retry);
+    ev_timer_stop(p->h->loop, &p->ping);
+    ev_timer_stop(p->h->loop, &p->deadline);
+    ev_timer_stop(p->h->loop, &p->retry);
     p->state = TPL_NONE;
     if (p->tries >= TPL_TRIES_MAX) {
         LOG(LOG_ERR, "pool: template %s: %s; gave up after %u tries (creates boot)", p->key, why,
@@ -412,7 +415,7 @@ static void tpl_failed(struct tpool *p, const char *why)
     LOG(LOG_WARN, "pool: template %s: %s; trying again in %.0f s (creates boot meanwhile)", p->key,
         why, delay);
     ev_timer_set(&p->retry, delay, 0);
-    ev_timer_start(p->t->loop, &p->retry);
+    ev_timer_start(p->h->loop, &p->retry);
 }
 
 /* ---- the pool's own sessions ---- */
@@ -423,7 +426,7 @@ static void ws_send_init(struct wsess *w)
     uint8_t entropy[PROTO_ENTROPY];
     struct timespec ts;
 
-    sbx_random(w->p->t, entropy, sizeof(entropy));
+    w->p->h->random(w->p->h->ctx, entropy, sizeof(entropy));
     clock_gettime(CLOCK_REALTIME, &ts);
     proto_enc_begin(&e, chan_tx(w->ch), PROTO_INIT, WSESS_ID, 9);
     proto_put_u(&e, PK_V, PROTO_VERSION);
@@ -431,8 +434,8 @@ static void ws_send_init(struct wsess *w)
     proto_put_bin(&e, PK_ENTROPY, entropy, sizeof(entropy));
     proto_put_cstr(&e, PK_HOSTNAME, "sandbox");
     proto_put_u(&e, PK_MEM_MB, w->p->mem_mb);
-    proto_put_u(&e, PK_RING, w->p->t->cfg->process_ring_bytes);
-    proto_put_u(&e, PK_MAX_PROCS, w->p->t->cfg->max_procs_per_sbx);
+    proto_put_u(&e, PK_RING, w->p->h->cfg->process_ring_bytes);
+    proto_put_u(&e, PK_MAX_PROCS, w->p->h->cfg->max_procs_per_sbx);
     proto_enc_end(&e);
     chan_flush(w->ch);
     w->stage = 1;
@@ -522,7 +525,7 @@ static int ws_start(struct wsess *w, int fd, bool pinging)
     if (w->ch)
         chan_free(w->ch);
     w->ch = NULL;
-    if (chan_new(w->p->t->loop, fd, &cbs, w, &w->ch) != 0) {
+    if (chan_new(w->p->h->loop, fd, &cbs, w, &w->ch) != 0) {
         close(fd);
         return -ENOMEM;
     }
@@ -591,14 +594,14 @@ static void tpl_ready(struct tpool *p)
     /* A jailed clone (its own uid) opens the template's overlay read-only through a
      * bind mount of that one file (vmm_jail.c plan_chain); state_dir is 0700, so no
      * other host user reaches it. */
-    if (p->t->jail && chmod(p->disk, 0644) != 0) {
+    if (p->h->jail && chmod(p->disk, 0644) != 0) {
         char why[160];
         snprintf(why, sizeof(why), "cannot make its overlay readable to jailed clones: %s",
                  strerror(errno));
         tpl_failed(p, why);
         return;
     }
-    if (!p->t->jail) {
+    if (!p->h->jail) {
         p->state = TPL_READY;
         p->tries = 0;
         kick_soon(p, 0); /* ends the sealed VM, fills */
@@ -611,7 +614,7 @@ static void tpl_ready(struct tpool *p)
     j->p = p;
     snprintf(j->id, sizeof(j->id), "%s", p->id);
     snprintf(j->mem, sizeof(j->mem), "%s", p->mem);
-    if (bg_run(p->t->bg, seal_work, seal_done, j) != 0) {
+    if (bg_run(p->h->bg, seal_work, seal_done, j) != 0) {
         free(j);
         tpl_failed(p, "cannot start sealing its RAM");
         return;
@@ -649,8 +652,8 @@ static void tpl_synced(struct tpool *p, int err, const char *why)
     char msg[300];
     int r;
 
-    ev_timer_stop(p->t->loop, &p->ping);
-    ev_timer_stop(p->t->loop, &p->deadline);
+    ev_timer_stop(p->h->loop, &p->ping);
+    ev_timer_stop(p->h->loop, &p->deadline);
     if (p->state != TPL_BOOTING)
         return;
     if (err != 0) {
@@ -673,9 +676,9 @@ static void tpl_on_channel(void *ud, int fd)
             close(fd);
         return;
     }
-    ev_timer_stop(p->t->loop, &p->ping); /* a reconnect: set only a stopped watcher */
+    ev_timer_stop(p->h->loop, &p->ping); /* a reconnect: set only a stopped watcher */
     ev_timer_set(&p->ping, 0, TPL_PING_PERIOD);
-    ev_timer_start(p->t->loop, &p->ping);
+    ev_timer_start(p->h->loop, &p->ping);
 }
 
 static void tpl_on_exited(void *ud, int status, const char *reason)
@@ -696,7 +699,7 @@ static void tpl_deadline(struct ev_loop *loop, ev_timer *w, int revents)
     char why[128];
 
     snprintf(why, sizeof(why), "the template's agent did not answer within %u s",
-             p->t->cfg->boot_timeout_s);
+             p->h->cfg->boot_timeout_s);
     tpl_failed(p, why);
 }
 
@@ -705,7 +708,7 @@ static void tpl_build(struct tpool *p)
     p->verified = false;
     spare_drop(p); /* started over the old template's files */
     static const struct vmm_cbs cbs = {tpl_on_channel, tpl_on_exited};
-    struct sbx_table *t = p->t;
+    const struct pool_host *h = p->h;
     struct vmm_config vc;
     char path[4096 + 16];
     char **wrap = NULL;
@@ -717,12 +720,12 @@ static void tpl_build(struct tpool *p)
     tpl_remove(p);
     p->tries++;
     p->t_start = sbx_now_ms();
-    if (sbx_ident_get(&p->base, p->base.path) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||
-        sbx_ident_get(&p->initrd, t->initrd) != 0) {
+    if (sbx_ident_get(&p->base, p->base.path) != 0 || sbx_ident_get(&p->kernel, h->kernel) != 0 ||
+        sbx_ident_get(&p->initrd, h->initrd) != 0) {
         tpl_failed(p, "its base image, kernel or initramfs is missing");
         return;
     }
-    sbx_random(t, rnd, sizeof(rnd));
+    h->random(h->ctx, rnd, sizeof(rnd));
     snprintf(p->id, sizeof(p->id), "vm-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
              rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     tpl_paths(p);
@@ -735,7 +738,7 @@ static void tpl_build(struct tpool *p)
         return;
     }
     close(fd);
-    snprintf(path, sizeof(path), "%s/templates", t->cfg->state_dir);
+    snprintf(path, sizeof(path), "%s/templates", h->cfg->state_dir);
     if ((mkdir(path, 0700) != 0 && errno != EEXIST) || mkdir(p->dir, 0700) != 0) {
         tpl_failed(p, "cannot make its directory");
         return;
@@ -744,15 +747,15 @@ static void tpl_build(struct tpool *p)
         tpl_failed(p, "cannot make its overlay");
         return;
     }
-    sbx_vm_config_init(t, &vc, p->id, p->disk, p->dir, p->mem_mb, p->vcpus);
+    h->vm_config_init(h->ctx, &vc, p->id, p->disk, p->dir, p->mem_mb, p->vcpus);
     vc.boot = VMM_BOOT_TEMPLATE;
     vc.mem_path = p->mem;
     /* With networking on, the template has the NIC and guest address every
      * clone restored from it will have (their devices must match). */
-    pol.internet = t->cfg->net_default_internet != 0;
-    r = sbx_vm_net_config(t, p->id, &p->net_slot, &pol, &vc, &wrap);
+    pol.internet = h->cfg->net_default_internet != 0;
+    r = h->net_config(h->ctx, p->id, &p->net_slot, &pol, &vc, &wrap);
     if (r == 0)
-        r = vmm_launch(t->loop, &vc, &cbs, p, &p->vmm);
+        r = vmm_launch(h->loop, &vc, &cbs, p, &p->vmm);
     net_wrap_free(wrap);
     if (r != 0) {
         char why[128];
@@ -761,8 +764,8 @@ static void tpl_build(struct tpool *p)
         return;
     }
     p->state = TPL_BOOTING;
-    ev_timer_set(&p->deadline, t->cfg->boot_timeout_s, 0);
-    ev_timer_start(t->loop, &p->deadline);
+    ev_timer_set(&p->deadline, h->cfg->boot_timeout_s, 0);
+    ev_timer_start(h->loop, &p->deadline);
     LOG(LOG_INFO, "pool: building template %s snapshot: VM %s pid %d, RAM in %s", p->key, p->id,
         (int)vmm_pid(p->vmm), p->mem);
 }
@@ -778,9 +781,9 @@ static void on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* What a template's files take of pool_max_mb: its RAM file and, when jailed, its
  * sealed copy (at most as much again). */
-static uint64_t tpl_mb(const struct sbx_table *t, unsigned mem_mb)
+static uint64_t tpl_mb(const struct pool_host *h, unsigned mem_mb)
 {
-    return t->jail ? 2ull * mem_mb : mem_mb;
+    return h->jail ? 2ull * mem_mb : mem_mb;
 }
 
 static unsigned vms_held(const struct tpool *p)
@@ -794,7 +797,7 @@ static uint64_t pool_used_mb(const struct pool *all, const struct tpool *except)
     uint64_t used = 0;
 
     for (unsigned i = 0; i < all->n; i++)
-        used += tpl_mb(all->t, all->tp[i]->mem_mb) +
+        used += tpl_mb(all->h, all->tp[i]->mem_mb) +
                 (all->tp[i] == except ? 0 : (uint64_t)POOL_VM_MB * vms_held(all->tp[i]));
     return used;
 }
@@ -803,7 +806,7 @@ static uint64_t pool_used_mb(const struct pool *all, const struct tpool *except)
  * the other templates' VMs. */
 static unsigned budget_vms(const struct tpool *p)
 {
-    uint64_t max = p->t->cfg->pool_max_mb, used = pool_used_mb(p->all, p);
+    uint64_t max = p->h->cfg->pool_max_mb, used = pool_used_mb(p->all, p);
 
     return used >= max ? 0 : (unsigned)((max - used) / POOL_VM_MB);
 }
@@ -814,7 +817,7 @@ static void fill_forget(struct tpool *p)
 {
     p->filling = NULL;
     p->fill_warming = false;
-    ev_timer_stop(p->t->loop, &p->fill_timer);
+    ev_timer_stop(p->h->loop, &p->fill_timer);
     if (p->fw.ch) {
         chan_free(p->fw.ch);
         p->fw.ch = NULL;
@@ -828,8 +831,8 @@ static void fill_abort(struct tpool *p, const char *why, double retry_after)
 
     fill_forget(p);
     if (vm) {
-        LOGS(LOG_WARN, vm->id, "pool: dropped: %s", why);
-        sbx_vm_destroy(vm);
+        LOGS(LOG_WARN, p->h->vm_id(vm), "pool: dropped: %s", why);
+        p->h->vm_destroy(vm);
     }
     kick_soon(p, retry_after);
 }
@@ -847,11 +850,11 @@ static void fill_stopped(void *ud, int err, const char *why)
     }
     p->filling = NULL;
     p->fill_warming = false;
-    ev_timer_stop(p->t->loop, &p->fill_timer);
+    ev_timer_stop(p->h->loop, &p->fill_timer);
     p->ready[p->nready++] = vm;
     p->exits = 0;
-    LOGS(LOG_INFO, vm->id, "pool: %s: ready (%u of %u; %.0f ms from launch)", p->key, p->nready,
-         p->size, (double)(sbx_now_ms() - p->fill_start));
+    LOGS(LOG_INFO, p->h->vm_id(vm), "pool: %s: ready (%u of %u; %.0f ms from launch)", p->key,
+         p->nready, p->size, (double)(sbx_now_ms() - p->fill_start));
     pool_fill(p);
 }
 
@@ -867,7 +870,7 @@ static void fill_warmed(struct tpool *p, int err, const char *why)
     }
     if (!vm)
         return;
-    if (err != 0 || vmm_stop(vm->vmm, fill_stopped, p) != 0) {
+    if (err != 0 || vmm_stop(p->h->vm_vmm(vm), fill_stopped, p) != 0) {
         snprintf(msg, sizeof(msg), "warm-up failed: %s", err ? why : "cannot stop it");
         fill_abort(p, msg, 1.0);
     }
@@ -905,7 +908,8 @@ static void fill_restored(void *ud, int err, const char *why)
     p->verified = true;
     /* Run it once, through a session of ours, then stop it again (fill_warmed). */
     p->fill_warming = true;
-    if (vmm_cont(vm->vmm, fill_cont, p) != 0 || vmm_channel_reconnect(vm->vmm) != 0)
+    if (vmm_cont(p->h->vm_vmm(vm), fill_cont, p) != 0 ||
+        vmm_channel_reconnect(p->h->vm_vmm(vm)) != 0)
         fill_abort(p, "cannot run it for its warm-up", 1.0);
 }
 
@@ -934,20 +938,20 @@ static bool tp_defer(struct tpool *p)
         return false;
     /* One deferral at a time, and never two in a row: creates that keep finding the
      * pool empty must not keep it from refilling. */
-    now = ev_now(p->t->loop);
+    now = ev_now(p->h->loop);
     if (now < p->defer_end + POOL_DEFER_S)
         return false;
     p->defer_end = now + POOL_DEFER_S;
     ev_timer_set(&p->defer, POOL_DEFER_S, 0);
-    ev_timer_start(p->t->loop, &p->defer);
+    ev_timer_start(p->h->loop, &p->defer);
     return true;
 }
 
 static void tp_undefer(struct tpool *p)
 {
     if (ev_is_active(&p->defer)) {
-        ev_timer_stop(p->t->loop, &p->defer);
-        p->defer_end = ev_now(p->t->loop);
+        ev_timer_stop(p->h->loop, &p->defer);
+        p->defer_end = ev_now(p->h->loop);
         kick_soon(p, 0);
     }
 }
@@ -963,24 +967,25 @@ static void on_defer(struct ev_loop *loop, ev_timer *w, int revents)
 static void spare_start(struct tpool *p)
 {
     struct sbx_vm *vm;
-    unsigned want = p->t->cfg->pool_spares < POOL_MAX ? p->t->cfg->pool_spares : POOL_MAX;
+    unsigned want = p->h->cfg->pool_spares < POOL_MAX ? p->h->cfg->pool_spares : POOL_MAX;
     int r;
 
     if (p->nspares >= want || !p->verified || budget_vms(p) <= p->size + p->nspares)
         return;
-    if (sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm) != 0)
+    if (p->h->vm_new(p->h->ctx, p->tmpl, p->mem_mb, p->vcpus, &vm) != 0)
         return;
-    snprintf(vm->boot, sizeof(vm->boot), "pool"); /* unbound at a restart: removed */
-    if ((r = sbx_vm_overlay(vm, p->disk, 0)) != 0 ||
-        (r = sbx_vm_launch_restore(vm, p->mem, 0)) != 0 || (r = sbx_vm_save(vm)) != 0) {
-        LOGS(LOG_WARN, vm->id, "pool: cannot start the spare QEMU: %s", strerror(r < 0 ? -r : r));
-        sbx_vm_destroy(vm);
+    if ((r = p->h->vm_start_restore(vm, p->disk, p->mem)) != 0) {
+        LOGS(LOG_WARN, p->h->vm_id(vm), "pool: cannot start the spare QEMU: %s",
+             strerror(r < 0 ? -r : r));
+        p->h->vm_destroy(vm);
         return;
     }
     /* Its TCG buffer touched ahead once it is up (vmm.h vmm_prefault_tcg). */
-    if (p->t->cfg->pool_spare_prefault_mb &&
-        (r = vmm_prefault_tcg(vm->vmm, (uint64_t)p->t->cfg->pool_spare_prefault_mb << 20)) != 0)
-        LOGS(LOG_WARN, vm->id, "pool: cannot touch the spare's TCG buffer ahead: %s", strerror(-r));
+    if (p->h->cfg->pool_spare_prefault_mb &&
+        (r = vmm_prefault_tcg(p->h->vm_vmm(vm),
+                              (uint64_t)p->h->cfg->pool_spare_prefault_mb << 20)) != 0)
+        LOGS(LOG_WARN, p->h->vm_id(vm), "pool: cannot touch the spare's TCG buffer ahead: %s",
+             strerror(-r));
     p->spares[p->nspares++] = vm;
     if (p->nspares < want)
         kick_soon(p, 0.05);
@@ -989,7 +994,7 @@ static void spare_start(struct tpool *p)
 static void spare_drop(struct tpool *p)
 {
     while (p->nspares)
-        sbx_vm_destroy(p->spares[--p->nspares]);
+        p->h->vm_destroy(p->spares[--p->nspares]);
 }
 
 /* Start one more VM if the pool is short and nothing else is filling it; the spare
@@ -1006,25 +1011,23 @@ static void pool_fill(struct tpool *p)
         spare_start(p);
         return;
     }
-    r = sbx_vm_new(p->t, p->tmpl, p->mem_mb, p->vcpus, &vm);
+    r = p->h->vm_new(p->h->ctx, p->tmpl, p->mem_mb, p->vcpus, &vm);
     if (r != 0) {
         LOG(LOG_WARN, "pool: cannot make a VM record: %s", strerror(-r));
         kick_soon(p, 5.0);
         return;
     }
-    snprintf(vm->boot, sizeof(vm->boot), "pool");
     p->fill_start = sbx_now_ms();
-    if ((r = sbx_vm_overlay(vm, p->disk, 0)) != 0 ||
-        (r = sbx_vm_launch_restore(vm, p->mem, 0)) != 0 || (r = sbx_vm_save(vm)) != 0 ||
-        (r = vmm_restore(vm->vmm, p->snap, fill_restored, p)) != 0) {
-        LOGS(LOG_WARN, vm->id, "pool: cannot start a VM: %s", strerror(r < 0 ? -r : r));
-        sbx_vm_destroy(vm);
+    if ((r = p->h->vm_start_restore(vm, p->disk, p->mem)) != 0 ||
+        (r = vmm_restore(p->h->vm_vmm(vm), p->snap, fill_restored, p)) != 0) {
+        LOGS(LOG_WARN, p->h->vm_id(vm), "pool: cannot start a VM: %s", strerror(r < 0 ? -r : r));
+        p->h->vm_destroy(vm);
         kick_soon(p, 5.0);
         return;
     }
     p->filling = vm;
-    ev_timer_set(&p->fill_timer, p->t->cfg->boot_timeout_s, 0);
-    ev_timer_start(p->t->loop, &p->fill_timer);
+    ev_timer_set(&p->fill_timer, p->h->cfg->boot_timeout_s, 0);
+    ev_timer_start(p->h->loop, &p->fill_timer);
 }
 
 static void on_kick(struct ev_loop *loop, ev_timer *w, int revents)
@@ -1032,7 +1035,7 @@ static void on_kick(struct ev_loop *loop, ev_timer *w, int revents)
     struct tpool *p = w->data;
 
     while (p->ndead)
-        sbx_vm_destroy(p->dead[--p->ndead]);
+        p->h->vm_destroy(p->dead[--p->ndead]);
     /* The template VM, sealed or failed: nothing more to do with it. */
     if (p->vmm && (p->state == TPL_READY || p->state == TPL_NONE))
         tpl_end_vm(p);
@@ -1057,11 +1060,11 @@ static struct sbx_vm *spare_up_take(struct tpool *p)
 {
     for (unsigned i = 0; i < p->nspares; i++) {
         struct sbx_vm *vm = p->spares[i];
-        if (vm->vmm && !vm->gone && vmm_qmp_ready(vm->vmm)) {
+        if (p->h->vm_up(vm) && vmm_qmp_ready(p->h->vm_vmm(vm))) {
             double ms;
-            uint64_t b = vmm_prefault_touched(vm->vmm, &ms);
+            uint64_t b = vmm_prefault_touched(p->h->vm_vmm(vm), &ms);
             if (b)
-                LOGS(LOG_DEBUG, vm->id,
+                LOGS(LOG_DEBUG, p->h->vm_id(vm),
                      "pool: spare taken, %.1f MiB of its TCG buffer touched ahead%s", b / 1048576.0,
                      ms >= 0 ? "" : " (not finished)");
             drop_from(p->spares, &p->nspares, vm);
@@ -1098,7 +1101,7 @@ static bool tp_vm_exited(struct tpool *p, struct sbx_vm *vm)
      * after 1, 2, 4 ... 32 s: never a loop of launches. */
     delay = p->exits ? (double)(1u << (p->exits - 1 < 5 ? p->exits - 1 : 5)) : 0;
     p->exits++;
-    LOGS(LOG_WARN, vm->id, "pool: a waiting VM exited; replacing it in %.0f s", delay);
+    LOGS(LOG_WARN, p->h->vm_id(vm), "pool: a waiting VM exited; replacing it in %.0f s", delay);
     if (p->ndead < POOL_MAX)
         p->dead[p->ndead++] = vm;
     kick_soon(p, delay);
@@ -1140,8 +1143,8 @@ static json_t *tp_stats(const struct tpool *p)
     double ms;
 
     for (unsigned i = 0; i < p->nspares; i++) {
-        up += p->spares[i]->vmm && vmm_qmp_ready(p->spares[i]->vmm);
-        touched += vmm_prefault_touched(p->spares[i]->vmm, &ms) > 0 && ms >= 0;
+        up += p->h->vm_vmm(p->spares[i]) && vmm_qmp_ready(p->h->vm_vmm(p->spares[i]));
+        touched += vmm_prefault_touched(p->h->vm_vmm(p->spares[i]), &ms) > 0 && ms >= 0;
     }
     return json_pack("{s:s,s:I,s:I,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl,
                      "memory_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "state",
@@ -1165,8 +1168,8 @@ static void tp_key(const struct srv_config *c, const char *tmpl, unsigned mem_mb
  * files named when there is one; NULL (logged) when the template has no image. */
 static struct tpool *tp_new(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus)
 {
-    struct sbx_table *t = all->t;
-    const struct srv_config *c = t->cfg;
+    const struct pool_host *h = all->h;
+    const struct srv_config *c = h->cfg;
     struct tpool *p;
     char base[4096 + 200];
 
@@ -1176,7 +1179,7 @@ static struct tpool *tp_new(struct pool *all, const char *tmpl, unsigned mem_mb,
     }
     if (!(p = calloc(1, sizeof(*p))))
         return NULL;
-    p->t = t;
+    p->h = h;
     p->all = all;
     p->net_slot = -1;
     snprintf(p->tmpl, sizeof(p->tmpl), "%s", tmpl);
@@ -1199,9 +1202,9 @@ static struct tpool *tp_new(struct pool *all, const char *tmpl, unsigned mem_mb,
                            .done = tpl_synced};
     p->fw =
         (struct wsess){.p = p, .pre = "true", .cmd = "true", .cmd_argv = true, .done = fill_warmed};
-    snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, p->tmpl);
-    if (sbx_ident_get(&p->base, base) != 0 || sbx_ident_get(&p->kernel, t->kernel) != 0 ||
-        sbx_ident_get(&p->initrd, t->initrd) != 0) {
+    snprintf(base, sizeof(base), "%s/%s.ext4", h->image_dir, p->tmpl);
+    if (sbx_ident_get(&p->base, base) != 0 || sbx_ident_get(&p->kernel, h->kernel) != 0 ||
+        sbx_ident_get(&p->initrd, h->initrd) != 0) {
         LOG(LOG_WARN, "pool: no pool for template %s: it has no image (%s)", p->tmpl, base);
         free(p);
         return NULL;
@@ -1215,7 +1218,7 @@ static void tp_start(struct tpool *p, const char *why)
     if (budget_vms(p) < p->size)
         LOG(LOG_WARN,
             "pool: %s: pool_max_mb = %u holds %u VM(s) of %u (templates %llu MiB, %u MiB each)",
-            p->key, p->t->cfg->pool_max_mb, budget_vms(p), p->size,
+            p->key, p->h->cfg->pool_max_mb, budget_vms(p), p->size,
             (unsigned long long)pool_used_mb(p->all, p), POOL_VM_MB);
     if (why && strcmp(why, "none recorded") == 0) {
         tpl_build(p);
@@ -1252,8 +1255,8 @@ static unsigned templates_max(const struct srv_config *c)
 static struct tpool *pool_add(struct pool *all, const char *tmpl, unsigned mem_mb, unsigned vcpus,
                               const char **why)
 {
-    const struct srv_config *c = all->t->cfg;
-    uint64_t need = tpl_mb(all->t, mem_mb) + POOL_VM_MB;
+    const struct srv_config *c = all->h->cfg;
+    uint64_t need = tpl_mb(all->h, mem_mb) + POOL_VM_MB;
     char key[96], reason[160] = "";
     struct tpool *p;
 
@@ -1296,7 +1299,7 @@ void pool_first_use(struct pool *all, const char *tmpl, unsigned mem_mb, unsigne
     const char *why = NULL;
     struct tpool *p;
 
-    if (!all || !all->t->cfg->pool_on_first_use || !(p = pool_add(all, tmpl, mem_mb, vcpus, &why)))
+    if (!all || !all->h->cfg->pool_on_first_use || !(p = pool_add(all, tmpl, mem_mb, vcpus, &why)))
         return;
     LOG(LOG_INFO,
         "pool: first create of template %s: building its pool (creates boot until it "
@@ -1322,36 +1325,37 @@ static int list_one(void *ud, const char *key, size_t klen, const char *val, siz
 }
 
 /* Every template record in the index: {"key", and the record's fields}. */
-static json_t *tpl_records(struct sbx_table *t)
+static json_t *tpl_records(const struct pool_host *h)
 {
     json_t *recs = json_array();
 
     if (recs)
-        idx_foreach(t->idx, IDX_TEMPLATES, list_one, recs);
+        idx_foreach(h->idx, IDX_TEMPLATES, list_one, recs);
     return recs;
 }
 
-int pool_new(struct sbx_table *t, struct pool **out)
+int pool_new(const struct pool_host *h, struct pool **out)
 {
-    const struct srv_config *c = t->cfg;
+    const struct srv_config *c = h->cfg;
     const char *whys[POOL_TEMPLATES_MAX] = {0};
-    json_t *recs = tpl_records(t), *r;
+    json_t *recs = tpl_records(h), *r;
     struct pool *all;
     size_t i;
 
     *out = NULL;
     if (c->pool_size == 0 || !(all = calloc(1, sizeof(*all)))) {
         /* What a pool of an earlier start left after a crash. */
-        tpl_sweep(t, NULL);
+        tpl_sweep(h, NULL);
         json_array_foreach(recs, i, r)
         {
-            if (idx_del(t->idx, IDX_TEMPLATES, json_string_value(json_object_get(r, "key"))) == 0)
-                t->idx_dirty = true;
+            if (idx_del(h->idx, IDX_TEMPLATES, json_string_value(json_object_get(r, "key"))) == 0)
+                h->idx_changed(h->ctx);
         }
         json_decref(recs);
         return c->pool_size == 0 ? 0 : -ENOMEM;
     }
-    all->t = t;
+    all->host = *h;
+    all->h = &all->host;
     /* The default template's, then pool_templates' (at the default shape), then those
      * a crash left recorded (made on first use before it). */
     pool_add(all, c->default_template, c->default_memory_mb, c->default_vcpus, &whys[all->n]);
@@ -1381,11 +1385,11 @@ int pool_new(struct sbx_table *t, struct pool **out)
         }
         for (unsigned k = 0; k < all->n; k++)
             kept |= strcmp(all->tp[k]->key, key) == 0;
-        if (!kept && idx_del(t->idx, IDX_TEMPLATES, key) == 0)
-            t->idx_dirty = true;
+        if (!kept && idx_del(h->idx, IDX_TEMPLATES, key) == 0)
+            h->idx_changed(h->ctx);
     }
     json_decref(recs);
-    tpl_sweep(t, all);
+    tpl_sweep(h, all);
     for (unsigned k = 0; k < all->n; k++)
         tp_start(all->tp[k], whys[k]);
     *out = all;
@@ -1483,7 +1487,7 @@ json_t *pool_stats(const struct pool *all)
 
     if (!all)
         return json_null();
-    c = all->t->cfg;
+    c = all->h->cfg;
     dflt = pool_find(all, c->default_template, c->default_memory_mb, c->default_vcpus);
     o = dflt ? tp_stats(dflt)
              : json_pack("{s:s,s:s}", "template", c->default_template, "state", "off");
@@ -1498,19 +1502,19 @@ static void tp_free(struct tpool *p)
 {
     if (!p)
         return;
-    ev_timer_stop(p->t->loop, &p->retry);
-    ev_timer_stop(p->t->loop, &p->kick);
-    ev_timer_stop(p->t->loop, &p->defer);
-    ev_timer_stop(p->t->loop, &p->fill_timer);
+    ev_timer_stop(p->h->loop, &p->retry);
+    ev_timer_stop(p->h->loop, &p->kick);
+    ev_timer_stop(p->h->loop, &p->defer);
+    ev_timer_stop(p->h->loop, &p->fill_timer);
     if (p->fw.ch)
         chan_free(p->fw.ch);
     tpl_end_vm(p);
     while (p->nready)
-        sbx_vm_destroy(p->ready[--p->nready]);
+        p->h->vm_destroy(p->ready[--p->nready]);
     while (p->ndead)
-        sbx_vm_destroy(p->dead[--p->ndead]);
+        p->h->vm_destroy(p->dead[--p->ndead]);
     if (p->filling)
-        sbx_vm_destroy(p->filling);
+        p->h->vm_destroy(p->filling);
     spare_drop(p);
     /* Clean shutdown: the template goes too (its RAM file lives in /dev/shm, i.e. in
      * RAM); the next start builds it again. Clones still running hold it open. */

@@ -46,22 +46,74 @@
  * template and shape (or RAM file, or VM) they are given.
  *
  * Ownership: the pool belongs to the sbx_table (t->pool) and is freed by
- * pool_free before the table's VMs. A VM returned by pool_take is the
- * caller's to bind (sbx_vm_bind) from then on.
+ * pool_free before the table's VMs. The pool's VMs are records of the table,
+ * made and destroyed through struct pool_host; a VM returned by pool_take (or
+ * pool_template, pool_spare_take) is the caller's to bind (sbx_vm_bind) from then on.
+ * The pool reaches the table only through pool_host, never its internals.
  */
 #ifndef WARREN_POOL_H
 #define WARREN_POOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <jansson.h>
 
+#include "bg.h"
+#include "config.h"
+#include "idx.h"
+#include "net.h"
+#include "vmm.h"
+
 struct pool;
-struct sbx_table;
+/* A VM record of the sandbox table: opaque here, reached only through pool_host. */
 struct sbx_vm;
 
-/* Start the pool for t's default template (after the table's VMs were restored
+/*
+ * What the pool needs from the sandbox table, which owns VM records, networking and
+ * the index: the table fills it (sbx.c) and pool_new copies it. The pool never sees
+ * the table's structs. Every call takes ctx (the table) unless it takes a VM.
+ */
+struct pool_host {
+    void *ctx;
+    struct ev_loop *loop;
+    const struct srv_config *cfg;
+    struct idx *idx; /* the templates table is the pool's; tell idx_changed */
+    struct bg *bg;   /* off-loop work (sealing the template's RAM) */
+    const char *image_dir, *kernel, *initrd;
+    bool jail; /* QEMU runs jailed: the RAM goes through a sealed memfd */
+    bool net;  /* networking is on (the template records it) */
+    /* The index was written (templates table): the table flushes it later. */
+    void (*idx_changed)(void *ctx);
+    /* Random bytes from the table's DRBG (the warm-up session's INIT entropy). */
+    void (*random)(void *ctx, void *p, size_t n);
+    /* A new unsaved VM record marked as the pool's (boot "pool", so a restart that
+     * finds it unbound destroys it), run dir made: 0 and *out, or -errno. */
+    int (*vm_new)(void *ctx, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                  struct sbx_vm **out);
+    /* The VM's overlay over backing (sbx_vm_overlay), its QEMU started in restore
+     * mode over mem (sbx_vm_launch_restore, mem_fd 0) and its record saved: 0 or
+     * -errno (the caller destroys it). */
+    int (*vm_start_restore)(struct sbx_vm *vm, const char *backing, const char *mem);
+    /* Remove the VM for good (QEMU killed, record and run dir removed, freed). */
+    void (*vm_destroy)(struct sbx_vm *vm);
+    /* Its id, for logs. */
+    const char *(*vm_id)(const struct sbx_vm *vm);
+    /* Its QEMU's handle, or NULL (not started); vm_up: it has one that has not exited. */
+    struct vmm *(*vm_vmm)(const struct sbx_vm *vm);
+    bool (*vm_up)(const struct sbx_vm *vm);
+    /* The template VM's QEMU config (launched by the pool itself, no VM record). */
+    void (*vm_config_init)(void *ctx, struct vmm_config *vc, const char *id, const char *disk,
+                           const char *run_dir, unsigned mem_mb, unsigned vcpus);
+    /* Its networking (sbx_vm_net_config) and the slot given back (sbx_vm_net_release). */
+    int (*net_config)(void *ctx, const char *id, int *slot, const struct net_policy *pol,
+                      struct vmm_config *vc, char ***wrap);
+    void (*net_release)(void *ctx, const char *id, int *slot);
+};
+
+/* Start the pool for the default template (after the table's VMs were restored
  * and bound): 0 and *out (NULL when the pool is off), or -errno. */
-int pool_new(struct sbx_table *t, struct pool **out);
+int pool_new(const struct pool_host *host, struct pool **out);
 /* Kill the pool's VMs and the template VM, remove the template's files. */
 void pool_free(struct pool *p);
 /* A create for a template and shape (memory, vCPUs) with no pool boots: with

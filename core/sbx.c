@@ -1654,6 +1654,98 @@ static int jail_setup(struct sbx_table *t)
     return 0;
 }
 
+/* ---- what the pool gets of the table (pool.h, struct pool_host) ---- */
+
+static void ph_idx_changed(void *ctx)
+{
+    ((struct sbx_table *)ctx)->idx_dirty = true;
+}
+
+static void ph_random(void *ctx, void *p, size_t n)
+{
+    sbx_random(ctx, p, n);
+}
+
+static int ph_vm_new(void *ctx, const char *tmpl, unsigned mem_mb, unsigned vcpus,
+                     struct sbx_vm **out)
+{
+    int r = sbx_vm_new(ctx, tmpl, mem_mb, vcpus, out);
+
+    if (r == 0) /* unbound at a restart: removed */
+        snprintf((*out)->boot, sizeof((*out)->boot), "pool");
+    return r;
+}
+
+static int ph_vm_start_restore(struct sbx_vm *vm, const char *backing, const char *mem)
+{
+    int r;
+
+    if ((r = sbx_vm_overlay(vm, backing, 0)) != 0 || (r = sbx_vm_launch_restore(vm, mem, 0)) != 0)
+        return r;
+    return sbx_vm_save(vm);
+}
+
+static const char *ph_vm_id(const struct sbx_vm *vm)
+{
+    return vm->id;
+}
+
+static struct vmm *ph_vm_vmm(const struct sbx_vm *vm)
+{
+    return vm->vmm;
+}
+
+static bool ph_vm_up(const struct sbx_vm *vm)
+{
+    return vm->vmm && !vm->gone;
+}
+
+static void ph_vm_config_init(void *ctx, struct vmm_config *vc, const char *id, const char *disk,
+                              const char *run_dir, unsigned mem_mb, unsigned vcpus)
+{
+    sbx_vm_config_init(ctx, vc, id, disk, run_dir, mem_mb, vcpus);
+}
+
+static int ph_net_config(void *ctx, const char *id, int *slot, const struct net_policy *pol,
+                         struct vmm_config *vc, char ***wrap)
+{
+    return sbx_vm_net_config(ctx, id, slot, pol, vc, wrap);
+}
+
+static void ph_net_release(void *ctx, const char *id, int *slot)
+{
+    sbx_vm_net_release(ctx, id, slot);
+}
+
+static int pool_start(struct sbx_table *t)
+{
+    const struct pool_host h = {
+        .ctx = t,
+        .loop = t->loop,
+        .cfg = t->cfg,
+        .idx = t->idx,
+        .bg = t->bg,
+        .image_dir = t->image_dir,
+        .kernel = t->kernel,
+        .initrd = t->initrd,
+        .jail = t->jail != NULL,
+        .net = t->net != NULL,
+        .idx_changed = ph_idx_changed,
+        .random = ph_random,
+        .vm_new = ph_vm_new,
+        .vm_start_restore = ph_vm_start_restore,
+        .vm_destroy = sbx_vm_destroy,
+        .vm_id = ph_vm_id,
+        .vm_vmm = ph_vm_vmm,
+        .vm_up = ph_vm_up,
+        .vm_config_init = ph_vm_config_init,
+        .net_config = ph_net_config,
+        .net_release = ph_net_release,
+    };
+
+    return pool_new(&h, &t->pool);
+}
+
 int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out)
 {
     struct sbx_table *t = calloc(1, sizeof(*t));
@@ -1727,7 +1819,7 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
     /* After the sweep: the pool's VMs get records of their own from here on. */
-    if ((r = pool_new(t, &t->pool)) != 0)
+    if ((r = pool_start(t)) != 0)
         LOG(LOG_WARN, "pool: cannot start: %s; every create boots", strerror(-r));
     ev_timer_init(&t->reaper, on_reap, 1.0, 1.0);
     t->reaper.data = t;

@@ -2,12 +2,16 @@
  * sbx_int.h - the sandbox table's internals (warren_core): the structs and
  * calls its parts share (lifecycle, index, reaper, VMs, operations,
  * snapshots, freeze, networking). Not for the HTTP layer, which sees only
- * sbx.h.
+ * sbx.h, nor for the pool, which sees the table through struct pool_host
+ * (pool.h, filled by sbx.c) and its pure helpers through sbx_util.h.
  *
  * Lifetimes: a sandbox lives in t->sandboxes from create (or restore) until
  * the reaper purges it after its retention time. An op lives from its
- * sbx_* call until it finishes (ops_finish: the sink's done is called, then
- * it is unlinked and freed) or is cancelled. Every op belongs to one
+ * sbx_* call until it finishes (ops_finish: it is unlinked and freed, with
+ * what it owns (struct op), then the sink's done is called) or is cancelled
+ * (sbx_op_cancel: a create is freed at once and its sandbox ended; any op is
+ * freed at once when there is no channel; else it stays, silent, until its
+ * work or the guest's last frame for its stream finishes it). Every op belongs to one
  * running sandbox; ending a sandbox finishes all its ops first, so an op
  * never outlives its sandbox.
  *
@@ -24,6 +28,7 @@
 
 #include "sbx.h"
 #include "sbx_state.h"
+#include "sbx_util.h"
 #include "bg.h"
 #include "chan.h"
 #include "config.h"
@@ -85,35 +90,53 @@ struct sbx_vm {
     char mem[4096];
 };
 
+/*
+ * An operation in flight: a common head every kind has, then the state of its
+ * kind only (u, chosen by kind; no other member of u may be read). A path or a
+ * tag is kept in str[], allocated with the op to its actual length (ops_new_str),
+ * so one free releases it; what else an op owns is freed by ops_free: an exec's
+ * output buffers, a listing's entries.
+ */
 struct op {
     struct op *next_all, *next_sb; /* links in t->ops and sb->ops */
     sbx_op_t id;
     enum op_kind kind;
     struct sandbox *sb;
     uint32_t stream; /* channel stream id (0 for create) */
+    bool cancelled;  /* the requester is gone: no callbacks, drain the guest's frames */
     struct sbx_sink sink;
     void *user;
     int64_t started_ms;
-    /* exec */
-    bool cancelled; /* the requester is gone: no callbacks, drain the guest's frames */
-    bool stream_mode;
-    struct proto_buf out[2]; /* JSON mode: stdout, stderr */
-    bool truncated[2];
+    /* A guest stream's accounting (sbx_op_consumed may credit any op's stream). */
     size_t unacked;    /* bytes consumed but not yet credited back (sent in batches) */
     struct gstream gs; /* offsets, credit and size of the stream, as the host counts them */
-    /* file ops */
-    char fop[8];         /* "stat", "list", ... */
-    json_t *entries;     /* list results being gathered */
-    size_t list_bytes;   /* list: the listing's size so far, as counted against list_max_bytes */
-    bool waiting_credit; /* upload: the requester was refused and waits for writable */
-    bool finished_input; /* upload: END sent */
-    bool got_head;
-    char path[4096];
-    /* processes (ops_proc.c) */
-    bool bg;             /* exec: in the background (or a PTY): RESULT{pid} answers it */
-    char tag[257];       /* exec: the client's label for it */
-    uint32_t pid;        /* PLIST (0: all), ATTACH, PCTL: the process */
-    uint64_t attach_off; /* ATTACH: the offset asked for */
+    union {
+        struct op_exec {      /* OP_EXEC */
+            bool stream_mode; /* output goes to sink.data as it comes, not buffered */
+            bool bg;          /* in the background (or a PTY): RESULT{pid} answers it */
+            bool truncated[2];
+            struct proto_buf out[2]; /* JSON mode: stdout, stderr */
+            const char *tag;         /* the client's label for it (in str[]), or NULL */
+        } exec;
+        struct op_file {         /* OP_FREAD, OP_FWRITE */
+            const char *path;    /* in str[] */
+            bool got_head;       /* download: the guest's RESULT{size} came */
+            bool waiting_credit; /* upload: the requester was refused and waits for writable */
+            bool finished_input; /* upload: END sent */
+        } file;
+        struct op_fop {           /* OP_FOP */
+            const char *path;     /* in str[] */
+            enum proto_type type; /* PROTO_STAT, PROTO_LIST, ... */
+            json_t *entries;      /* list results being gathered */
+            size_t list_bytes;    /* the listing's size so far, against list_max_bytes */
+        } fop;
+        struct op_proc {         /* OP_PLIST, OP_ATTACH, OP_PCTL */
+            uint32_t pid;        /* the process (PLIST: 0 for all) */
+            uint64_t attach_off; /* ATTACH: the offset asked for */
+            bool resize;         /* PCTL: a resize (else a signal or stdin) */
+        } proc;
+    } u;
+    char str[]; /* the path or the tag, NUL-terminated ("" for other kinds) */
 };
 
 #define SBX_PUBLIC_PORTS_MAX 16 /* create option public_ports: entries */
@@ -198,10 +221,6 @@ struct sbx_table {
     int64_t swap_kb;            /* the host's free swap then */
 };
 
-/* Milliseconds on CLOCK_MONOTONIC: every deadline and duration. */
-int64_t sbx_now_ms(void);
-/* Milliseconds on CLOCK_REALTIME: only timestamps shown to clients or saved. */
-int64_t sbx_wall_ms(void);
 struct sandbox *sbx_find(struct sbx_table *t, const char *id);
 /* Look up a sandbox for an operation: 0 and *out, or an sbx_errcode with *err. */
 int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct sbx_err *err);
@@ -319,22 +338,8 @@ void sbx_die(struct sandbox *sb, const char *reason);
  * dead and err is set: 0 or -1. */
 int sbx_record_new(struct sandbox *sb, struct sbx_vm *vm, struct sbx_err *err);
 
-/* A template's name: 1-48 of [a-z0-9_-] (its image is image_dir/<name>.ext4). */
-bool sbx_template_name_ok(const char *s);
-
 /* ---- snapshots (sbx_snap.c; the API is sbx_snap.h) ---- */
 
-/* The identity of a file something depends on (a template's base image). */
-struct sbx_ident {
-    char path[4096];
-    long long size, mtime_ns, ino;
-};
-/* path resolved and stat'ed: 0 or -errno. */
-int sbx_ident_get(struct sbx_ident *id, const char *path);
-/* {"path","size","mtime_ns","ino"} (new reference). */
-json_t *sbx_ident_json(const struct sbx_ident *id);
-/* Whether the recorded identity o is the file's now: NULL, or what differs. */
-const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
 /* Read the snapshots table into t->snaps and remove snapshot dirs no record names:
  * 0 or -errno. */
 int sbx_snap_restore_all(struct sbx_table *t);
@@ -375,11 +380,6 @@ int sbx_snap_start(struct sandbox *sb, const struct net_policy *pol, const struc
 int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, const char *mem,
                     struct sbx_vm *spare, const struct net_policy *pol, const struct sbx_sink *sink,
                     void *user, sbx_op_t *opid, struct sbx_err *err);
-
-/* The state dir's tag: FNV-1a of its path, 8 hex digits. It names what one warrend
- * makes outside its state dir (cgroups, network namespaces, /dev/shm files), so a
- * warrend's sweep reaches only its own. */
-void sbx_state_tag(const char *state_dir, char out[9]);
 
 /* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
@@ -440,13 +440,19 @@ bool sbx_freeze_frame(struct sandbox *sb, const struct proto_frame *f);
 void sbx_freeze_reset(struct sandbox *sb, int err);
 void sbx_freeze_reset_resync(struct sandbox *sb, int err);
 
+/* A new op, linked in t->ops and sb->ops, with a stream of its own (none for a create):
+ * NULL when out of memory. ops_new_str also copies s (NULL: "") into op->str, sized to it;
+ * the caller bounds s (a checked path, a checked tag). */
 struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
+struct op *ops_new_str(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink,
+                       void *user, const char *s);
 /* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or
  * err and NULL. Takes body. */
 void ops_finish(struct op *op, const struct sbx_err *err, json_t *body);
 /* ops_finish with an error of this code and message. */
 void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Unlink op and free it with what it owns; no callback. */
 void ops_free(struct op *op);
 struct op *ops_by_stream(struct sandbox *sb, uint32_t stream);
 /* The op of that id, or NULL (finished, freed). */
