@@ -22,7 +22,8 @@ static const struct {
     [HP_BODY] = {"body", F_COLLECT, TO(HP_RUN) | TO(HP_COMPLETE)},
     [HP_RUN] = {"run", 0, TO(HP_RESUMING) | TO(HP_OP) | TO(HP_COMPLETE)},
     [HP_RESUMING] = {"resuming", F_OP | F_RESUME, TO(HP_RUN) | TO(HP_ANSWER)},
-    [HP_OP] = {"op", F_OP, TO(HP_ANSWER)},
+    [HP_OP] = {"op", F_OP, TO(HP_STREAM) | TO(HP_ANSWER)},
+    [HP_STREAM] = {"stream", F_OP, TO(HP_ANSWER)},
     [HP_ANSWER] = {"answer", 0, TO(HP_COMPLETE)},
     [HP_COMPLETE] = {"complete", F_COMPLETE, TO(HP_LINGER)},
     /* The next request on the connection starts from a zeroed pss, not from here. */
@@ -59,6 +60,11 @@ bool http_phase_collecting(enum http_phase ph)
 bool http_phase_op_live(enum http_phase ph)
 {
     return has(ph, F_OP);
+}
+
+bool http_phase_op_running(enum http_phase ph)
+{
+    return has(ph, F_OP) && !has(ph, F_RESUME);
 }
 
 bool http_phase_resuming(enum http_phase ph)

@@ -4,14 +4,16 @@
  *   HEAD --a JSON body is wanted--> BODY --all of it arrived--> RUN
  *   HEAD --a body route with no body to read--> RUN
  *   HEAD, RUN --a guest route on a paused sandbox--> RESUMING --resumed (or not)--> RUN
- *   HEAD, RUN --an operation started--> OP (its answer may stream while it is live)
- *   RESUMING, OP --done() or cancelled--> ANSWER (the op is over, the answer is made)
+ *   HEAD, RUN --an operation started--> OP
+ *   OP --its answer's head is chosen while it runs (NDJSON, a download)--> STREAM
+ *   RESUMING, OP, STREAM --done() or cancelled--> ANSWER (the op is over: the answer,
+ *     or the end of the stream, is made)
  *   HEAD, BODY, RUN, ANSWER --the last byte of the answer is queued--> COMPLETE
  *   COMPLETE --written while an upload body is still coming--> LINGER (drain, then close)
  *
  * A request is born HEAD (the pss is zeroed for each head, HEAD is 0) and every later
  * change goes through http_phase_check (resp.c's req_phase applies it, and logs and
- * refuses one the table lacks). An operation is live in RESUMING and OP only, so
+ * refuses one the table lacks). An operation is live in RESUMING, OP and STREAM only, so
  * leaving them any other way than through ANSWER would lose an op that still has to be
  * cancelled. Facts orthogonal to the lifecycle (whether the body has all arrived, the
  * chosen framing, keep-alive, reading paused for credit) stay flags of struct pss.
@@ -29,13 +31,15 @@ enum http_phase {
     HP_RUN,      /* its args are in hand (body parsed, or the sandbox resumed): it runs */
     HP_RESUMING, /* held while a paused sandbox comes back (the op is the resume's) */
     HP_OP,       /* an operation is live: started, and no done() yet */
+    HP_STREAM,   /* ... and its answer streams while it runs (kind says which) */
     HP_ANSWER,   /* the operation is over: its answer is being made */
     HP_COMPLETE, /* the last byte of the answer is queued */
     HP_LINGER,   /* answered: draining the rest of an upload body before closing */
     HP__COUNT
 };
 
-/* "head", "body", "run", "resuming", "op", "answer", "complete", "linger"; "?" out of range. */
+/* "head", "body", "run", "resuming", "op", "stream", "answer", "complete", "linger"; "?"
+ * out of range. */
 const char *http_phase_name(enum http_phase ph);
 /* 0 if from -> to is an allowed transition, else -EINVAL (also for a phase out of range). */
 int http_phase_check(enum http_phase from, enum http_phase to);
@@ -45,6 +49,9 @@ bool http_phase_collecting(enum http_phase ph);
 /* An operation (or the resume before it) is live: it must be cancelled if the request
  * ends now, and its sink's callbacks are for this request. */
 bool http_phase_op_live(enum http_phase ph);
+/* The request's own operation runs (OP, STREAM): not a resume, so upload bytes may be
+ * written to it and its end finished. */
+bool http_phase_op_running(enum http_phase ph);
 /* The request waits for its sandbox to resume: body bytes are held, not written. */
 bool http_phase_resuming(enum http_phase ph);
 /* The last byte of the answer is queued (COMPLETE, LINGER). */

@@ -229,6 +229,9 @@ void resp_code(struct pss *p, int status, const char *code, const char *msg)
 
 void resp_ndjson_begin(struct pss *p)
 {
+    /* From sink_done (ANSWER) the whole stream is its last line: nothing streams. */
+    if (p->phase == HP_OP)
+        req_phase(p, HP_STREAM);
     p->status = 200;
     p->kind = RESP_NDJSON;
     /* HTTP/1.0 has no chunked coding: the end of the body is the end of the connection. */

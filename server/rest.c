@@ -131,6 +131,8 @@ static void sink_head(void *user, uint64_t size)
 
     if (!http_phase_op_live(p->phase) || p->kind != RESP_NONE || !(verb_flags(p) & API_VF_DOWNLOAD))
         return;
+    if (p->phase == HP_OP)
+        req_phase(p, HP_STREAM);
     p->status = 200;
     p->kind = RESP_DOWNLOAD;
     p->clen = size;
@@ -245,7 +247,7 @@ static void sink_writable(void *user)
 {
     struct pss *p = user;
 
-    if (!p->upload || p->phase != HP_OP)
+    if (!p->upload || !http_phase_op_running(p->phase))
         return;
     if (p->in_write) {
         p->kick = true;
@@ -1234,7 +1236,7 @@ int rest_body_done(struct pss *p)
         return 0;
     }
     if (p->upload) {
-        if (p->phase == HP_OP && !p->pend_len && !p->finish_sent) {
+        if (http_phase_op_running(p->phase) && !p->pend_len && !p->finish_sent) {
             p->finish_sent = true;
             sbx_op_finish(p->srv->t, p->op);
         }

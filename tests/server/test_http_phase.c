@@ -24,7 +24,8 @@ static void test_transitions(void)
         [HP_BODY] = {[HP_RUN] = true, [HP_COMPLETE] = true},
         [HP_RUN] = {[HP_RESUMING] = true, [HP_OP] = true, [HP_COMPLETE] = true},
         [HP_RESUMING] = {[HP_RUN] = true, [HP_ANSWER] = true},
-        [HP_OP] = {[HP_ANSWER] = true},
+        [HP_OP] = {[HP_STREAM] = true, [HP_ANSWER] = true},
+        [HP_STREAM] = {[HP_ANSWER] = true},
         [HP_ANSWER] = {[HP_COMPLETE] = true},
         [HP_COMPLETE] = {[HP_LINGER] = true},
     };
@@ -35,6 +36,9 @@ static void test_transitions(void)
      * over or cancelled). */
     CHECK(http_phase_check(HP_OP, HP_COMPLETE) == -EINVAL);
     CHECK(http_phase_check(HP_RESUMING, HP_COMPLETE) == -EINVAL);
+    CHECK(http_phase_check(HP_STREAM, HP_COMPLETE) == -EINVAL);
+    /* A resume streams nothing: the request runs (or is refused) first. */
+    CHECK(http_phase_check(HP_RESUMING, HP_STREAM) == -EINVAL);
     /* An answered request never runs again, a lingering one only closes. */
     CHECK(http_phase_check(HP_COMPLETE, HP_OP) == -EINVAL);
     CHECK(http_phase_check(HP_LINGER, HP_COMPLETE) == -EINVAL);
@@ -47,8 +51,8 @@ static void test_transitions(void)
 
 static void test_names(void)
 {
-    static const char *const names[] = {"head", "body",   "run",      "resuming",
-                                        "op",   "answer", "complete", "linger"};
+    static const char *const names[] = {"head",   "body",   "run",      "resuming", "op",
+                                        "stream", "answer", "complete", "linger"};
 
     for (int i = 0; i < HP__COUNT; i++)
         CHECK(!strcmp(http_phase_name((enum http_phase)i), names[i]));
@@ -63,7 +67,8 @@ static void test_predicates(void)
         enum http_phase ph = (enum http_phase)i;
 
         CHECK(http_phase_collecting(ph) == (ph == HP_BODY));
-        CHECK(http_phase_op_live(ph) == (ph == HP_RESUMING || ph == HP_OP));
+        CHECK(http_phase_op_live(ph) == (ph == HP_RESUMING || ph == HP_OP || ph == HP_STREAM));
+        CHECK(http_phase_op_running(ph) == (ph == HP_OP || ph == HP_STREAM));
         CHECK(http_phase_resuming(ph) == (ph == HP_RESUMING));
         CHECK(http_phase_complete(ph) == (ph == HP_COMPLETE || ph == HP_LINGER));
         CHECK(http_phase_lingering(ph) == (ph == HP_LINGER));
