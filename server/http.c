@@ -564,7 +564,8 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         /* Answers can take a while (a boot under TCG, a long exec): lws must not
          * time the request out. While a body we want is read, lws keeps its own
          * per-chunk timeout. */
-        if (p->status || !((p->upload && p->op_live) || (p->want_body && !p->dispatched)))
+        if (p->status ||
+            !((p->upload && http_phase_op_live(p->phase)) || http_phase_collecting(p->phase)))
             lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
         return 0;
     case LWS_CALLBACK_HTTP_BODY:

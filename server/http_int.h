@@ -33,6 +33,7 @@
 #include "log.h"
 #include "sbx.h"
 #include "http.h"
+#include "http_phase.h"
 #include "token.h"
 
 #define WRITE_MAX       (64 * 1024)   /* bytes per lws_write */
@@ -79,7 +80,8 @@ struct pss {
     struct http_server
         *srv; /* set from LWS_CALLBACK_HTTP until rest_req_end: the transaction is live */
     sbx_op_t op;
-    bool op_live; /* started, and no done() yet */
+    /* Where the request is in its lifecycle (http_phase.h); changed by req_phase only. */
+    enum http_phase phase;
     enum api_route_id route;
     unsigned method;
     char sbx[API_ID_MAX + 1];
@@ -98,10 +100,9 @@ struct pss {
     /* streamed answer: the client must keep taking bytes */
     ev_timer stall;
 
-    /* request body */
-    bool want_body;  /* JSON body to collect */
-    bool body_done;  /* every body byte has arrived (or none is coming) */
-    bool dispatched; /* the body route has been started */
+    /* request body. Its end is a fact apart from the phase: it can come before the
+     * request runs, while its upload op is live, or after the answer (LINGER). */
+    bool body_done; /* every body byte has arrived (or none is coming) */
     char *body;
     size_t body_len, body_cap;
 
@@ -119,9 +120,7 @@ struct pss {
     enum resp kind;
     bool need_continue, continue_sent;
     bool hdrs_sent;
-    bool complete;    /* the last byte is queued */
     bool close_after; /* close instead of keep-alive */
-    bool linger;      /* answered: draining the rest of an upload body before closing */
     bool chunked;
     bool throttled;
     uint64_t clen;      /* Content-Length of JSON and downloads */
@@ -132,9 +131,7 @@ struct pss {
     struct api_utf8_hold hold[2];
 
     bool by_token; /* admitted by an ?access_token=, not the API key */
-    /* A body route on a paused sandbox waits for its resume (op is the resume's):
-     * then it runs with this body. */
-    bool resuming;
+    /* HP_RESUMING: the args the request runs with once its sandbox is back. */
     json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
     char *location;    /* a Location header for the answer (malloc'd), or NULL */
@@ -167,6 +164,12 @@ struct http_server {
 };
 
 /* ---- resp.c: the response writer ---- */
+
+/* Move p to phase to, if http_phase.h's table allows it; otherwise log, assert (debug
+ * builds) and leave p where it is. */
+void req_phase(struct pss *p, enum http_phase to);
+/* The last byte of the answer is queued: COMPLETE, unless it is already. */
+void req_complete(struct pss *p);
 
 /* Ask lws for HTTP_WRITEABLE: all output goes out from there. */
 void resp_want_write(struct pss *p);

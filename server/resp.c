@@ -7,7 +7,26 @@
  */
 #include "http_int.h"
 
+#include <assert.h>
+
 /* --------------------------------------------------------- output queue */
+
+void req_phase(struct pss *p, enum http_phase to)
+{
+    if (http_phase_check(p->phase, to)) {
+        LOG(LOG_ERR, "%s: request phase %s -> %s refused", p->sbx, http_phase_name(p->phase),
+            http_phase_name(to));
+        assert(!"request phase transition outside the table");
+        return;
+    }
+    p->phase = to;
+}
+
+void req_complete(struct pss *p)
+{
+    if (!http_phase_complete(p->phase))
+        req_phase(p, HP_COMPLETE);
+}
 
 static struct obuf *obuf_new(size_t cap)
 {
@@ -159,7 +178,7 @@ void resp_json(struct pss *p, int status, json_t *body)
         p->status = 500;
         p->kind = RESP_JSON;
         p->close_after = true;
-        p->complete = true;
+        req_complete(p);
         p->hdrs_sent = true;
         resp_want_write(p);
         return;
@@ -178,7 +197,7 @@ void resp_json(struct pss *p, int status, json_t *body)
     p->clen = n;
     p->chunked = false;
     q_push(p, ob);
-    p->complete = true;
+    req_complete(p);
     /* Answered before the body was read: do not make lws read and discard it. */
     if (!p->body_done)
         p->close_after = true;
@@ -210,6 +229,9 @@ void resp_code(struct pss *p, int status, const char *code, const char *msg)
 
 void resp_ndjson_begin(struct pss *p)
 {
+    /* From sink_done (ANSWER) the whole stream is its last line: nothing streams. */
+    if (p->phase == HP_OP)
+        req_phase(p, HP_STREAM);
     p->status = 200;
     p->kind = RESP_NDJSON;
     /* HTTP/1.0 has no chunked coding: the end of the body is the end of the connection. */
@@ -299,7 +321,7 @@ void resp_ndjson_end(struct pss *p, int status, json_t *body)
         else
             p->close_after = true;
     }
-    p->complete = true;
+    req_complete(p);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -311,7 +333,8 @@ static int finish(struct pss *p)
      * reads the answer only after sending everything would see "connection reset" instead
      * of the error. lws's per-chunk body timeout still ends a stalled client. */
     if (p->upload && !p->body_done) {
-        p->linger = true;
+        if (!http_phase_lingering(p->phase))
+            req_phase(p, HP_LINGER);
         if (p->rx_paused) {
             p->rx_paused = false;
             lws_rx_flow_control(p->wsi, 1);
@@ -391,7 +414,7 @@ static int write_body(struct pss *p)
         n = ob->wire_len - ob->off;
         if (n > WRITE_MAX)
             n = WRITE_MAX;
-        last = ob->off + n == ob->wire_len && !ob->next && p->complete;
+        last = ob->off + n == ob->wire_len && !ob->next && http_phase_complete(p->phase);
         /* Only the chunked terminator is an empty payload, and it seals to 5 bytes. */
         if (lws_write(p->wsi, ob->wire + ob->off, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) <
             (int)n)
@@ -415,7 +438,7 @@ static int write_body(struct pss *p)
         }
         if (last)
             return finish(p);
-    } else if (p->complete) {
+    } else if (http_phase_complete(p->phase)) {
         return finish(p);
     }
     if (p->q_bytes > HIGH_WATER)
@@ -424,7 +447,7 @@ static int write_body(struct pss *p)
         p->throttled = false;
     if (p->qh)
         resp_want_write(p);
-    if (!p->throttled && p->credit_pending && p->op_live) {
+    if (!p->throttled && p->credit_pending && http_phase_op_live(p->phase)) {
         /* May call sink_data for this request right away: nothing is held across it. */
         credit = p->credit_pending;
         p->credit_pending = 0;

@@ -53,16 +53,15 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
     struct pss *p = user;
     int status;
 
-    if (!p->op_live) {
+    if (!http_phase_op_live(p->phase)) {
         json_decref(body);
         return;
     }
-    if (p->resuming) {
+    if (http_phase_resuming(p->phase)) {
         /* The paused sandbox is back (or could not come back): now the request itself. */
         json_t *held = p->held;
         p->held = NULL;
-        p->resuming = false;
-        p->op_live = false;
+        req_phase(p, HP_RUN);
         json_decref(body);
         if (err)
             resp_sbx_err(p, err);
@@ -80,7 +79,7 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
          * created), or another op. */
         status = (verb_flags(p) & API_VF_CREATED) || p->bg_exec ? 201 : 200;
     }
-    p->op_live = false;
+    req_phase(p, HP_ANSWER);
     switch (p->kind) {
     case RESP_NONE:
         if (p->ndjson && status < 400) {
@@ -112,7 +111,7 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
                 p->sbx, p->dl_queued, p->clen, status);
             p->close_after = true;
         }
-        p->complete = true;
+        req_complete(p);
         break;
     case RESP_JSON:
     case RESP_STATIC:
@@ -130,8 +129,10 @@ static void sink_head(void *user, uint64_t size)
 {
     struct pss *p = user;
 
-    if (!p->op_live || p->kind != RESP_NONE || !(verb_flags(p) & API_VF_DOWNLOAD))
+    if (!http_phase_op_live(p->phase) || p->kind != RESP_NONE || !(verb_flags(p) & API_VF_DOWNLOAD))
         return;
+    if (p->phase == HP_OP)
+        req_phase(p, HP_STREAM);
     p->status = 200;
     p->kind = RESP_DOWNLOAD;
     p->clen = size;
@@ -145,7 +146,7 @@ static void sink_data(void *user, int fd, uint64_t off, const void *ptr, size_t 
     struct pss *p = user;
     struct obuf *ob;
 
-    if (!p->op_live || !n)
+    if (!http_phase_op_live(p->phase) || !n)
         return;
     if (p->kind == RESP_DOWNLOAD) {
         size_t take = n;
@@ -186,8 +187,8 @@ static void sink_data(void *user, int fd, uint64_t off, const void *ptr, size_t 
 oom:
     LOG(LOG_ERR, "out of memory queueing output of %s: closing the request", p->sbx);
     p->close_after = true;
-    p->complete = true;
-    p->op_live = false;
+    req_phase(p, HP_ANSWER);
+    req_complete(p);
     sbx_op_cancel(p->srv->t, p->op);
     resp_want_write(p);
 }
@@ -196,7 +197,8 @@ static void sink_lost(void *user, uint64_t off, uint64_t n)
 {
     struct pss *p = user;
 
-    if (!p->op_live || !p->ndjson || (p->kind != RESP_NONE && p->kind != RESP_NDJSON))
+    if (!http_phase_op_live(p->phase) || !p->ndjson ||
+        (p->kind != RESP_NONE && p->kind != RESP_NDJSON))
         return;
     if (p->kind == RESP_NONE)
         resp_ndjson_begin(p);
@@ -214,14 +216,14 @@ static void upload_resume(struct pss *p)
 
 static void upload_pump(struct pss *p)
 {
-    while (p->pend_len && p->op_live) {
+    while (p->pend_len && http_phase_op_live(p->phase)) {
         size_t took;
 
         p->kick = false;
         p->in_write = true;
         took = sbx_op_write(p->srv->t, p->op, p->pend + p->pend_off, p->pend_len);
         p->in_write = false;
-        if (!p->op_live)
+        if (!http_phase_op_live(p->phase))
             return; /* done() came from inside the write */
         if (took > p->pend_len)
             took = p->pend_len;
@@ -230,7 +232,7 @@ static void upload_pump(struct pss *p)
         if (!took && !p->kick)
             return; /* wait for sink->writable */
     }
-    if (!p->op_live)
+    if (!http_phase_op_live(p->phase))
         return;
     p->pend_off = 0;
     if (p->rx_paused)
@@ -245,7 +247,7 @@ static void sink_writable(void *user)
 {
     struct pss *p = user;
 
-    if (!p->upload || !p->op_live || p->resuming)
+    if (!p->upload || !http_phase_op_running(p->phase))
         return;
     if (p->in_write) {
         p->kick = true;
@@ -269,8 +271,8 @@ void rest_req_end(struct pss *p)
     if (!p->srv)
         return; /* never started, or ended already */
     ev_timer_stop(p->srv->loop, &p->stall);
-    if (p->op_live) {
-        p->op_live = false;
+    if (http_phase_op_live(p->phase)) {
+        req_phase(p, HP_ANSWER);
         sbx_op_cancel(p->srv->t, p->op);
     }
     resp_q_free(p);
@@ -280,7 +282,6 @@ void rest_req_end(struct pss *p)
     p->body = NULL;
     json_decref(p->held);
     p->held = NULL;
-    p->resuming = false;
     free(p->pend);
     p->pend = NULL;
     p->pend_len = 0;
@@ -350,7 +351,7 @@ static int query_frags(struct lws *wsi, char *store, size_t cap, const char **fr
 static void start_op(struct pss *p, int rc, const struct sbx_err *err)
 {
     if (rc == 0) {
-        p->op_live = true;
+        req_phase(p, HP_OP);
         return;
     }
     resp_sbx_err(p, err);
@@ -419,7 +420,7 @@ static bool resume_first(struct pss *p, json_t *args)
     }
     if (rc == 0) {
         p->held = json_incref(args);
-        p->resuming = true;
+        req_phase(p, HP_RESUMING);
         if (p->upload) {
             p->rx_paused = true;
             lws_rx_flow_control(p->wsi, 0);
@@ -451,7 +452,7 @@ static void dispatch_body(struct pss *p)
     struct api_err e;
     json_t *body = NULL;
 
-    p->dispatched = true;
+    req_phase(p, HP_RUN);
     if (api_body_parse(p->body ? p->body : "", p->body_len, &body, &e)) {
         resp_api_err(p, &e);
         return;
@@ -562,7 +563,7 @@ static void h_file_write(struct pss *p, json_t *args)
         start_op(p, rc, &err);
         return;
     }
-    p->op_live = true;
+    req_phase(p, HP_OP);
     if (json_is_true(json_object_get(args, "empty"))) {
         p->finish_sent = true;
         sbx_op_finish(p->srv->t, p->op);
@@ -819,7 +820,7 @@ static bool expects_continue(struct pss *p)
 static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
 {
     if (p->te_chunked) {
-        p->want_body = true; /* the buffer grows as chunks come (on_body_bytes) */
+        req_phase(p, HP_BODY); /* the buffer grows as chunks come (on_body_bytes) */
         if (expects_continue(p)) {
             p->need_continue = true;
             resp_want_write(p);
@@ -838,7 +839,7 @@ static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
                             p->srv->cfg->max_body_bytes));
         return;
     }
-    p->want_body = true;
+    req_phase(p, HP_BODY);
     if (cl) {
         p->body_cap = (size_t)cl;
         p->body = malloc(p->body_cap);
@@ -1104,9 +1105,9 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
     if (p->upload) {
         size_t took;
 
-        if (!p->op_live || p->status)
+        if (!http_phase_op_live(p->phase) || p->status)
             return 0; /* answered already: the rest is dropped with the connection */
-        if (p->pend_len || p->resuming) {
+        if (p->pend_len || http_phase_resuming(p->phase)) {
             /* Paused (for credit, or for a resume), yet lws had more: keep it behind what
              * is pending. */
             if (!len)
@@ -1134,7 +1135,7 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
         p->in_write = true;
         took = sbx_op_write(p->srv->t, p->op, in, len);
         p->in_write = false;
-        if (took >= len || !p->op_live)
+        if (took >= len || !http_phase_op_live(p->phase))
             return 0;
         if (!p->pend || p->pend_cap < len - took) {
             size_t cap = len - took > RX_BUF ? len - took : RX_BUF;
@@ -1154,7 +1155,7 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
             upload_pump(p);
         return 0;
     }
-    if (!p->want_body || p->status || p->dispatched || !len)
+    if (!http_phase_collecting(p->phase) || p->status || !len)
         return 0;
     if (p->te_chunked && len > p->body_cap - p->body_len &&
         p->body_len + len <= p->srv->cfg->max_body_bytes) {
@@ -1199,13 +1200,13 @@ int rest_body(struct pss *p, const void *in, size_t len)
         if (r < 0) {
             LOG(LOG_WARN, "%s: malformed chunked request body (%s): closing", p->sbx,
                 r == -E2BIG ? "a chunk line or trailer too long" : "bad framing");
-            if (p->status || p->linger)
+            if (p->status || http_phase_lingering(p->phase))
                 return -1;
             p->te_bad = true;
             /* Where the body ends is unknown: answer, then close without reading on. */
             p->body_done = true;
-            if (p->op_live) {
-                p->op_live = false;
+            if (http_phase_op_live(p->phase)) {
+                req_phase(p, HP_ANSWER);
                 sbx_op_cancel(p->srv->t, p->op);
             }
             resp_code(p, 400, "bad_request", "malformed chunked request body");
@@ -1228,20 +1229,20 @@ int rest_body(struct pss *p, const void *in, size_t len)
 int rest_body_done(struct pss *p)
 {
     p->body_done = true;
-    if (p->linger)
+    if (http_phase_lingering(p->phase))
         return -1; /* the answer went out already; the body is drained: close */
     if (p->upload && p->status) {
         resp_want_write(p); /* answered early: the answer can go out now */
         return 0;
     }
     if (p->upload) {
-        if (p->op_live && !p->resuming && !p->pend_len && !p->finish_sent) {
+        if (http_phase_op_running(p->phase) && !p->pend_len && !p->finish_sent) {
             p->finish_sent = true;
             sbx_op_finish(p->srv->t, p->op);
         }
         return 0;
     }
-    if (p->want_body && !p->status && !p->dispatched)
+    if (http_phase_collecting(p->phase) && !p->status)
         dispatch_body(p);
     return 0;
 }

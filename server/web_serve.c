@@ -31,7 +31,7 @@ static void answer(struct pss *p, const struct web_file *f, struct obuf *ob, siz
     p->ctype = f->ctype;
     p->clen = n;
     p->chunked = false;
-    p->complete = true;
+    req_complete(p);
     resp_stall_arm(p, false); /* a client that takes nothing is dropped, as for downloads */
     resp_want_write(p);
 }

@@ -348,7 +348,12 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
     case OP_WRITE:
         /* The guest drained what it had: room again, or the final answer. */
         o->buffered = 0;
-        if (o->finished) {
+        if (!strcmp(o->path, "/readonly") && o->got) {
+            /* Refuses the file after its first bytes: answered before the body ends. */
+            struct sbx_err e;
+            sbx_err_set(&e, SBX_E_READ_ONLY, "read-only file system");
+            finish_op(o, &e, NULL);
+        } else if (o->finished) {
             fake_stats.upload_bytes = o->got;
             fake_stats.upload_ok = o->ok;
             finish_op(o, NULL,

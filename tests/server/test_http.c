@@ -830,6 +830,22 @@ static void test_files(void)
             resp_free(&r);
             unlink(pat);
         }
+        {
+            /* Refused after its first bytes, with most of the body still to come: the
+             * answer arrives whole, the rest is read and dropped (no reset). */
+            char big[256];
+            int fd;
+            snprintf(big, sizeof(big), "%s/big8", tmp);
+            fd = open(big, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+            CHECK(fd >= 0 && ftruncate(fd, 8 << 20) == 0);
+            close(fd);
+            FURL("/files?path=/readonly");
+            curl_run(&r, NULL, 30, "-H", authz, "-T", big, u, NULL);
+            CHECK(r.code == 403 && r.exit == 0 && strstr(r.body, "read") != NULL);
+            CHECK(strcasestr(r.hdrs, "connection: close") != NULL);
+            resp_free(&r);
+            unlink(big);
+        }
         FURL("/files?path=/pattern&mode=999");
         curl_run(&r, NULL, 10, "-H", authz, "-T", empty, u, NULL);
         CHECK(r.code == 400 && strstr(r.body, "mode"));
