@@ -418,16 +418,19 @@ static bool resume_first(struct pss *p, json_t *args)
         json_decref(out);
         return false;
     }
-    if (rc == 0) {
-        p->held = json_incref(args);
-        req_phase(p, HP_RESUMING);
-        if (p->upload) {
-            p->rx_paused = true;
-            lws_rx_flow_control(p->wsi, 0);
-            resp_want_write(p); /* to clear the body timeout lws arms (resp_writeable) */
-        }
+    if (rc) {
+        resp_sbx_err(p, &err);
+        return true;
     }
-    start_op(p, rc, &err);
+    /* RESUMING is itself a phase with a live op (the resume's): not OP, which the
+     * request's own operation enters once it runs. */
+    p->held = json_incref(args);
+    req_phase(p, HP_RESUMING);
+    if (p->upload) {
+        p->rx_paused = true;
+        lws_rx_flow_control(p->wsi, 0);
+        resp_want_write(p); /* to clear the body timeout lws arms (resp_writeable) */
+    }
     return true;
 }
 
