@@ -140,6 +140,11 @@ static const struct opt opts[] = {
     {"port_connections", T_UINT, F(port_conns), "1024", 1},
     {"port_connect_timeout_ms", T_UINT, F(port_connect_ms), "5000", 100},
     {"port_idle_timeout_s", T_UINT, F(port_idle_s), "600", 1},
+    {"host_id", T_STR, F(host_id), "", 0},
+    {"api_key_file", T_STR, F(api_key_file), "", 0},
+    {"token_secret_file", T_STR, F(token_secret_file), "", 0},
+    {"fleet", T_BOOL, F(fleet), "false", 0},
+    {"agent_check_port", T_UINT, F(agent_check_port), "0", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
@@ -457,5 +462,79 @@ void cfg_free(struct srv_config *c)
     free(c->net_range);
     free(c->net_dns_upstream);
     free(c->port_domain);
+    free(c->host_id);
+    free(c->api_key_file);
+    free(c->token_secret_file);
     memset(c, 0, sizeof(*c));
+}
+
+bool cfg_host_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+
+    if (n < 1 || n > CFG_HOST_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9')))
+            return false;
+    return true;
+}
+
+/*
+ * A StatefulSet names its pods NAME-ORDINAL: the ordinal is what tells them
+ * apart, so "warren-2" becomes "h2". Any other name keeps its letters and
+ * digits, lowercased, cut to the limit ("Node-A.example" -> "nodeaexample").
+ */
+int cfg_host_id_from_name(const char *name, char out[CFG_HOST_ID_MAX + 1])
+{
+    const char *dash = strrchr(name, '-');
+    size_t n = 0;
+
+    if (dash && dash[1] && strspn(dash + 1, "0123456789") == strlen(dash + 1) &&
+        strlen(dash + 1) < CFG_HOST_ID_MAX) {
+        snprintf(out, CFG_HOST_ID_MAX + 1, "h%s", dash + 1);
+        return 0;
+    }
+    for (; *name && n < CFG_HOST_ID_MAX; name++) {
+        char ch = *name;
+        if (ch >= 'A' && ch <= 'Z')
+            ch = (char)(ch - 'A' + 'a');
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'))
+            out[n++] = ch;
+    }
+    out[n] = '\0';
+    return n ? 0 : -EINVAL;
+}
+
+int cfg_resolve_host_id(struct srv_config *c, char *err, size_t errcap)
+{
+    char id[CFG_HOST_ID_MAX + 1], name[256];
+    const char *env = getenv("WARREN_HOST_ID");
+
+    if (!c->host_id || !c->host_id[0]) {
+        if (env && env[0]) {
+            /* A valid id as it is; else a name to derive one from (a pod's name
+             * passed by the downward API: "warren-2" -> "h2"). */
+            if (cfg_host_id_valid(env))
+                snprintf(id, sizeof(id), "%s", env);
+            else if (cfg_host_id_from_name(env, id)) {
+                set_err(err, errcap, "WARREN_HOST_ID '%s': no host id in it", env);
+                return -EINVAL;
+            }
+        } else {
+            if (gethostname(name, sizeof(name) - 1))
+                snprintf(name, sizeof(name), "h0");
+            name[sizeof(name) - 1] = '\0';
+            if (cfg_host_id_from_name(name, id))
+                snprintf(id, sizeof(id), "h0");
+        }
+        if (replace_str(&c->host_id, id))
+            return -ENOMEM;
+    }
+    if (!cfg_host_id_valid(c->host_id)) {
+        set_err(err, errcap, "host_id '%s': want 1 to %d of a-z and 0-9", c->host_id,
+                CFG_HOST_ID_MAX);
+        return -EINVAL;
+    }
+    return 0;
 }

@@ -8,6 +8,7 @@
 #ifndef WARREN_CONFIG_H
 #define WARREN_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -117,7 +118,15 @@ struct srv_config {
     unsigned port_conns;         /* port_connections = 1024: proxied connections in all */
     unsigned port_connect_ms;    /* port_connect_timeout_ms = 5000 */
     unsigned port_idle_s;        /* port_idle_timeout_s = 600: no byte either way: closed */
+    /* several hosts behind HAProxy (deploy/) */
+    char *host_id;             /* host_id = (empty): $WARREN_HOST_ID, else from the hostname */
+    char *api_key_file;        /* api_key_file = (empty): the fleet's key, read from a file */
+    char *token_secret_file;   /* token_secret_file = (empty): the fleet's token secret */
+    unsigned fleet;            /* fleet = false (0/1): a full host answers 503 host_full */
+    unsigned agent_check_port; /* agent_check_port = 0: HAProxy agent check on TCP; 0 off */
 };
+
+#define CFG_HOST_ID_MAX 12 /* characters of a host id: a-z 0-9 */
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,
  * ~/.local/state/warren, or /var/lib/warren for root. image_dir to
@@ -129,5 +138,13 @@ int cfg_load_file(struct srv_config *c, const char *path, char *err, size_t errc
 /* Apply one key = value (used by the file parser and for flags). */
 int cfg_set(struct srv_config *c, const char *key, const char *value, char *err, size_t errcap);
 void cfg_free(struct srv_config *c);
+/* Is id a valid host id (1..CFG_HOST_ID_MAX of a-z 0-9)? */
+bool cfg_host_id_valid(const char *id);
+/* The host id a machine or pod name gives ("warren-2" -> "h2"). 0, or -EINVAL when the
+ * name has no letter or digit. */
+int cfg_host_id_from_name(const char *name, char out[CFG_HOST_ID_MAX + 1]);
+/* Settle host_id after the file and flags: an empty one comes from $WARREN_HOST_ID, else
+ * the hostname. 0, or -EINVAL (message in err) for an invalid one. */
+int cfg_resolve_host_id(struct srv_config *c, char *err, size_t errcap);
 
 #endif

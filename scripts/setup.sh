@@ -15,12 +15,15 @@ PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
     libwebsockets-dev libwebsockets-evlib-ev libev-dev libmbedtls-dev libmsgpack-dev
     liblmdb-dev libjansson-dev nftables dnsmasq-base
     e2fsprogs busybox-static mmdebstrap uidmap cpio xz-utils zstd
-    curl python3 python3-websockets ca-certificates procps chromium"
+    curl python3 python3-websockets ca-certificates procps chromium
+    haproxy yamllint"
 
 # From the npm registry, never committed: xterm.js and its fit addon (served by
 # warrend for /terminal/{id}) and playwright-core (drives Debian's chromium in
-# tests/integration/test_terminal.py). Exact versions: they key the cache.
-NPM_PACKAGES="@xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 playwright-core@1.65.1"
+# tests/integration/test_terminal.py); yaml, kubernetes-models and @cdktf/hcl2json
+# check the deploy files offline (deploy/check.sh). Exact versions: they key the cache.
+NPM_PACKAGES="@xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 playwright-core@1.65.1
+    yaml@2.8.1 kubernetes-models@4.5.1 @cdktf/hcl2json@0.21.0"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
@@ -99,7 +102,8 @@ mkdir -p "$npm_cache"
 say "building in $build_dir"
 mkdir -p "$build_dir"
 log=$build_dir/setup-build.log
-if ! { cmake -S "$top" -B "$build_dir" "${cmake_args[@]}" &&
+if ! { cmake -S "$top" -B "$build_dir" "${cmake_args[@]}" \
+    -DWARREN_NPM="$npm_cache/$npm_key/node_modules" &&
     make -C "$build_dir" -j"$(nproc)" --no-print-directory; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     die "build failed (full log: $log)"

@@ -133,8 +133,9 @@ struct pss {
     bool by_token; /* admitted by an ?access_token=, not the API key */
     /* HP_RESUMING: the args the request runs with once its sandbox is back. */
     json_t *held;
-    const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
-    char *location;    /* a Location header for the answer (malloc'd), or NULL */
+    const char *ctype;    /* RESP_STATIC: its Content-Type (static string) */
+    char *location;       /* a Location header for the answer (malloc'd), or NULL */
+    const char *err_code; /* an error answer's stable code (static string), or NULL */
 };
 
 struct http_server {

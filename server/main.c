@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <ev.h>
 
+#include "agent_check.h"
 #include "config.h"
 #include "http.h"
 #include "log.h"
@@ -40,6 +41,7 @@ struct daemon {
     struct ev_loop *loop;
     struct sbx_table *t;
     struct http_server *h;
+    struct agent_check *ac; /* HAProxy agent check, or NULL */
     ev_signal sigint, sigterm;
 };
 
@@ -47,10 +49,11 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: warrend [--config FILE] [--listen ADDR:PORT] [--state-dir DIR]\n"
                "               [--image-dir DIR] [--log-level error|warn|info|debug]\n"
-               "               [--help] [--version]\n"
+               "               [--check-config] [--help] [--version]\n"
                "\n"
                "Serves the Warren REST API (default http://127.0.0.1:8080). Options are read\n"
-               "from the embedded defaults (= conf/warren.conf), then FILE, then the flags.\n");
+               "from the embedded defaults (= conf/warren.conf), then FILE, then the flags.\n"
+               "--check-config reads and checks them, prints the host id, and exits.\n");
 }
 
 /* mkdir -p; directories it creates get mode 0700. */
@@ -79,14 +82,14 @@ static int mkdir_p(const char *path)
 /* Read a key file: one line of at least 16 printable characters, in a file only
  * warrend's user can read (0600 or stricter) and owns. Anything looser is refused:
  * whoever can read it owns every sandbox. */
-static int read_key(const char *path, char **out)
+static int read_key(const char *path, bool follow, char **out)
 {
     char buf[512];
     struct stat st;
     ssize_t n;
     int fd, r = 0;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    fd = open(path, O_RDONLY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
     if (fd < 0)
         return -errno;
     if (fstat(fd, &st) != 0) {
@@ -132,9 +135,19 @@ static int load_api_key(const struct srv_config *cfg, char **out)
         LOG(LOG_INFO, "API key: from the configuration");
         return (*out = strdup(cfg->api_key)) ? 0 : -ENOMEM;
     }
+    /* A file the operator named (a mounted Secret: its files are symlinks): read, never
+     * created, so every host of a fleet has the same key or none starts. */
+    if (cfg->api_key_file && cfg->api_key_file[0]) {
+        r = read_key(cfg->api_key_file, true, out);
+        if (r)
+            LOG(LOG_ERR, "api_key_file %s: %s", cfg->api_key_file, strerror(-r));
+        else
+            LOG(LOG_INFO, "API key: %s", cfg->api_key_file);
+        return r;
+    }
     if (asprintf(&path, "%s/api_key", cfg->state_dir) < 0)
         return -ENOMEM;
-    r = read_key(path, out);
+    r = read_key(path, false, out);
     if (r != -ENOENT) {
         if (!r)
             LOG(LOG_INFO, "API key: %s", path);
@@ -150,7 +163,7 @@ static int load_api_key(const struct srv_config *cfg, char **out)
     hex[2 * KEY_BYTES] = '\n';
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0 && errno == EEXIST) {
-        r = read_key(path, out); /* another warrend won the race */
+        r = read_key(path, false, out); /* another warrend won the race */
         goto out;
     }
     if (fd < 0 || write(fd, hex, 2 * KEY_BYTES + 1) != 2 * KEY_BYTES + 1 || fsync(fd)) {
@@ -179,18 +192,22 @@ out:
  * start. Like the API key file, it must be warrend's own and readable by nobody else
  * (whoever reads it can mint a token for any sandbox); a file of any other size is
  * refused rather than guessed at. */
-static int load_token_secret(const char *state_dir, unsigned char out[TOKEN_SECRET_LEN])
+static int load_token_secret(const struct srv_config *cfg, unsigned char out[TOKEN_SECRET_LEN])
 {
     unsigned char extra;
     char *path = NULL;
     struct stat st;
     int fd = -1, r;
     ssize_t n;
+    /* A named file (a fleet's shared Secret) is read as it is, following its symlinks,
+     * and never created: a host without it must not mint tokens the others reject. */
+    bool named = cfg->token_secret_file && cfg->token_secret_file[0];
 
-    if (asprintf(&path, "%s/token_secret", state_dir) < 0)
+    if (named ? !(path = strdup(cfg->token_secret_file))
+              : asprintf(&path, "%s/token_secret", cfg->state_dir) < 0)
         return -ENOMEM;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ENOENT) {
+    fd = open(path, O_RDONLY | O_CLOEXEC | (named ? 0 : O_NOFOLLOW));
+    if (fd < 0 && errno == ENOENT && !named) {
         if ((r = util_random_bytes("warrend api key", out, TOKEN_SECRET_LEN))) {
             LOG(LOG_ERR, "cannot get random bytes for the token secret (mbedTLS entropy)");
             goto out;
@@ -227,6 +244,20 @@ static int load_token_secret(const char *state_dir, unsigned char out[TOKEN_SECR
         r = -EPERM;
         goto out;
     }
+    if (named && (st.st_size == 2 * TOKEN_SECRET_LEN || st.st_size == 2 * TOKEN_SECRET_LEN + 1)) {
+        /* A Secret written by hand: 64 hex digits (and a newline) rather than raw bytes. */
+        char hex[2 * TOKEN_SECRET_LEN + 1];
+        n = read(fd, hex, sizeof(hex));
+        if (n == st.st_size && (n == 2 * TOKEN_SECRET_LEN || hex[n - 1] == '\n') &&
+            util_hex_decode(hex, 2 * TOKEN_SECRET_LEN, out, TOKEN_SECRET_LEN) == 0) {
+            explicit_bzero(hex, sizeof(hex));
+            goto done;
+        }
+        explicit_bzero(hex, sizeof(hex));
+        LOG(LOG_ERR, "%s must hold 32 bytes, or 64 hex digits", path);
+        r = -EINVAL;
+        goto out;
+    }
     n = read(fd, out, TOKEN_SECRET_LEN);
     if (n != TOKEN_SECRET_LEN || st.st_size != TOKEN_SECRET_LEN || read(fd, &extra, 1) != 0) {
         LOG(LOG_ERR,
@@ -236,6 +267,7 @@ static int load_token_secret(const char *state_dir, unsigned char out[TOKEN_SECR
         r = -EINVAL;
         goto out;
     }
+done:
     LOG(LOG_INFO, "token secret: %s", path);
     r = 0;
 out:
@@ -339,6 +371,8 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 
     LOG(LOG_INFO, "signal %d: shutting down (sandboxes keep running for the next warrend)",
         w->signum);
+    agent_check_stop(d->ac);
+    d->ac = NULL;
     http_stop(d->h);
     d->h = NULL;
     sbx_table_free(d->t, false);
@@ -351,10 +385,15 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
-        {"state-dir", required_argument, NULL, 's'}, {"image-dir", required_argument, NULL, 'i'},
-        {"log-level", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"listen", required_argument, NULL, 'l'},
+        {"state-dir", required_argument, NULL, 's'},
+        {"image-dir", required_argument, NULL, 'i'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"check-config", no_argument, NULL, 't'},
+        {NULL, 0, NULL, 0},
     };
     /* Flags are applied after the file whatever their order on the command line. */
     const char *flag_keys[4] = {"listen", "state_dir", "image_dir", "log_level"};
@@ -364,12 +403,15 @@ int main(int argc, char **argv)
     struct daemon d = {0};
     char err[512], *key = NULL;
     unsigned char tok_secret[TOKEN_SECRET_LEN] = {0};
-    bool fatal;
+    bool fatal, check_only = false;
     struct stat st;
     int c, r, rc = 1;
 
-    while ((c = getopt_long(argc, argv, "c:l:s:i:L:hV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:l:s:i:L:hVt", longopts, NULL)) != -1) {
         switch (c) {
+        case 't':
+            check_only = true;
+            break;
         case 'c':
             config_path = optarg;
             break;
@@ -428,8 +470,18 @@ int main(int argc, char **argv)
         if (log_parse_level(cfg.log_level, &lvl) == 0)
             log_max = lvl;
     }
+    if (cfg_resolve_host_id(&cfg, err, sizeof(err))) {
+        fprintf(stderr, "warrend: %s\n", err);
+        rc = 2;
+        goto out;
+    }
     if (check_limits(&cfg)) {
         rc = 2;
+        goto out;
+    }
+    if (check_only) {
+        printf("warrend: configuration ok (host_id %s)\n", cfg.host_id);
+        rc = 0;
         goto out;
     }
 
@@ -446,7 +498,7 @@ int main(int argc, char **argv)
     LOG(LOG_INFO, "state directory: %s", cfg.state_dir);
     if (load_api_key(&cfg, &key))
         goto out;
-    if (load_token_secret(cfg.state_dir, tok_secret))
+    if (load_token_secret(&cfg, tok_secret))
         goto out;
 
     {
@@ -496,6 +548,8 @@ int main(int argc, char **argv)
         goto out;
     }
     http_set_token_secret(d.h, tok_secret, sizeof(tok_secret));
+    if (cfg.agent_check_port && agent_check_start(d.loop, &cfg, d.t, &d.ac))
+        goto out;
     ev_signal_init(&d.sigint, on_signal, SIGINT);
     ev_signal_init(&d.sigterm, on_signal, SIGTERM);
     d.sigint.data = d.sigterm.data = &d;
@@ -515,6 +569,7 @@ int main(int argc, char **argv)
     ev_run(d.loop, 0);
     rc = 0;
 out:
+    agent_check_stop(d.ac);
     if (d.h)
         http_stop(d.h);
     if (d.t)

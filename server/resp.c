@@ -213,17 +213,23 @@ void resp_json(struct pss *p, int status, json_t *body)
 
 void resp_api_err(struct pss *p, const struct api_err *e)
 {
+    if (!p->status)
+        p->err_code = e->code;
     resp_json(p, e->status, api_error(e->code, "%s", e->msg));
 }
 
 /* A sandbox-core error: its HTTP status and error body (sbx_err.c's table). */
 void resp_sbx_err(struct pss *p, const struct sbx_err *e)
 {
+    if (!p->status)
+        p->err_code = sbx_err_name(e->code);
     resp_json(p, sbx_err_http_status(e->code), api_error_of(e));
 }
 
 void resp_code(struct pss *p, int status, const char *code, const char *msg)
 {
+    if (!p->status)
+        p->err_code = code;
     resp_json(p, status, api_error(code, "%s", msg));
 }
 
@@ -388,6 +394,16 @@ static int write_headers(struct pss *p)
     case RESP_NONE:
         return 0;
     }
+    /* Which host answered (several behind one proxy), and an error's code where a proxy
+     * can act on it without reading the body (HAProxy retries a create on host_full). */
+    if (!r && p->srv && p->srv->cfg->host_id)
+        r = lws_add_http_header_by_name(wsi, (const unsigned char *)"x-warren-host:",
+                                        (const unsigned char *)p->srv->cfg->host_id,
+                                        (int)strlen(p->srv->cfg->host_id), &pp, end);
+    if (!r && p->err_code && p->status >= 400)
+        r = lws_add_http_header_by_name(
+            wsi, (const unsigned char *)"x-warren-error:", (const unsigned char *)p->err_code,
+            (int)strlen(p->err_code), &pp, end);
     if (!r && p->location)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION,
                                          (const unsigned char *)p->location,

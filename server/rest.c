@@ -278,6 +278,7 @@ void rest_req_end(struct pss *p)
     resp_q_free(p);
     free(p->location);
     p->location = NULL;
+    p->err_code = NULL;
     free(p->body);
     p->body = NULL;
     json_decref(p->held);
@@ -501,8 +502,16 @@ static void h_sandbox_list(struct pss *p, json_t *args)
 static void h_sandbox_create(struct pss *p, json_t *body)
 {
     struct sbx_err err;
+    int rc = sbx_create(p->srv->t, body, &sink, p, &p->op, &err);
 
-    start_op(p, sbx_create(p->srv->t, body, &sink, p, &p->op, &err), &err);
+    /* Behind a proxy, a host with no room says so with 503 before doing anything: the
+     * proxy retries the create on another host, and turns a 503 host_full from every
+     * host it tried into the client's 429. */
+    if (p->srv->cfg->fleet && (rc == SBX_E_TOO_MANY_SANDBOXES || rc == SBX_E_MEMORY_EXHAUSTED)) {
+        resp_code(p, 503, "host_full", err.msg);
+        return;
+    }
+    start_op(p, rc, &err);
 }
 
 static void h_sandbox_get(struct pss *p, json_t *args)

@@ -52,6 +52,9 @@ enum util_b64 {
 size_t util_b64_len(enum util_b64 v, size_t n);
 /* Writes util_b64_len(v, n) characters to out, no NUL. Returns that length. */
 size_t util_b64_encode(enum util_b64 v, const unsigned char *in, size_t n, char *out);
+/* Hex digits (either case) to bytes: in holds exactly 2 * n of them. 0, or -EINVAL for a
+ * character that is not a hex digit (out is then undefined). */
+int util_hex_decode(const char *in, size_t len, unsigned char *out, size_t n);
 /* Decodes n characters into out (cap bytes). Returns the decoded length, or -1 for
  * bad input: a character outside the alphabet, an impossible length, misplaced or
  * missing padding (STD), a padding character (URL), stray trailing bits (URL), or a

@@ -1,6 +1,8 @@
 /* util_b64.c - base64 in its standard and URL-safe spellings (util.h). */
 #include "util.h"
 
+#include <errno.h>
+
 static const char *const alphabet[] = {
     [UTIL_B64_STD] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
     [UTIL_B64_URL] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
@@ -100,4 +102,28 @@ long util_b64_decode(enum util_b64 v, const char *in, size_t n, unsigned char *o
     if (acc && !padded(v))
         return -1;
     return (long)o;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int util_hex_decode(const char *in, size_t len, unsigned char *out, size_t n)
+{
+    if (len != 2 * n)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(in[2 * i]), lo = hexval(in[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -EINVAL;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return 0;
 }

@@ -161,6 +161,18 @@ static void test_b64(void)
     CHECK(util_b64_decode(UTIL_B64_URL, "Zm8", 3, out, sizeof(out)) == 2);
 }
 
+static void test_hex(void)
+{
+    unsigned char b[4];
+
+    CHECK(util_hex_decode("00ff7Fa0", 8, b, 4) == 0);
+    CHECK(b[0] == 0x00 && b[1] == 0xff && b[2] == 0x7f && b[3] == 0xa0);
+    CHECK(util_hex_decode("00ff7Fa", 7, b, 4) == -EINVAL);  /* odd length */
+    CHECK(util_hex_decode("00ff7Fa0", 8, b, 3) == -EINVAL); /* not 2 * n */
+    CHECK(util_hex_decode("00fg7Fa0", 8, b, 4) == -EINVAL);
+    CHECK(util_hex_decode("0 ff7Fa0", 8, b, 4) == -EINVAL);
+}
+
 static void test_drbg(void)
 {
     mbedtls_entropy_context ent;
@@ -239,6 +251,7 @@ int main(void)
 {
     test_iso();
     test_b64();
+    test_hex();
     test_drbg();
     test_rm_dir();
     if (failures) {
