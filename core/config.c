@@ -144,6 +144,9 @@ static const struct opt opts[] = {
     {"api_key_file", T_STR, F(api_key_file), "", 0},
     {"token_secret_file", T_STR, F(token_secret_file), "", 0},
     {"fleet", T_BOOL, F(fleet), "false", 0},
+    {"peers", T_STR, F(peers), "", 0},
+    {"peer_timeout_ms", T_UINT, F(peer_timeout_ms), "3000", 100},
+    {"peer_answer_max_bytes", T_SIZE, F(peer_answer_max_bytes), "16777216", 4096},
     {"agent_check_port", T_UINT, F(agent_check_port), "0", 0},
 };
 
@@ -463,6 +466,7 @@ void cfg_free(struct srv_config *c)
     free(c->net_dns_upstream);
     free(c->port_domain);
     free(c->host_id);
+    free(c->peers);
     free(c->api_key_file);
     free(c->token_secret_file);
     memset(c, 0, sizeof(*c));

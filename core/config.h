@@ -119,11 +119,14 @@ struct srv_config {
     unsigned port_connect_ms;    /* port_connect_timeout_ms = 5000 */
     unsigned port_idle_s;        /* port_idle_timeout_s = 600: no byte either way: closed */
     /* several hosts behind HAProxy (deploy/) */
-    char *host_id;             /* host_id = (empty): $WARREN_HOST_ID, else from the hostname */
-    char *api_key_file;        /* api_key_file = (empty): the fleet's key, read from a file */
-    char *token_secret_file;   /* token_secret_file = (empty): the fleet's token secret */
-    unsigned fleet;            /* fleet = false (0/1): a full host answers 503 host_full */
-    unsigned agent_check_port; /* agent_check_port = 0: HAProxy agent check on TCP; 0 off */
+    char *host_id;                /* host_id = (empty): $WARREN_HOST_ID, else from the hostname */
+    char *api_key_file;           /* api_key_file = (empty): the fleet's key, read from a file */
+    char *token_secret_file;      /* token_secret_file = (empty): the fleet's token secret */
+    unsigned fleet;               /* fleet = false (0/1): a full host answers 503 host_full */
+    char *peers;                  /* peers = (empty): name=host:port,... lists ask them too */
+    unsigned peer_timeout_ms;     /* peer_timeout_ms = 3000: a peer's answer to a list */
+    size_t peer_answer_max_bytes; /* peer_answer_max_bytes = 16777216: its largest answer */
+    unsigned agent_check_port;    /* agent_check_port = 0: HAProxy agent check on TCP; 0 off */
 };
 
 #define CFG_HOST_ID_MAX 12 /* characters of a host id: a-z 0-9 */

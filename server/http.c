@@ -60,6 +60,7 @@
  *   first, so the flush fails at once.
  */
 #include "http_int.h"
+#include "fanout.h"
 #include "ports.h"
 #include "ports_head.h"
 #include "ws_rx.h"
@@ -793,6 +794,18 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
     h->cfg = cfg;
     h->t = t;
     h->lfd = -1;
+    {
+        char why[256];
+        if (fanout_peers_parse(cfg->peers, cfg->host_id ? cfg->host_id : "", &h->peers, why,
+                               sizeof(why))) {
+            LOG(LOG_ERR, "%s", why);
+            free(h->key);
+            free(h);
+            return -EINVAL;
+        }
+        if (fanout_peers_count(h->peers))
+            LOG(LOG_INFO, "fleet: lists include %u peer host(s)", fanout_peers_count(h->peers));
+    }
 
     /* The libev plugin logs every I/O event at NOTICE: errors and warnings only. */
     lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_line);
@@ -875,6 +888,7 @@ void http_stop(struct http_server *h)
     /* Closing every connection runs rest_req_end, which cancels what is in flight. */
     if (h->ctx)
         lws_context_destroy(h->ctx);
+    fanout_peers_free(h->peers);
     if (h->accepted)
         conn_free(h->accepted);
     for (size_t i = 0; i < CLIENT_BUCKETS; i++) {

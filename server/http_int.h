@@ -136,6 +136,11 @@ struct pss {
     const char *ctype;    /* RESP_STATIC: its Content-Type (static string) */
     char *location;       /* a Location header for the answer (malloc'd), or NULL */
     const char *err_code; /* an error answer's stable code (static string), or NULL */
+    /* A list asked of every peer too (HP_OP with no sandbox op): the fan-out, this
+     * host's own answer waiting for theirs, and the array's key in it. */
+    struct fanout *fan;
+    json_t *fan_local;
+    const char *fan_key;
 };
 
 struct http_server {
@@ -160,8 +165,9 @@ struct http_server {
      * route it to the port proxy or to lws */
     int lfd;
     ev_io lw;
-    struct conn *pre;    /* connections whose first head is being read */
-    struct ports *ports; /* the port proxy (ports.h) */
+    struct conn *pre;           /* connections whose first head is being read */
+    struct ports *ports;        /* the port proxy (ports.h) */
+    struct fanout_peers *peers; /* the fleet's other hosts, for lists (fanout.h) */
 };
 
 /* ---- resp.c: the response writer ---- */

@@ -7,6 +7,7 @@
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "http_int.h"
+#include "fanout.h"
 #include "ports_head.h"
 #include "sbx_snap.h"
 #include "web.h"
@@ -276,6 +277,10 @@ void rest_req_end(struct pss *p)
         sbx_op_cancel(p->srv->t, p->op);
     }
     resp_q_free(p);
+    fanout_cancel(p->fan);
+    p->fan = NULL;
+    json_decref(p->fan_local);
+    p->fan_local = NULL;
     free(p->location);
     p->location = NULL;
     p->err_code = NULL;
@@ -489,6 +494,86 @@ static void h_healthz(struct pss *p, json_t *args)
                         (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_pool_stats(p->srv->t)));
 }
 
+/* The peers' answers are in (or their deadline passed): their arrays join this host's,
+ * and a peer that did not answer makes the list partial, named, never silently short. */
+static void fan_done(void *user, const struct fanout_result *r, unsigned n)
+{
+    struct pss *p = user;
+    json_t *out = p->fan_local, *arr = json_object_get(out, p->fan_key), *missing = json_array();
+
+    p->fan = NULL;
+    p->fan_local = NULL;
+    for (unsigned i = 0; i < n; i++) {
+        const char *why = r[i].why;
+        if (r[i].ok) {
+            json_t *j = json_loadb(r[i].body, r[i].len, 0, NULL);
+            json_t *theirs = json_object_get(j, p->fan_key);
+            if (json_is_array(theirs) && json_is_array(arr))
+                json_array_extend(arr, theirs);
+            else
+                why = "malformed answer";
+            json_decref(j);
+        }
+        if (why)
+            json_array_append_new(missing, json_pack("{s:s, s:s, s:i}", "host", r[i].name, "reason",
+                                                     why, "status", r[i].status));
+    }
+    if (json_array_size(missing)) {
+        json_object_set_new(out, "partial", json_true());
+        json_object_set_new(out, "unreachable", missing);
+    } else {
+        json_object_set_new(out, "partial", json_false());
+        json_decref(missing);
+    }
+    req_phase(p, HP_ANSWER);
+    resp_json(p, 200, out);
+}
+
+/* A list this host answered (out): alone, or with every peer's when this host is one of
+ * a fleet and the request is a client's (a peer's own fan-out says X-Warren-Local). */
+static void list_answer(struct pss *p, int rc, json_t *out, const struct sbx_err *err,
+                        const char *key)
+{
+    char path[2048], auth[512];
+    int n;
+
+    if (rc || !fanout_peers_count(p->srv->peers) ||
+        lws_hdr_custom_length(p->wsi, "x-warren-local:", 15) >= 0) {
+        respond_sync(p, rc, out, err);
+        return;
+    }
+    n = lws_hdr_copy(p->wsi, path, sizeof(path), WSI_TOKEN_GET_URI);
+    if (n > 0 && lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_URI_ARGS) > 0) {
+        char q[1024];
+        int k = 0, len = 0;
+        /* lws hands the query over as fragments: put them back together. */
+        while (len + 2 < (int)sizeof(q) &&
+               lws_hdr_copy_fragment(p->wsi, q + len + 1, (int)sizeof(q) - len - 1,
+                                     WSI_TOKEN_HTTP_URI_ARGS, k) > 0) {
+            q[len] = k ? '&' : '?';
+            len += 1 + (int)strlen(q + len + 1);
+            k++;
+        }
+        if (len && (size_t)n + (size_t)len < sizeof(path))
+            memcpy(path + n, q, (size_t)len + 1);
+    }
+    if (n <= 0 || hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, auth, sizeof(auth)) < 0) {
+        json_decref(out);
+        resp_code(p, 400, "bad_request", "request line or Authorization too long to pass on");
+        return;
+    }
+    if (fanout_start(p->srv->loop, p->srv->peers, path, auth[0] ? auth : NULL,
+                     p->srv->cfg->peer_timeout_ms, p->srv->cfg->peer_answer_max_bytes, fan_done, p,
+                     &p->fan)) {
+        json_decref(out);
+        resp_code(p, 500, "internal", "cannot ask the peer hosts");
+        return;
+    }
+    p->fan_local = out;
+    p->fan_key = key;
+    req_phase(p, HP_OP);
+}
+
 static void h_sandbox_list(struct pss *p, json_t *args)
 {
     struct sbx_err err;
@@ -496,7 +581,7 @@ static void h_sandbox_list(struct pss *p, json_t *args)
     int rc = sbx_list(p->srv->t, json_string_value(json_object_get(args, "state")),
                       json_object_get(args, "metadata"), &out, &err);
 
-    respond_sync(p, rc, out, &err);
+    list_answer(p, rc, out, &err, "sandboxes");
 }
 
 static void h_sandbox_create(struct pss *p, json_t *body)
@@ -718,7 +803,7 @@ static void h_snapshot_list(struct pss *p, json_t *args)
     int rc = sbx_snap_list(p->srv->t, &out, &err);
 
     (void)args;
-    respond_sync(p, rc, out, &err);
+    list_answer(p, rc, out, &err, "snapshots");
 }
 
 static void h_snapshot_get(struct pss *p, json_t *args)

@@ -146,7 +146,8 @@ def main(argv):
     p.add_argument("--check-interval", default="2s", help="health and agent check interval")
     p.add_argument("--retries", type=int, default=0,
                    help="create retries on a full host (default: one per host)")
-    p.add_argument("--maxconn", type=int, default=20000)
+    p.add_argument("--maxconn", type=int, default=4096,
+                   help="HAProxy maxconn (needs about twice as many file descriptors)")
     a = p.parse_args(argv[1:])
     a.argv = ["deploy/haproxy/warren-haproxy.py"] + argv[1:]
     addr(a.bind, "--bind")
