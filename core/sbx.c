@@ -82,6 +82,16 @@ void sbx_random(struct sbx_table *t, void *p, size_t n)
         abort(); /* a DRBG failure means no safe ids or guest entropy: do not go on */
 }
 
+void sbx_new_id(struct sbx_table *t, const char *kind, char out[SBX_ID_CAP])
+{
+    uint8_t r[8];
+    const char *host = t->cfg->host_id && t->cfg->host_id[0] ? t->cfg->host_id : NULL;
+
+    sbx_random(t, r, sizeof(r));
+    snprintf(out, SBX_ID_CAP, "%s-%s%s%02x%02x%02x%02x%02x%02x%02x%02x", kind, host ? host : "",
+             host ? "-" : "", r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+}
+
 struct sandbox *sbx_find(struct sbx_table *t, const char *id)
 {
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
@@ -1189,7 +1199,6 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     struct sandbox *sb;
     struct sbx_vm *vm;
     struct timespec t0, t1;
-    uint8_t rnd[8];
     struct op *op;
     struct net_policy pol;
     uint16_t pub[SBX_PUBLIC_PORTS_MAX] = {0};
@@ -1258,9 +1267,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         json_decref(meta);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
-    sbx_random(t, rnd, sizeof(rnd));
-    snprintf(sb->id, sizeof(sb->id), "sb-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
-             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    sbx_new_id(t, "sb", sb->id);
     snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
     sb->state = ST_STARTING; /* born starting, not a transition */
     sb->created_ms = sbx_wall_ms();

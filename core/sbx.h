@@ -43,6 +43,11 @@
 
 struct sbx_table;
 struct srv_config;
+
+/* Room for a sandbox's or a snapshot's id and its NUL: a kind, this host's id and 16
+ * random hex digits ("sb-h2-0123456789abcdef"), so a proxy in front of several hosts
+ * routes by the id alone. Ids of warrends before host ids ("sb-" + 16 hex) stay valid. */
+#define SBX_ID_CAP 40
 typedef uint64_t sbx_op_t; /* 0 is never a valid op */
 
 struct sbx_sink {

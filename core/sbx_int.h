@@ -74,12 +74,12 @@ struct sbx_vm {
      * "" for a VM recorded by an older warrend. */
     char backing[4096 + 16];
     unsigned mem_mb, vcpus;
-    int64_t created_ms; /* wall clock */
-    pid_t pid;          /* QEMU's pid; 0 once stopped */
-    struct vmm *vmm;    /* NULL: not running, not (yet) adopted, or stopped */
-    bool gone;          /* QEMU exited: vmm is freed outside its callback */
-    struct sandbox *sb; /* bound to, or NULL */
-    char sb_id[24];     /* the sandbox it is bound to, as recorded ("" for none) */
+    int64_t created_ms;     /* wall clock */
+    pid_t pid;              /* QEMU's pid; 0 once stopped */
+    struct vmm *vmm;        /* NULL: not running, not (yet) adopted, or stopped */
+    bool gone;              /* QEMU exited: vmm is freed outside its callback */
+    struct sandbox *sb;     /* bound to, or NULL */
+    char sb_id[SBX_ID_CAP]; /* the sandbox it is bound to, as recorded ("" for none) */
     /* networking (net.h): the /30 it holds (-1: none) and its policy */
     int net_slot;
     struct net_policy pol; /* set before launch, replaced by PATCH .../network; in the record */
@@ -144,7 +144,7 @@ struct op {
 struct sandbox {
     struct sandbox *next;
     struct sbx_table *t;
-    char id[24];
+    char id[SBX_ID_CAP];
     char tmpl[64];
     enum sbx_state state; /* changed only by sandbox_state_set (sbx.c) */
     char reason[256];
@@ -155,9 +155,9 @@ struct sandbox {
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
-    char vm_id[24];   /* its VM's id, as recorded ("" for none) */
-    char snap_id[24]; /* the snapshot it was restored from ("" for none); paused: its own */
-    bool persistent;  /* create option: the idle timeout pauses it instead of ending it */
+    char vm_id[24];           /* its VM's id, as recorded ("" for none) */
+    char snap_id[SBX_ID_CAP]; /* the snapshot it was restored from ("" for none); paused: its own */
+    bool persistent;          /* create option: the idle timeout pauses it instead of ending it */
     int64_t paused_ms, paused_mono; /* when it was paused (wall, monotonic); 0: not paused */
     struct sbx_vm *vmr;             /* its VM (bound by sbx_vm_bind), or NULL */
     struct vmm *vm;                 /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */
@@ -243,6 +243,9 @@ int sbx_save(struct sandbox *sb);
  */
 void sbx_violation(struct sandbox *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sbx_random(struct sbx_table *t, void *p, size_t n);
+/* A new id of a kind ("sb", "snap"): kind, this host's id, 16 random hex digits. out has
+ * SBX_ID_CAP bytes. */
+void sbx_new_id(struct sbx_table *t, const char *kind, char out[SBX_ID_CAP]);
 /* Remove a run dir off the loop; keep_logs keeps console.log and qemu.log. */
 void sbx_run_dir_remove(struct sbx_table *t, const char *dir, bool keep_logs);
 /* The bound VM's events, for its sandbox (sbx.c). */

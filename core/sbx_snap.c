@@ -30,9 +30,9 @@
 
 struct sbx_snap {
     struct sbx_snap *next;
-    char id[24];
-    char parent[24];      /* the sandbox it was taken of */
-    char parent_snap[24]; /* the snapshot that sandbox was restored from ("" none) */
+    char id[SBX_ID_CAP];
+    char parent[SBX_ID_CAP];      /* the sandbox it was taken of */
+    char parent_snap[SBX_ID_CAP]; /* the snapshot that sandbox was restored from ("" none) */
     char tmpl[64];
     unsigned mem_mb, vcpus;
     uint64_t size; /* bytes its own files take (state.snap, disk.qcow2) */
@@ -63,7 +63,7 @@ struct snap_job {
     struct snap_job *next_copy; /* in t->snaps->copying */
     struct sbx_table *t;
     sbx_op_t op;
-    char sb_id[24];
+    char sb_id[SBX_ID_CAP];
     struct sbx_snap *s;      /* not in t->snaps until recorded */
     char src[4096];          /* the sandbox's overlay */
     char link_src[4096];     /* the pool template's frozen overlay to link ("" none) */
@@ -83,7 +83,7 @@ struct snap_job {
 struct fork_ctx {
     struct sbx_table *t;
     sbx_op_t op;
-    char snap[24];
+    char snap[SBX_ID_CAP];
     unsigned want, answered;
     json_t *made;       /* the sandboxes' records, in order of answer */
     struct sbx_err err; /* the first failure (code 0: none) */
@@ -813,7 +813,6 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     struct sbx_snap *s;
     struct sbx_ident base;
     char backing[1024], path[4096 + 80]; /* a qcow2 backing name: at most 1023 bytes */
-    uint8_t rnd[8];
     struct op *op;
     int status, r;
 
@@ -850,9 +849,7 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         json_decref(fork_req);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
-    sbx_random(t, rnd, sizeof(rnd));
-    snprintf(s->id, sizeof(s->id), "snap-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2],
-             rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    sbx_new_id(t, "snap", s->id);
     snprintf(s->parent, sizeof(s->parent), "%s", sb->id);
     snprintf(s->parent_snap, sizeof(s->parent_snap), "%s", sb->snap_id);
     snprintf(s->tmpl, sizeof(s->tmpl), "%s", sb->tmpl);
@@ -1326,7 +1323,7 @@ static int spare_restore(struct sandbox *sb, const struct sbx_snap *s, const cha
  * sealed memfd in place of the file (vmm.h mem_fd), made first on the bg worker. */
 struct reseal {
     struct sbx_table *t;
-    char sb_id[24];
+    char sb_id[SBX_ID_CAP];
     char boot[16];
     char mem[4096 + 300];
     bool has_pol;
@@ -1539,7 +1536,7 @@ static void paused_now(struct sandbox *sb, struct op *op)
  * first), then its VM goes. */
 static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op)
 {
-    char old[24];
+    char old[SBX_ID_CAP];
 
     snprintf(old, sizeof(old), "%s", sb->snap_id);
     snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", s->id);
@@ -1693,7 +1690,7 @@ static void on_found_stopped_cont(void *ud, int err, const char *why)
  * stop the VM again after a cont. Asked until it is over, then continued. */
 struct found_stopped {
     struct sbx_table *t;
-    char id[24];
+    char id[SBX_ID_CAP]; /* the sandbox's */
     unsigned tries;
     ev_timer again;
 };

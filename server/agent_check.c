@@ -38,10 +38,13 @@ void agent_check_line(const struct srv_config *cfg, unsigned live, char *buf, si
         return;
     }
     pct = live >= max ? 0 : (unsigned)(((unsigned long long)(max - live) * 100) / max);
-    /* A host with any room left keeps a weight of at least 1: 0 would drain it. */
-    if (live < max && pct == 0)
+    /* Never 0, which HAProxy takes as drain: a full host still gets the odd create, answers
+     * it 503 host_full at once, and the proxy retries elsewhere; with every host full the
+     * client learns it (429) instead of HAProxy's "no server". */
+    if (pct == 0)
         pct = 1;
-    snprintf(buf, cap, "up %u%%\n", pct);
+    /* "ready" takes the host out of a drain an earlier answer put it in. */
+    snprintf(buf, cap, "ready up %u%%\n", pct);
 }
 
 static void on_accept(struct ev_loop *loop, ev_io *w, int revents)

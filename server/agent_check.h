@@ -2,9 +2,9 @@
  * agent_check.h - HAProxy's agent check: a TCP port that tells the proxy in
  * front of several warrend hosts how much room this one has.
  *
- * Each connection gets one line and is closed: "up N%" with N the share of
- * sandbox slots still free (HAProxy scales the server's weight by it, so
- * `balance random(2)` favours emptier hosts), or "drain" while the file
+ * Each connection gets one line and is closed: "ready up N%" with N the share of
+ * sandbox slots still free, at least 1 (HAProxy scales the server's weight by
+ * it, so `balance random(2)` favours emptier hosts), or "drain" while the file
  * state_dir/drain exists (no new creates; the host's own ids still route to
  * it). The port listens on the API's address; it says nothing secret.
  */

@@ -80,6 +80,8 @@ def render(a):
     w("# " + " ".join(a.argv))
     w("global")
     w("    maxconn %d" % a.maxconn)
+    if a.stats_socket:
+        w("    stats socket %s mode 600 level admin" % a.stats_socket)
     w("    tune.bufsize 65536  # a create's body must fit to be retried on another host")
     w("")
     w("defaults")
@@ -146,6 +148,8 @@ def main(argv):
     p.add_argument("--check-interval", default="2s", help="health and agent check interval")
     p.add_argument("--retries", type=int, default=0,
                    help="create retries on a full host (default: one per host)")
+    p.add_argument("--stats-socket", default="",
+                   help="a Unix socket for HAProxy's runtime API (show stat, set server)")
     p.add_argument("--maxconn", type=int, default=4096,
                    help="HAProxy maxconn (needs about twice as many file descriptors)")
     a = p.parse_args(argv[1:])

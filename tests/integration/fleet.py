@@ -140,7 +140,9 @@ class Fleet:
 
     # -- proxy --
     def proxy_up(self, check_interval="1s"):
+        self.stats = os.path.join(self.dir, "haproxy.sock")
         argv = [sys.executable, GEN, "--bind", f"127.0.0.1:{self.port}",
+                "--stats-socket", self.stats,
                 "--agent-port", str(AGENT_PORT), "--check-interval", check_interval]
         for h in self.hosts:
             argv += ["--host", f"{h.host_id}={h.addr}:{API_PORT}"]
@@ -176,6 +178,36 @@ class Fleet:
                 return
             time.sleep(0.5)
         raise AssertionError("HAProxy never saw every host up:\n" + self.haproxy_text())
+
+    def servers(self, backend="place"):
+        """HAProxy's view of backend's servers: {name: (status, weight)} (runtime API)."""
+        import socket as so
+        with so.socket(so.AF_UNIX) as s:
+            s.connect(self.stats)
+            s.sendall(b"show stat\n")
+            data = b""
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                data += b
+        lines = data.decode().splitlines()
+        cols = lines[0].lstrip("# ").split(",")
+        out = {}
+        for ln in lines[1:]:
+            row = dict(zip(cols, ln.split(",")))
+            if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND"):
+                out[row["svname"]] = (row["status"], int(row["weight"] or 0))
+        return out
+
+    def wait_servers(self, pred, timeout=20, backend="place"):
+        """Until pred(servers()) holds: HAProxy acted on the checks."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if pred(self.servers(backend)):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"HAProxy's servers never got there: {self.servers(backend)}")
 
     def haproxy_text(self):
         try:

@@ -236,7 +236,7 @@ class TestPool(unittest.TestCase):
         src = [w.get(s).json()["source"] for s in sids]
         self.assertIn("clone", src, src)
         self.assertNotIn("boot", src, src)
-        m = re.search(r"(sb-[0-9a-f]+): .*\(the pool is empty; a QEMU started ahead\)",
+        m = re.search(r"(sb-[0-9a-z-]+): .*\(the pool is empty; a QEMU started ahead\)",
                       w.log_text())
         self.assertTrue(m, w.log_text())
         spare_pid = qemu_pids(w.vm_id(m.group(1)))
