@@ -1592,8 +1592,43 @@ static void bind_all(struct sbx_table *t, bool rewrite)
     }
 }
 
+/*
+ * Did this machine restart since the last warrend of this state dir ran? The kernel's
+ * boot id, kept in state_dir/host_boot_id, says; the file then holds today's. A
+ * machine that restarted lost every VM (a lost host of a fleet): its sandboxes end as
+ * host_lost, not as VMs that died on their own.
+ */
+static bool host_restarted(const struct srv_config *c)
+{
+    char path[4096 + 32], now[64] = "", was[64] = "";
+    FILE *f;
+    bool changed;
+
+    if ((f = fopen("/proc/sys/kernel/random/boot_id", "re"))) {
+        if (!fgets(now, sizeof(now), f))
+            now[0] = '\0';
+        fclose(f);
+    }
+    snprintf(path, sizeof(path), "%s/host_boot_id", c->state_dir);
+    if ((f = fopen(path, "re"))) {
+        if (!fgets(was, sizeof(was), f))
+            was[0] = '\0';
+        fclose(f);
+    }
+    changed = now[0] && was[0] && strcmp(now, was) != 0;
+    if (now[0] && strcmp(now, was) != 0 && (f = fopen(path, "we"))) {
+        fputs(now, f);
+        fclose(f);
+    }
+    return changed;
+}
+
 static void adopt_all(struct sbx_table *t)
 {
+    bool rebooted = host_restarted(t->cfg);
+
+    if (rebooted)
+        LOG(LOG_WARN, "this host restarted since warrend last ran: its VMs are gone");
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
         int r;
 
@@ -1603,7 +1638,10 @@ static void adopt_all(struct sbx_table *t)
         if (r != 0) {
             LOGS(LOG_WARN, sb->id, "VM %s (pid %d) is gone (%s)", sb->vm_id,
                  sb->vmr ? (int)sb->vmr->pid : 0, strerror(-r));
-            sandbox_end(sb, ST_DEAD, "vm_lost: the VM was gone when warrend restarted");
+            if (rebooted)
+                sandbox_end(sb, ST_ENDED, "host_lost: the host restarted and its VMs with it");
+            else
+                sandbox_end(sb, ST_DEAD, "vm_lost: the VM was gone when warrend restarted");
             continue;
         }
         /* A sandbox still booting when warrend died gets a new boot deadline; its create

@@ -179,7 +179,34 @@ class FleetTest(unittest.TestCase):
         self.assertEqual(hdr(r, "X-Warren-Host"), "h0")
         self.f.request("DELETE", f"/v1/sandboxes/{sid}")
 
-    def test_4_unknown_host_and_agent_check(self):
+    def test_4_host_lost(self):
+        """A host whose machine restarted comes back with its sandboxes ended host_lost,
+        never re-created elsewhere. (The restart is played: warrend killed, its VMs
+        killed, the boot id it recorded changed.)"""
+        h2 = self.f.hosts[2]
+        sid = None
+        for _ in range(30):
+            r = self.f.create()
+            self.assertEqual(r.status, 201)
+            if fleet.host_of(r.json()["id"]) == "h2":
+                sid = r.json()["id"]
+                break
+            self.f.request("DELETE", f"/v1/sandboxes/{r.json()['id']}")
+        self.assertIsNotNone(sid, "no create landed on h2 in 30 tries")
+        h2.kill9()
+        for pid in warren.qemu_pids(h2.state_dir):
+            os.kill(pid, 9)
+        with open(os.path.join(h2.state_dir, "host_boot_id"), "w") as f:
+            f.write("00000000-0000-0000-0000-000000000000\n")
+        h2.start()
+        self.wait_host_state("h2", up=True)
+        r = self.f.request("GET", f"/v1/sandboxes/{sid}")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["state"], "ended")
+        self.assertTrue(r.json()["end_reason"].startswith("host_lost"), r.json())
+        self.assertEqual(hdr(r, "X-Warren-Host"), "h2")
+
+    def test_5_unknown_host_and_agent_check(self):
         r = self.f.request("GET", "/v1/sandboxes/sb-h9-0123456789abcdef")
         self.assertEqual((r.status, r.json()["error"]["code"]), (404, "host_unknown"))
         # The agent check answers one line with the free share.
