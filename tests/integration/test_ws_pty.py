@@ -48,7 +48,7 @@ class Pty:
     async def open(cls, w, path, ack=True, **query):
         q = ("?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)) if query else ""
         ws = await websockets.connect(
-            f"ws://127.0.0.1:{w.port}{path}{q}", subprotocols=[PROTO],
+            f"ws://{getattr(w, 'host', '127.0.0.1')}:{w.port}{path}{q}", subprotocols=[PROTO],
             extra_headers={"Authorization": f"Bearer {w.key}"}, max_size=None,
             ping_interval=None, open_timeout=T, close_timeout=10)
         p = cls(ws, ack)
