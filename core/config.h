@@ -81,6 +81,12 @@ struct srv_config {
     unsigned pty_viewers;       /* pty_viewers_per_process = 16 */
     unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
     size_t pty_send_queue;      /* pty_socket_send_queue_bytes = 2097152: frames for the client */
+    /* Jupyter's kernel API (server/jupyter*.c) */
+    char *jup_kernelspecs;         /* jupyter_kernelspecs = python3=code-interpreter */
+    size_t jup_max_msg;            /* jupyter_max_message_bytes = 16777216: one message */
+    size_t jup_send_queue;         /* jupyter_send_queue_bytes = 4194304: then credit waits */
+    size_t jup_in_queue;           /* jupyter_input_queue_bytes = 16777216: then reading waits */
+    unsigned jup_socks_per_kernel; /* jupyter_sockets_per_kernel = 8 */
     /* the browser terminal */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
     /* idle freeze */

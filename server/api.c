@@ -118,7 +118,7 @@ const struct api_verb *api_route_verb(enum api_route_id id, unsigned method)
 int api_route_match(const char *path, struct api_route *r)
 {
     size_t len = strlen(path);
-    bool auth;
+    bool auth, jup;
 
     memset(r, 0, sizeof(*r));
     /* One trailing slash is tolerated: /v1/sandboxes/ == /v1/sandboxes. */
@@ -126,10 +126,13 @@ int api_route_match(const char *path, struct api_route *r)
         len--;
     /* Anything under /v1 needs the key, even to learn that it does not exist. */
     auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
+    jup = (len == 4 && memcmp(path, "/api", 4) == 0) || strncmp(path, "/api/", 5) == 0;
+    auth = auth || jup;
     for (int id = API_R_NONE + 1; id < API_R_COUNT; id++) {
         if (pattern_match(api_routes[id].pattern, path, len, r)) {
             r->id = (enum api_route_id)id;
             r->auth = auth;
+            r->jupyter = jup;
             for (size_t i = 0; i < API_VERBS_MAX; i++)
                 r->methods |= api_routes[id].verbs[i].method;
             return 0;
@@ -138,6 +141,7 @@ int api_route_match(const char *path, struct api_route *r)
         memset(r, 0, sizeof(*r));
     }
     r->auth = auth;
+    r->jupyter = jup;
     return -ENOENT;
 }
 

@@ -148,7 +148,25 @@ enum api_verb_flag {
       V(GET, 0, NONE, 0, h_snapshot_get)                                                     \
       V(DELETE, 0, NONE, 0, h_snapshot_delete))                                              \
     R(TEMPLATES, "/v1/templates", NULL,                                                      \
-      V(GET, 0, NONE, 0, h_templates))
+      V(GET, 0, NONE, 0, h_templates))                                                       \
+    /* Jupyter's kernel API (jupyter.h): {id} is a kernelspec's name or a kernel's id, */  \
+    /* and the key may come as "token KEY" or ?token=KEY, as its clients send it. */      \
+    R(JUP_SPECS, "/api/kernelspecs", NULL,                                                   \
+      V(GET, 0, NONE, 0, h_jup_specs))                                                       \
+    R(JUP_SPEC, "/api/kernelspecs/{id}", NULL,                                               \
+      V(GET, 0, NONE, 0, h_jup_spec))                                                        \
+    R(JUP_KERNELS, "/api/kernels", NULL,                                                     \
+      V(GET, 0, NONE, 0, h_jup_kernels)                                                      \
+      V(POST, 0, JSON, API_VF_DISK | API_VF_CREATED, h_jup_create))                          \
+    R(JUP_KERNEL, "/api/kernels/{id}", NULL,                                                 \
+      V(GET, 0, NONE, 0, h_jup_kernel)                                                       \
+      V(DELETE, 0, NONE, 0, h_jup_delete))                                                   \
+    R(JUP_INTERRUPT, "/api/kernels/{id}/interrupt", NULL,                                    \
+      V(POST, 0, JSON, 0, h_jup_interrupt))                                                  \
+    R(JUP_RESTART, "/api/kernels/{id}/restart", NULL,                                        \
+      V(POST, 0, JSON, 0, h_jup_restart))                                                    \
+    R(JUP_CHANNELS, "/api/kernels/{id}/channels", NULL,                                      \
+      V(GET, 0, NONE, API_VF_SOCKET, h_jup_probe))
 /* clang-format on */
 
 /* API_R_HEALTHZ, API_R_SANDBOXES, ...: the rows' ids, in the map's order. */
@@ -185,6 +203,7 @@ struct api_route {
     enum api_route_id id;
     unsigned methods; /* API_* methods the route answers: its verbs' */
     bool auth;        /* needs the bearer key (or a token) */
+    bool jupyter;     /* under /api: the kernel API, which takes the key its clients' ways */
     char sbx[API_ID_MAX + 1];
     uint32_t pid; /* {pid} (0: none): 1..API_PID_MAX */
 };

@@ -135,6 +135,7 @@ struct pss {
     json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
     char *location;    /* a Location header for the answer (malloc'd), or NULL */
+    void *jws;         /* a Jupyter channels socket bound to this protocol (jupyter_ws.c) */
 };
 
 struct http_server {
@@ -175,6 +176,8 @@ void req_complete(struct pss *p);
 void resp_want_write(struct pss *p);
 /* A JSON answer with status. Steals body. Ignored if an answer is already under way. */
 void resp_json(struct pss *p, int status, json_t *body);
+/* An answer without a body (204): Content-Length 0. Ignored if one is under way. */
+void resp_empty(struct pss *p, int status);
 /* An error answer from an api.h error, a sandbox-core error, or a status, code and message. */
 void resp_api_err(struct pss *p, const struct api_err *e);
 void resp_sbx_err(struct pss *p, const struct sbx_err *e);

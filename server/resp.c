@@ -211,6 +211,20 @@ void resp_json(struct pss *p, int status, json_t *body)
     resp_want_write(p);
 }
 
+void resp_empty(struct pss *p, int status)
+{
+    if (p->status)
+        return;
+    p->status = status;
+    p->kind = RESP_JSON;
+    p->clen = 0;
+    p->chunked = false;
+    req_complete(p);
+    if (!p->body_done)
+        p->close_after = true;
+    resp_want_write(p);
+}
+
 void resp_api_err(struct pss *p, const struct api_err *e)
 {
     resp_json(p, e->status, api_error(e->code, "%s", e->msg));

@@ -20,6 +20,15 @@ static void test_routes(void)
 {
     struct api_route r;
 
+    CHECK(api_route_match("/api/kernels/0123abcd-0000-4000-8000-00000000ffff/channels", &r) == 0 &&
+          r.id == API_R_JUP_CHANNELS && r.auth && r.jupyter &&
+          !strcmp(r.sbx, "0123abcd-0000-4000-8000-00000000ffff"));
+    CHECK(api_route_match("/api/kernelspecs/python3", &r) == 0 && r.id == API_R_JUP_SPEC &&
+          r.auth && r.jupyter);
+    CHECK(api_route_match("/api/nothing", &r) == -ENOENT && r.auth && r.jupyter);
+    CHECK(api_route_match("/kernelspecs/python3/logo-64x64.png", &r) == -ENOENT && !r.auth &&
+          !r.jupyter);
+    CHECK(api_route_match("/apix", &r) == -ENOENT && !r.auth && !r.jupyter);
     CHECK(api_route_match("/healthz", &r) == 0 && r.id == API_R_HEALTHZ && !r.auth &&
           r.methods == API_GET);
     CHECK(api_route_match("/v1/sandboxes", &r) == 0 && r.id == API_R_SANDBOXES && r.auth &&
@@ -160,7 +169,9 @@ static void test_route_table(void)
         for (int opt = 0; opt < 2; opt++) {
             sample_path(d->pattern, opt, path, sizeof(path));
             CHECK(api_route_match(path, &r) == 0 && (int)r.id == id);
-            CHECK(r.auth == (strncmp(path, "/v1/", 4) == 0));
+            /* /v1 and Jupyter's /api need the key; /api takes it its clients' ways. */
+            CHECK(r.auth == (strncmp(path, "/v1/", 4) == 0 || strncmp(path, "/api/", 5) == 0));
+            CHECK(r.jupyter == (strncmp(path, "/api/", 5) == 0));
             CHECK(strstr(d->pattern, "{id}") ? !strcmp(r.sbx, "s-1") : !r.sbx[0]);
         }
         for (size_t i = 0; i < API_VERBS_MAX && d->verbs[i].method; i++) {
@@ -415,7 +426,23 @@ static void test_headers(void)
     CHECK(!cred_is_key("Bearer x", 8, NULL));
     /* the length given counts, not a NUL */
     CHECK(cred_is_key("Bearer 0123456789abcdef0123456789abcdefXX", 39, k));
+    /* Jupyter's gateway clients: "token <key>" */
+    CHECK(B("token 0123456789abcdef0123456789abcdef"));
+    CHECK(B("Token  0123456789abcdef0123456789abcdef "));
+    CHECK(!B("token 0123456789abcdef0123456789abcdeX"));
+    CHECK(!B("token0123456789abcdef0123456789abcdef"));
+    CHECK(!B("tokens 0123456789abcdef0123456789abcdef"));
 #undef B
+#define Q(s) cred_query_key(s, strlen(s), k)
+    CHECK(Q("token=0123456789abcdef0123456789abcdef"));
+    CHECK(!Q("token=0123456789abcdef0123456789abcde"));
+    CHECK(!Q("token=0123456789abcdef0123456789abcdef0"));
+    CHECK(!Q("token="));
+    CHECK(!Q("token"));
+    CHECK(!Q("tokens=0123456789abcdef0123456789abcdef"));
+    CHECK(!Q("access_token=0123456789abcdef0123456789abcdef"));
+    CHECK(!cred_query_key("token=x", 7, ""));
+#undef Q
     CHECK(cred_pair_named("warren_token=x", 14, "warren_token"));
     CHECK(cred_pair_named("warren_token=", 13, "warren_token"));
     CHECK(cred_pair_named("warren_token", 12, "warren_token"));
