@@ -112,6 +112,9 @@ static const struct opt opts[] = {
     {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
     /* At least one guest window (1 MiB) and its frames: less would end honest sockets. */
     {"pty_socket_send_queue_bytes", T_SIZE, F(pty_send_queue), "2097152", 1179648},
+    {"run_code_max_line_bytes", T_SIZE, F(run_max_line), "16777216", 4096},
+    {"run_code_max_gather_bytes", T_SIZE, F(run_max_gather), "33554432", 4096},
+    {"run_code_keepalive_ms", T_UINT, F(run_keepalive_ms), "5000", 100},
     {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
     {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
     {"freeze_pageout_after_ms", T_UINT, F(freeze_pageout_after_ms), "300000", 0},
