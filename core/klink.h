@@ -89,6 +89,19 @@ json_t *klink_line_object(const struct klink_line *l, size_t max);
 /* An E2B-style error line's object: {"type":"error","name","value","traceback":""}. */
 json_t *klink_error_object(const char *name, const char *value);
 
+/* ---- requests: pure ---- */
+
+/* A client's run body {"code","context_id"?,"language"?,"env"?,"timeout_seconds"?} as
+ * kerneld's run request (max_line: the line bound it is told). 0 and *req (new), or
+ * SBX_E_INVALID_ARGUMENT (or SBX_E_INTERNAL) with *err. */
+int klink_run_req(json_t *body, size_t max_line, json_t **req, struct sbx_err *err);
+/* A context op ("context_create", "context_list", "context_get", "context_delete",
+ * "context_restart", "context_interrupt") for context ctx (NULL for create and list):
+ * body (may be NULL) is create's {"language"?,"cwd"?,"env"?}, and must hold nothing
+ * else, for the others nothing. 0 and *req, or an sbx_errcode with *err. */
+int klink_context_req(const char *op, const char *ctx, json_t *body, json_t **req,
+                      struct sbx_err *err);
+
 /* ---- the JSON-mode answer: pure ---- */
 
 struct klink_gather {

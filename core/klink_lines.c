@@ -168,6 +168,142 @@ int klink_lines_feed(struct klink_lines *lb, const void *data, size_t n, klink_l
     return 0;
 }
 
+/* ----------------------------------------------------------- requests */
+
+#define PATH_MAX_ 4096
+
+/* Every key of body is in the NULL-ended list. */
+static int fields_ok(json_t *body, const char *const *allowed, struct sbx_err *err)
+{
+    const char *k;
+    json_t *v;
+
+    json_object_foreach(body, k, v)
+    {
+        size_t i = 0;
+
+        while (allowed[i] && strcmp(allowed[i], k))
+            i++;
+        if (!allowed[i])
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown field \"%.64s\"", k);
+    }
+    return 0;
+}
+
+/* env: absent, null, or an object of strings with non-empty names. */
+static bool env_ok(json_t *env)
+{
+    const char *k;
+    json_t *v;
+
+    if (!env || json_is_null(env))
+        return true;
+    if (!json_is_object(env))
+        return false;
+    json_object_foreach(env, k, v)
+    {
+        if (!json_is_string(v) || !*k || strchr(k, '='))
+            return false;
+    }
+    return true;
+}
+
+static bool opt_string(json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+
+    return !v || json_is_null(v) || json_is_string(v);
+}
+
+static bool given(json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+
+    return v && !json_is_null(v);
+}
+
+/* Copy body's key, when given, into req. */
+static int copy(json_t *req, json_t *body, const char *key)
+{
+    return given(body, key) ? json_object_set(req, key, json_object_get(body, key)) : 0;
+}
+
+int klink_run_req(json_t *body, size_t max_line, json_t **req, struct sbx_err *err)
+{
+    static const char *const fields[] = {"code", "context_id",      "language",
+                                         "env",  "timeout_seconds", NULL};
+    json_t *code = json_object_get(body, "code"), *tmo = json_object_get(body, "timeout_seconds");
+    json_t *r;
+    int rc;
+
+    *req = NULL;
+    if (!json_is_object(body))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "the body must be a JSON object");
+    if ((rc = fields_ok(body, fields, err)))
+        return rc;
+    if (!json_is_string(code))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "code must be a string");
+    if (!opt_string(body, "context_id") || !opt_string(body, "language"))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "context_id and language must be strings");
+    if (given(body, "context_id") && given(body, "language"))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "give context_id or language, not both (a context has its language)");
+    if (!env_ok(json_object_get(body, "env")))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "env must be an object of strings");
+    if (given(body, "timeout_seconds") &&
+        (!json_is_number(tmo) || json_number_value(tmo) <= 0 || json_number_value(tmo) > 86400))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "timeout_seconds must be a number in (0, 86400]");
+    r = json_pack("{s:s, s:O, s:I}", "op", "run", "code", code, "max_line", (json_int_t)max_line);
+    if (!r || copy(r, body, "context_id") || copy(r, body, "language") || copy(r, body, "env") ||
+        (given(body, "timeout_seconds") &&
+         json_object_set_new(r, "timeout_ms",
+                             json_integer((json_int_t)(json_number_value(tmo) * 1000))))) {
+        json_decref(r);
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    *req = r;
+    return 0;
+}
+
+int klink_context_req(const char *op, const char *ctx, json_t *body, json_t **req,
+                      struct sbx_err *err)
+{
+    static const char *const create_fields[] = {"language", "cwd", "env", NULL};
+    static const char *const none[] = {NULL};
+    bool create = !strcmp(op, "context_create");
+    json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
+    json_t *r;
+    int rc;
+
+    *req = NULL;
+    if (body && (rc = fields_ok(body, create ? create_fields : none, err)))
+        return rc;
+    if (create && given(body, "language") &&
+        (!json_is_string(lang) ||
+         (strcmp(json_string_value(lang), "python") && strcmp(json_string_value(lang), "bash"))))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "language must be \"python\" or \"bash\"");
+    if (create && given(body, "cwd") &&
+        (!json_is_string(cwd) || json_string_value(cwd)[0] != '/' ||
+         json_string_length(cwd) > PATH_MAX_ ||
+         strlen(json_string_value(cwd)) != json_string_length(cwd)))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "cwd must be an absolute path");
+    if (create && !env_ok(json_object_get(body, "env")))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "env must be an object of strings");
+    r = json_pack("{s:s}", "op", op);
+    if (!r ||
+        (create && (json_object_set_new(
+                        r, "language",
+                        json_string(json_is_string(lang) ? json_string_value(lang) : "python")) ||
+                    copy(r, body, "cwd") || copy(r, body, "env"))) ||
+        (ctx && json_object_set_new(r, "id", json_string(ctx)))) {
+        json_decref(r);
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    *req = r;
+    return 0;
+}
+
 /* ------------------------------------------------------------- gather */
 
 void klink_gather_init(struct klink_gather *g, size_t max)

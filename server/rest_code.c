@@ -221,65 +221,6 @@ static const struct klink_cb ctx_cb = {
     .done = ctx_done,
 };
 
-/* ---------------------------------------------------------- validation */
-
-/* Every key of body is in the NULL-ended list: true, or false with the error answered. */
-static bool fields_ok(struct pss *p, json_t *body, const char *const *allowed)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach(body, k, v)
-    {
-        size_t i = 0;
-
-        while (allowed[i] && strcmp(allowed[i], k))
-            i++;
-        if (!allowed[i]) {
-            char msg[160];
-            snprintf(msg, sizeof(msg), "unknown field \"%.64s\"", k);
-            resp_code(p, 400, "invalid_argument", msg);
-            return false;
-        }
-    }
-    return true;
-}
-
-/* env: absent, null, or an object of strings. */
-static bool env_ok(json_t *env)
-{
-    const char *k;
-    json_t *v;
-
-    if (!env || json_is_null(env))
-        return true;
-    if (!json_is_object(env))
-        return false;
-    json_object_foreach(env, k, v)
-    {
-        if (!json_is_string(v) || !*k)
-            return false;
-    }
-    return true;
-}
-
-static bool opt_string(json_t *body, const char *key)
-{
-    json_t *v = json_object_get(body, key);
-
-    return !v || json_is_null(v) || json_is_string(v);
-}
-
-/* Copy body's key (when present and not null) into req. */
-static int copy(json_t *req, json_t *body, const char *key)
-{
-    json_t *v = json_object_get(body, key);
-
-    if (!v || json_is_null(v))
-        return 0;
-    return json_object_set(req, key, v);
-}
-
 /* Start the exchange for req; answers the error when it cannot start. */
 static void start(struct pss *p, json_t *req, const struct klink_opts *o, const struct klink_cb *cb)
 {
@@ -301,97 +242,26 @@ static void start(struct pss *p, json_t *req, const struct klink_opts *o, const 
 
 void code_context_op(struct pss *p, const char *op, json_t *body)
 {
-    static const char *const create_fields[] = {"language", "cwd", "env", NULL};
-    static const char *const none[] = {NULL};
     struct klink_opts o = opts(p, true, false);
-    bool create = !strcmp(op, "context_create");
+    struct sbx_err err;
     json_t *req;
 
-    if (body && !fields_ok(p, body, create ? create_fields : none))
+    if (klink_context_req(op, p->ctx[0] ? p->ctx : NULL, body, &req, &err)) {
+        resp_sbx_err(p, &err);
         return;
-    if (create) {
-        json_t *lang = json_object_get(body, "language"), *cwd = json_object_get(body, "cwd");
-        if (lang && !json_is_null(lang) &&
-            (!json_is_string(lang) || (strcmp(json_string_value(lang), "python") &&
-                                       strcmp(json_string_value(lang), "bash")))) {
-            resp_code(p, 400, "invalid_argument", "language must be \"python\" or \"bash\"");
-            return;
-        }
-        if (cwd && !json_is_null(cwd)) {
-            struct api_err e;
-            if (!json_is_string(cwd)) {
-                resp_code(p, 400, "invalid_argument", "cwd must be an absolute path");
-                return;
-            }
-            if (api_path_check("cwd", json_string_value(cwd), &e)) {
-                resp_api_err(p, &e);
-                return;
-            }
-        }
-        if (!env_ok(json_object_get(body, "env"))) {
-            resp_code(p, 400, "invalid_argument", "env must be an object of strings");
-            return;
-        }
-    }
-    req = json_pack("{s:s}", "op", op);
-    if (req && create &&
-        (json_object_set_new(req, "language",
-                             json_string(json_is_string(json_object_get(body, "language"))
-                                             ? json_string_value(json_object_get(body, "language"))
-                                             : "python")) ||
-         copy(req, body, "cwd") || copy(req, body, "env"))) {
-        json_decref(req);
-        req = NULL;
-    }
-    if (req && p->ctx[0] && json_object_set_new(req, "id", json_string(p->ctx))) {
-        json_decref(req);
-        req = NULL;
     }
     start(p, req, &o, &ctx_cb);
 }
 
 void code_run(struct pss *p, json_t *body)
 {
-    static const char *const fields[] = {"code", "context_id",      "language",
-                                         "env",  "timeout_seconds", NULL};
     struct klink_opts o = opts(p, false, p->ndjson);
-    json_t *code = json_object_get(body, "code"), *tmo = json_object_get(body, "timeout_seconds");
+    struct sbx_err err;
     json_t *req;
 
-    if (!fields_ok(p, body, fields))
+    if (klink_run_req(body, p->srv->cfg->run_max_line, &req, &err)) {
+        resp_sbx_err(p, &err);
         return;
-    if (!json_is_string(code)) {
-        resp_code(p, 400, "invalid_argument", "code must be a string");
-        return;
-    }
-    if (!opt_string(body, "context_id") || !opt_string(body, "language")) {
-        resp_code(p, 400, "invalid_argument", "context_id and language must be strings");
-        return;
-    }
-    if (json_is_string(json_object_get(body, "context_id")) &&
-        json_is_string(json_object_get(body, "language"))) {
-        resp_code(p, 400, "invalid_argument",
-                  "give context_id or language, not both (a context has its language)");
-        return;
-    }
-    if (!env_ok(json_object_get(body, "env"))) {
-        resp_code(p, 400, "invalid_argument", "env must be an object of strings");
-        return;
-    }
-    if (tmo && !json_is_null(tmo) &&
-        (!json_is_number(tmo) || json_number_value(tmo) <= 0 || json_number_value(tmo) > 86400)) {
-        resp_code(p, 400, "invalid_argument", "timeout_seconds must be a number in (0, 86400]");
-        return;
-    }
-    req = json_pack("{s:s, s:O, s:I}", "op", "run", "code", code, "max_line",
-                    (json_int_t)p->srv->cfg->run_max_line);
-    if (req &&
-        (copy(req, body, "context_id") || copy(req, body, "language") || copy(req, body, "env") ||
-         (tmo && !json_is_null(tmo) &&
-          json_object_set_new(req, "timeout_ms",
-                              json_integer((json_int_t)(json_number_value(tmo) * 1000)))))) {
-        json_decref(req);
-        req = NULL;
     }
     if (!p->ndjson) {
         if (!(p->gather = malloc(sizeof(*p->gather)))) {

@@ -207,8 +207,69 @@ static void test_gather(void)
     klink_gather_free(&g);
 }
 
+/* body (JSON text) as a run request: its error code, 0 for success (then *out). */
+static int run_req(const char *body, json_t **out)
+{
+    json_t *b = json_loads(body, 0, NULL), *r = NULL;
+    struct sbx_err e;
+    int rc;
+
+    CHECK(b != NULL);
+    rc = klink_run_req(b, 1000, &r, &e);
+    json_decref(b);
+    if (out)
+        *out = r;
+    else
+        json_decref(r);
+    return rc;
+}
+
+static void test_requests(void)
+{
+    json_t *r, *b;
+    struct sbx_err e;
+
+    CHECK(run_req("{\"code\":\"1+1\",\"timeout_seconds\":1.5,\"env\":{\"A\":\"b\"}}", &r) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "op")), "run"));
+    CHECK(json_integer_value(json_object_get(r, "timeout_ms")) == 1500);
+    CHECK(json_integer_value(json_object_get(r, "max_line")) == 1000);
+    CHECK(!json_object_get(r, "timeout_seconds") && json_object_get(r, "env"));
+    json_decref(r);
+    CHECK(run_req("{\"code\":\"x\",\"context_id\":\"c\",\"language\":\"python\"}", NULL) ==
+          SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{\"code\":\"x\",\"context_id\":\"c\",\"language\":null}", NULL) == 0);
+    CHECK(run_req("{\"code\":1}", NULL) == SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{}", NULL) == SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{\"code\":\"x\",\"bogus\":1}", NULL) == SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{\"code\":\"x\",\"env\":{\"A\":1}}", NULL) == SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{\"code\":\"x\",\"env\":{\"A=B\":\"c\"}}", NULL) == SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{\"code\":\"x\",\"timeout_seconds\":0}", NULL) == SBX_E_INVALID_ARGUMENT);
+    CHECK(run_req("{\"code\":\"x\",\"timeout_seconds\":\"5\"}", NULL) == SBX_E_INVALID_ARGUMENT);
+
+    CHECK(klink_context_req("context_create", NULL, NULL, &r, &e) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "language")), "python"));
+    json_decref(r);
+    b = json_pack("{s:s, s:s}", "language", "bash", "cwd", "/tmp");
+    CHECK(klink_context_req("context_create", NULL, b, &r, &e) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "cwd")), "/tmp"));
+    json_decref(r);
+    json_object_set_new(b, "cwd", json_string("rel"));
+    CHECK(klink_context_req("context_create", NULL, b, &r, &e) == SBX_E_INVALID_ARGUMENT && !r);
+    json_object_set_new(b, "cwd", json_string("/"));
+    json_object_set_new(b, "language", json_string("cobol"));
+    CHECK(klink_context_req("context_create", NULL, b, &r, &e) == SBX_E_INVALID_ARGUMENT);
+    json_decref(b);
+    CHECK(klink_context_req("context_get", "abc", NULL, &r, &e) == 0);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "id")), "abc"));
+    json_decref(r);
+    b = json_pack("{s:i}", "x", 1);
+    CHECK(klink_context_req("context_restart", "abc", b, &r, &e) == SBX_E_INVALID_ARGUMENT);
+    json_decref(b);
+}
+
 int main(void)
 {
+    test_requests();
     test_split();
     test_resync();
     test_stop_and_dupes();
