@@ -180,6 +180,9 @@ static void out_data(void *user, int fd, uint64_t off, const void *p, size_t n)
         memcpy(k->errtxt + k->errlen, p, take);
         k->errlen += take;
         k->errtxt[k->errlen] = '\0';
+        /* One line of a message, for a JSON error body. */
+        while (k->errlen && (k->errtxt[k->errlen - 1] == '\n' || k->errtxt[k->errlen - 1] == '\r'))
+            k->errtxt[--k->errlen] = '\0';
     } else {
         /* Bytes of stderr in between moved the offset on. */
         if (off > k->lb.off)
