@@ -60,14 +60,16 @@ static bool parse_pid(const char *s, size_t n, uint32_t *pid)
 /* One segment of a path (s, n bytes) against one of a pattern (pat, pl bytes). */
 static bool seg_match(const char *pat, size_t pl, const char *s, size_t n, struct api_route *r)
 {
-    if (pl == 4 && memcmp(pat, "{id}", 4) == 0) {
+    if ((pl == 4 && memcmp(pat, "{id}", 4) == 0) || (pl == 5 && memcmp(pat, "{ctx}", 5) == 0)) {
+        char *to = pl == 4 ? r->sbx : r->ctx;
+
         if (n == 0 || n > API_ID_MAX)
             return false;
         for (size_t i = 0; i < n; i++)
             if (!id_char(s[i]))
                 return false;
-        memcpy(r->sbx, s, n);
-        r->sbx[n] = '\0';
+        memcpy(to, s, n);
+        to[n] = '\0';
         return true;
     }
     if ((pl == 5 && memcmp(pat, "{pid}", 5) == 0) || (pl == 6 && memcmp(pat, "{pid?}", 6) == 0))

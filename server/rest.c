@@ -277,6 +277,7 @@ void rest_req_end(struct pss *p)
         req_phase(p, HP_ANSWER);
         sbx_op_cancel(p->srv->t, p->op);
     }
+    code_req_end(p);
     resp_q_free(p);
     free(p->location);
     p->location = NULL;
@@ -703,6 +704,58 @@ static void h_resume(struct pss *p, json_t *body)
     pause_or_resume(p, rc, out, &err);
 }
 
+static void h_ctx_list(struct pss *p, json_t *args)
+{
+    (void)args;
+    code_context_op(p, "context_list", NULL);
+}
+
+static void h_ctx_create(struct pss *p, json_t *body)
+{
+    code_context_op(p, "context_create", body);
+}
+
+static void h_ctx_get(struct pss *p, json_t *args)
+{
+    (void)args;
+    code_context_op(p, "context_get", NULL);
+}
+
+static void h_ctx_delete(struct pss *p, json_t *args)
+{
+    (void)args;
+    code_context_op(p, "context_delete", NULL);
+}
+
+static void h_ctx_restart(struct pss *p, json_t *body)
+{
+    code_context_op(p, "context_restart", body);
+}
+
+static void h_ctx_interrupt(struct pss *p, json_t *body)
+{
+    code_context_op(p, "context_interrupt", body);
+}
+
+static void h_run_code(struct pss *p, json_t *body)
+{
+    code_run(p, body);
+}
+
+static void h_run_read(struct pss *p, json_t *args)
+{
+    code_run_read(p, args);
+}
+
+/* Ends the run's connector: kerneld then interrupts the run. */
+static void h_run_stop(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+
+    (void)args;
+    start_op(p, klink_stop(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err), &err);
+}
+
 static void h_network(struct pss *p, json_t *body)
 {
     struct sbx_err err;
@@ -1110,6 +1163,7 @@ void rest_request(struct pss *p, const char *uri)
     p->route = r.id;
     p->pid = r.pid;
     memcpy(p->sbx, r.sbx, sizeof(p->sbx));
+    memcpy(p->ctx, r.ctx, sizeof(p->ctx));
     if (v->flags & API_VF_SOCKET) {
         handle(p, NULL);
         return;

@@ -138,6 +138,9 @@ static void sample_path(const char *pat, bool with_opt, char *out, size_t cap)
         if (!strncmp(pat, "/{id}", 5)) {
             n += (size_t)snprintf(out + n, cap - n, "/s-1");
             pat += 5;
+        } else if (!strncmp(pat, "/{ctx}", 6)) {
+            n += (size_t)snprintf(out + n, cap - n, "/c_2");
+            pat += 6;
         } else if (!strncmp(pat, "/{pid}", 6)) {
             n += (size_t)snprintf(out + n, cap - n, "/7");
             pat += 6;
@@ -173,6 +176,7 @@ static void test_route_table(void)
             CHECK(r.auth == (strncmp(path, "/v1/", 4) == 0 || strncmp(path, "/api/", 5) == 0));
             CHECK(r.jupyter == (strncmp(path, "/api/", 5) == 0));
             CHECK(strstr(d->pattern, "{id}") ? !strcmp(r.sbx, "s-1") : !r.sbx[0]);
+            CHECK(strstr(d->pattern, "{ctx}") ? !strcmp(r.ctx, "c_2") : !r.ctx[0]);
         }
         for (size_t i = 0; i < API_VERBS_MAX && d->verbs[i].method; i++) {
             const struct api_verb *v = &d->verbs[i];
@@ -210,6 +214,9 @@ static void test_route_rows(void)
         {API_R_FILES_MKDIR, API_POST, API_Q_PATH, API_BODY_NONE},
         {API_R_FILES_RENAME, API_POST, 0, API_BODY_JSON},
         {API_R_PROC_OUTPUT, API_GET, API_Q_OFFSET | API_Q_FOLLOW, API_BODY_NONE},
+        {API_R_RUN, API_GET, API_Q_OFFSET, API_BODY_NONE},
+        {API_R_RUN_CODE, API_POST, 0, API_BODY_JSON},
+        {API_R_CONTEXTS, API_POST, 0, API_BODY_JSON},
         {API_R_EXEC, API_POST, 0, API_BODY_JSON},
         {API_R_NETWORK, API_PATCH, 0, API_BODY_JSON},
         {API_R_HEALTHZ, API_GET, 0, API_BODY_NONE},
