@@ -143,8 +143,9 @@ struct pss {
     char ctx[API_ID_MAX + 1]; /* {ctx} of the path */
     struct klink *kl;
     struct klink_gather *gather;
-    unsigned kl_lines; /* lines passed on */
-    uint32_t run_id;   /* the run's connector pid: the X-Warren-Run header (0: none) */
+    unsigned kl_lines;   /* lines passed on */
+    uint32_t run_id;     /* the run's connector pid: the X-Warren-Run header (0: none) */
+    unsigned kctl_stage; /* Jupyter interrupt/restart: 0 listing contexts, 1 acting */
 };
 
 struct http_server {

@@ -1,8 +1,7 @@
 /*
  * jupyter.c - the pure parts of the kernel API door (jupyter.h): kernelspec
  * configuration, kernel ids and models, client frames checked and turned into
- * the guest's lines, and the guest's output cut back into messages. No I/O but
- * the random bytes of a new id.
+ * the guest's lines. No I/O but the random bytes of a new id.
  */
 #include "jupyter.h"
 
@@ -174,66 +173,4 @@ char *jup_notice(const char *kind, json_t *content)
     s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     return s;
-}
-
-int jup_lines_feed(struct jup_lines *l, uint64_t off, const char *p, size_t n, jup_line_fn *emit,
-                   void *u)
-{
-    while (n) {
-        const char *nl = memchr(p, '\n', n);
-        size_t take = nl ? (size_t)(nl - p) : n;
-
-        if (l->skip) {
-            /* The rest of a line that is dropped (too long, or its start was lost). */
-            if (!nl)
-                return 0;
-            l->skip = false;
-        } else if (l->len + take > l->max) {
-            l->len = 0;
-            l->toolong++;
-            l->skip = true;
-            continue;
-        } else {
-            if (l->len + take > l->cap) {
-                size_t cap = l->cap ? l->cap : 4096;
-                char *b;
-                while (cap < l->len + take)
-                    cap *= 2;
-                if (!(b = realloc(l->buf, cap)))
-                    return -ENOMEM;
-                l->buf = b;
-                l->cap = cap;
-            }
-            memcpy(l->buf + l->len, p, take);
-            l->len += take;
-            if (nl) {
-                emit(u, l->buf, l->len, off + take + 1);
-                l->len = 0;
-                /* Shrink what one big message grew. */
-                if (l->cap > 65536) {
-                    free(l->buf);
-                    l->buf = NULL;
-                    l->cap = 0;
-                }
-            }
-        }
-        if (!nl)
-            return 0;
-        off += take + 1;
-        p += take + 1;
-        n -= take + 1;
-    }
-    return 0;
-}
-
-void jup_lines_gap(struct jup_lines *l)
-{
-    l->len = 0;
-    l->skip = true;
-}
-
-void jup_lines_free(struct jup_lines *l)
-{
-    free(l->buf);
-    memset(l, 0, sizeof(*l));
 }

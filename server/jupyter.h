@@ -14,8 +14,8 @@
  *
  * The pure parts (this header's first half) are unit-tested by
  * tests/server/test_jupyter.c; the REST handlers live in jupyter_rest.c and
- * the socket in jupyter_ws.c. Ownership: returned json_t and malloc'd
- * strings are the caller's.
+ * the socket in jupyter_ws.c; both reach the guest through klink.h. Ownership: returned json_t and
+ * malloc'd strings are the caller's.
  */
 #ifndef WARREN_JUPYTER_H
 #define WARREN_JUPYTER_H
@@ -25,12 +25,11 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#define JUP_SPECS_MAX     16
-#define JUP_NAME_MAX      64
-#define JUP_UUID_LEN      36
-#define JUP_META_ID       "jupyter.kernel_id"
-#define JUP_META_SPEC     "jupyter.kernelspec"
-#define JUP_CONNECTOR_TAG "jupyter-channels"
+#define JUP_SPECS_MAX 16
+#define JUP_NAME_MAX  64
+#define JUP_UUID_LEN  36
+#define JUP_META_ID   "jupyter.kernel_id"
+#define JUP_META_SPEC "jupyter.kernelspec"
 
 struct jup_spec {
     char name[JUP_NAME_MAX + 1];
@@ -60,26 +59,6 @@ int jup_frame_line(const char *buf, size_t len, char **out, size_t *n, const cha
 /* A message of warrend's own for the client, as Jupyter text: an iopub stream on
  * stderr (text) when kind is "stream", else a message of type kind with content. */
 char *jup_notice(const char *kind, json_t *content);
-
-/*
- * The guest's output cut into lines. Bytes are fed in order; each complete line
- * (without its '\n') goes to emit with the stream offset just after its '\n'. A line
- * longer than max is dropped (toolong counts them) up to its end. After a gap
- * (jup_lines_gap) the bytes up to the next '\n' are dropped: they end a line whose
- * start is gone.
- */
-struct jup_lines {
-    char *buf;
-    size_t len, cap, max;
-    bool skip;
-    unsigned toolong;
-};
-typedef void jup_line_fn(void *u, const char *line, size_t n, uint64_t end);
-/* 0, or -ENOMEM (the bytes were not taken). */
-int jup_lines_feed(struct jup_lines *l, uint64_t off, const char *p, size_t n, jup_line_fn *emit,
-                   void *u);
-void jup_lines_gap(struct jup_lines *l);
-void jup_lines_free(struct jup_lines *l);
 
 /* ---- the door (needs the server) ---- */
 struct pss;

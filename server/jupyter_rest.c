@@ -2,7 +2,7 @@
  * jupyter_rest.c - the REST half of Jupyter's kernel API (jupyter.h):
  * kernelspecs from jupyter_kernelspecs, kernels as sandboxes tagged with
  * their id in metadata, and interrupt/restart through the guest's kernel
- * bridge (docs/KERNELD.md), reached by a foreground exec of its connector.
+ * bridge (docs/KERNELD.md), reached through klink.h.
  *
  * Async answers follow rest.c's sink discipline: the pss is the sink's user,
  * an answer is made only while the request's op is live (http_phase_op_live),
@@ -11,7 +11,11 @@
 #include "cred.h"
 #include "http_int.h"
 #include "jupyter.h"
+#include "klink.h"
 #include "util.h"
+
+/* A cold kernel imports numpy, pandas and matplotlib: minutes under TCG. */
+#define JUP_WARM_TIMEOUT_S 900
 
 #define CONNECT_ARGV   "/proc/1/exe", "--connect", "/run/warren/kernel.sock"
 #define KCTL_TIMEOUT_S 60
@@ -212,24 +216,74 @@ void jup_kernels_list(struct pss *p, json_t *args)
 
 /* ------------------------------------------------------------- create */
 
-static void on_created(void *user, const struct sbx_err *err, json_t *body)
+/* The kernel's sandbox warmed (/etc/warren/warm, docs/KERNELD.md: its kernel bridge is
+ * up, libraries imported); p->held is its record. A template warmed already at create
+ * answers at once. */
+static void on_warmed(void *user, const struct sbx_err *err, json_t *body)
 {
     struct pss *p = user;
+    json_t *rec = p->held, *gone = NULL;
+    const char *sbx = json_string_value(json_object_get(rec, "id"));
+    struct sbx_err e2;
+    char msg[240];
 
     if (!http_phase_op_live(p->phase)) {
         json_decref(body);
         return;
     }
     req_phase(p, HP_ANSWER);
+    if (!err && json_integer_value(json_object_get(body, "exit_code")) == 0 &&
+        json_is_integer(json_object_get(body, "exit_code"))) {
+        json_decref(body);
+        LOG(LOG_INFO, "%s: Jupyter kernel %s started", sbx,
+            json_string_value(json_object_get(json_object_get(rec, "metadata"), JUP_META_ID)));
+        resp_json(p, 201, model_of(rec));
+        return;
+    }
+    snprintf(msg, sizeof(msg), "the kernel did not start: %.180s",
+             err ? err->msg
+             : json_string_value(json_object_get(body, "stderr"))
+                 ? json_string_value(json_object_get(body, "stderr"))
+                 : "its warm-up failed");
+    json_decref(body);
+    /* A kernel that cannot run is not left behind as a sandbox. */
+    if (sbx && sbx_delete(p->srv->t, sbx, &gone, &e2) == 0)
+        json_decref(gone);
+    LOG(LOG_WARN, "%s: %s", sbx ? sbx : "?", msg);
+    resp_code(p, 502, "kernel_start_failed", msg);
+}
+
+static const struct sbx_sink warm_sink = {.done = on_warmed};
+
+static void on_created(void *user, const struct sbx_err *err, json_t *body)
+{
+    struct pss *p = user;
+    struct sbx_err e2;
+    json_t *req;
+    int rc;
+
+    if (!http_phase_op_live(p->phase)) {
+        json_decref(body);
+        return;
+    }
     if (err) {
         json_decref(body);
+        req_phase(p, HP_ANSWER);
         resp_sbx_err(p, err);
         return;
     }
-    LOG(LOG_INFO, "%s: Jupyter kernel %s started", json_string_value(json_object_get(body, "id")),
-        json_string_value(json_object_get(json_object_get(body, "metadata"), JUP_META_ID)));
-    resp_json(p, 201, model_of(body));
-    json_decref(body);
+    json_decref(p->held);
+    p->held = body;
+    req = json_pack("{s:s, s:s, s:I}", "cmd", "/etc/warren/warm", "user", "root", "timeout_seconds",
+                    (json_int_t)JUP_WARM_TIMEOUT_S);
+    rc = req ? sbx_exec(p->srv->t, json_string_value(json_object_get(body, "id")), req, false,
+                        &warm_sink, p, &p->op, &e2)
+             : sbx_err_set(&e2, SBX_E_INTERNAL, "out of memory");
+    json_decref(req);
+    if (rc) {
+        req_phase(p, HP_ANSWER);
+        resp_sbx_err(p, &e2);
+    }
 }
 
 static const struct sbx_sink create_sink = {.done = on_created};
@@ -329,116 +383,91 @@ void jup_kernel_delete(struct pss *p, json_t *args)
 
 /* ------------------------------------------------- interrupt, restart */
 
-/* p->held while one runs: {"kernel": id, "sbx": sandbox, "action": "interrupt"|"restart",
- * "stage": "list"|"act"}. */
+/*
+ * Two exchanges with the guest's kernel bridge (klink.h), in p->kl: context_list finds
+ * the default python context (the kernel the channels talk to), then context_interrupt
+ * or context_restart on it. p->held is the action's name, p->sbx the kernel's sandbox
+ * (the kernel's id is no longer needed), p->ctx the context once found.
+ */
 
-static int kctl_exec(struct pss *p, const char *sbx, json_t *req, struct sbx_err *err);
-
-static const char *str_or(json_t *v, const char *dflt)
+static const char *action_of(const struct pss *p)
 {
-    return json_is_string(v) ? json_string_value(v) : dflt;
+    return json_is_string(p->held) ? json_string_value(p->held) : "interrupt";
 }
 
-/* The first line the bridge answered, parsed; NULL with msg when it failed. */
-static json_t *kctl_answer(json_t *body, char *msg, size_t cap)
+static void kctl_line(void *user, const struct klink_line *l)
 {
-    const char *out = json_string_value(json_object_get(body, "stdout"));
-    json_t *a;
-
-    if (!out || !*out) {
-        snprintf(msg, cap,
-                 "the kernel bridge gave no answer (exit %lld): is this a kernel template?",
-                 (long long)json_integer_value(json_object_get(body, "exit_code")));
-        return NULL;
-    }
-    a = json_loadb(out, strcspn(out, "\n"), 0, NULL);
-    if (!json_is_object(a)) {
-        json_decref(a);
-        snprintf(msg, cap, "the kernel bridge's answer is not a JSON object");
-        return NULL;
-    }
-    if (!strcmp(str_or(json_object_get(a, "type"), ""), "fail")) {
-        snprintf(msg, cap, "the kernel bridge refused: %.150s",
-                 str_or(json_object_get(a, "message"), "no reason given"));
-        json_decref(a);
-        return NULL;
-    }
-    return a;
-}
-
-/* The next request of a list stage's answer a: the action on the default python
- * context (the kernel the channels talk to), or NULL with msg. */
-static json_t *kctl_next(json_t *a, const char *action, char *msg, size_t cap)
-{
-    const char *ctx = NULL;
+    struct pss *p = user;
     json_t *c;
     size_t i;
 
-    json_array_foreach(json_object_get(a, "contexts"), i, c)
+    if (l->kind != KLINK_LINE_OK || p->ctx[0])
+        return;
+    json_array_foreach(json_object_get(l->obj, "contexts"), i, c)
     {
-        if (json_is_true(json_object_get(c, "default")) &&
-            !strcmp(str_or(json_object_get(c, "language"), ""), "python"))
-            ctx = json_string_value(json_object_get(c, "id"));
+        const char *id = json_string_value(json_object_get(c, "id"));
+        const char *lang = json_string_value(json_object_get(c, "language"));
+        if (json_is_true(json_object_get(c, "default")) && lang && !strcmp(lang, "python") && id &&
+            strlen(id) <= API_ID_MAX)
+            snprintf(p->ctx, sizeof(p->ctx), "%s", id);
     }
-    if (!ctx) {
-        snprintf(msg, cap, "the kernel bridge lists no default python context");
-        return NULL;
-    }
-    return json_pack("{s:s, s:s}", "op",
-                     !strcmp(action, "restart") ? "context_restart" : "context_interrupt", "id",
-                     ctx);
 }
 
-static void on_kctl(void *user, const struct sbx_err *err, json_t *body)
+static void kctl_done(void *user, const struct sbx_err *err);
+
+static const struct klink_cb kctl_cb = {
+    .line = kctl_line,
+    .done = kctl_done,
+};
+
+static int kctl_request(struct pss *p, const char *op, struct sbx_err *err)
+{
+    struct klink_opts o = {.max_line = p->srv->cfg->jup_max_msg, .single = true};
+    json_t *req = NULL;
+    int rc;
+
+    if ((rc = klink_context_req(op, p->ctx[0] ? p->ctx : NULL, NULL, &req, err)))
+        return rc;
+    rc = klink_request(p->srv->t, p->srv->loop, p->sbx, req, &o, &kctl_cb, p, &p->kl, err);
+    json_decref(req);
+    return rc;
+}
+
+static void kctl_done(void *user, const struct sbx_err *err)
 {
     struct pss *p = user;
-    json_t *st = p->held, *a, *req = NULL, *rec = NULL;
-    const char *stage = str_or(json_object_get(st, "stage"), "");
-    const char *action = str_or(json_object_get(st, "action"), "");
-    const char *sbx = str_or(json_object_get(st, "sbx"), "");
+    const char *action = action_of(p);
     struct sbx_err e2;
-    char msg[200];
+    json_t *rec = NULL;
 
-    if (!http_phase_op_live(p->phase)) {
-        json_decref(body);
+    p->kl = NULL; /* klink frees it once this returns */
+    if (!http_phase_op_live(p->phase))
+        return;
+    if (!err && !p->ctx[0]) {
+        req_phase(p, HP_ANSWER);
+        resp_code(p, 502, "kernel_bridge_failed",
+                  "the kernel bridge lists no default python context");
         return;
     }
+    if (!err && p->kctl_stage == 0) {
+        /* The list is in: now the action, within the same live request. */
+        p->kctl_stage = 1;
+        if (kctl_request(p, !strcmp(action, "restart") ? "context_restart" : "context_interrupt",
+                         &e2) == 0)
+            return;
+        err = &e2;
+    }
+    req_phase(p, HP_ANSWER);
     if (err) {
-        json_decref(body);
-        req_phase(p, HP_ANSWER);
         resp_sbx_err(p, err);
         return;
     }
-    a = kctl_answer(body, msg, sizeof(msg));
-    json_decref(body);
-    if (a && !strcmp(stage, "list")) {
-        req = kctl_next(a, action, msg, sizeof(msg));
-        json_decref(a);
-        if (!req)
-            a = NULL;
-        else if (json_object_set_new(st, "stage", json_string("act")) == 0 &&
-                 kctl_exec(p, sbx, req, &e2) == 0) {
-            json_decref(req);
-            return; /* the op goes on with the action */
-        } else {
-            json_decref(req);
-            req_phase(p, HP_ANSWER);
-            resp_code(p, 500, "internal", "cannot start the kernel bridge's connector");
-            return;
-        }
-    }
-    req_phase(p, HP_ANSWER);
-    if (!a) {
-        resp_code(p, 502, "kernel_bridge_failed", msg);
-        return;
-    }
-    json_decref(a);
-    LOG(LOG_INFO, "%s: Jupyter kernel %s: %s", sbx, p->sbx, action);
+    LOG(LOG_INFO, "%s: Jupyter kernel: %s", p->sbx, action);
     if (strcmp(action, "restart")) {
         resp_empty(p, 204);
         return;
     }
-    if (sbx_get(p->srv->t, sbx, &rec, &e2)) {
+    if (sbx_get(p->srv->t, p->sbx, &rec, &e2)) {
         resp_sbx_err(p, &e2);
         return;
     }
@@ -446,52 +475,29 @@ static void on_kctl(void *user, const struct sbx_err *err, json_t *body)
     json_decref(rec);
 }
 
-static const struct sbx_sink kctl_sink = {.done = on_kctl};
-
-/* One request to the guest's kernel bridge, by a foreground exec of its connector. */
-static int kctl_exec(struct pss *p, const char *sbx, json_t *req, struct sbx_err *err)
-{
-    char *line = json_dumps(req, JSON_COMPACT);
-    json_t *body;
-    int rc;
-
-    if (!line)
-        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    body = json_pack("{s:[s,s,s], s:s, s:s++, s:I}", "argv", CONNECT_ARGV, "user", "root", "stdin",
-                     line, "\n", "timeout_seconds", (json_int_t)KCTL_TIMEOUT_S);
-    free(line);
-    if (!body)
-        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    rc = sbx_exec(p->srv->t, sbx, body, false, &kctl_sink, p, &p->op, err);
-    json_decref(body);
-    /* A second request (the action after the list) runs within the same live op. */
-    if (rc == 0 && !http_phase_op_live(p->phase))
-        req_phase(p, HP_OP);
-    return rc;
-}
-
 static void kctl_start(struct pss *p, const char *action)
 {
     char sbx[API_ID_MAX + 1];
     struct api_err e;
     struct sbx_err err;
-    json_t *req;
 
     if (jup_kernel_sbx(p->srv, p->sbx, sbx, NULL, &e)) {
         resp_api_err(p, &e);
         return;
     }
+    memcpy(p->sbx, sbx, sizeof(p->sbx));
+    p->ctx[0] = '\0';
+    p->kctl_stage = 0;
     json_decref(p->held);
-    p->held = json_pack("{s:s, s:s, s:s}", "sbx", sbx, "action", action, "stage", "list");
-    req = json_pack("{s:s}", "op", "context_list");
-    if (!p->held || !req) {
-        json_decref(req);
+    if (!(p->held = json_string(action))) {
         resp_code(p, 500, "internal", "out of memory");
         return;
     }
-    if (kctl_exec(p, sbx, req, &err))
+    if (kctl_request(p, "context_list", &err)) {
         resp_sbx_err(p, &err);
-    json_decref(req);
+        return;
+    }
+    req_phase(p, HP_OP);
 }
 
 void jup_kernel_interrupt(struct pss *p, json_t *body)

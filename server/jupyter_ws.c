@@ -1,27 +1,27 @@
 /*
  * jupyter_ws.c - the channels WebSocket of Jupyter's kernel API (jupyter.h):
  * WS /api/kernels/{id}/channels, Jupyter's legacy JSON wire (text frames, one
- * message each, no subprotocol), relayed to the guest's kernel bridge through
- * a connector process (docs/KERNELD.md, "channels").
+ * message each, no subprotocol), relayed to the guest's kernel bridge
+ * (docs/KERNELD.md, "channels") through a connector process that klink.h
+ * starts and reads.
  *
  * Connectors outlive sockets. Each is a background process of the kernel's
- * sandbox, tagged JUP_CONNECTOR_TAG, and a registry entry (struct jconn) that
- * records the offset of its output up to which messages were written to a
- * client ("delivered"), kept in state_dir/jupyter/<sandbox>.<pid> too, so a
- * warrend restarted even by kill -9 knows it. A socket first takes over a
- * connector no socket holds (its output is read on from "delivered": what the
- * dropped client missed, as far as the guest's ring still has it, else a
- * notice of the gap), after a restart one found in the process list, and only
- * then starts a new one. A connector whose stdin holds half a message (its
- * socket dropped mid-frame) is killed rather than reused.
+ * sandbox and a registry entry (struct jconn) that records the offset of its
+ * output up to which messages were written to a client ("delivered"), kept in
+ * state_dir/jupyter/<sandbox>.<pid> too, so a warrend restarted even by
+ * kill -9 knows it. A socket first takes over a connector no socket holds
+ * (its output is read on from "delivered": what the dropped client missed, as
+ * far as the guest's ring still has it, else a notice of the gap), after a
+ * restart one found in the process list with such a file, and only then
+ * starts a new one. A connector whose stdin holds half a message (its socket
+ * dropped mid-frame) is killed rather than reused.
  *
  * Bounds: a client frame is at most jupyter_max_message_bytes (1009 past it);
  * frames waiting for the guest's stdin at most jupyter_input_queue_bytes, then
- * the socket is not read; messages for the client are acknowledged to the
- * guest (credit) once jupyter_send_queue_bytes are queued only when the queue
- * is down to half, so memory per socket is that queue, one guest window and
- * one line being assembled. Acknowledgements are made from WRITEABLE, never
- * inside the table's data callback.
+ * the socket is not read; past jupyter_send_queue_bytes of messages queued for
+ * the client, the reader is paused (klink_pause: the guest's credit is held)
+ * until half are written, so memory per socket is that queue, one guest
+ * window and one line being assembled.
  *
  * The socket is bound to the HTTP protocol (lws binds a WebSocket that names no
  * subprotocol to protocols[0]); http.c hands its WebSocket reasons here and the
@@ -33,10 +33,9 @@
 
 #include "http_int.h"
 #include "jupyter.h"
+#include "klink.h"
 #include "sbx_snap.h"
 #include "ws_rx.h"
-
-#define CHANNELS_REQ "{\"op\":\"channels\"}\n"
 
 struct jws;
 
@@ -71,8 +70,9 @@ struct jws {
     char sbx[API_ID_MAX + 1];
     bool live;
     struct jconn *c;
-    sbx_op_t start_op, out_op, in_op;
-    bool start_live, out_live, in_live;
+    struct klink *kl; /* reading the connector's output (klink.h), or NULL */
+    sbx_op_t start_op, in_op;
+    bool start_live, in_live;
     bool adopting; /* start_op lists processes (after a restart) */
     struct ws_rx rx;
     struct jin *iq, *iq_tail;
@@ -80,10 +80,7 @@ struct jws {
     bool rx_paused;
     struct jout *oq, *oq_tail;
     size_t oq_bytes;
-    size_t credit; /* output bytes taken but not yet acknowledged */
-    bool holding;  /* the queue went over jupyter_send_queue_bytes */
-    struct jup_lines lines;
-    unsigned dropped; /* guest lines dropped (not UTF-8, too long) */
+    bool holding; /* the queue went over jupyter_send_queue_bytes: the reader is paused */
     bool closing;
     int close_code;
     const char *close_why;
@@ -327,8 +324,10 @@ static void push_out(struct jws *w, const char *s, size_t n, uint64_t end)
         w->oq = o;
     w->oq_tail = o;
     w->oq_bytes += n;
-    if (w->oq_bytes >= w->srv->cfg->jup_send_queue)
+    if (w->oq_bytes >= w->srv->cfg->jup_send_queue && !w->holding && w->kl) {
         w->holding = true;
+        klink_pause(w->kl);
+    }
     want_write(w);
 }
 
@@ -348,71 +347,65 @@ static void notice_error(struct jws *w, const char *code, const char *msg)
     notice(w, "warren_error", json_pack("{s:s, s:s}", "code", code, "message", msg));
 }
 
-/* One line of the guest: a Jupyter message for the client. */
-static void on_line(void *u, const char *line, size_t n, uint64_t end)
-{
-    struct jws *w = u;
-
-    if (n == 0)
-        return;
-    if (!api_utf8_valid((const unsigned char *)line, n)) {
-        w->dropped++;
-        return;
-    }
-    /* The bridge's own refusal of a line is not a Jupyter message: told as ours. */
-    if (n > 16 && !memcmp(line, "{\"type\":\"fail\"", 14)) {
-        json_t *j = json_loadb(line, n, 0, NULL);
-        notice(w, "warren_error", j ? j : json_pack("{s:s}", "code", "bad_request"));
-        if (w->c)
-            w->c->delivered = end;
-        return;
-    }
-    push_out(w, line, n, end);
-}
-
-static void on_out_data(void *user, int fd, uint64_t off, const void *p, size_t n)
+/* One line of the connector: a Jupyter message for the client, or what went wrong. */
+static void k_line(void *user, const struct klink_line *l)
 {
     struct jws *w = user;
+    char msg[200];
 
-    w->credit += n;
-    want_write(w);
-    if (fd != 1)
-        return; /* the connector's own complaints: nothing for a Jupyter client */
-    if (jup_lines_feed(&w->lines, off, p, n, on_line, w)) {
-        close_with(w, 1011, "out of memory");
+    switch (l->kind) {
+    case KLINK_LINE_OK:
+        /* The bridge's refusal of a line is not a Jupyter message: told as ours. */
+        if (l->type && !strcmp(l->type, "fail")) {
+            notice(w, "warren_error", json_deep_copy(l->obj));
+            return;
+        }
+        push_out(w, l->p, l->n, l->end);
         return;
-    }
-    if (w->lines.toolong) {
-        char msg[160];
+    case KLINK_LINE_TOO_LONG:
         snprintf(msg, sizeof(msg),
                  "a kernel message longer than jupyter_max_message_bytes (%zu) was dropped",
                  w->srv->cfg->jup_max_msg);
-        w->lines.toolong = 0;
         notice_error(w, "message_too_large", msg);
+        return;
+    case KLINK_LINE_BAD:
+        notice_error(w, "bad_kernel_output",
+                     "a line from the kernel bridge that is not a JSON "
+                     "object was dropped");
+        return;
+    case KLINK_LINE_LOST:
+        snprintf(msg, sizeof(msg),
+                 "[warren] %zu bytes of this kernel's messages (from offset %" PRIu64
+                 ") are gone from the guest's buffer (process_ring_bytes) before this client "
+                 "read them\n",
+                 l->n, l->off);
+        LOG(LOG_INFO, "%s: Jupyter channels: %s", w->sbx, msg);
+        notice(w, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", msg));
+        return;
     }
 }
 
-static void on_out_lost(void *user, uint64_t off, uint64_t n)
+static void in_pump(struct jws *w);
+
+/* The connector runs and has the channels request: client messages may follow. */
+static void k_started(void *user, uint32_t pid)
 {
     struct jws *w = user;
-    char text[256];
 
-    jup_lines_gap(&w->lines);
-    snprintf(text, sizeof(text),
-             "[warren] %" PRIu64 " bytes of this kernel's messages (from offset %" PRIu64
-             ") are gone from the guest's buffer (process_ring_bytes) before this client read "
-             "them\n",
-             n, off);
-    LOG(LOG_INFO, "%s: Jupyter channels: %s", w->sbx, text);
-    notice(w, "stream", json_pack("{s:s, s:s}", "name", "stderr", "text", text));
+    if (!(w->c = conn_new(w->srv, w->sbx, pid, 0))) {
+        close_with(w, 1011, "out of memory");
+        return;
+    }
+    w->c->owner = w;
+    LOG(LOG_DEBUG, "%s: Jupyter connector %" PRIu32 " started", w->sbx, pid);
+    in_pump(w);
 }
 
-static void on_out_done(void *user, const struct sbx_err *err, json_t *body)
+static void k_done(void *user, const struct sbx_err *err)
 {
     struct jws *w = user;
 
-    json_decref(body);
-    w->out_live = false;
+    w->kl = NULL; /* klink frees it once this returns */
     notice_error(w, err ? sbx_err_name(err->code) : "kernel_bridge_closed",
                  err ? err->msg : "the kernel bridge closed this connection (the kernel is gone)");
     if (w->c) {
@@ -423,26 +416,26 @@ static void on_out_done(void *user, const struct sbx_err *err, json_t *body)
     close_with(w, 1011, "the kernel's connection ended");
 }
 
-static const struct sbx_sink out_sink = {
-    .done = on_out_done,
-    .data = on_out_data,
-    .lost = on_out_lost,
+static const struct klink_cb k_cb = {
+    .started = k_started,
+    .line = k_line,
+    .done = k_done,
 };
 
-static void in_pump(struct jws *w);
+static struct klink_opts k_opts(const struct jws *w)
+{
+    struct klink_opts o = {.max_line = w->srv->cfg->jup_max_msg};
+    return o;
+}
 
+/* Read the connector w->c took over on from where its last client stopped. */
 static void start_output(struct jws *w)
 {
+    struct klink_opts o = k_opts(w);
     struct sbx_err err;
 
-    if (sbx_proc_output(w->srv->t, w->sbx, w->c->pid, w->c->delivered, true, &out_sink, w,
-                        &w->out_op, &err)) {
-        if (err.code == SBX_E_BAD_OFFSET || err.code == SBX_E_PROCESS_NOT_FOUND) {
-            /* The connector is not what the record says (its sandbox came back from a
-             * snapshot, say): start afresh. */
-            LOG(LOG_INFO, "%s: Jupyter connector %" PRIu32 " unusable: %s", w->sbx, w->c->pid,
-                err.msg);
-        }
+    if (klink_read(w->srv->t, w->srv->loop, w->sbx, w->c->pid, w->c->delivered, &o, &k_cb, w,
+                   &w->kl, &err)) {
         notice_error(w, sbx_err_name(err.code), err.msg);
         w->c->owner = NULL;
         conn_free(w->c, true);
@@ -450,7 +443,6 @@ static void start_output(struct jws *w)
         close_with(w, 1011, "cannot read the kernel's connection");
         return;
     }
-    w->out_live = true;
     in_pump(w);
 }
 
@@ -521,7 +513,7 @@ static void in_pump(struct jws *w)
         w->rx_paused = false;
         lws_rx_flow_control(w->wsi, 1);
     }
-    if (!i || w->in_live || !w->c || !w->out_live || w->closing)
+    if (!i || w->in_live || !w->c || !w->kl || w->closing)
         return;
     c.data = i->data + i->off;
     c.len = i->len - i->off;
@@ -538,49 +530,17 @@ static void in_pump(struct jws *w)
 
 /* ------------------------------------------------------------- start */
 
-static void on_started(void *user, const struct sbx_err *err, json_t *body)
-{
-    struct jws *w = user;
-    uint32_t pid;
-
-    w->start_live = false;
-    if (err) {
-        json_decref(body);
-        notice_error(w, sbx_err_name(err->code), err->msg);
-        close_with(w, 1011, "cannot start the kernel's connector");
-        return;
-    }
-    pid = (uint32_t)json_integer_value(json_object_get(body, "pid"));
-    json_decref(body);
-    if (!pid || !(w->c = conn_new(w->srv, w->sbx, pid, 0))) {
-        close_with(w, 1011, "cannot start the kernel's connector");
-        return;
-    }
-    w->c->owner = w;
-    LOG(LOG_DEBUG, "%s: Jupyter connector %" PRIu32 " started", w->sbx, pid);
-    /* The bridge's request comes before whatever the client sent meanwhile. */
-    in_push(w, CHANNELS_REQ, sizeof(CHANNELS_REQ) - 1, true);
-    start_output(w);
-}
-
-static const struct sbx_sink start_sink = {.done = on_started};
-
 static void start_new(struct jws *w)
 {
+    struct klink_opts o = k_opts(w);
     struct sbx_err err;
-    json_t *body = json_pack("{s:[s,s,s], s:b, s:s, s:s}", "argv", "/proc/1/exe", "--connect",
-                             "/run/warren/kernel.sock", "background", 1, "user", "root", "tag",
-                             JUP_CONNECTOR_TAG);
+    json_t *req = json_pack("{s:s}", "op", "channels");
 
-    if (!body || sbx_exec(w->srv->t, w->sbx, body, false, &start_sink, w, &w->start_op, &err)) {
-        json_decref(body);
-        notice_error(w, body ? sbx_err_name(err.code) : "internal",
-                     body ? err.msg : "out of memory");
+    if (!req || klink_request(w->srv->t, w->srv->loop, w->sbx, req, &o, &k_cb, w, &w->kl, &err)) {
+        notice_error(w, req ? sbx_err_name(err.code) : "internal", req ? err.msg : "out of memory");
         close_with(w, 1011, "cannot start the kernel's connector");
-        return;
     }
-    json_decref(body);
-    w->start_live = true;
+    json_decref(req);
 }
 
 /* The offset recorded for a connector of an earlier warrend: 0 and *off, or -1. */
@@ -626,7 +586,8 @@ static void on_listed(void *user, const struct sbx_err *err, json_t *body)
         uint32_t pid = (uint32_t)json_integer_value(json_object_get(pr, "pid"));
         uint64_t off;
 
-        if (!json_is_string(tag) || strcmp(json_string_value(tag), JUP_CONNECTOR_TAG) ||
+        /* klink tags its connectors "kernel"; a channels one has an offset file. */
+        if (!json_is_string(tag) || strcmp(json_string_value(tag), "kernel") ||
             !json_is_true(json_object_get(pr, "running")) || !pid || known_pid(w->sbx, pid) ||
             saved_offset(w->srv, w->sbx, pid, &off))
             continue;
@@ -754,13 +715,10 @@ static int on_writeable(struct jws *w)
         if (rc)
             return rc;
     }
-    if (w->holding && w->oq_bytes <= w->srv->cfg->jup_send_queue / 2)
+    if (w->holding && w->oq_bytes <= w->srv->cfg->jup_send_queue / 2) {
         w->holding = false;
-    if (!w->holding && w->credit && w->out_live) {
-        size_t n = w->credit;
-        w->credit = 0;
-        /* May call the sink back (more data, even done): nothing is held across it. */
-        sbx_op_consumed(w->srv->t, w->out_op, n);
+        if (w->kl)
+            klink_resume(w->kl);
     }
     if (w->oq) {
         want_write(w);
@@ -789,7 +747,6 @@ static int on_filter(struct http_server *srv, struct lws *wsi, void **slot)
     }
     w->srv = srv;
     w->wsi = wsi;
-    w->lines.max = srv->cfg->jup_max_msg;
     *slot = w;
     return 0;
 }
@@ -798,8 +755,8 @@ static void on_closed(struct jws *w)
 {
     if (w->start_live)
         sbx_op_cancel(w->srv->t, w->start_op);
-    if (w->out_live)
-        sbx_op_cancel(w->srv->t, w->out_op);
+    if (w->kl)
+        klink_cancel(w->kl);
     if (w->in_live)
         sbx_op_cancel(w->srv->t, w->in_op);
     if (w->c) {
@@ -823,7 +780,6 @@ static void on_closed(struct jws *w)
         free(o);
     }
     ws_rx_free(&w->rx);
-    jup_lines_free(&w->lines);
     LOG(LOG_DEBUG, "%s: Jupyter channels socket closed", w->sbx);
     free(w);
 }

@@ -1,8 +1,7 @@
 /*
  * The pure parts of Jupyter's kernel API door (server/jupyter.c): kernelspec
  * configuration, kernel ids, client frames checked into the guest's lines, and
- * the guest's output cut into messages across every split, with a line over
- * the cap dropped and a gap skipping the half line that follows it.
+ * warrend's own messages for the client.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -92,67 +91,6 @@ static void test_frames(void)
     CHECK(frame("", &l) == -1);
 }
 
-struct got {
-    char text[4096];
-    size_t n;
-    uint64_t ends[16];
-    int lines;
-};
-
-static void on_line(void *u, const char *line, size_t n, uint64_t end)
-{
-    struct got *g = u;
-
-    memcpy(g->text + g->n, line, n);
-    g->n += n;
-    g->text[g->n++] = '|';
-    g->text[g->n] = '\0';
-    if (g->lines < 16)
-        g->ends[g->lines] = end;
-    g->lines++;
-}
-
-static void test_lines(void)
-{
-    const char *in = "{\"a\":1}\n\n{\"b\":2}\nabcdefghijklmnopqrstuvwxyz\n{\"c\":3}\n";
-    size_t len = strlen(in);
-
-    /* Every split into two pieces gives the same lines and offsets. */
-    for (size_t cut = 0; cut <= len; cut++) {
-        struct jup_lines l = {.max = 16};
-        struct got g = {0};
-
-        CHECK(jup_lines_feed(&l, 0, in, cut, on_line, &g) == 0);
-        CHECK(jup_lines_feed(&l, cut, in + cut, len - cut, on_line, &g) == 0);
-        CHECK(!strcmp(g.text, "{\"a\":1}||{\"b\":2}|{\"c\":3}|"));
-        CHECK(g.lines == 4 && g.ends[0] == 8 && g.ends[1] == 9 && g.ends[2] == 17 &&
-              g.ends[3] == len);
-        CHECK(l.toolong == 1);
-        jup_lines_free(&l);
-    }
-    /* One byte at a time. */
-    {
-        struct jup_lines l = {.max = 16};
-        struct got g = {0};
-
-        for (size_t i = 0; i < len; i++)
-            CHECK(jup_lines_feed(&l, i, in + i, 1, on_line, &g) == 0);
-        CHECK(!strcmp(g.text, "{\"a\":1}||{\"b\":2}|{\"c\":3}|"));
-        jup_lines_free(&l);
-    }
-    /* After a gap, the half line that follows is not a message. */
-    {
-        struct jup_lines l = {.max = 64};
-        struct got g = {0};
-
-        CHECK(jup_lines_feed(&l, 0, "{\"x\"", 4, on_line, &g) == 0);
-        jup_lines_gap(&l);
-        CHECK(jup_lines_feed(&l, 100, "\":9}\n{\"y\":1}\n", 13, on_line, &g) == 0);
-        CHECK(!strcmp(g.text, "{\"y\":1}|") && g.ends[0] == 113);
-        jup_lines_free(&l);
-    }
-}
-
 static void test_json(void)
 {
     struct jup_spec s = {"python3", "code-interpreter"};
@@ -183,7 +121,6 @@ int main(void)
     test_specs();
     test_uuid();
     test_frames();
-    test_lines();
     test_json();
     if (failures)
         fprintf(stderr, "test_jupyter: %d failed\n", failures);
