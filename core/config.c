@@ -112,6 +112,15 @@ static const struct opt opts[] = {
     {"pty_socket_input_queue", T_UINT, F(pty_ctl_queue), "64", 1},
     /* At least one guest window (1 MiB) and its frames: less would end honest sockets. */
     {"pty_socket_send_queue_bytes", T_SIZE, F(pty_send_queue), "2097152", 1179648},
+    {"jupyter_kernelspecs", T_STR, F(jup_kernelspecs), "python3=code-interpreter", 0},
+    {"jupyter_max_message_bytes", T_SIZE, F(jup_max_msg), "16777216", 4096},
+    {"jupyter_send_queue_bytes", T_SIZE, F(jup_send_queue), "4194304", 65536},
+    {"jupyter_input_queue_bytes", T_SIZE, F(jup_in_queue), "16777216", 65536},
+    {"jupyter_sockets_per_kernel", T_UINT, F(jup_socks_per_kernel), "8", 1},
+    {"jupyter_kernel_memory_mb", T_UINT, F(jup_memory_mb), "1024", 1},
+    {"run_code_max_line_bytes", T_SIZE, F(run_max_line), "16777216", 4096},
+    {"run_code_max_gather_bytes", T_SIZE, F(run_max_gather), "33554432", 4096},
+    {"run_code_keepalive_ms", T_UINT, F(run_keepalive_ms), "5000", 100},
     {"web_dir", T_DIR_WEB, F(web_dir), "", 0},
     {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
     {"freeze_pageout_after_ms", T_UINT, F(freeze_pageout_after_ms), "300000", 0},
@@ -461,6 +470,7 @@ void cfg_free(struct srv_config *c)
     free(c->jail_uid_lock_dir);
     free(c->allowed_origins);
     free(c->web_dir);
+    free(c->jup_kernelspecs);
     free(c->net_uplink);
     free(c->net_range);
     free(c->net_dns_upstream);

@@ -82,6 +82,17 @@ struct srv_config {
     unsigned pty_viewers;       /* pty_viewers_per_process = 16 */
     unsigned pty_ctl_queue;     /* pty_socket_input_queue = 64: frames waiting per socket */
     size_t pty_send_queue;      /* pty_socket_send_queue_bytes = 2097152: frames for the client */
+    /* Jupyter's kernel API (server/jupyter*.c) */
+    char *jup_kernelspecs;         /* jupyter_kernelspecs = python3=code-interpreter */
+    size_t jup_max_msg;            /* jupyter_max_message_bytes = 16777216: one message */
+    size_t jup_send_queue;         /* jupyter_send_queue_bytes = 4194304: then credit waits */
+    size_t jup_in_queue;           /* jupyter_input_queue_bytes = 16777216: then reading waits */
+    unsigned jup_socks_per_kernel; /* jupyter_sockets_per_kernel = 8 */
+    unsigned jup_memory_mb;        /* jupyter_kernel_memory_mb = 1024: a kernel's sandbox */
+    /* code contexts and runs (klink.h) */
+    size_t run_max_line;       /* run_code_max_line_bytes = 16777216: one NDJSON line of a run */
+    size_t run_max_gather;     /* run_code_max_gather_bytes = 33554432: a JSON-mode answer */
+    unsigned run_keepalive_ms; /* run_code_keepalive_ms = 5000: silence before a keepalive */
     /* the browser terminal */
     char *web_dir; /* web_dir: node_modules holding @xterm/xterm and @xterm/addon-fit */
     /* idle freeze */

@@ -49,6 +49,9 @@ static const struct {
     [SBX_E_SNAPSHOT_NOT_FOUND] = {404, "snapshot_not_found"},
     [SBX_E_SNAPSHOT_IN_USE] = {409, "snapshot_in_use"},
     [SBX_E_SNAPSHOT_INVALID] = {409, "snapshot_invalid"},
+    [SBX_E_NO_KERNEL] = {409, "no_kernel"},
+    [SBX_E_KERNEL_UNAVAILABLE] = {502, "kernel_unavailable"},
+    [SBX_E_CONTEXT_NOT_FOUND] = {404, "context_not_found"},
 };
 
 int sbx_err_set(struct sbx_err *e, enum sbx_errcode code, const char *fmt, ...)

@@ -60,6 +60,10 @@ enum sbx_errcode {
     SBX_E_SNAPSHOT_NOT_FOUND, /* no snapshot with that id */
     SBX_E_SNAPSHOT_IN_USE,    /* a live sandbox or another snapshot needs its files */
     SBX_E_SNAPSHOT_INVALID,   /* its file is corrupt, truncated, or its base image changed */
+    /* code contexts and runs (the guest's kernel bridge, klink.h) */
+    SBX_E_NO_KERNEL,          /* the sandbox's template has no kernel bridge */
+    SBX_E_KERNEL_UNAVAILABLE, /* it has one, but it does not answer */
+    SBX_E_CONTEXT_NOT_FOUND,  /* no code context with that id */
     SBX_E__COUNT
 };
 

@@ -46,4 +46,14 @@ struct gi_agent_opts {
  */
 int gi_agent_run(int fd, const struct gi_agent_opts *opts);
 
+/*
+ * `warren-init --connect SOCK` (connect.c), run as a process of the guest:
+ * copy stdin to the Unix stream socket SOCK and the socket to stdout; stdin's
+ * end half-closes the socket, the socket's end ends the call. Returns the exit
+ * status: 0 once the socket closed and its bytes were written, 1 with a
+ * message on stderr when it cannot connect or an end fails, 128 + the signal
+ * on SIGTERM or SIGHUP (the socket is closed first).
+ */
+int gi_connect_run(const char *path);
+
 #endif

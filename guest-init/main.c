@@ -61,6 +61,8 @@ int main(int argc, char **argv)
 
     if (getpid() != 1 && argc == 4 && strcmp(argv[1], "--spawn-bench") == 0 && atoi(argv[2]) > 0)
         return spawn_bench(atoi(argv[2]), argv[3]);
+    if (getpid() != 1 && argc == 3 && strcmp(argv[1], "--connect") == 0)
+        return gi_connect_run(argv[2]);
     if (getpid() != 1) {
         fprintf(stderr, "warren-init: runs only as PID 1 of a Warren guest\n");
         return 1;

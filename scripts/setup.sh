@@ -16,7 +16,7 @@ PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
     liblmdb-dev libjansson-dev nftables dnsmasq-base
     e2fsprogs busybox-static mmdebstrap uidmap cpio xz-utils zstd
     curl python3 python3-websockets ca-certificates procps chromium
-    haproxy yamllint"
+    haproxy yamllint jupyter-notebook python3-jupyter-server python3-websocket"
 
 # From the npm registry, never committed: xterm.js and its fit addon (served by
 # warrend for /terminal/{id}) and playwright-core (drives Debian's chromium in

@@ -60,14 +60,16 @@ static bool parse_pid(const char *s, size_t n, uint32_t *pid)
 /* One segment of a path (s, n bytes) against one of a pattern (pat, pl bytes). */
 static bool seg_match(const char *pat, size_t pl, const char *s, size_t n, struct api_route *r)
 {
-    if (pl == 4 && memcmp(pat, "{id}", 4) == 0) {
+    if ((pl == 4 && memcmp(pat, "{id}", 4) == 0) || (pl == 5 && memcmp(pat, "{ctx}", 5) == 0)) {
+        char *to = pl == 4 ? r->sbx : r->ctx;
+
         if (n == 0 || n > API_ID_MAX)
             return false;
         for (size_t i = 0; i < n; i++)
             if (!id_char(s[i]))
                 return false;
-        memcpy(r->sbx, s, n);
-        r->sbx[n] = '\0';
+        memcpy(to, s, n);
+        to[n] = '\0';
         return true;
     }
     if ((pl == 5 && memcmp(pat, "{pid}", 5) == 0) || (pl == 6 && memcmp(pat, "{pid?}", 6) == 0))
@@ -118,7 +120,7 @@ const struct api_verb *api_route_verb(enum api_route_id id, unsigned method)
 int api_route_match(const char *path, struct api_route *r)
 {
     size_t len = strlen(path);
-    bool auth;
+    bool auth, jup;
 
     memset(r, 0, sizeof(*r));
     /* One trailing slash is tolerated: /v1/sandboxes/ == /v1/sandboxes. */
@@ -126,10 +128,13 @@ int api_route_match(const char *path, struct api_route *r)
         len--;
     /* Anything under /v1 needs the key, even to learn that it does not exist. */
     auth = (len == 3 && memcmp(path, "/v1", 3) == 0) || strncmp(path, "/v1/", 4) == 0;
+    jup = (len == 4 && memcmp(path, "/api", 4) == 0) || strncmp(path, "/api/", 5) == 0;
+    auth = auth || jup;
     for (int id = API_R_NONE + 1; id < API_R_COUNT; id++) {
         if (pattern_match(api_routes[id].pattern, path, len, r)) {
             r->id = (enum api_route_id)id;
             r->auth = auth;
+            r->jupyter = jup;
             for (size_t i = 0; i < API_VERBS_MAX; i++)
                 r->methods |= api_routes[id].verbs[i].method;
             return 0;
@@ -138,6 +143,7 @@ int api_route_match(const char *path, struct api_route *r)
         memset(r, 0, sizeof(*r));
     }
     r->auth = auth;
+    r->jupyter = jup;
     return -ENOENT;
 }
 

@@ -125,6 +125,21 @@ enum api_verb_flag {
       V(POST, 0, JSON, API_VF_GUEST, h_proc_signal))                                         \
     R(PROC_RESIZE, "/v1/sandboxes/{id}/processes/{pid}/resize", NULL,                        \
       V(POST, 0, JSON, API_VF_GUEST, h_proc_resize))                                         \
+    R(CONTEXTS, "/v1/sandboxes/{id}/contexts", NULL,                                         \
+      V(GET, 0, NONE, API_VF_GUEST, h_ctx_list)                                              \
+      V(POST, 0, JSON, API_VF_GUEST | API_VF_CREATED, h_ctx_create))                         \
+    R(CONTEXT, "/v1/sandboxes/{id}/contexts/{ctx}", NULL,                                    \
+      V(GET, 0, NONE, API_VF_GUEST, h_ctx_get)                                               \
+      V(DELETE, 0, NONE, API_VF_GUEST, h_ctx_delete))                                        \
+    R(CONTEXT_RESTART, "/v1/sandboxes/{id}/contexts/{ctx}/restart", NULL,                    \
+      V(POST, 0, JSON, API_VF_GUEST, h_ctx_restart))                                         \
+    R(CONTEXT_INTERRUPT, "/v1/sandboxes/{id}/contexts/{ctx}/interrupt", NULL,                \
+      V(POST, 0, JSON, API_VF_GUEST, h_ctx_interrupt))                                       \
+    R(RUN_CODE, "/v1/sandboxes/{id}/run_code", NULL,                                         \
+      V(POST, 0, JSON, API_VF_GUEST | API_VF_NDJSON, h_run_code))                            \
+    R(RUN, "/v1/sandboxes/{id}/runs/{pid}", NULL,                                            \
+      V(GET, API_Q_OFFSET, NONE, API_VF_GUEST, h_run_read)                                   \
+      V(DELETE, 0, NONE, API_VF_GUEST, h_run_stop))                                          \
     R(TOKENS, "/v1/sandboxes/{id}/tokens", NULL,                                             \
       V(POST, 0, JSON, 0, h_tokens))                                                         \
     /* A new PTY (no pid) runs a program: h_pty_probe also wants "exec" of a token. */      \
@@ -148,7 +163,25 @@ enum api_verb_flag {
       V(GET, 0, NONE, 0, h_snapshot_get)                                                     \
       V(DELETE, 0, NONE, 0, h_snapshot_delete))                                              \
     R(TEMPLATES, "/v1/templates", NULL,                                                      \
-      V(GET, 0, NONE, 0, h_templates))
+      V(GET, 0, NONE, 0, h_templates))                                                       \
+    /* Jupyter's kernel API (jupyter.h): {id} is a kernelspec's name or a kernel's id, */  \
+    /* and the key may come as "token KEY" or ?token=KEY, as its clients send it. */      \
+    R(JUP_SPECS, "/api/kernelspecs", NULL,                                                   \
+      V(GET, 0, NONE, 0, h_jup_specs))                                                       \
+    R(JUP_SPEC, "/api/kernelspecs/{id}", NULL,                                               \
+      V(GET, 0, NONE, 0, h_jup_spec))                                                        \
+    R(JUP_KERNELS, "/api/kernels", NULL,                                                     \
+      V(GET, 0, NONE, 0, h_jup_kernels)                                                      \
+      V(POST, 0, JSON, API_VF_DISK | API_VF_CREATED, h_jup_create))                          \
+    R(JUP_KERNEL, "/api/kernels/{id}", NULL,                                                 \
+      V(GET, 0, NONE, 0, h_jup_kernel)                                                       \
+      V(DELETE, 0, NONE, 0, h_jup_delete))                                                   \
+    R(JUP_INTERRUPT, "/api/kernels/{id}/interrupt", NULL,                                    \
+      V(POST, 0, JSON, 0, h_jup_interrupt))                                                  \
+    R(JUP_RESTART, "/api/kernels/{id}/restart", NULL,                                        \
+      V(POST, 0, JSON, 0, h_jup_restart))                                                    \
+    R(JUP_CHANNELS, "/api/kernels/{id}/channels", NULL,                                      \
+      V(GET, 0, NONE, API_VF_SOCKET, h_jup_probe))
 /* clang-format on */
 
 /* API_R_HEALTHZ, API_R_SANDBOXES, ...: the rows' ids, in the map's order. */
@@ -185,8 +218,10 @@ struct api_route {
     enum api_route_id id;
     unsigned methods; /* API_* methods the route answers: its verbs' */
     bool auth;        /* needs the bearer key (or a token) */
+    bool jupyter;     /* under /api: the kernel API, which takes the key its clients' ways */
     char sbx[API_ID_MAX + 1];
-    uint32_t pid; /* {pid} (0: none): 1..API_PID_MAX */
+    uint32_t pid;             /* {pid} (0: none): 1..API_PID_MAX */
+    char ctx[API_ID_MAX + 1]; /* {ctx}, or "" */
 };
 
 /* Match a decoded, normalized path (no query). 0, or -ENOENT (404). */

@@ -17,7 +17,8 @@
 
 /*
  * Is the Authorization header value v[0..n) the API key? The accepted
- * spelling: optional leading spaces or tabs, the scheme "Bearer" in any case,
+ * spelling: optional leading spaces or tabs, the scheme "Bearer" or "token"
+ * (Jupyter's gateway clients send the latter) in any case,
  * one or more spaces (RFC 7235's 1*SP), exactly the key, optional trailing
  * spaces or tabs. key NULL or "": false. The key is compared in time that
  * depends on the lengths only.
@@ -27,5 +28,11 @@ bool cred_is_key(const char *v, size_t n, const char *key);
 /* Is the pair p[0..n) of a query string or a cookie list ("name=value", or a
  * bare "name") named name? Names are compared exactly, as the doors read them. */
 bool cred_pair_named(const char *p, size_t n, const char *name);
+
+/* The query parameter Jupyter's clients put the key in (the kernel API only). */
+#define CRED_KEY_PARAM "token"
+
+/* Is the query pair p[0..n) "token=<the API key>"? Compared as cred_is_key does. */
+bool cred_query_key(const char *p, size_t n, const char *key);
 
 #endif

@@ -61,6 +61,7 @@
  */
 #include "http_int.h"
 #include "fanout.h"
+#include "jupyter.h"
 #include "ports.h"
 #include "ports_head.h"
 #include "ws_rx.h"
@@ -604,12 +605,26 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
         conn_deadline(wsi, 0);
         if (ws_pty_route(wsi))
             rc = ws_pty_confirm(srv, wsi);
+        else if (jup_ws_route(wsi))
+            rc = jup_ws_confirm(srv, wsi);
         else if ((rc = ws_session_confirm(wsi)) == WS_NOT_MINE)
             return -1; /* no other WebSocket or h2c here: hang up rather than half-serve */
         if (rc == 1)   /* refused with an answer: whatever lws does next is on a deadline */
             conn_deadline(wsi, KEEPALIVE_S + srv->cfg->header_timeout_s);
         return rc;
     }
+    /* Jupyter's channels socket offers no subprotocol, so lws binds it to this
+     * protocol: its WebSocket reasons go to jupyter_ws.c, its state in p->jws. */
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return p && jup_ws_route(wsi) ? jup_ws_cb(wsi, (int)reason, &p->jws, in, len) : -1;
+    case LWS_CALLBACK_ESTABLISHED:
+    case LWS_CALLBACK_RECEIVE:
+        return p && p->jws ? jup_ws_cb(wsi, (int)reason, &p->jws, in, len) : -1;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+    case LWS_CALLBACK_CLOSED:
+    case LWS_CALLBACK_WS_SERVER_DROP_PROTOCOL:
+        return p && p->jws ? jup_ws_cb(wsi, (int)reason, &p->jws, in, len) : 0;
     default:
         return 0;
     }

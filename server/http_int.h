@@ -34,6 +34,7 @@
 #include "sbx.h"
 #include "http.h"
 #include "http_phase.h"
+#include "klink.h"
 #include "token.h"
 
 #define WRITE_MAX       (64 * 1024)   /* bytes per lws_write */
@@ -141,6 +142,16 @@ struct pss {
     struct fanout *fan;
     json_t *fan_local;
     const char *fan_key;
+    void *jws;         /* a Jupyter channels socket bound to this protocol (jupyter_ws.c) */
+
+    /* code contexts and runs (rest_code.c): the exchange with the kernel bridge in
+     * place of p->op (which stays 0), and what a JSON-mode run gathers */
+    char ctx[API_ID_MAX + 1]; /* {ctx} of the path */
+    struct klink *kl;
+    struct klink_gather *gather;
+    unsigned kl_lines;   /* lines passed on */
+    uint32_t run_id;     /* the run's connector pid: the X-Warren-Run header (0: none) */
+    unsigned kctl_stage; /* Jupyter interrupt/restart: 0 listing contexts, 1 acting */
 };
 
 struct http_server {
@@ -182,6 +193,8 @@ void req_complete(struct pss *p);
 void resp_want_write(struct pss *p);
 /* A JSON answer with status. Steals body. Ignored if an answer is already under way. */
 void resp_json(struct pss *p, int status, json_t *body);
+/* An answer without a body (204): Content-Length 0. Ignored if one is under way. */
+void resp_empty(struct pss *p, int status);
 /* An error answer from an api.h error, a sandbox-core error, or a status, code and message. */
 void resp_api_err(struct pss *p, const struct api_err *e);
 void resp_sbx_err(struct pss *p, const struct sbx_err *e);
@@ -191,6 +204,9 @@ void resp_code(struct pss *p, int status, const char *code, const char *msg);
 void resp_ndjson_begin(struct pss *p);
 int resp_ndjson_append(struct pss *p, const char *s, size_t n, size_t credit);
 void resp_ndjson_end(struct pss *p, int status, json_t *body);
+/* The end of an NDJSON stream without a last line of its own (the chunked terminator),
+ * and COMPLETE. */
+void resp_ndjson_close(struct pss *p);
 /* A line saying n bytes from offset off are lost (process output), after what is held. */
 void resp_ndjson_lost(struct pss *p, uint64_t off, uint64_t n);
 /* The output queue: room for n payload bytes at its tail (NULL: out of memory), the bytes
@@ -237,6 +253,20 @@ int rest_body_done(struct pss *p);
 /* The transaction is over (answered, or its connection closed): cancel what is in flight,
  * free its buffers, clear p->srv. Idempotent. */
 void rest_req_end(struct pss *p);
+
+/* ---- rest_code.c: code contexts and runs, over the kernel bridge (klink.h) ---- */
+
+/* A context op ("context_list", "context_create", "context_get", ...) with its request
+ * fields (body, borrowed; p->ctx names the context where the op takes one). */
+void code_context_op(struct pss *p, const char *op, json_t *body);
+/* POST .../run_code with its body. */
+void code_run(struct pss *p, json_t *body);
+/* GET .../runs/{pid}?offset=N: the run's lines again, from that byte offset. */
+void code_run_read(struct pss *p, json_t *args);
+/* The request ends: its exchange goes on in the guest unread. */
+void code_req_end(struct pss *p);
+/* The client took what was queued (p->q_bytes is low again): read on. */
+void code_drained(struct pss *p);
 
 /* ---- auth.c: who may do what ---- */
 

@@ -211,6 +211,20 @@ void resp_json(struct pss *p, int status, json_t *body)
     resp_want_write(p);
 }
 
+void resp_empty(struct pss *p, int status)
+{
+    if (p->status)
+        return;
+    p->status = status;
+    p->kind = RESP_JSON;
+    p->clen = 0;
+    p->chunked = false;
+    req_complete(p);
+    if (!p->body_done)
+        p->close_after = true;
+    resp_want_write(p);
+}
+
 void resp_api_err(struct pss *p, const struct api_err *e)
 {
     if (!p->status)
@@ -320,6 +334,11 @@ void resp_ndjson_end(struct pss *p, int status, json_t *body)
     if (!s || resp_ndjson_append(p, s, strlen(s), 0) || resp_ndjson_append(p, "\n", 1, 0))
         p->close_after = true;
     free(s);
+    resp_ndjson_close(p);
+}
+
+void resp_ndjson_close(struct pss *p)
+{
     if (p->chunked) {
         struct obuf *ob = obuf_new(0); /* seals to "0\r\n\r\n" */
         if (ob)
@@ -408,6 +427,12 @@ static int write_headers(struct pss *p)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION,
                                          (const unsigned char *)p->location,
                                          (int)strlen(p->location), &pp, end);
+    if (!r && p->run_id) {
+        char run[16];
+        int n = snprintf(run, sizeof(run), "%" PRIu32, p->run_id);
+        r = lws_add_http_header_by_name(
+            wsi, (const unsigned char *)"x-warren-run:", (const unsigned char *)run, n, &pp, end);
+    }
     if (!r && p->close_after)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close",
                                          5, &pp, end);
@@ -463,6 +488,8 @@ static int write_body(struct pss *p)
         p->throttled = false;
     if (p->qh)
         resp_want_write(p);
+    if (!p->throttled && p->kl)
+        code_drained(p);
     if (!p->throttled && p->credit_pending && http_phase_op_live(p->phase)) {
         /* May call sink_data for this request right away: nothing is held across it. */
         credit = p->credit_pending;

@@ -6,8 +6,10 @@
  * pointer) turn results into answers through resp.c.
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
+#include "cred.h"
 #include "http_int.h"
 #include "fanout.h"
+#include "jupyter.h"
 #include "ports_head.h"
 #include "sbx_snap.h"
 #include "web.h"
@@ -276,6 +278,7 @@ void rest_req_end(struct pss *p)
         req_phase(p, HP_ANSWER);
         sbx_op_cancel(p->srv->t, p->op);
     }
+    code_req_end(p);
     resp_q_free(p);
     fanout_cancel(p->fan);
     p->fan = NULL;
@@ -323,7 +326,8 @@ static unsigned method_of(struct lws *wsi)
 }
 
 /* Decoded "name=value" query fragments into store; -1 if they do not fit. */
-static int query_frags(struct lws *wsi, char *store, size_t cap, const char **frags, size_t *n)
+static int query_frags(struct lws *wsi, char *store, size_t cap, const char **frags, size_t *n,
+                       bool jup)
 {
     size_t used = 0;
 
@@ -344,6 +348,11 @@ static int query_frags(struct lws *wsi, char *store, size_t cap, const char **fr
             return -1;
         /* The access token was judged by http_authorize; it goes no further. */
         if (!strncmp(store + used, HTTP_TOKEN_PARAM, sizeof(HTTP_TOKEN_PARAM) - 1)) {
+            explicit_bzero(store + used, (size_t)len);
+            continue;
+        }
+        /* ... as was the kernel API's ?token= (jup_authorize). */
+        if (jup && cred_pair_named(store + used, (size_t)len, CRED_KEY_PARAM)) {
             explicit_bzero(store + used, (size_t)len);
             continue;
         }
@@ -789,6 +798,58 @@ static void h_resume(struct pss *p, json_t *body)
     pause_or_resume(p, rc, out, &err);
 }
 
+static void h_ctx_list(struct pss *p, json_t *args)
+{
+    (void)args;
+    code_context_op(p, "context_list", NULL);
+}
+
+static void h_ctx_create(struct pss *p, json_t *body)
+{
+    code_context_op(p, "context_create", body);
+}
+
+static void h_ctx_get(struct pss *p, json_t *args)
+{
+    (void)args;
+    code_context_op(p, "context_get", NULL);
+}
+
+static void h_ctx_delete(struct pss *p, json_t *args)
+{
+    (void)args;
+    code_context_op(p, "context_delete", NULL);
+}
+
+static void h_ctx_restart(struct pss *p, json_t *body)
+{
+    code_context_op(p, "context_restart", body);
+}
+
+static void h_ctx_interrupt(struct pss *p, json_t *body)
+{
+    code_context_op(p, "context_interrupt", body);
+}
+
+static void h_run_code(struct pss *p, json_t *body)
+{
+    code_run(p, body);
+}
+
+static void h_run_read(struct pss *p, json_t *args)
+{
+    code_run_read(p, args);
+}
+
+/* Ends the run's connector: kerneld then interrupts the run. */
+static void h_run_stop(struct pss *p, json_t *args)
+{
+    struct sbx_err err;
+
+    (void)args;
+    start_op(p, klink_stop(p->srv->t, p->sbx, p->pid, &sink, p, &p->op, &err), &err);
+}
+
 static void h_network(struct pss *p, json_t *body)
 {
     struct sbx_err err;
@@ -1001,6 +1062,54 @@ static void h_pty_probe(struct pss *p, json_t *args)
     socket_probe(p, "warren.pty.v1");
 }
 
+/* Jupyter's kernel API: jupyter_rest.c. */
+static void h_jup_specs(struct pss *p, json_t *args)
+{
+    jup_specs_list(p, args);
+}
+
+static void h_jup_spec(struct pss *p, json_t *args)
+{
+    jup_spec_get(p, args);
+}
+
+static void h_jup_kernels(struct pss *p, json_t *args)
+{
+    jup_kernels_list(p, args);
+}
+
+static void h_jup_create(struct pss *p, json_t *body)
+{
+    jup_kernel_create(p, body);
+}
+
+static void h_jup_kernel(struct pss *p, json_t *args)
+{
+    jup_kernel_get(p, args);
+}
+
+static void h_jup_delete(struct pss *p, json_t *args)
+{
+    jup_kernel_delete(p, args);
+}
+
+static void h_jup_interrupt(struct pss *p, json_t *body)
+{
+    jup_kernel_interrupt(p, body);
+}
+
+static void h_jup_restart(struct pss *p, json_t *body)
+{
+    jup_kernel_restart(p, body);
+}
+
+static void h_jup_probe(struct pss *p, json_t *args)
+{
+    (void)args;
+    resp_code(p, 426, "upgrade_required",
+              "the channels of a kernel are a WebSocket: send an Upgrade: websocket request");
+}
+
 static void h_session_probe(struct pss *p, json_t *args)
 {
     (void)args;
@@ -1131,7 +1240,9 @@ void rest_request(struct pss *p, const char *uri)
     rc = api_route_match(uri, &r);
     /* A token of the row's scope opens its sandbox's route; everything else needs the
      * key. */
-    if (r.auth && http_authorize(p, p->wsi, r.sbx, rc == 0 ? api_routes[r.id].scope : NULL, &e)) {
+    if (r.jupyter ? jup_authorize(p->wsi, p->srv->key, &e) != 0
+                  : r.auth && http_authorize(p, p->wsi, r.sbx,
+                                             rc == 0 ? api_routes[r.id].scope : NULL, &e)) {
         resp_api_err(p, &e);
         return;
     }
@@ -1146,13 +1257,14 @@ void rest_request(struct pss *p, const char *uri)
     p->route = r.id;
     p->pid = r.pid;
     memcpy(p->sbx, r.sbx, sizeof(p->sbx));
+    memcpy(p->ctx, r.ctx, sizeof(p->ctx));
     if (v->flags & API_VF_SOCKET) {
         handle(p, NULL);
         return;
     }
 
     /* The typed request: the query the row allows, then its body as the row says. */
-    if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags)) {
+    if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags, r.jupyter)) {
         resp_code(p, 400, "bad_request", "query string too long");
         return;
     }

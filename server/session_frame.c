@@ -25,6 +25,10 @@ static const char *const op_names[SF_OP__COUNT] = {
     [SF_OP_MKDIR] = "mkdir",
     [SF_OP_REMOVE] = "remove",
     [SF_OP_RENAME] = "rename",
+    [SF_OP_RUN_CODE] = "run_code",
+    [SF_OP_RUN_READ] = "run_read",
+    [SF_OP_RUN_STOP] = "run_stop",
+    [SF_OP_CONTEXTS] = "contexts",
 };
 
 const char *sf_op_name(enum sf_op op)

@@ -40,6 +40,10 @@ enum sf_op {
     SF_OP_MKDIR,
     SF_OP_REMOVE,
     SF_OP_RENAME,
+    SF_OP_RUN_CODE, /* code runs and contexts, over the kernel bridge (klink.h) */
+    SF_OP_RUN_READ,
+    SF_OP_RUN_STOP,
+    SF_OP_CONTEXTS,
     SF_OP__COUNT
 };
 

@@ -68,6 +68,11 @@ struct sreq {
     unsigned char *wdata;
     size_t wlen, woff;
     bool in_write, finished;
+    /* run_code, run_read, contexts: the exchange with the kernel bridge in place of op */
+    struct klink *kl;
+    unsigned lines;     /* lines sent */
+    json_t *answer;     /* contexts: the bridge's answer, until done */
+    const char *action; /* contexts: its action (a static string) */
 };
 
 struct sess {
@@ -361,8 +366,11 @@ static int writeable(struct sess *s)
         credit(s, o->op, o->credit);
     sf_buf_free(&o->b);
     free(o);
-    if (s->holding && s->qbytes <= s->srv->cfg->sess_send_queue / 2)
+    if (s->holding && s->qbytes <= s->srv->cfg->sess_send_queue / 2) {
         release(s);
+        for (struct sreq *r = s->reqs; r && !s->holding; r = r->next)
+            klink_resume(r->kl);
+    }
     if (s->qh)
         want_write(s);
     return 0;
@@ -392,6 +400,7 @@ static void reap(struct sess *s)
         struct sreq *r = s->grave;
         s->grave = r->next;
         free(r->wdata);
+        json_decref(r->answer);
         free(r);
     }
 }
@@ -500,6 +509,155 @@ static const struct sbx_sink sink = {
     .writable = sink_writable,
     .lost = sink_lost,
 };
+
+/* ------------------------------------------------- code runs and contexts */
+
+static void code_started(void *user, uint32_t pid)
+{
+    struct sreq *r = user;
+    json_t *j = json_pack("{s:I}", "run_id", (json_int_t)pid);
+
+    send_json(r->s, r->id, "started", j);
+    json_decref(j);
+}
+
+/* Each line of a run is one frame, its fields as the bridge wrote them. */
+static void code_line(void *user, const struct klink_line *l)
+{
+    struct sreq *r = user;
+    json_t *o = klink_line_object(l, r->s->srv->cfg->run_max_line);
+
+    r->lines++;
+    if (o)
+        send_json(r->s, r->id, NULL, o);
+    json_decref(o);
+    /* A slow agent: the run goes on in the guest, its output waits in the ring. */
+    if (r->s->holding)
+        klink_pause(r->kl);
+}
+
+static void code_done(void *user, const struct sbx_err *err)
+{
+    struct sreq *r = user;
+
+    r->kl = NULL;
+    if (err && !r->lines) {
+        send_error(r->s, r->id, sbx_err_name(err->code), "%s", err->msg);
+    } else if (err) {
+        json_t *o = klink_error_object("KernelUnavailable", err->msg);
+        if (o)
+            send_json(r->s, r->id, NULL, o);
+        json_decref(o);
+        send_json(r->s, r->id, "end_of_execution", NULL);
+    }
+    req_unlink(r);
+}
+
+static const struct klink_cb run_cb = {
+    .started = code_started,
+    .line = code_line,
+    .done = code_done,
+};
+
+static void ctx_line(void *user, const struct klink_line *l)
+{
+    struct sreq *r = user;
+
+    if (l->kind == KLINK_LINE_OK && !r->answer && (r->answer = json_copy(l->obj)))
+        json_object_del(r->answer, "type");
+}
+
+static void ctx_done(void *user, const struct sbx_err *err)
+{
+    struct sreq *r = user;
+    json_t *body = NULL;
+
+    r->kl = NULL;
+    if (err) {
+        send_error(r->s, r->id, sbx_err_name(err->code), "%s", err->msg);
+    } else if (!r->answer) {
+        send_error(r->s, r->id, "kernel_unavailable",
+                   "the kernel bridge answered nothing that is a JSON object");
+    } else {
+        /* A context's own "id" would clash with the frame's: it is wrapped. */
+        if (!strcmp(r->action, "context_create") || !strcmp(r->action, "context_get"))
+            body = json_pack("{s:O}", "context", r->answer);
+        else if (!strcmp(r->action, "context_list"))
+            body = json_incref(r->answer);
+        send_json(r->s, r->id, "result", body);
+        json_decref(body);
+    }
+    req_unlink(r);
+}
+
+static const struct klink_cb ctx_cb = {
+    .line = ctx_line,
+    .done = ctx_done,
+};
+
+/* The contexts op: {"action": "create"|"list"|"get"|"delete"|"restart"|"interrupt",
+ * "context_id" (all but create and list), create's "language", "cwd", "env"}. */
+static int contexts_start(struct sess *s, struct sreq *r, json_t *args, struct sbx_err *err)
+{
+    static const char *const actions[][2] = {
+        {"create", "context_create"},   {"list", "context_list"},
+        {"get", "context_get"},         {"delete", "context_delete"},
+        {"restart", "context_restart"}, {"interrupt", "context_interrupt"},
+    };
+    const char *a = json_string_value(json_object_get(args, "action"));
+    json_t *ctx = json_object_get(args, "context_id");
+    struct klink_opts o = {.max_line = s->srv->cfg->run_max_line, .single = true};
+    json_t *req;
+    size_t i;
+    int rc;
+
+    for (i = 0; a && i < sizeof(actions) / sizeof(actions[0]); i++)
+        if (!strcmp(a, actions[i][0]))
+            break;
+    if (!a || i == sizeof(actions) / sizeof(actions[0]))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "'action' must be create, list, get, delete, restart or interrupt");
+    r->action = actions[i][1];
+    if (i >= 2 &&
+        (!json_is_string(ctx) || !json_string_length(ctx) || json_string_length(ctx) > API_ID_MAX))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "'context_id' must name a context");
+    if (i < 2 && ctx)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s takes no context_id", a);
+    json_object_del(args, "action");
+    json_object_del(args, "context_id");
+    if ((rc =
+             klink_context_req(r->action, i >= 2 ? json_string_value(ctx) : NULL, args, &req, err)))
+        return rc;
+    rc = klink_request(s->srv->t, s->srv->loop, s->sbx, req, &o, &ctx_cb, r, &r->kl, err);
+    json_decref(req);
+    return rc;
+}
+
+static int run_start(struct sess *s, struct sreq *r, json_t *args, struct sbx_err *err)
+{
+    struct klink_opts o = {.max_line = s->srv->cfg->run_max_line};
+    json_t *req;
+    int rc;
+
+    if ((rc = klink_run_req(args, o.max_line, &req, err)))
+        return rc;
+    rc = klink_request(s->srv->t, s->srv->loop, s->sbx, req, &o, &run_cb, r, &r->kl, err);
+    json_decref(req);
+    return rc;
+}
+
+/* run_read {"pid", "offset"?}: a run's lines again from that byte offset. */
+static int run_read_start(struct sess *s, struct sreq *r, uint32_t pid, json_t *args,
+                          struct sbx_err *err)
+{
+    struct klink_opts o = {.max_line = s->srv->cfg->run_max_line};
+    json_t *off = json_object_get(args, "offset");
+
+    if (off && (!json_is_integer(off) || json_integer_value(off) < 0))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "'offset' must be a byte offset");
+    return klink_read(s->srv->t, s->srv->loop, s->sbx, pid,
+                      off ? (uint64_t)json_integer_value(off) : 0, &o, &run_cb, r, &r->kl, err);
+}
 
 /* -------------------------------------------------------------- requests */
 
@@ -687,6 +845,29 @@ static void dispatch(struct sess *s, struct sf_req *q)
         rc = sbx_file_op(t, s->sbx, sf_op_name(q->op), q->args, &sink, r, &r->op, &err);
         break;
     }
+    case SF_OP_RUN_CODE:
+    case SF_OP_RUN_READ:
+    case SF_OP_RUN_STOP:
+    case SF_OP_CONTEXTS:
+        /* Code runs as the sandbox's user, as an exec does: the same scope opens it. */
+        if (!s->may_exec) {
+            free(r);
+            send_error(s, q->id, "token_wrong_scope",
+                       "the access token's scope does not include \"exec\"");
+            return;
+        }
+        if (q->op == SF_OP_RUN_CODE) {
+            rc = run_start(s, r, q->args, &err);
+        } else if (q->op == SF_OP_CONTEXTS) {
+            rc = contexts_start(s, r, q->args, &err);
+        } else if (!(pid = take_pid(q->args))) {
+            rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "'pid' must be a run id");
+        } else if (q->op == SF_OP_RUN_READ) {
+            rc = run_read_start(s, r, pid, q->args, &err);
+        } else {
+            rc = klink_stop(t, s->sbx, pid, &sink, r, &r->op, &err);
+        }
+        break;
     default:
         rc = sbx_err_set(&err, SBX_E_BAD_REQUEST, "op not handled");
         break;
@@ -830,7 +1011,11 @@ static void sess_end(struct sess *s)
 
     while (s->reqs) {
         struct sreq *r = s->reqs;
-        sbx_op_cancel(s->srv->t, r->op);
+        if (r->kl)
+            klink_cancel(r->kl); /* a run goes on in the guest */
+        else
+            sbx_op_cancel(s->srv->t, r->op);
+        r->kl = NULL;
         req_unlink(r);
     }
     reap(s);

@@ -20,6 +20,15 @@ static void test_routes(void)
 {
     struct api_route r;
 
+    CHECK(api_route_match("/api/kernels/0123abcd-0000-4000-8000-00000000ffff/channels", &r) == 0 &&
+          r.id == API_R_JUP_CHANNELS && r.auth && r.jupyter &&
+          !strcmp(r.sbx, "0123abcd-0000-4000-8000-00000000ffff"));
+    CHECK(api_route_match("/api/kernelspecs/python3", &r) == 0 && r.id == API_R_JUP_SPEC &&
+          r.auth && r.jupyter);
+    CHECK(api_route_match("/api/nothing", &r) == -ENOENT && r.auth && r.jupyter);
+    CHECK(api_route_match("/kernelspecs/python3/logo-64x64.png", &r) == -ENOENT && !r.auth &&
+          !r.jupyter);
+    CHECK(api_route_match("/apix", &r) == -ENOENT && !r.auth && !r.jupyter);
     CHECK(api_route_match("/healthz", &r) == 0 && r.id == API_R_HEALTHZ && !r.auth &&
           r.methods == API_GET);
     CHECK(api_route_match("/v1/sandboxes", &r) == 0 && r.id == API_R_SANDBOXES && r.auth &&
@@ -129,6 +138,9 @@ static void sample_path(const char *pat, bool with_opt, char *out, size_t cap)
         if (!strncmp(pat, "/{id}", 5)) {
             n += (size_t)snprintf(out + n, cap - n, "/s-1");
             pat += 5;
+        } else if (!strncmp(pat, "/{ctx}", 6)) {
+            n += (size_t)snprintf(out + n, cap - n, "/c_2");
+            pat += 6;
         } else if (!strncmp(pat, "/{pid}", 6)) {
             n += (size_t)snprintf(out + n, cap - n, "/7");
             pat += 6;
@@ -160,8 +172,11 @@ static void test_route_table(void)
         for (int opt = 0; opt < 2; opt++) {
             sample_path(d->pattern, opt, path, sizeof(path));
             CHECK(api_route_match(path, &r) == 0 && (int)r.id == id);
-            CHECK(r.auth == (strncmp(path, "/v1/", 4) == 0));
+            /* /v1 and Jupyter's /api need the key; /api takes it its clients' ways. */
+            CHECK(r.auth == (strncmp(path, "/v1/", 4) == 0 || strncmp(path, "/api/", 5) == 0));
+            CHECK(r.jupyter == (strncmp(path, "/api/", 5) == 0));
             CHECK(strstr(d->pattern, "{id}") ? !strcmp(r.sbx, "s-1") : !r.sbx[0]);
+            CHECK(strstr(d->pattern, "{ctx}") ? !strcmp(r.ctx, "c_2") : !r.ctx[0]);
         }
         for (size_t i = 0; i < API_VERBS_MAX && d->verbs[i].method; i++) {
             const struct api_verb *v = &d->verbs[i];
@@ -199,6 +214,9 @@ static void test_route_rows(void)
         {API_R_FILES_MKDIR, API_POST, API_Q_PATH, API_BODY_NONE},
         {API_R_FILES_RENAME, API_POST, 0, API_BODY_JSON},
         {API_R_PROC_OUTPUT, API_GET, API_Q_OFFSET | API_Q_FOLLOW, API_BODY_NONE},
+        {API_R_RUN, API_GET, API_Q_OFFSET, API_BODY_NONE},
+        {API_R_RUN_CODE, API_POST, 0, API_BODY_JSON},
+        {API_R_CONTEXTS, API_POST, 0, API_BODY_JSON},
         {API_R_EXEC, API_POST, 0, API_BODY_JSON},
         {API_R_NETWORK, API_PATCH, 0, API_BODY_JSON},
         {API_R_HEALTHZ, API_GET, 0, API_BODY_NONE},
@@ -415,7 +433,23 @@ static void test_headers(void)
     CHECK(!cred_is_key("Bearer x", 8, NULL));
     /* the length given counts, not a NUL */
     CHECK(cred_is_key("Bearer 0123456789abcdef0123456789abcdefXX", 39, k));
+    /* Jupyter's gateway clients: "token <key>" */
+    CHECK(B("token 0123456789abcdef0123456789abcdef"));
+    CHECK(B("Token  0123456789abcdef0123456789abcdef "));
+    CHECK(!B("token 0123456789abcdef0123456789abcdeX"));
+    CHECK(!B("token0123456789abcdef0123456789abcdef"));
+    CHECK(!B("tokens 0123456789abcdef0123456789abcdef"));
 #undef B
+#define Q(s) cred_query_key(s, strlen(s), k)
+    CHECK(Q("token=0123456789abcdef0123456789abcdef"));
+    CHECK(!Q("token=0123456789abcdef0123456789abcde"));
+    CHECK(!Q("token=0123456789abcdef0123456789abcdef0"));
+    CHECK(!Q("token="));
+    CHECK(!Q("token"));
+    CHECK(!Q("tokens=0123456789abcdef0123456789abcdef"));
+    CHECK(!Q("access_token=0123456789abcdef0123456789abcdef"));
+    CHECK(!cred_query_key("token=x", 7, ""));
+#undef Q
     CHECK(cred_pair_named("warren_token=x", 14, "warren_token"));
     CHECK(cred_pair_named("warren_token=", 13, "warren_token"));
     CHECK(cred_pair_named("warren_token", 12, "warren_token"));
