@@ -30,7 +30,9 @@ import sys
 HOST_RE = re.compile(r"^[a-z0-9]{1,12}$")
 # An id: a kind prefix, the host, then the random part (as core/ writes it).
 ID = r"[a-z]+-([a-z0-9]+)-[0-9a-f]{16}"
-KERNEL_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-([a-z0-9]+)-[0-9a-f]{12}"
+# A kernel id is UUID-shaped (five groups, as Jupyter's URL patterns want), its last
+# group the host, an underscore and 12 hex digits.
+KERNEL_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-([a-z0-9]+)_[0-9a-f]{12}"
 
 # Where an id appears in a request path: (name, regex whose group 1 is the host).
 PATH_RULES = [
