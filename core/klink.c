@@ -69,11 +69,11 @@ static void k_free(struct klink *k)
     free(k);
 }
 
-static void sink_ignore(void *user, const struct sbx_err *err, json_t *body)
+static void sink_ignore(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     (void)user;
     (void)err;
-    json_decref(body);
+    (void)res;
 }
 
 static const struct sbx_sink ignore_sink = {.done = sink_ignore};
@@ -220,25 +220,22 @@ static void out_lost(void *user, uint64_t off, uint64_t n)
         k_free(k);
 }
 
-static void out_done(void *user, const struct sbx_err *err, json_t *body)
+static void out_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct klink *k = user;
-    json_t *code = json_object_get(body, "exit_code");
+    int64_t code = res && res->kind == SBX_RES_EXEC ? res->u.exec->exit_code : -1;
 
     k->op = 0;
-    if (k->st != K_READ) {
-        json_decref(body);
+    if (k->st != K_READ)
         return;
-    }
     if (err) {
-        json_decref(body);
         finish(k, err);
         return;
     }
     if (k->lines && !k->o.single) {
         fail(k, SBX_E_KERNEL_UNAVAILABLE, "%s",
              "the kernel bridge ended before the end of the execution (did the kernel die?)");
-    } else if (json_integer_value(code) == KLINK_EXIT_NO_KERNEL && !k->lines) {
+    } else if (code == KLINK_EXIT_NO_KERNEL && !k->lines) {
         fail(k, SBX_E_NO_KERNEL, "%s",
              "this sandbox's template has no kernel: create it from the code-interpreter "
              "template (alias code-interpreter-v1)");
@@ -248,7 +245,6 @@ static void out_done(void *user, const struct sbx_err *err, json_t *body)
     } else {
         finish(k, NULL);
     }
-    json_decref(body);
 }
 
 static const struct sbx_sink out_sink = {
@@ -268,7 +264,7 @@ static int start_read(struct klink *k, uint64_t off, struct sbx_err *err)
     return sbx_proc_output(k->t, k->id, k->pid, off, true, &out_sink, k, &k->op, err);
 }
 
-static void write_done(void *user, const struct sbx_err *err, json_t *body);
+static void write_done(void *user, const struct sbx_err *err, const struct sbx_result *res);
 static const struct sbx_sink write_sink = {.done = write_done};
 
 /* The next piece of the request, or the read once it is all written. */
@@ -288,12 +284,12 @@ static int write_next(struct klink *k, struct sbx_err *err)
     return sbx_proc_ctl(k->t, k->id, k->pid, &c, &write_sink, k, &k->op, err);
 }
 
-static void write_done(void *user, const struct sbx_err *err, json_t *body)
+static void write_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct klink *k = user;
     struct sbx_err e;
 
-    json_decref(body);
+    (void)res;
     k->op = 0;
     if (k->abandoned) {
         kill_connector(k->t, k->id, k->pid, SIGKILL);
@@ -319,25 +315,21 @@ static void write_done(void *user, const struct sbx_err *err, json_t *body)
         finish(k, &e);
 }
 
-static void exec_done(void *user, const struct sbx_err *err, json_t *body)
+static void exec_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct klink *k = user;
-    json_t *pid = json_object_get(body, "pid");
     struct sbx_err e;
 
     k->op = 0;
-    if (!err && !json_is_integer(pid)) {
-        json_decref(body);
-        fail(k, SBX_E_INTERNAL, "%s", "the kernel connector started without a pid");
-        return;
-    }
     if (err) {
-        json_decref(body);
         finish(k, err);
         return;
     }
-    k->pid = (uint32_t)json_integer_value(pid);
-    json_decref(body);
+    if (!res || res->kind != SBX_RES_STARTED) {
+        fail(k, SBX_E_INTERNAL, "%s", "the kernel connector started without a pid");
+        return;
+    }
+    k->pid = res->u.started.pid;
     if (k->abandoned) {
         kill_connector(k->t, k->id, k->pid, SIGKILL);
         finish(k, NULL);
@@ -378,7 +370,15 @@ int klink_request(struct sbx_table *t, struct ev_loop *loop, const char *id, jso
                   struct klink **out, struct sbx_err *err)
 {
     struct klink *k = k_new(t, loop, id, o, cb, user, err);
-    json_t *body;
+    static const struct sbx_str argv[] = {
+        {"/bin/sh", 7}, {"-c", 2}, {connector_sh, sizeof(connector_sh) - 1}};
+    const struct sbx_exec_req x = {
+        .argv = argv,
+        .argc = 3,
+        .user = "root",
+        .background = 1,
+        .tag = {"kernel", 6},
+    };
     char *s;
     int rc;
 
@@ -396,14 +396,7 @@ int klink_request(struct sbx_table *t, struct ev_loop *loop, const char *id, jso
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     k->req[k->req_len++] = '\n';
-    body = json_pack("{s:[sss], s:b, s:s, s:s}", "argv", "/bin/sh", "-c", connector_sh,
-                     "background", 1, "user", "root", "tag", "kernel");
-    if (!body) {
-        k_free(k);
-        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    }
-    rc = sbx_exec(t, id, body, false, &exec_sink, k, &k->op, err);
-    json_decref(body);
+    rc = sbx_exec(t, id, &x, false, &exec_sink, k, &k->op, err);
     if (rc) {
         k_free(k);
         return rc;

@@ -10,6 +10,7 @@
  */
 #include "cred.h"
 #include "http_int.h"
+#include "sbx_json.h"
 #include "jupyter.h"
 #include "klink.h"
 #include "util.h"
@@ -170,9 +171,9 @@ int jup_kernel_sbx(struct http_server *srv, const char *id, char *sbx, char *spe
         return -1;
     if (!(filter = json_pack("{s:s}", JUP_META_ID, id)))
         return -1;
-    if (sbx_list(srv->t, NULL, filter, &out, &err)) {
+    if (sbx_json_list(srv->t, NULL, filter, &out, &err)) {
         json_decref(filter);
-        set_err(e, sbx_err_http_status(err.code), sbx_err_name(err.code), err.msg);
+        set_err(e, api_status_of(err.code), sbx_err_name(err.code), err.msg);
         return -1;
     }
     json_decref(filter);
@@ -200,7 +201,7 @@ void jup_kernels_list(struct pss *p, json_t *args)
     size_t i;
 
     (void)args;
-    if (sbx_list(p->srv->t, NULL, NULL, &out, &err)) {
+    if (sbx_json_list(p->srv->t, NULL, NULL, &out, &err)) {
         resp_sbx_err(p, &err);
         return;
     }
@@ -219,7 +220,7 @@ void jup_kernels_list(struct pss *p, json_t *args)
 /* The kernel's sandbox warmed (/etc/warren/warm, docs/KERNELD.md: its kernel bridge is
  * up, libraries imported); p->held is its record. A template warmed already at create
  * answers at once. */
-static void on_warmed(void *user, const struct sbx_err *err, json_t *body)
+static void on_warmed_json(void *user, const struct sbx_err *err, json_t *body)
 {
     struct pss *p = user;
     json_t *rec = p->held, *gone = NULL;
@@ -247,15 +248,16 @@ static void on_warmed(void *user, const struct sbx_err *err, json_t *body)
                  : "its warm-up failed");
     json_decref(body);
     /* A kernel that cannot run is not left behind as a sandbox. */
-    if (sbx && sbx_delete(p->srv->t, sbx, &gone, &e2) == 0)
+    if (sbx && sbx_json_delete(p->srv->t, sbx, &gone, &e2) == 0)
         json_decref(gone);
     LOG(LOG_WARN, "%s: %s", sbx ? sbx : "?", msg);
     resp_code(p, 502, "kernel_start_failed", msg);
 }
+SBX_JSON_DONE(on_warmed, on_warmed_json)
 
 static const struct sbx_sink warm_sink = {.done = on_warmed};
 
-static void on_created(void *user, const struct sbx_err *err, json_t *body)
+static void on_created_json(void *user, const struct sbx_err *err, json_t *body)
 {
     struct pss *p = user;
     struct sbx_err e2;
@@ -276,8 +278,8 @@ static void on_created(void *user, const struct sbx_err *err, json_t *body)
     p->held = body;
     req = json_pack("{s:s, s:s, s:I}", "cmd", "/etc/warren/warm", "user", "root", "timeout_seconds",
                     (json_int_t)JUP_WARM_TIMEOUT_S);
-    rc = req ? sbx_exec(p->srv->t, json_string_value(json_object_get(body, "id")), req, false,
-                        &warm_sink, p, &p->op, &e2)
+    rc = req ? sbx_json_call_exec(p->srv->t, json_string_value(json_object_get(body, "id")), req,
+                                  false, &warm_sink, p, &p->op, &e2)
              : sbx_err_set(&e2, SBX_E_INTERNAL, "out of memory");
     json_decref(req);
     if (rc) {
@@ -285,6 +287,7 @@ static void on_created(void *user, const struct sbx_err *err, json_t *body)
         resp_sbx_err(p, &e2);
     }
 }
+SBX_JSON_DONE(on_created, on_created_json)
 
 static const struct sbx_sink create_sink = {.done = on_created};
 
@@ -330,7 +333,7 @@ void jup_kernel_create(struct pss *p, json_t *body)
         resp_code(p, 500, "internal", "out of memory");
         return;
     }
-    rc = sbx_create(p->srv->t, req, &create_sink, p, &p->op, &err);
+    rc = sbx_json_call_create(p->srv->t, req, &create_sink, p, &p->op, &err);
     json_decref(req);
     if (rc) {
         resp_sbx_err(p, &err);
@@ -351,7 +354,7 @@ void jup_kernel_get(struct pss *p, json_t *args)
         resp_api_err(p, &e);
         return;
     }
-    if (sbx_get(p->srv->t, sbx, &rec, &err)) {
+    if (sbx_json_get(p->srv->t, sbx, &rec, &err)) {
         resp_sbx_err(p, &err);
         return;
     }
@@ -371,7 +374,7 @@ void jup_kernel_delete(struct pss *p, json_t *args)
         resp_api_err(p, &e);
         return;
     }
-    if (sbx_delete(p->srv->t, sbx, &rec, &err)) {
+    if (sbx_json_delete(p->srv->t, sbx, &rec, &err)) {
         resp_sbx_err(p, &err);
         return;
     }
@@ -467,7 +470,7 @@ static void kctl_done(void *user, const struct sbx_err *err)
         resp_empty(p, 204);
         return;
     }
-    if (sbx_get(p->srv->t, p->sbx, &rec, &e2)) {
+    if (sbx_json_get(p->srv->t, p->sbx, &rec, &e2)) {
         resp_sbx_err(p, &e2);
         return;
     }

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "http_int.h"
+#include "sbx_json.h"
 #include "jupyter.h"
 #include "klink.h"
 #include "sbx_snap.h"
@@ -150,12 +151,13 @@ static void conn_free(struct jconn *c, bool unlink_file)
     free(c);
 }
 
-static void on_kill_done(void *user, const struct sbx_err *err, json_t *body)
+static void on_kill_done_json(void *user, const struct sbx_err *err, json_t *body)
 {
     (void)user;
     (void)err;
     json_decref(body);
 }
+SBX_JSON_DONE(on_kill_done, on_kill_done_json)
 
 static const struct sbx_sink kill_sink = {.done = on_kill_done};
 
@@ -479,7 +481,7 @@ static void in_push(struct jws *w, const char *s, size_t n, bool first)
     }
 }
 
-static void on_in_done(void *user, const struct sbx_err *err, json_t *body)
+static void on_in_done_json(void *user, const struct sbx_err *err, json_t *body)
 {
     struct jws *w = user;
 
@@ -492,6 +494,7 @@ static void on_in_done(void *user, const struct sbx_err *err, json_t *body)
     }
     in_pump(w);
 }
+SBX_JSON_DONE(on_in_done, on_in_done_json)
 
 static const struct sbx_sink in_sink = {.done = on_in_done};
 
@@ -572,7 +575,7 @@ static bool known_pid(const char *sbx, uint32_t pid)
 
 /* The sandbox's processes: a connector of an earlier warrend, with its offset file, is
  * taken over; otherwise a new one starts. */
-static void on_listed(void *user, const struct sbx_err *err, json_t *body)
+static void on_listed_json(void *user, const struct sbx_err *err, json_t *body)
 {
     struct jws *w = user;
     json_t *pr;
@@ -603,12 +606,13 @@ static void on_listed(void *user, const struct sbx_err *err, json_t *body)
     json_decref(body);
     start_new(w);
 }
+SBX_JSON_DONE(on_listed, on_listed_json)
 
 static const struct sbx_sink list_sink = {.done = on_listed};
 
 static void start(struct jws *w);
 
-static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
+static void on_resumed_json(void *user, const struct sbx_err *err, json_t *body)
 {
     struct jws *w = user;
 
@@ -621,6 +625,7 @@ static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
     }
     start(w);
 }
+SBX_JSON_DONE(on_resumed, on_resumed_json)
 
 static const struct sbx_sink resume_sink = {.done = on_resumed};
 

@@ -237,7 +237,7 @@ void resp_sbx_err(struct pss *p, const struct sbx_err *e)
 {
     if (!p->status)
         p->err_code = sbx_err_name(e->code);
-    resp_json(p, sbx_err_http_status(e->code), api_error_of(e));
+    resp_json(p, api_status_of(e->code), api_error_of(e));
 }
 
 void resp_code(struct pss *p, int status, const char *code, const char *msg)
