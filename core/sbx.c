@@ -1364,6 +1364,7 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
     sb->env = env;
     sb->metadata = meta;
     if (sbx_meta_view(sb) != 0) {
+        sandbox_unlink(t, sb);
         sandbox_free(sb);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
@@ -1611,6 +1612,7 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
     if (sbx_meta_view(sb) != 0) {
+        sandbox_unlink(t, sb);
         sandbox_free(sb);
         json_decref(o);
         return -ENOMEM;
