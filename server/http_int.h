@@ -135,6 +135,10 @@ struct pss {
     json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
     char *location;    /* a Location header for the answer (malloc'd), or NULL */
+    /* A file watch's request (watch.c), and the watch an NDJSON answer names in its
+     * X-Warren-Watch header (0: none). */
+    struct watch_req *watch;
+    uint32_t watch_id;
 };
 
 struct http_server {
@@ -230,6 +234,12 @@ int rest_body_done(struct pss *p);
 /* The transaction is over (answered, or its connection closed): cancel what is in flight,
  * free its buffers, clear p->srv. Idempotent. */
 void rest_req_end(struct pss *p);
+
+/* ---- watch.c: file watches (a route's handlers, and the request's end) ---- */
+void watch_start(struct pss *p, json_t *args);
+void watch_resume(struct pss *p, json_t *args);
+void watch_delete(struct pss *p, json_t *args);
+void watch_req_free(struct pss *p);
 
 /* ---- auth.c: who may do what ---- */
 
