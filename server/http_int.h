@@ -240,6 +240,12 @@ void watch_start(struct pss *p, json_t *args);
 void watch_resume(struct pss *p, json_t *args);
 void watch_delete(struct pss *p, json_t *args);
 void watch_req_free(struct pss *p);
+/* What both doors share: is this process (an entry of sbx_proc_list) a watch; how many
+ * watches of a process list run; the sbx_exec body that starts one (NULL when out of
+ * memory). */
+bool watch_proc_is(json_t *proc);
+unsigned watch_running(json_t *list);
+json_t *watch_exec_body(const struct srv_config *cfg, const char *path, bool recursive);
 
 /* ---- auth.c: who may do what ---- */
 

@@ -136,25 +136,21 @@ static void follow(struct pss *p, uint64_t offset)
     }
 }
 
-static bool is_watch(json_t *proc)
+bool watch_proc_is(json_t *proc)
 {
     const char *tag = json_string_value(json_object_get(proc, "tag"));
 
     return tag && !strncmp(tag, WATCH_TAG_PREFIX, sizeof(WATCH_TAG_PREFIX) - 1);
 }
 
-static void start_exec(struct pss *p)
+json_t *watch_exec_body(const struct srv_config *cfg, const char *path, bool recursive)
 {
-    const struct srv_config *cfg = p->srv->cfg;
-    struct watch_req *w = p->watch;
     char tag[WATCH_TAG_MAX + 1], dirs[16], co[16];
-    struct sbx_err err;
-    json_t *argv, *body;
+    json_t *argv;
     size_t len;
-    int rc;
 
     /* The tag is a label: a long path is cut at a character's start. */
-    len = (size_t)snprintf(tag, sizeof(tag), "%s%s", WATCH_TAG_PREFIX, w->path);
+    len = (size_t)snprintf(tag, sizeof(tag), "%s%s", WATCH_TAG_PREFIX, path);
     if (len > WATCH_TAG_MAX) {
         len = WATCH_TAG_MAX;
         while (len && ((unsigned char)tag[len] & 0xc0) == 0x80)
@@ -165,13 +161,36 @@ static void start_exec(struct pss *p)
              cfg->watch_max_dirs < WATCH_DIRS_CAP ? cfg->watch_max_dirs : WATCH_DIRS_CAP);
     snprintf(co, sizeof(co), "%u",
              cfg->watch_coalesce_ms < WATCH_CO_CAP ? cfg->watch_coalesce_ms : WATCH_CO_CAP);
-    argv = w->recursive ? json_pack("[s,s,s,s,s,s,s,s,s]", GI_WATCH_EXE, "--watch", "--recursive",
-                                    "--max-watches", dirs, "--coalesce-ms", co, "--", w->path)
-                        : json_pack("[s,s,s,s,s,s,s,s]", GI_WATCH_EXE, "--watch", "--max-watches",
-                                    dirs, "--coalesce-ms", co, "--", w->path);
-    body =
-        json_pack("{s:o*,s:b,s:s,s:s}", "argv", argv, "background", 1, "tag", tag, "user", "root");
-    if (!argv || !body) {
+    argv = recursive ? json_pack("[s,s,s,s,s,s,s,s,s]", GI_WATCH_EXE, "--watch", "--recursive",
+                                 "--max-watches", dirs, "--coalesce-ms", co, "--", path)
+                     : json_pack("[s,s,s,s,s,s,s,s]", GI_WATCH_EXE, "--watch", "--max-watches",
+                                 dirs, "--coalesce-ms", co, "--", path);
+    return json_pack("{s:o*,s:b,s:s,s:s}", "argv", argv, "background", 1, "tag", tag, "user",
+                     "root");
+}
+
+unsigned watch_running(json_t *list)
+{
+    unsigned n = 0;
+    size_t i;
+    json_t *proc;
+
+    json_array_foreach(json_object_get(list, "processes"), i, proc)
+    {
+        if (watch_proc_is(proc) && json_is_true(json_object_get(proc, "running")))
+            n++;
+    }
+    return n;
+}
+
+static void start_exec(struct pss *p)
+{
+    struct watch_req *w = p->watch;
+    struct sbx_err err;
+    json_t *body = watch_exec_body(p->srv->cfg, w->path, w->recursive);
+    int rc;
+
+    if (!body || !json_object_get(body, "argv")) {
         json_decref(body);
         answer_code(p, 500, "internal", "out of memory");
         return;
@@ -317,8 +336,7 @@ static void wsink_done(void *user, const struct sbx_err *err, json_t *body)
 {
     struct pss *p = user;
     struct watch_req *w = p->watch;
-    size_t i, running = 0;
-    json_t *proc;
+    unsigned running;
     struct sbx_err e2;
 
     if (!http_phase_op_live(p->phase) || !w) {
@@ -344,14 +362,10 @@ static void wsink_done(void *user, const struct sbx_err *err, json_t *body)
     }
     switch (w->step) {
     case WS_COUNT:
-        json_array_foreach(json_object_get(body, "processes"), i, proc)
-        {
-            if (is_watch(proc) && json_is_true(json_object_get(proc, "running")))
-                running++;
-        }
+        running = watch_running(body);
         json_decref(body);
         if (running >= p->srv->cfg->watch_max_per_sbx) {
-            answer_code(p, 429, "too_many_watches", "sandbox %s runs %zu watches already", p->sbx,
+            answer_code(p, 429, "too_many_watches", "sandbox %s runs %u watches already", p->sbx,
                         running);
             return;
         }
@@ -364,7 +378,7 @@ static void wsink_done(void *user, const struct sbx_err *err, json_t *body)
         follow(p, 0);
         return;
     case WS_CHECK:
-        if (!is_watch(body)) {
+        if (!watch_proc_is(body)) {
             json_decref(body);
             answer_code(p, 404, "watch_not_found", "process %" PRIu32 " of %s is not a watch",
                         p->pid, p->sbx);
