@@ -385,7 +385,15 @@ static void wsink_done(void *user, const struct sbx_err *err, json_t *body)
             return;
         }
         if (!w->del) {
+            /* Checked here, before the answer's head, so a bad offset is a plain 400. */
+            json_int_t end = json_integer_value(json_object_get(body, "output_end"));
             json_decref(body);
+            if (w->from > (uint64_t)end) {
+                answer_code(p, 400, "bad_offset",
+                            "offset %" PRIu64 " is past the end of watch %" PRIu32 " (%" PRIu64 ")",
+                            w->from, p->pid, (uint64_t)end);
+                return;
+            }
             p->watch_id = p->pid;
             follow(p, w->from);
             return;

@@ -479,6 +479,10 @@ static void watch_done(struct sreq *r, const struct sbx_err *err, json_t *body)
             watch_fail(r, "watch_not_found", "that process is not a watch");
             return;
         }
+        if (r->wfrom > (uint64_t)json_integer_value(json_object_get(body, "output_end"))) {
+            watch_fail(r, "bad_offset", "the offset is past the end of the watch");
+            return;
+        }
         watch_follow(r);
         return;
     case SW_STREAM:

@@ -197,6 +197,9 @@ class WatchTest(WarrenCase):
             self.assertEqual(r.next()["type"], "ready")
         finally:
             r.close()
+        # Past its end: a plain error, before any stream.
+        r = self.w.request("GET", f"/v1/sandboxes/{self.sid}/files/watch/{wid}?offset={10**9}")
+        self.assertError(r, 400, "bad_offset")
         self.end(wid)
         # An ended watch's stream ends with its exit.
         r = resume(self.w, self.sid, wid, last)

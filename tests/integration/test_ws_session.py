@@ -503,6 +503,8 @@ class TestWsSession(WarrenCase):
             st = await s.call("exec", cmd="sleep 1000", background=True)
             e = await s.call("watch", watch=st["pid"])
             self.assertEqual((e["type"], e["code"]), ("error", "watch_not_found"), e)
+            e = await s.call("watch", watch=wid, offset=10**9)
+            self.assertEqual((e["type"], e["code"]), ("error", "bad_offset"), e)
             e = await s.call("watch", path="rel")
             self.assertEqual((e["type"], e["code"]), ("error", "invalid_argument"), e)
             await s.call("signal", pid=st["pid"], signal="KILL")
