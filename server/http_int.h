@@ -152,6 +152,10 @@ struct pss {
     unsigned kl_lines;   /* lines passed on */
     uint32_t run_id;     /* the run's connector pid: the X-Warren-Run header (0: none) */
     unsigned kctl_stage; /* Jupyter interrupt/restart: 0 listing contexts, 1 acting */
+    /* A file watch's request (watch.c), and the watch an NDJSON answer names in its
+     * X-Warren-Watch header (0: none). */
+    struct watch_req *watch;
+    uint32_t watch_id;
 };
 
 struct http_server {
@@ -267,6 +271,17 @@ void code_run_read(struct pss *p, json_t *args);
 void code_req_end(struct pss *p);
 /* The client took what was queued (p->q_bytes is low again): read on. */
 void code_drained(struct pss *p);
+/* ---- watch.c: file watches (a route's handlers, and the request's end) ---- */
+void watch_start(struct pss *p, json_t *args);
+void watch_resume(struct pss *p, json_t *args);
+void watch_delete(struct pss *p, json_t *args);
+void watch_req_free(struct pss *p);
+/* What both doors share: is this process (an entry of sbx_proc_list) a watch; how many
+ * watches of a process list run; the sbx_exec body that starts one (NULL when out of
+ * memory). */
+bool watch_proc_is(json_t *proc);
+unsigned watch_running(json_t *list);
+json_t *watch_exec_body(const struct srv_config *cfg, const char *path, bool recursive);
 
 /* ---- auth.c: who may do what ---- */
 

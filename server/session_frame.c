@@ -29,6 +29,7 @@ static const char *const op_names[SF_OP__COUNT] = {
     [SF_OP_RUN_READ] = "run_read",
     [SF_OP_RUN_STOP] = "run_stop",
     [SF_OP_CONTEXTS] = "contexts",
+    [SF_OP_WATCH] = "watch",
 };
 
 const char *sf_op_name(enum sf_op op)

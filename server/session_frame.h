@@ -44,6 +44,7 @@ enum sf_op {
     SF_OP_RUN_READ,
     SF_OP_RUN_STOP,
     SF_OP_CONTEXTS,
+    SF_OP_WATCH,
     SF_OP__COUNT
 };
 
