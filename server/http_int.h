@@ -134,7 +134,12 @@ struct pss {
     /* HP_RESUMING: the args the request runs with once its sandbox is back. */
     json_t *held;
     const char *ctype; /* RESP_STATIC: its Content-Type (static string) */
-    char *location;    /* a Location header for the answer (malloc'd), or NULL */
+    /* E2B's control plane (e2b_api.h): its route (0: not an E2B request; its answers and
+     * errors then take E2B's shapes), connect's timeout, a list's next page token. */
+    unsigned e2b;
+    long long e2b_timeout;
+    char *xnext;    /* the x-next-token header (malloc'd), or NULL */
+    char *location; /* a Location header for the answer (malloc'd), or NULL */
 };
 
 struct http_server {
