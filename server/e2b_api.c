@@ -156,8 +156,9 @@ static int hexval(char c)
     return -1;
 }
 
-/* Form-decode s[0..n) into out (n + 1 bytes): '+' is a space. -1 on a bad escape. */
-static int form_decode(const char *s, size_t n, char *out)
+/* Form-decode s[0..n) into out (n + 1 bytes): '+' is a space (when form). -1 on a bad
+ * escape. */
+static int pct_decode(const char *s, size_t n, char *out, bool form)
 {
     size_t o = 0;
 
@@ -171,7 +172,7 @@ static int form_decode(const char *s, size_t n, char *out)
             out[o++] = (char)(h << 4 | l);
             i += 2;
         } else {
-            out[o++] = s[i] == '+' ? ' ' : s[i];
+            out[o++] = form && s[i] == '+' ? ' ' : s[i];
         }
     }
     out[o] = '\0';
@@ -179,6 +180,25 @@ static int form_decode(const char *s, size_t n, char *out)
 }
 
 #define META_FILTER_MAX 64 /* pairs in one metadata filter */
+
+/* One key or value of the filter. The JS SDK escapes each with encodeURIComponent
+ * before form-encoding the pairs, the Python SDK only form-encodes them: decode the
+ * form, then once more where that leaves a well-formed escape. */
+static int form_decode(const char *s, size_t n, char *out)
+{
+    char *again;
+    size_t len;
+
+    if (pct_decode(s, n, out, true))
+        return -1;
+    len = strlen(out);
+    if (!memchr(out, '%', len) || !(again = malloc(len + 1)))
+        return 0;
+    if (pct_decode(out, len, again, false) == 0)
+        memcpy(out, again, strlen(again) + 1);
+    free(again);
+    return 0;
+}
 
 int e2b_metadata_filter(const char *s, json_t **out)
 {
@@ -575,7 +595,7 @@ static void page(struct pss *p, json_t *items, json_t *args, const char *key)
         if (!*lim || *end || limit < 1 || limit > E2B_PAGE_MAX) {
             json_decref(out);
             json_decref(items);
-            fail(p, 400, "'limit' must be 1..100");
+            fail(p, 400, "'limit' must be 1..1000");
             return;
         }
     }

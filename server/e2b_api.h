@@ -30,7 +30,7 @@
  * 0.5.2 CloseStdin, 0.5.7 octet-stream uploads; 0.6.2 file metadata and later gates
  * are not served, so this is the lowest version whose gates are all served. */
 #define E2B_ENVD_VERSION "0.5.7"
-#define E2B_PAGE_MAX     100 /* most items of one list page (E2B's own cap) */
+#define E2B_PAGE_MAX     1000 /* most items of one list page (the Python SDK asks 1000) */
 #define E2B_PAGE_DEFAULT 100
 
 enum e2b_route {
