@@ -14,7 +14,8 @@
  * {"code": status, "message": ...}.
  *
  * The pure part (route matching, query values) is declared first and unit-
- * tested (tests/server/test_e2b.c); the handlers run on rest.c's struct pss.
+ * tested (e2b_wire.c, tests/server/test_e2b.c); the handlers (e2b_api.c) run on
+ * rest.c's struct pss.
  */
 #ifndef WARREN_E2B_API_H
 #define WARREN_E2B_API_H
