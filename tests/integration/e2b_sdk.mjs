@@ -100,6 +100,14 @@ async function main() {
   check('deleteSnapshot', deleted)
   check('deleteSnapshot unknown', (await Sandbox.deleteSnapshot(snap.snapshotId)) === false)
 
+  // fork: two children, each its own sandbox with the parent's metadata
+  const forks = await Sandbox.fork(a.sandboxId, { count: 2, timeoutMs: TIMEOUT_MS })
+  check('fork', forks.length === 2 && forks.every((f) => !(f instanceof Error) && f.sandboxId !== a.sandboxId) &&
+    forks[0].sandboxId !== forks[1].sandboxId, { forks: forks.map((f) => f.sandboxId || String(f)) })
+  const finfo = await Sandbox.getInfo(forks[0].sandboxId)
+  check('fork info', finfo.state === 'running' && finfo.metadata.suite === tag, { finfo })
+  for (const f of forks) await f.kill()
+
   // kill
   check('kill', (await Sandbox.kill(c.sandboxId)) === true)
   check('kill unknown', (await Sandbox.kill(c.sandboxId)) === false)

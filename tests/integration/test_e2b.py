@@ -149,9 +149,27 @@ class TestPythonShapes(E2BCase):
         end = self.e2b("GET", f"/sandboxes/{sid}").json()["endAt"]
         self.assertGreater(end, info["endAt"])
 
-        # pause; a second is a 409; connect brings it back
-        r = self.e2b("POST", f"/sandboxes/{sid}/pause", {})
-        self.assertEqual(r.status, 204, f"{r}\n{self.w.log_text()}")
+        # network: PUT replaces the policy; with networking off (this warrend) that is
+        # a 400 in E2B's shape, and the sandbox runs on
+        r = self.e2b("PUT", f"/sandboxes/{sid}/network",
+                     {"allowOut": ["example.com"], "allow_internet_access": True})
+        self.assertE2BError(r, 400)
+        self.assertE2BError(self.e2b("PUT", f"/sandboxes/{sid}/network", {"rules": [{"x": 1}]}),
+                            400)
+        self.assertE2BError(self.e2b("PUT", "/sandboxes/sb-nope/network", {}), 404)
+
+        # pause as the Python SDK sends it: a POST with no body and no length
+        sock = self.w.raw_request("POST", f"/sandboxes/{sid}/pause",
+                                  headers={"Authorization": "x", "X-API-KEY": self.e2b_key})
+        sock.settimeout(300)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = sock.recv(4096)
+            if not b:
+                break
+            head += b
+        sock.close()
+        self.assertTrue(head.startswith(b"HTTP/1.1 204"), f"{head!r}\n{self.w.log_text()}")
         self.assertEqual(self.e2b("GET", f"/sandboxes/{sid}").json()["state"], "paused")
         self.assertE2BError(self.e2b("POST", f"/sandboxes/{sid}/pause", {}), 409)
         r = self.e2b("GET", "/v2/sandboxes?state=paused")
@@ -262,7 +280,7 @@ class TestJsSdk(E2BCase):
         names = [c["check"] for c in checks]
         for want in ("create", "getInfo", "list paging", "list metadata filter",
                      "setTimeout", "pause", "connect resumes", "createSnapshot",
-                     "listSnapshots", "create from snapshot", "deleteSnapshot", "kill",
+                     "listSnapshots", "create from snapshot", "deleteSnapshot", "fork", "kill",
                      "kill unknown", "bad key", "done"):
             self.assertIn(want, names)
 
