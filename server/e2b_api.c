@@ -169,13 +169,14 @@ static json_t *rec_info(struct pss *p, json_t *rec, bool detail)
         return NULL;
     if (!json_is_string(end))
         end = started; /* paused: its TTL stands still; E2B has no "none" */
-    o = json_pack("{s:s, s:o, s:o, s:s, s:O, s:O, s:s, s:I, s:I, s:I, s:O, s:s}", "sandboxID", id,
+    o = json_pack("{s:s, s:o, s:o, s:s, s:O, s:O, s:s, s:I, s:I, s:I, s:o, s:s}", "sandboxID", id,
                   "templateID", template_name(p, tmpl, false), "alias",
                   template_name(p, tmpl, true), "clientID", "warren", "startedAt", started, "endAt",
                   end, "state", st, "cpuCount", json_integer_value(json_object_get(rec, "vcpus")),
                   "memoryMB", json_integer_value(json_object_get(rec, "memory_mb")), "diskSizeMB",
-                  (json_int_t)0, "metadata", json_is_object(meta) ? meta : json_object(),
-                  "envdVersion", E2B_ENVD_VERSION);
+                  (json_int_t)0, "metadata",
+                  json_is_object(meta) ? json_incref(meta) : json_object(), "envdVersion",
+                  E2B_ENVD_VERSION);
     if (o && detail)
         add_access(p, o, id);
     return o;

@@ -67,7 +67,8 @@ class TestKey(E2BCase):
         self.assertEqual(r.status, 200, r)
 
     def test_refused(self):
-        for k in ("e2b_00", "e2b_" + self.e2b_key[4:-1] + "0", self.w.key[:-1], ""):
+        flipped = self.e2b_key[:-1] + ("1" if self.e2b_key[-1] == "0" else "0")
+        for k in ("e2b_00", flipped, self.w.key[:-1], self.e2b_key.upper(), ""):
             self.assertE2BError(self.e2b("GET", "/v2/sandboxes", key=k), 401)
         r = self.w.request("GET", "/v2/sandboxes", auth=False)
         self.assertE2BError(r, 401)
@@ -85,6 +86,9 @@ class TestKey(E2BCase):
         self.assertE2BError(self.e2b("GET", "/sandboxes/bad%20id"), 404)
         self.assertE2BError(self.e2b("GET", "/v2/sandboxes?limit=0"), 400)
         self.assertE2BError(self.e2b("GET", "/v2/sandboxes?state=gone"), 400)
+        self.assertE2BError(self.e2b("GET", "/v2/sandboxes?metadata=%FF"), 400)
+        self.assertE2BError(self.e2b("GET", "/v2/sandboxes?metadata=k%3D%25FF"), 400)
+        self.assertE2BError(self.e2b("GET", "/v2/sandboxes?metadata=novalue"), 400)
         self.assertE2BError(self.e2b("POST", "/sandboxes", {"templateID": 7}), 400)
         self.assertE2BError(self.e2b("POST", "/sandboxes", {"templateID": "base", "bogus": 1}), 400)
         self.assertE2BError(self.e2b("POST", "/sandboxes", {"templateID": "base", "timeout": -1}),
