@@ -52,6 +52,61 @@ static void started(struct pss *p, int rc, const struct sbx_err *err)
         fail_sbx(p, err);
 }
 
+/* Every call into the sandbox core is one of these: the door's whole contract with it.
+ * p->sbx names the sandbox; the asynchronous ones report to e2b_done with p. */
+static int core_create(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_create(p->srv->t, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_delete(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_delete(p->srv->t, p->sbx, out, err);
+}
+
+/* *out set (no callback) when it was paused already. */
+static int core_pause(struct pss *p, json_t *body, json_t **out, struct sbx_err *err)
+{
+    return sbx_pause(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, out, err);
+}
+
+/* *out set (no callback) when it runs already. */
+static int core_resume(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_resume(p->srv->t, p->sbx, &e2b_sink, p, &p->op, out, err);
+}
+
+static int core_fork(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_fork(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_snapshot(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_snapshot(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_set_network(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_set_network(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_snap_get(struct pss *p, const char *id, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_get(p->srv->t, id, out, err);
+}
+
+static int core_snap_list(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_list(p->srv->t, out, err);
+}
+
+/* The snapshot p->sbx (DELETE /templates/{id} names a snapshot there). */
+static int core_snap_delete(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_delete(p->srv->t, p->sbx, out, err);
+}
+
 static int core_get(struct pss *p, const char *id, json_t **out, struct sbx_err *err)
 {
     return sbx_get(p->srv->t, id, out, err);
@@ -331,7 +386,7 @@ static void do_create(struct pss *p, json_t *body)
     k = tmpl ? json_string_value(tmpl) : "base";
     if ((warren_tmpl = template_of(p, k))) {
         json_object_set_new(w, "template", json_string(warren_tmpl));
-    } else if (sbx_snap_get(p->srv->t, k, &snap, &err) == 0) {
+    } else if (core_snap_get(p, k, &snap, &err) == 0) {
         /* A snapshot's id names it as a template, as E2B's snapshots do. */
         json_object_set_new(w, "snapshot_id", json_string(k));
     } else {
@@ -339,7 +394,7 @@ static void do_create(struct pss *p, json_t *body)
     }
     json_decref(snap);
     free(warren_tmpl);
-    started(p, sbx_create(p->srv->t, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_create(p, w, &err), &err);
     json_decref(w);
     return;
 oom:
@@ -539,7 +594,7 @@ static void do_kill(struct pss *p)
     if (!rec)
         return;
     json_decref(rec);
-    if (sbx_delete(p->srv->t, p->sbx, &out, &err)) {
+    if (core_delete(p, &out, &err)) {
         fail_sbx(p, &err);
         return;
     }
@@ -584,7 +639,7 @@ static void do_pause(struct pss *p)
         return;
     }
     b = json_object();
-    rc = sbx_pause(p->srv->t, p->sbx, b, &e2b_sink, p, &p->op, &out, &err);
+    rc = core_pause(p, b, &out, &err);
     json_decref(b);
     if (rc == 0 && out) {
         json_decref(out);
@@ -624,7 +679,7 @@ static void do_connect(struct pss *p, json_t *body, bool resume)
         return;
     }
     json_decref(rec);
-    rc = sbx_resume(p->srv->t, p->sbx, &e2b_sink, p, &p->op, &out, &err);
+    rc = core_resume(p, &out, &err);
     if (rc == 0 && out) {
         /* Back already (a resume raced this one). */
         if (p->e2b_timeout > 0)
@@ -653,7 +708,7 @@ static void do_fork(struct pss *p, json_t *body)
         json_object_set(w, "count", count);
     if (t > 0)
         json_object_set_new(w, "ttl_seconds", json_integer(t));
-    started(p, sbx_fork(p->srv->t, p->sbx, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_fork(p, w, &err), &err);
     json_decref(w);
 }
 
@@ -671,7 +726,7 @@ static void do_snapshot(struct pss *p, json_t *body)
     }
     w = json_is_string(name) ? json_pack("{s:{s:O}}", "metadata", SNAP_NAME_KEY, name)
                              : json_object();
-    started(p, sbx_snapshot(p->srv->t, p->sbx, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_snapshot(p, w, &err), &err);
     json_decref(w);
 }
 
@@ -694,7 +749,7 @@ static void do_snapshots(struct pss *p, json_t *args)
     struct sbx_err err;
     size_t i;
 
-    if (sbx_snap_list(p->srv->t, &all, &err)) {
+    if (core_snap_list(p, &all, &err)) {
         json_decref(items);
         fail_sbx(p, &err);
         return;
@@ -727,7 +782,7 @@ static void do_template_delete(struct pss *p)
     json_t *out = NULL;
     struct sbx_err err;
 
-    if (sbx_snap_delete(p->srv->t, p->sbx, &out, &err)) {
+    if (core_snap_delete(p, &out, &err)) {
         if (err.code == SBX_E_SNAPSHOT_NOT_FOUND) {
             fail(p, 404,
                  "template or snapshot not found (Warren's templates are "
@@ -764,7 +819,7 @@ static void do_network(struct pss *p, json_t *body)
     json_decref(rec);
     if (!w)
         w = json_pack("{s:b}", "internet", 1); /* PUT replaces: back to the default */
-    started(p, sbx_set_network(p->srv->t, p->sbx, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_set_network(p, w, &err), &err);
     json_decref(w);
 }
 
