@@ -6,6 +6,7 @@
  * core's records by the functions under "records"; a request that needs two
  * core calls (connect: resume, then the timeout) keeps its step in the pss
  * (p->e2b_timeout) and runs the second from the sink's done.
+ * strptime and timegm come with the build's _GNU_SOURCE.
  */
 #include "e2b_api.h"
 #include "cred.h"
@@ -649,6 +650,31 @@ static void do_pause(struct pss *p)
     started(p, rc, &err);
 }
 
+/* Seconds until the record's expires_at (0 when past), or -1 when it has none. */
+static long long remaining_s(json_t *rec)
+{
+    const char *s = json_string_value(json_object_get(rec, "expires_at"));
+    struct tm tm;
+    const char *end;
+    time_t t, now = time(NULL);
+
+    memset(&tm, 0, sizeof(tm));
+    if (!s || !(end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm)))
+        return -1;
+    t = timegm(&tm);
+    return t > now ? (long long)(t - now) : 0;
+}
+
+/* Connect's timeout: E2B only ever extends the TTL there. 0, or a core error. */
+static int extend_timeout(struct pss *p, json_t *rec, struct sbx_err *err)
+{
+    long long left = remaining_s(rec);
+
+    if (p->e2b_timeout <= 0 || (left >= 0 && left >= p->e2b_timeout))
+        return 0;
+    return core_set_timeout(p, p->e2b_timeout, err);
+}
+
 /* connect (and the older resume): bring a paused sandbox back, then its timeout. */
 static void do_connect(struct pss *p, json_t *body, bool resume)
 {
@@ -657,20 +683,19 @@ static void do_connect(struct pss *p, json_t *body, bool resume)
     struct sbx_err err;
     int rc;
 
-    p->e2b_timeout = -1;
+    /* An omitted timeout is E2B's default of 300 s. */
+    p->e2b_timeout = 300;
     if (seconds_field(p, body, "timeout", &p->e2b_timeout) || !(rec = live_record(p, &st)))
         return;
     if (strcmp(st, "paused") != 0) {
-        json_decref(rec);
         if (resume) {
+            json_decref(rec);
             fail(p, 409, "sandbox is already running");
             return;
         }
-        if (p->e2b_timeout > 0 && core_set_timeout(p, p->e2b_timeout, &err)) {
-            fail_sbx(p, &err);
-            return;
-        }
-        if (core_get(p, p->sbx, &rec, &err)) {
+        rc = extend_timeout(p, rec, &err);
+        json_decref(rec);
+        if (rc || core_get(p, p->sbx, &rec, &err)) {
             fail_sbx(p, &err);
             return;
         }
@@ -682,9 +707,10 @@ static void do_connect(struct pss *p, json_t *body, bool resume)
     rc = core_resume(p, &out, &err);
     if (rc == 0 && out) {
         /* Back already (a resume raced this one). */
-        if (p->e2b_timeout > 0)
-            core_set_timeout(p, p->e2b_timeout, &err);
-        answer(p, 200, rec_sandbox(p, out));
+        if (extend_timeout(p, out, &err))
+            fail_sbx(p, &err);
+        else
+            answer(p, 200, rec_sandbox(p, out));
         json_decref(out);
         return;
     }
@@ -917,7 +943,7 @@ static void e2b_done(void *user, const struct sbx_err *err, json_t *body)
         break;
     case E2B_R_CONNECT:
     case E2B_R_RESUME:
-        if (p->e2b_timeout > 0 && core_set_timeout(p, p->e2b_timeout, &e2)) {
+        if (extend_timeout(p, body, &e2)) {
             fail_sbx(p, &e2);
             break;
         }
