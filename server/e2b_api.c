@@ -33,8 +33,13 @@ static void fail_sbx(struct pss *p, const struct sbx_err *err)
 {
     int status = sbx_err_http_status(err->code);
 
-    if (err->code == SBX_E_GONE || err->code == SBX_E_DEAD || err->code == SBX_E_NOT_FOUND ||
-        err->code == SBX_E_SNAPSHOT_NOT_FOUND)
+    /* A sandbox that died while it was being made (a boot that failed) is the server's
+     * failure, not a sandbox the client named wrongly. */
+    if ((p->e2b == E2B_R_CREATE || p->e2b == E2B_R_FORK) &&
+        (err->code == SBX_E_GONE || err->code == SBX_E_DEAD))
+        status = 500;
+    else if (err->code == SBX_E_GONE || err->code == SBX_E_DEAD || err->code == SBX_E_NOT_FOUND ||
+             err->code == SBX_E_SNAPSHOT_NOT_FOUND)
         status = 404;
     answer(p, status, api_error_of(err));
 }
@@ -723,12 +728,19 @@ static void do_fork(struct pss *p, json_t *body)
     json_t *count = json_object_get(body, "count"), *w;
     struct sbx_err err;
 
+    const char *st;
+    json_t *rec;
+
     if (seconds_field(p, body, "timeout", &t))
         return;
     if (count && !json_is_integer(count)) {
         fail(p, 400, "'count' must be an integer");
         return;
     }
+    /* An unknown or ended parent is a 404 here; a fork that dies later is a 500. */
+    if (!(rec = live_record(p, &st)))
+        return;
+    json_decref(rec);
     w = json_object();
     if (count)
         json_object_set(w, "count", count);

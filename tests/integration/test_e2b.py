@@ -33,7 +33,9 @@ def npm_modules():
 
 
 class E2BCase(WarrenCase):
-    conf = {}
+    # Several sandboxes boot at once on a shared, loaded machine (TCG): give a boot
+    # time, so what is tested is the door, not the host's load.
+    conf = {"boot_timeout_seconds": "300"}
 
     @classmethod
     def setUpClass(cls):
@@ -83,6 +85,9 @@ class TestKey(E2BCase):
         self.assertE2BError(self.e2b("POST", "/sandboxes/sb-nope/timeout", {"timeout": 5}), 404)
         self.assertE2BError(self.e2b("POST", "/sandboxes/sb-nope/connect", {"timeout": 5}), 404)
         self.assertE2BError(self.e2b("DELETE", "/templates/snap-nope"), 404)
+        self.assertE2BError(self.e2b("POST", "/sandboxes/sb-nope/fork", {"count": 1}), 404)
+        self.assertE2BError(self.e2b("POST", "/sandboxes/sb-nope/snapshots", {}), 404)
+        self.assertE2BError(self.e2b("POST", "/sandboxes/sb-nope/pause", {}), 404)
         self.assertE2BError(self.e2b("GET", "/sandboxes/bad%20id"), 404)
         self.assertE2BError(self.e2b("GET", "/v2/sandboxes?limit=0"), 400)
         self.assertE2BError(self.e2b("GET", "/v2/sandboxes?state=gone"), 400)
@@ -201,6 +206,9 @@ class TestPythonShapes(E2BCase):
         self.assertEqual((r.status, r.json()), (200, []))
         self.assertE2BError(self.e2b("GET", "/sandboxes/sb-nope/metrics"), 404)
 
+        r = self.e2b("GET", f"/sandboxes/metrics?sandbox_ids={sid}")
+        self.assertEqual((r.status, r.json()), (200, {"sandboxes": {}}))
+
         # kill: 204, then 404; its tokens are of a sandbox that no longer lists
         r = self.e2b("DELETE", f"/sandboxes/{sid}")
         self.assertEqual(r.status, 204, r)
@@ -208,6 +216,18 @@ class TestPythonShapes(E2BCase):
         self.assertE2BError(self.e2b("GET", f"/sandboxes/{sid}"), 404)
         r = self.e2b("GET", "/v2/sandboxes")
         self.assertNotIn(sid, [x["sandboxID"] for x in r.json()])
+
+    def test_template_alias(self):
+        # code-interpreter-v1 is Warren's code-interpreter template (e2b_templates): made
+        # from it where that image is built, else refused naming Warren's template
+        r = self.e2b("POST", "/sandboxes", {"templateID": "code-interpreter-v1", "timeout": 600})
+        if r.status == 201:
+            self.assertEqual(r.json()["templateID"], "code-interpreter")
+            self.assertEqual(r.json()["alias"], "code-interpreter-v1")
+            self.assertEqual(self.e2b("DELETE", f"/sandboxes/{r.json()['sandboxID']}").status, 204)
+        else:
+            self.assertIn(r.status, (400, 404), r)
+            self.assertIn("'code-interpreter'", r.json()["message"])
 
     def test_paging_and_snapshots(self):
         ids = sorted(self.create(metadata={"suite": "page"})["sandboxID"] for _ in range(3))
