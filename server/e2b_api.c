@@ -315,8 +315,10 @@ static int network_of(struct pss *p, json_t *body, json_t *net, json_t **out)
     if (!json_is_false(inet) && !json_array_size(allow) && !json_array_size(deny))
         return 0;
     *out = json_object();
-    if (!*out)
+    if (!*out) {
+        fail(p, 500, "out of memory");
         return -1;
+    }
     if (inet)
         json_object_set(*out, "internet", inet);
     if (json_array_size(allow))
