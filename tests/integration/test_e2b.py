@@ -191,12 +191,12 @@ class TestPythonShapes(E2BCase):
         self.assertEqual(self.e2b("GET", f"/sandboxes/{sid}").json()["state"], "running")
         # the guest kept its state across (an exec through Warren's own API)
         self.assertEqual(self.w.run(sid, "echo $FOO")["stdout"], "bar\n")
-        # connect only extends: 60 s leaves the TTL alone, 7200 s moves it
+        # connect only extends: 60 s leaves the TTL (about 2 h) alone, 3 h moves it
         end = self.e2b("GET", f"/sandboxes/{sid}").json()["endAt"]
         r = self.e2b("POST", f"/sandboxes/{sid}/connect", {"timeout": 60})
         self.assertEqual(r.status, 200, r)
         self.assertEqual(self.e2b("GET", f"/sandboxes/{sid}").json()["endAt"], end)
-        r = self.e2b("POST", f"/sandboxes/{sid}/connect", {"timeout": 7200})
+        r = self.e2b("POST", f"/sandboxes/{sid}/connect", {"timeout": 3 * 3600})
         self.assertEqual(r.status, 200, r)
         self.assertGreater(self.e2b("GET", f"/sandboxes/{sid}").json()["endAt"], end)
         self.assertE2BError(self.e2b("POST", f"/sandboxes/{sid}/resume", {"timeout": 60}), 409)
