@@ -4,7 +4,7 @@
  * One table names every option, where it lives in struct srv_config, and
  * its default written exactly as in conf/warren.conf. cfg_defaults() feeds
  * that table through cfg_set(), so the defaults and the file share one
- * parser; tests/server/test_config.c checks the shipped file equals them.
+ * parser; tests/core/test_config.c checks the shipped file equals them.
  */
 #include "config.h"
 

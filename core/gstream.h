@@ -12,7 +12,7 @@
  *
  * Pure: no I/O, no allocation, no loop. ops.c keeps one struct gstream per
  * op and turns a refusal into a protocol violation (sbx_violation). Tested
- * by tests/server/test_gstream.c and fuzzed with whole frame sequences by
+ * by tests/core/test_gstream.c and fuzzed with whole frame sequences by
  * tests/fuzz/fuzz_gstream.c. The caller owns the struct.
  */
 #ifndef WARREN_GSTREAM_H

@@ -123,12 +123,13 @@ void ops_free(struct op *op)
         proto_buf_free(&op->u.exec.out[0]);
         proto_buf_free(&op->u.exec.out[1]);
     } else if (op->kind == OP_FOP) {
-        json_decref(op->u.fop.entries);
+        free(op->u.fop.entries);
+        proto_buf_free(&op->u.fop.bytes);
     }
     free(op);
 }
 
-void ops_finish(struct op *op, const struct sbx_err *err, json_t *body)
+void ops_finish(struct op *op, const struct sbx_err *err, const struct sbx_result *res)
 {
     /* Unlink before calling out: the callee may start new ops on this sandbox. */
     struct sbx_sink sink = op->sink;
@@ -138,9 +139,24 @@ void ops_finish(struct op *op, const struct sbx_err *err, json_t *body)
     sbx_touch(op->sb);
     ops_free(op);
     if (!cancelled)
-        sink.done(user, err, body);
-    else
-        json_decref(body);
+        sink.done(user, err, res);
+}
+
+void ops_finish_sandbox(struct op *op, const struct sandbox *sb)
+{
+    struct sbx_rec rec;
+    struct sbx_result res = {.kind = SBX_RES_SANDBOX, .u.sandbox = &rec};
+
+    sbx_rec_of(sb, &rec);
+    ops_finish(op, NULL, &res);
+}
+
+void ops_finish_json(struct op *op, json_t *o)
+{
+    struct sbx_result res = {.kind = SBX_RES_JSON, .u.json = o};
+
+    ops_finish(op, NULL, &res);
+    json_decref(o);
 }
 
 struct op *ops_by_stream(struct sandbox *sb, uint32_t stream)
@@ -258,66 +274,43 @@ static void guest_error(struct op *op, const struct proto_frame *f)
              proto_has(f, PK_MSG) ? f->v[PK_MSG].s.p : "");
 }
 
-/* ---- JSON values ---- */
+/* ---- file records ---- */
 
-/* Text when the bytes are UTF-8; else base64 under key_b64. */
-static void set_bytes(json_t *o, const char *key, const char *key_b64, const uint8_t *p, size_t n)
+/* A stat record from the guest (a frame); strings point into it. */
+static void stat_rec(const struct proto_frame *f, struct sbx_stat_rec *r)
 {
-    /* NULL when not valid UTF-8 (p is NULL when nothing was buffered) */
-    json_t *s = json_stringn(n ? (const char *)p : "", n);
-    size_t olen = 0;
-    unsigned char *b64;
-
-    if (s) {
-        json_object_set_new(o, key, s);
-        return;
-    }
-    mbedtls_base64_encode(NULL, 0, &olen, p, n);
-    b64 = malloc(olen + 1);
-    if (b64 && mbedtls_base64_encode(b64, olen + 1, &olen, p, n) == 0)
-        json_object_set_new(o, key_b64, json_stringn((const char *)b64, olen));
-    free(b64);
-}
-
-static json_t *iso(int64_t s)
-{
-    char buf[32];
-
-    /* The guest's mtime: INT64_MAX once made gmtime_r fail and strftime leave buf
-     * unterminated. util_iso_time clamps and always terminates. */
-    util_iso_time(s, -1, buf, sizeof(buf));
-    return json_string(buf);
-}
-
-static json_t *mode_str(uint64_t mode)
-{
-    char buf[16];
-    snprintf(buf, sizeof(buf), "%04o", (unsigned)(mode & 07777));
-    return json_string(buf);
-}
-
-/* A stat record from the guest (a frame or one list entry) as JSON. */
-static json_t *stat_json(const struct proto_frame *f)
-{
-    json_t *o = json_object();
-
+    memset(r, 0, sizeof(*r));
     if (proto_has(f, PK_NAME))
-        json_object_set_new(o, "name", json_stringn(f->v[PK_NAME].s.p, f->v[PK_NAME].s.len));
+        r->name = (struct sbx_str){f->v[PK_NAME].s.p, f->v[PK_NAME].s.len};
     if (proto_has(f, PK_PATH))
-        json_object_set_new(o, "path", json_stringn(f->v[PK_PATH].s.p, f->v[PK_PATH].s.len));
+        r->path = (struct sbx_str){f->v[PK_PATH].s.p, f->v[PK_PATH].s.len};
     if (proto_has(f, PK_TYPE))
-        json_object_set_new(o, "type", json_stringn(f->v[PK_TYPE].s.p, f->v[PK_TYPE].s.len));
-    if (proto_has(f, PK_SIZE))
-        json_object_set_new(o, "size", json_integer((json_int_t)f->v[PK_SIZE].u));
-    if (proto_has(f, PK_MODE))
-        json_object_set_new(o, "mode", mode_str(f->v[PK_MODE].u));
-    if (proto_has(f, PK_MTIME))
-        json_object_set_new(o, "mtime", iso(f->v[PK_MTIME].i));
-    return o;
+        r->type = (struct sbx_str){f->v[PK_TYPE].s.p, f->v[PK_TYPE].s.len};
+    r->has_size = proto_has(f, PK_SIZE);
+    r->size = f->v[PK_SIZE].u;
+    r->has_mode = proto_has(f, PK_MODE);
+    r->mode = f->v[PK_MODE].u;
+    r->has_mtime = proto_has(f, PK_MTIME);
+    r->mtime = f->v[PK_MTIME].i;
+}
+
+/* A string of a list entry kept in the op's bytes: its offset there (the buffer moves as
+ * it grows, so pointers are made only at the end). */
+static struct sbx_str keep_str(struct op *op, struct sbx_str s)
+{
+    struct sbx_str at = {NULL, 0};
+
+    if (!s.p)
+        return at;
+    at.p = (const char *)(uintptr_t)(op->u.fop.bytes.len + 1); /* 0 stays "absent" */
+    at.n = s.n;
+    if (s.n && proto_buf_append(&op->u.fop.bytes, s.p, s.n) != 0)
+        at.n = 0;
+    return at;
 }
 
 /* A list entry is a msgpack map with the stat keys; values of the wrong type are skipped. */
-static json_t *entry_json(const msgpack_object *m)
+static void entry_rec(const msgpack_object *m, struct sbx_stat_rec *r)
 {
     static const struct {
         const char *name;
@@ -328,7 +321,7 @@ static json_t *entry_json(const msgpack_object *m)
     struct proto_frame f;
 
     memset(&f, 0, sizeof(f));
-    for (uint32_t i = 0; i < m->via.map.size; i++) {
+    for (uint32_t i = 0; m->type == MSGPACK_OBJECT_MAP && i < m->via.map.size; i++) {
         const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
         if (k->type != MSGPACK_OBJECT_STR)
             continue;
@@ -348,7 +341,7 @@ static json_t *entry_json(const msgpack_object *m)
             f.have |= 1ull << fields[j].key;
         }
     }
-    return stat_json(&f);
+    stat_rec(&f, r);
 }
 
 /* What one list entry counts against list_max_bytes: its strings, plus 128 for the rest
@@ -371,7 +364,9 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
 {
     int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;
     int64_t sig = proto_has(f, PK_SIG) ? f->v[PK_SIG].i : 0;
-    json_t *o;
+    struct sbx_exec_rec x = {0};
+    struct sbx_result res = {.kind = SBX_RES_EXEC, .u.exec = &x};
+    struct proto_buf out[2];
 
     /* 0 is "no signal"; anything but a real signal number is a lie (128 + 2^63 once
      * overflowed). */
@@ -379,23 +374,24 @@ static void exec_exit(struct op *op, const struct proto_frame *f)
         sbx_violation(op->sb, "EXIT on stream %u with signal %" PRId64, op->stream, sig);
         return;
     }
-    o = json_object();
-
-    if (op->u.exec.stream_mode)
-        json_object_set_new(o, "type", json_string("exit"));
+    x.streamed = op->u.exec.stream_mode;
     /* Like a shell: a process killed by signal N exits with 128 + N. */
-    json_object_set_new(o, "exit_code", json_integer(sig > 0 ? 128 + sig : code));
-    json_object_set_new(o, "signal", sig > 0 ? json_integer(sig) : json_null());
-    json_object_set_new(o, "timed_out",
-                        json_boolean(proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b));
-    json_object_set_new(o, "duration_ms", json_integer(sbx_now_ms() - op->started_ms));
-    if (!op->u.exec.stream_mode) {
-        set_bytes(o, "stdout", "stdout_b64", op->u.exec.out[0].p, op->u.exec.out[0].len);
-        set_bytes(o, "stderr", "stderr_b64", op->u.exec.out[1].p, op->u.exec.out[1].len);
-        if (op->u.exec.truncated[0] || op->u.exec.truncated[1])
-            json_object_set_new(o, "truncated", json_true());
-    }
-    ops_finish(op, NULL, o);
+    x.exit_code = sig > 0 ? 128 + sig : code;
+    x.signal = sig > 0 ? sig : 0;
+    x.timed_out = proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b;
+    x.has_duration = true;
+    x.duration_ms = sbx_now_ms() - op->started_ms;
+    x.buffered = !op->u.exec.stream_mode;
+    x.truncated = op->u.exec.truncated[0] || op->u.exec.truncated[1];
+    /* The output outlives the op (freed by ops_finish) until the answer is made. */
+    out[0] = op->u.exec.out[0];
+    out[1] = op->u.exec.out[1];
+    memset(op->u.exec.out, 0, sizeof(op->u.exec.out));
+    for (int i = 0; i < 2; i++)
+        x.out[i] = (struct sbx_str){out[i].len ? (const char *)out[i].p : "", out[i].len};
+    ops_finish(op, NULL, &res);
+    proto_buf_free(&out[0]);
+    proto_buf_free(&out[1]);
 }
 
 /* Count data the guest sent on op's stream; false (and the op is gone) if it broke the rules. */
@@ -439,46 +435,95 @@ static void exec_out(struct op *op, const struct proto_frame *f)
     }
 }
 
+/* A kept string's offset back into a pointer into the op's bytes. */
+static void fix_str(const struct op *op, struct sbx_str *s)
+{
+    if (s->p)
+        s->p = op->u.fop.bytes.p ? (const char *)op->u.fop.bytes.p + ((uintptr_t)s->p - 1) : "";
+}
+
 static void fop_result(struct op *op, const struct proto_frame *f)
 {
-    json_t *o;
+    struct sbx_result res = {.kind = SBX_RES_PATH};
+    struct sbx_stat_rec st;
 
     if (op->u.fop.type == PROTO_STAT) {
-        ops_finish(op, NULL, stat_json(f));
+        stat_rec(f, &st);
+        res.kind = SBX_RES_STAT;
+        res.u.stat = &st;
+        ops_finish(op, NULL, &res);
         return;
     }
     if (op->u.fop.type == PROTO_LIST) {
         const struct srv_config *cfg = op->sb->t->cfg;
         bool truncated = false;
+        struct sbx_stat_rec *entries;
+        struct proto_buf bytes;
+        char path[4096];
+        size_t n;
 
-        if (!op->u.fop.entries)
-            op->u.fop.entries = json_array();
         if (proto_has(f, PK_ENTRIES)) {
             const msgpack_object_array *a = f->v[PK_ENTRIES].arr;
             for (uint32_t i = 0; i < a->size && !truncated; i++) {
                 size_t cost = list_entry_cost(&a->ptr[i]);
+                struct sbx_stat_rec *e;
                 /* A listing is held whole until its last frame: bounded in entries and
                  * bytes, or one 256 KiB frame of empty entries became ~65 MiB of JSON. */
-                if (json_array_size(op->u.fop.entries) >= cfg->list_max_entries ||
+                if (op->u.fop.n >= cfg->list_max_entries ||
                     cost > cfg->list_max_bytes - op->u.fop.list_bytes) {
                     truncated = true;
                     break;
                 }
+                if (op->u.fop.n == op->u.fop.cap) {
+                    size_t cap = op->u.fop.cap ? op->u.fop.cap * 2 : 64;
+                    struct sbx_stat_rec *m = realloc(op->u.fop.entries, cap * sizeof(*m));
+                    if (!m) {
+                        ops_fail(op, SBX_E_INTERNAL, "out of memory");
+                        return;
+                    }
+                    op->u.fop.entries = m;
+                    op->u.fop.cap = cap;
+                }
                 op->u.fop.list_bytes += cost;
-                json_array_append_new(op->u.fop.entries, entry_json(&a->ptr[i]));
+                e = &op->u.fop.entries[op->u.fop.n++];
+                entry_rec(&a->ptr[i], e);
+                e->name = keep_str(op, e->name);
+                e->path = keep_str(op, e->path);
+                e->type = keep_str(op, e->type);
             }
         }
         if (!truncated && proto_has(f, PK_EOF) && !f->v[PK_EOF].b)
             return;
         /* Cut short: answered now; the guest's later frames for the stream are dropped
          * like any late frame of a finished op. */
-        o = json_pack("{s:s,s:O}", "path", op->u.fop.path, "entries", op->u.fop.entries);
-        if (truncated)
-            json_object_set_new(o, "truncated", json_true());
-        ops_finish(op, NULL, o);
+        for (size_t i = 0; i < op->u.fop.n; i++) {
+            fix_str(op, &op->u.fop.entries[i].name);
+            fix_str(op, &op->u.fop.entries[i].path);
+            fix_str(op, &op->u.fop.entries[i].type);
+        }
+        /* The listing outlives the op (freed by ops_finish) until the answer is made. */
+        entries = op->u.fop.entries;
+        n = op->u.fop.n;
+        bytes = op->u.fop.bytes;
+        op->u.fop.entries = NULL;
+        memset(&op->u.fop.bytes, 0, sizeof(bytes));
+        snprintf(path, sizeof(path), "%s", op->u.fop.path);
+        res.kind = SBX_RES_LISTING;
+        res.u.listing.path = path;
+        res.u.listing.entries = entries;
+        res.u.listing.n = n;
+        res.u.listing.truncated = truncated;
+        ops_finish(op, NULL, &res);
+        free(entries);
+        proto_buf_free(&bytes);
         return;
     }
-    ops_finish(op, NULL, json_pack("{s:s}", "path", op->u.fop.path));
+    {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s", op->u.fop.path);
+        res.u.file.path = path;
+        ops_finish(op, NULL, &res);
+    }
 }
 
 void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
@@ -533,9 +578,12 @@ void ops_frame(struct sandbox *sb, struct op *op, const struct proto_frame *f)
                 op->sink.writable(op->user);
             }
         } else if (f->type == PROTO_RESULT) {
-            ops_finish(op, NULL,
-                       json_pack("{s:s,s:I}", "path", op->u.file.path, "size",
-                                 (json_int_t)(proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0)));
+            char path[4096];
+            struct sbx_result res = {.kind = SBX_RES_WRITTEN};
+            snprintf(path, sizeof(path), "%s", op->u.file.path);
+            res.u.file.path = path;
+            res.u.file.size = proto_has(f, PK_SIZE) ? f->v[PK_SIZE].u : 0;
+            ops_finish(op, NULL, &res);
         }
         break;
     case OP_FOP:
@@ -566,212 +614,173 @@ static int check_path(const char *path, struct sbx_err *err)
     return 0;
 }
 
-static void pack_str_map(msgpack_packer *pk, json_t *a, json_t *b)
+/* The fields that make an exec a process of the sandbox: background, tag, pty. Every
+ * door's exec comes through here, so these rules are written once. */
+static int exec_validate_bg(const struct sbx_exec_req *r, struct sbx_err *err)
 {
-    const char *k;
-    json_t *v;
-    size_t n = json_object_size(a);
+    bool is_bg = r->background == 1 || r->pty;
 
-    json_object_foreach(b, k, v)
-    {
-        if (!json_object_get(a, k))
-            n++;
-    }
-    msgpack_pack_map(pk, n);
-    /* b (the exec's own env) wins over a (the sandbox's env). */
-    json_object_foreach(a, k, v)
-    {
-        json_t *over = json_object_get(b, k);
-        const char *s = json_string_value(over ? over : v);
-        msgpack_pack_str_with_body(pk, k, strlen(k));
-        msgpack_pack_str_with_body(pk, s, strlen(s));
-    }
-    json_object_foreach(b, k, v)
-    {
-        if (json_object_get(a, k))
-            continue;
-        msgpack_pack_str_with_body(pk, k, strlen(k));
-        msgpack_pack_str_with_body(pk, json_string_value(v), strlen(json_string_value(v)));
-    }
-}
-
-/* The fields that make an exec a process of the sandbox: background, tag, pty. */
-static int exec_validate_bg(json_t *body, struct sbx_err *err)
-{
-    json_t *bg = json_object_get(body, "background"), *tag = json_object_get(body, "tag");
-    json_t *pty = json_object_get(body, "pty"), *in = json_object_get(body, "stdin");
-    bool is_bg = json_is_true(bg) || (pty && !json_is_null(pty));
-
-    if (bg && !json_is_boolean(bg) && !json_is_null(bg))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "background must be true or false");
-    if (tag && !json_is_null(tag) &&
-        (!json_is_string(tag) || json_string_length(tag) > PROCS_TAG_MAX))
+    if (r->tag.p && r->tag.n > SBX_TAG_MAX)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "tag must be a string of at most %d bytes",
-                           PROCS_TAG_MAX);
-    if (tag && !json_is_null(tag) && !is_bg)
+                           SBX_TAG_MAX);
+    if (r->tag.p && !is_bg)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "tag names a background process: give background or pty too");
-    if (pty && !json_is_null(pty)) {
-        static const char *const fields[] = {"cols", "rows", NULL};
-        json_t *c = json_object_get(pty, "cols"), *r = json_object_get(pty, "rows");
-        int st;
-
-        if (!json_is_object(pty))
-            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                               "pty must be an object {\"cols\": C, \"rows\": R}");
-        if ((st = sbx_check_fields(pty, fields, err)))
-            return st;
-        if (!json_is_integer(c) || !json_is_integer(r) || json_integer_value(c) < 1 ||
-            json_integer_value(r) < 1 || json_integer_value(c) > PROCS_SIZE_MAX ||
-            json_integer_value(r) > PROCS_SIZE_MAX)
+    if (r->pty) {
+        if (r->cols < 1 || r->rows < 1 || r->cols > PROCS_SIZE_MAX || r->rows > PROCS_SIZE_MAX)
             return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "pty cols and rows must be 1..%d",
                                PROCS_SIZE_MAX);
-        if (json_is_false(bg))
+        if (r->background == 0)
             return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "a pty always runs in the background");
     }
-    if (is_bg && in && !json_is_null(in))
+    if (is_bg && r->stdin_data.p)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "stdin is sent to a background process later, with "
                            "POST .../processes/{pid}/stdin");
     return 0;
 }
 
-static int exec_validate(json_t *body, struct sbx_err *err)
+static int exec_validate(const struct sbx_exec_req *r, struct sbx_err *err)
 {
-    static const char *const fields[] = {
-        "cmd",        "argv", "cwd", "env", "user", "stdin", "timeout_seconds",
-        "background", "tag",  "pty", NULL};
-    json_t *v, *cmd = json_object_get(body, "cmd"), *argv = json_object_get(body, "argv");
-    json_t *pty = json_object_get(body, "pty");
-    size_t i;
     int status;
 
-    if ((status = sbx_check_fields(body, fields, err)))
+    if ((status = exec_validate_bg(r, err)))
         return status;
-    if ((status = exec_validate_bg(body, err)))
-        return status;
-    if (cmd && argv) {
+    if ((r->cmd.p && r->argv) || (!r->cmd.p && !r->argv && !r->pty)) {
+        /* a PTY without either runs a login shell */
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "give exactly one of cmd (string) or argv (array)");
     }
-    if (!cmd && !argv && !(pty && !json_is_null(pty))) { /* a PTY runs a login shell */
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                           "give exactly one of cmd (string) or argv (array)");
-    }
-    if (cmd && (!json_is_string(cmd) || json_string_length(cmd) == 0)) {
+    if (r->cmd.p && r->cmd.n == 0) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "cmd must be a non-empty string");
     }
-    if (argv) {
-        if (!json_is_array(argv) || json_array_size(argv) == 0) {
-            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                               "argv must be a non-empty array of strings");
-        }
-        json_array_foreach(argv, i, v)
-        {
-            if (!json_is_string(v)) {
-                return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "argv must hold strings only");
-            }
-        }
+    if (r->argv && r->argc == 0) {
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "argv must be a non-empty array of strings");
     }
-    v = json_object_get(body, "cwd");
-    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_value(v)[0] != '/')) {
+    for (size_t i = 0; r->argv && i < r->argc; i++)
+        if (!r->argv[i].p)
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "argv must hold strings only");
+    if (r->cwd && r->cwd[0] != '/') {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "cwd must be an absolute path");
     }
-    v = json_object_get(body, "user");
-    if (v && !json_is_null(v) &&
-        (!json_is_string(v) ||
-         (strcmp(json_string_value(v), "root") && strcmp(json_string_value(v), "user")))) {
+    if (r->user && strcmp(r->user, "root") && strcmp(r->user, "user")) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "user must be \"root\" or \"user\"");
     }
-    v = json_object_get(body, "stdin");
-    if (v && !json_is_null(v) && (!json_is_string(v) || json_string_length(v) > PROTO_WINDOW)) {
+    if (r->stdin_data.p && r->stdin_data.n > PROTO_WINDOW) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "stdin must be a string of at most %d bytes", PROTO_WINDOW);
     }
-    v = json_object_get(body, "timeout_seconds");
-    if (v && !json_is_null(v) &&
-        (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 86400)) {
+    if (r->has_timeout && !(r->timeout_s > 0 && r->timeout_s <= 86400)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "timeout_seconds must be a number in (0, 86400]");
     }
+    for (size_t i = 0; i < r->nenv; i++)
+        if (!r->env[i].key || !r->env[i].val.p)
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "env must be an object of strings");
     return 0;
 }
 
-int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
+/* Whether kv[i]'s key comes again later in kv: then that later value is the one (as in
+ * a JSON object, whose last value of a key wins). */
+static bool kv_shadowed(const struct sbx_kv *kv, size_t n, size_t i)
+{
+    for (size_t j = i + 1; j < n; j++)
+        if (strcmp(kv[i].key, kv[j].key) == 0)
+            return true;
+    return false;
+}
+
+/* The sandbox's env a with the exec's kv over it, as one msgpack map. A value stops at
+ * its first NUL byte, as the guest's environment would cut it. */
+static void pack_env(msgpack_packer *pk, json_t *a, const struct sbx_kv *kv, size_t n)
+{
+    const char *k;
+    json_t *v;
+    size_t count = json_object_size(a);
+
+    for (size_t i = 0; i < n; i++)
+        if (!kv_shadowed(kv, n, i) && !json_object_get(a, kv[i].key))
+            count++;
+    msgpack_pack_map(pk, count);
+    json_object_foreach(a, k, v)
+    {
+        const char *s = json_string_value(v);
+        size_t len = strlen(s);
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(kv[i].key, k) == 0) {
+                s = kv[i].val.p;
+                len = strnlen(kv[i].val.p, kv[i].val.n);
+            }
+        msgpack_pack_str_with_body(pk, k, strlen(k));
+        msgpack_pack_str_with_body(pk, s, len);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (kv_shadowed(kv, n, i) || json_object_get(a, kv[i].key))
+            continue;
+        msgpack_pack_str_with_body(pk, kv[i].key, strlen(kv[i].key));
+        msgpack_pack_str_with_body(pk, kv[i].val.p, strnlen(kv[i].val.p, kv[i].val.n));
+    }
+}
+
+int sbx_exec(struct sbx_table *t, const char *id, const struct sbx_exec_req *r, bool stream,
              const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     struct sandbox *sb;
     struct op *op;
     struct proto_enc e;
     struct proto_buf *tx;
-    json_t *argv, *cwd, *as_user, *in, *tmo, *pty, *tag, *env = NULL;
-    bool bg;
+    char tag[SBX_TAG_MAX + 1];
+    bool bg = r->background == 1 || r->pty;
     uint32_t nkeys = 5; /* t, id, argv|cmd, env, user */
     int status;
 
-    if ((status = sbx_usable(t, id, &sb, err)) || (status = exec_validate(body, err)))
+    if ((status = sbx_usable(t, id, &sb, err)) || (status = exec_validate(r, err)))
         return status;
-    if ((status = sbx_json_str_map(body, "env", &env, err)))
-        return status;
-    argv = json_object_get(body, "argv");
-    cwd = json_object_get(body, "cwd");
-    as_user = json_object_get(body, "user");
-    in = json_object_get(body, "stdin");
-    tmo = json_object_get(body, "timeout_seconds");
-    pty = json_object_get(body, "pty");
-    tag = json_object_get(body, "tag");
-    bg = json_is_true(json_object_get(body, "background")) || json_is_object(pty);
-    nkeys += json_is_string(cwd) + (json_is_number(tmo) ? 1 : 0) + 1 /* stdin flag */;
-    nkeys += (bg ? 1 : 0) + (json_is_string(tag) ? 1 : 0) + (json_is_object(pty) ? 2 : 0);
-    if (!argv && !json_object_get(body, "cmd"))
+    nkeys += (r->cwd ? 1 : 0) + (r->has_timeout ? 1 : 0) + 1 /* stdin flag */;
+    nkeys += (bg ? 1 : 0) + (r->tag.p ? 1 : 0) + (r->pty ? 2 : 0);
+    if (!r->argv && !r->cmd.p)
         nkeys--; /* a PTY's login shell */
 
-    if ((status = ops_quota(sb, err))) {
-        json_decref(env);
+    if ((status = ops_quota(sb, err)))
         return status;
-    }
-    /* The tag's length was checked by exec_validate_bg (at most PROCS_TAG_MAX). */
-    op = ops_new_str(sb, OP_EXEC, sink, user, json_is_string(tag) ? json_string_value(tag) : NULL);
-    if (!op) {
-        json_decref(env);
+    /* The tag's length was checked by exec_validate_bg (at most SBX_TAG_MAX); op->str
+     * keeps it up to a NUL it may hold, as the answer shows it. */
+    if (r->tag.p)
+        snprintf(tag, sizeof(tag), "%.*s", (int)r->tag.n, r->tag.p);
+    op = ops_new_str(sb, OP_EXEC, sink, user, r->tag.p ? tag : NULL);
+    if (!op)
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    }
     op->u.exec.stream_mode = stream && !bg;
     op->u.exec.bg = bg;
     if (op->str[0]) /* an empty tag is no tag, as the answer shows it */
         op->u.exec.tag = op->str;
     tx = chan_tx(sb->ch);
     proto_enc_begin(&e, tx, PROTO_EXEC, op->stream, nkeys);
-    if (argv) {
-        size_t i;
-        json_t *a;
+    if (r->argv) {
         proto_enc_key(&e, PK_ARGV);
-        msgpack_pack_array(&e.pk, json_array_size(argv));
-        json_array_foreach(argv, i, a)
-        {
-            msgpack_pack_str_with_body(&e.pk, json_string_value(a), json_string_length(a));
-        }
-    } else if (json_object_get(body, "cmd")) {
-        const char *c = json_string_value(json_object_get(body, "cmd"));
-        proto_put_str(&e, PK_CMD, c, strlen(c));
+        msgpack_pack_array(&e.pk, r->argc);
+        for (size_t i = 0; i < r->argc; i++)
+            msgpack_pack_str_with_body(&e.pk, r->argv[i].p, r->argv[i].n);
+    } else if (r->cmd.p) {
+        proto_put_str(&e, PK_CMD, r->cmd.p, strnlen(r->cmd.p, r->cmd.n));
     }
     if (bg)
         proto_put_b(&e, PK_BG, true);
-    if (json_is_string(tag))
-        proto_put_str(&e, PK_TAG, json_string_value(tag), json_string_length(tag));
-    if (json_is_object(pty)) {
-        proto_put_u(&e, PK_COLS, (uint64_t)json_integer_value(json_object_get(pty, "cols")));
-        proto_put_u(&e, PK_ROWS, (uint64_t)json_integer_value(json_object_get(pty, "rows")));
+    if (r->tag.p)
+        proto_put_str(&e, PK_TAG, r->tag.p, r->tag.n);
+    if (r->pty) {
+        proto_put_u(&e, PK_COLS, (uint64_t)r->cols);
+        proto_put_u(&e, PK_ROWS, (uint64_t)r->rows);
     }
     proto_enc_key(&e, PK_ENV);
-    pack_str_map(&e.pk, sb->env, env);
-    proto_put_cstr(&e, PK_USER, json_is_string(as_user) ? json_string_value(as_user) : "root");
-    if (json_is_string(cwd))
-        proto_put_cstr(&e, PK_CWD, json_string_value(cwd));
-    if (json_is_number(tmo))
-        proto_put_u(&e, PK_TIMEOUT, (uint64_t)(json_number_value(tmo) * 1000.0));
-    proto_put_b(&e, PK_STDIN, json_is_string(in));
-    json_decref(env);
+    pack_env(&e.pk, sb->env, r->env, r->nenv);
+    proto_put_cstr(&e, PK_USER, r->user ? r->user : "root");
+    if (r->cwd)
+        proto_put_cstr(&e, PK_CWD, r->cwd);
+    if (r->has_timeout)
+        proto_put_u(&e, PK_TIMEOUT, (uint64_t)(r->timeout_s * 1000.0));
+    proto_put_b(&e, PK_STDIN, r->stdin_data.p != NULL);
     if (proto_enc_end(&e) != 0) {
         ops_free(op);
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
@@ -779,9 +788,9 @@ int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
                            "large (max %d bytes)",
                            PROTO_MAX_FRAME);
     }
-    if (json_is_string(in)) {
-        const char *p = json_string_value(in);
-        size_t n = json_string_length(in), off = 0;
+    if (r->stdin_data.p) {
+        const char *p = r->stdin_data.p;
+        size_t n = r->stdin_data.n, off = 0;
         do {
             size_t chunk = n - off < PROTO_MAX_DATA ? n - off : PROTO_MAX_DATA;
             bool last = off + chunk == n;
@@ -858,50 +867,40 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
     return ops_send(op, &e, opid);
 }
 
-int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
+int sbx_file_op(struct sbx_table *t, const char *id, const struct sbx_file_req *r,
                 const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
-    static const struct {
-        const char *name;
-        enum proto_type type;
-    } kinds[] = {{"stat", PROTO_STAT},
-                 {"list", PROTO_LIST},
-                 {"mkdir", PROTO_MKDIR},
-                 {"remove", PROTO_REMOVE},
-                 {"rename", PROTO_RENAME}};
-    const char *path = json_string_value(json_object_get(args, "path"));
-    const char *to = json_string_value(json_object_get(args, "to"));
-    json_t *depth = json_object_get(args, "depth");
-    enum proto_type type = 0;
+    static const enum proto_type types[] = {[SBX_FILE_STAT] = PROTO_STAT,
+                                            [SBX_FILE_LIST] = PROTO_LIST,
+                                            [SBX_FILE_MKDIR] = PROTO_MKDIR,
+                                            [SBX_FILE_REMOVE] = PROTO_REMOVE,
+                                            [SBX_FILE_RENAME] = PROTO_RENAME};
+    enum proto_type type;
     struct op *op;
     struct proto_enc e;
     int status;
 
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-        if (strcmp(kinds[i].name, kind) == 0)
-            type = kinds[i].type;
-    if (!type) {
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown file operation '%s'", kind);
-    }
-    if ((status = check_path(path, err)))
+    if ((unsigned)r->kind >= sizeof(types) / sizeof(types[0]))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown file operation %d", (int)r->kind);
+    type = types[r->kind];
+    if ((status = check_path(r->path, err)))
         return status;
-    if (type == PROTO_RENAME && (status = check_path(to, err)))
+    if (type == PROTO_RENAME && (status = check_path(r->to, err)))
         return status;
-    if (depth && (!json_is_integer(depth) || json_integer_value(depth) < 1 ||
-                  json_integer_value(depth) > 10)) {
+    if (r->depth != SBX_UNSET && (r->depth < 1 || r->depth > 10)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "depth must be an integer from 1 to 10");
     }
-    if ((status = file_op_begin(t, id, path, OP_FOP, type,
+    if ((status = file_op_begin(t, id, r->path, OP_FOP, type,
                                 type == PROTO_RENAME || type == PROTO_LIST || type == PROTO_REMOVE,
                                 sink, user, &op, &e, err)))
         return status;
     op->u.fop.type = type;
     if (type == PROTO_RENAME)
-        proto_put_cstr(&e, PK_TO, to);
+        proto_put_cstr(&e, PK_TO, r->to);
     else if (type == PROTO_LIST)
-        proto_put_u(&e, PK_DEPTH, depth ? (uint64_t)json_integer_value(depth) : 1);
+        proto_put_u(&e, PK_DEPTH, r->depth != SBX_UNSET ? (uint64_t)r->depth : 1);
     else if (type == PROTO_REMOVE)
-        proto_put_b(&e, PK_RECURSIVE, json_is_true(json_object_get(args, "recursive")));
+        proto_put_b(&e, PK_RECURSIVE, r->recursive);
     return ops_send(op, &e, opid);
 }
 

@@ -81,25 +81,32 @@ static void proc_error(struct op *op, const struct proto_frame *f)
 static void bg_started(struct op *op, const struct proto_frame *f)
 {
     uint64_t pid = proto_has(f, PK_PID) ? f->v[PK_PID].u : 0;
-    json_t *o;
+    struct sbx_result res = {.kind = SBX_RES_STARTED};
+    char tag[SBX_TAG_MAX + 1];
 
     if (pid < 1 || pid > PROCS_PID_MAX) {
         sbx_violation(op->sb, "background exec on stream %u started pid %" PRIu64, op->stream, pid);
         return;
     }
-    o = json_pack("{s:I,s:o}", "pid", (json_int_t)pid, "tag",
-                  op->u.exec.tag ? json_string(op->u.exec.tag) : json_null());
-    ops_finish(op, NULL, o);
+    res.u.started.pid = (uint32_t)pid;
+    if (op->u.exec.tag) { /* in the op, which ops_finish frees */
+        snprintf(tag, sizeof(tag), "%s", op->u.exec.tag);
+        res.u.started.tag = tag;
+    }
+    ops_finish(op, NULL, &res);
 }
 
 static void plist_result(struct op *op, const struct proto_frame *f)
 {
     static const msgpack_object_array none = {0, NULL};
-    json_t *list, *p;
+    struct sbx_result res = {.kind = SBX_RES_PROCS};
+    struct sbx_proc_rec *v;
+    uint32_t pid = op->u.proc.pid;
+    struct sandbox *sb = op->sb;
     char why[256];
-    size_t i;
-    int r = procs_list_json(proto_has(f, PK_PROCS) ? f->v[PK_PROCS].arr : &none,
-                            op->sb->t->cfg->max_procs_per_sbx, &list, why, sizeof(why));
+    size_t n;
+    int r = procs_list(proto_has(f, PK_PROCS) ? f->v[PK_PROCS].arr : &none,
+                       op->sb->t->cfg->max_procs_per_sbx, &v, &n, why, sizeof(why));
 
     if (r == -EPROTO) {
         sbx_violation(op->sb, "process list on stream %u: %s", op->stream, why);
@@ -109,22 +116,20 @@ static void plist_result(struct op *op, const struct proto_frame *f)
         ops_fail(op, SBX_E_INTERNAL, "out of memory");
         return;
     }
-    if (!op->u.proc.pid) {
-        ops_finish(op, NULL, list);
-        return;
-    }
-    json_array_foreach(json_object_get(list, "processes"), i, p)
-    {
-        if (json_integer_value(json_object_get(p, "pid")) == (json_int_t)op->u.proc.pid) {
-            json_incref(p);
-            json_decref(list);
-            ops_finish(op, NULL, p);
-            return;
+    res.u.procs.v = v;
+    res.u.procs.n = n;
+    for (size_t i = 0; pid && i < n; i++) {
+        if (v[i].pid == pid) {
+            res.kind = SBX_RES_PROC;
+            res.u.procs.v = &v[i];
+            res.u.procs.n = 1;
         }
     }
-    json_decref(list);
-    ops_fail(op, SBX_E_PROCESS_NOT_FOUND, "sandbox %s has no process %" PRIu32, op->sb->id,
-             op->u.proc.pid);
+    if (!pid || res.kind == SBX_RES_PROC)
+        ops_finish(op, NULL, &res);
+    else
+        ops_fail(op, SBX_E_PROCESS_NOT_FOUND, "sandbox %s has no process %" PRIu32, sb->id, pid);
+    free(v);
 }
 
 static void attach_out(struct op *op, const struct proto_frame *f)
@@ -162,11 +167,14 @@ static void attach_exit(struct op *op, const struct proto_frame *f)
         sbx_violation(op->sb, "EXIT on stream %u with signal %" PRId64, op->stream, sig);
         return;
     }
-    ops_finish(op, NULL,
-               json_pack("{s:s,s:I,s:o,s:b}", "type", "exit", "exit_code",
-                         (json_int_t)(sig > 0 ? 128 + sig : code), "signal",
-                         sig > 0 ? json_integer(sig) : json_null(), "timed_out",
-                         proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b));
+    {
+        struct sbx_exec_rec x = {.streamed = true,
+                                 .exit_code = sig > 0 ? 128 + sig : code,
+                                 .signal = sig > 0 ? sig : 0,
+                                 .timed_out = proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b};
+        struct sbx_result res = {.kind = SBX_RES_EXEC, .u.exec = &x};
+        ops_finish(op, NULL, &res);
+    }
 }
 
 void ops_proc_frame(struct op *op, const struct proto_frame *f)
@@ -189,14 +197,15 @@ void ops_proc_frame(struct op *op, const struct proto_frame *f)
             attach_out(op, f);
         else if (f->type == PROTO_EXIT)
             attach_exit(op, f);
-        else if (f->type == PROTO_END)
-            ops_finish(op, NULL,
-                       json_pack("{s:s,s:I}", "type", "end", "offset",
-                                 (json_int_t)gstream_ring_next(&op->gs)));
+        else if (f->type == PROTO_END) {
+            struct sbx_result res = {.kind = SBX_RES_CAUGHT_UP,
+                                     .u.offset = gstream_ring_next(&op->gs)};
+            ops_finish(op, NULL, &res);
+        }
         break;
     case OP_PCTL:
         if (f->type == PROTO_RESULT)
-            ops_finish(op, NULL, json_object());
+            ops_finish(op, NULL, &(struct sbx_result){.kind = SBX_RES_DONE});
         break;
     default:
         break;

@@ -1,4 +1,4 @@
-/* procs.c - a guest's process list, checked and shown as JSON (see procs.h). */
+/* procs.c - a guest's process list, checked and made records (see procs.h). */
 #include "procs.h"
 #include "util.h"
 #include "gstream.h"
@@ -22,22 +22,6 @@ static int bad(char *why, size_t cap, const char *fmt, ...)
         va_end(ap);
     }
     return -EPROTO;
-}
-
-json_t *procs_json_text(const char *p, size_t n)
-{
-    json_t *s = json_stringn(p, n); /* NULL when not valid UTF-8 */
-    char *c;
-
-    if (s)
-        return s;
-    if (!(c = malloc(n ? n : 1)))
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        c[i] = (unsigned char)p[i] < 0x80 ? p[i] : '?';
-    s = json_stringn(c, n);
-    free(c);
-    return s;
 }
 
 /* The fields of one entry, as the guest sent them. */
@@ -137,7 +121,7 @@ static int parse_entry(const msgpack_object *m, struct entry *e, char *why, size
         return bad(why, cap, "process %" PRIu64 " ended by signal %" PRId64, e->pid, e->sig);
     if (!e->running && (e->code < INT32_MIN || e->code > INT32_MAX))
         return bad(why, cap, "process %" PRIu64 " exit code %" PRId64, e->pid, e->code);
-    if (e->tag && e->tag->via.str.size > PROCS_TAG_MAX)
+    if (e->tag && e->tag->via.str.size > SBX_TAG_MAX)
         return bad(why, cap, "process %" PRIu64 " tag of %" PRIu32 " bytes", e->pid,
                    e->tag->via.str.size);
     if (e->cmd && e->cmd->via.str.size > PROCS_CMD_MAX)
@@ -146,77 +130,54 @@ static int parse_entry(const msgpack_object *m, struct entry *e, char *why, size
     return 0;
 }
 
-/* Milliseconds since the epoch as 2026-12-01T18:00:00.123Z (years clamped to 4 digits). */
-static json_t *iso_ms(uint64_t ms)
+static void entry_rec(const struct entry *e, struct sbx_proc_rec *r)
 {
-    char buf[UTIL_ISO_MAX];
-
-    if (!util_iso_time_ms(ms > INT64_MAX ? INT64_MAX : (int64_t)ms, buf, sizeof(buf)))
-        return json_null();
-    return json_string(buf);
+    memset(r, 0, sizeof(*r));
+    r->pid = (uint32_t)e->pid;
+    if (e->tag)
+        r->tag = (struct sbx_str){e->tag->via.str.ptr, e->tag->via.str.size};
+    if (e->cmd)
+        r->cmd = (struct sbx_str){e->cmd->via.str.ptr, e->cmd->via.str.size};
+    r->pty = e->pty;
+    r->cols = (unsigned)e->cols;
+    r->rows = (unsigned)e->rows;
+    r->running = e->running;
+    r->stdin_open = e->stdin_open && e->running;
+    r->output_start = e->start;
+    r->output_end = e->end;
+    r->started_ms = e->started_ms;
+    r->exit_code = e->code;
+    r->signal = e->sig;
 }
 
-static json_t *entry_json(const struct entry *e)
+int procs_list(const msgpack_object_array *procs, unsigned max, struct sbx_proc_rec **out,
+               size_t *n, char *why, size_t cap)
 {
-    json_t *o = json_object();
-
-    if (!o)
-        return NULL;
-    json_object_set_new(o, "pid", json_integer((json_int_t)e->pid));
-    json_object_set_new(o, "tag",
-                        e->tag ? procs_json_text(e->tag->via.str.ptr, e->tag->via.str.size)
-                               : json_null());
-    json_object_set_new(o, "cmd",
-                        e->cmd ? procs_json_text(e->cmd->via.str.ptr, e->cmd->via.str.size)
-                               : json_string(""));
-    json_object_set_new(o, "pty", json_boolean(e->pty));
-    if (e->pty) {
-        json_object_set_new(o, "cols", json_integer((json_int_t)e->cols));
-        json_object_set_new(o, "rows", json_integer((json_int_t)e->rows));
-    }
-    json_object_set_new(o, "running", json_boolean(e->running));
-    json_object_set_new(o, "stdin_open", json_boolean(e->stdin_open && e->running));
-    json_object_set_new(o, "output_start", json_integer((json_int_t)e->start));
-    json_object_set_new(o, "output_end", json_integer((json_int_t)e->end));
-    json_object_set_new(o, "started_at", e->started_ms ? iso_ms(e->started_ms) : json_null());
-    if (!e->running) {
-        json_object_set_new(o, "exit_code", json_integer((json_int_t)e->code));
-        json_object_set_new(o, "signal", e->sig ? json_integer((json_int_t)e->sig) : json_null());
-    }
-    return o;
-}
-
-int procs_list_json(const msgpack_object_array *procs, unsigned max, json_t **out, char *why,
-                    size_t cap)
-{
-    json_t *arr, *o;
+    struct sbx_proc_rec *v;
     struct entry e;
 
     *out = NULL;
+    *n = 0;
     if (procs->size > max)
         return bad(why, cap, "%" PRIu32 " processes listed, at most %u exist", procs->size, max);
-    if (!(arr = json_array()))
+    if (!(v = calloc(procs->size + 1, sizeof(*v))))
         return -ENOMEM;
     for (uint32_t i = 0; i < procs->size; i++) {
         int r = parse_entry(&procs->ptr[i], &e, why, cap);
         if (r != 0) {
-            json_decref(arr);
+            free(v);
             return r;
         }
         /* A pid listed twice would make "the process with this pid" ambiguous. */
-        for (size_t j = 0; j < json_array_size(arr); j++) {
-            if ((uint64_t)json_integer_value(json_object_get(json_array_get(arr, j), "pid")) ==
-                e.pid) {
-                json_decref(arr);
+        for (uint32_t j = 0; j < i; j++) {
+            if (v[j].pid == e.pid) {
+                free(v);
                 return bad(why, cap, "process %" PRIu64 " listed twice", e.pid);
             }
         }
-        if (!(o = entry_json(&e)) || json_array_append_new(arr, o) != 0) {
-            json_decref(arr);
-            return -ENOMEM;
-        }
+        entry_rec(&e, &v[i]);
     }
-    if (!(*out = json_pack("{s:o}", "processes", arr)))
-        return -ENOMEM;
+    *out = v;
+    *n = procs->size;
     return 0;
 }

@@ -204,6 +204,76 @@ json_t *sbx_json(const struct sandbox *sb)
     return o;
 }
 
+int sbx_meta_view(struct sandbox *sb)
+{
+    size_t n = json_object_size(sb->metadata);
+    struct sbx_kv *kv = n ? calloc(n, sizeof(*kv)) : NULL;
+    const char *k;
+    json_t *v;
+
+    if (n && !kv)
+        return -ENOMEM;
+    free(sb->meta_kv);
+    sb->meta_kv = kv;
+    sb->nmeta = 0;
+    json_object_foreach(sb->metadata, k, v)
+    {
+        if (!json_is_string(v))
+            continue;
+        kv[sb->nmeta].key = k;
+        kv[sb->nmeta].val.p = json_string_value(v);
+        kv[sb->nmeta].val.n = json_string_length(v);
+        sb->nmeta++;
+    }
+    return 0;
+}
+
+void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = sb->id;
+    r->tmpl = sb->tmpl;
+    r->state = sbx_state_shown(sb->state);
+    r->created_ms = sb->created_ms;
+    r->expires_ms = sb->expires_ms;
+    r->idle_s = sb->idle_s;
+    r->mem_mb = sb->mem_mb;
+    r->vcpus = sb->vcpus;
+    r->metadata = sb->meta_kv;
+    r->nmetadata = sb->nmeta;
+    r->vm_id = sb->vm_id[0] ? sb->vm_id : NULL;
+    r->frozen = sbx_state_stopped(sb->state);
+    r->paged_out = sbx_state_stopped(sb->state) && sb->paged_out;
+    r->keep_running = sb->keep_running;
+    /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
+    if (sb->t->net && sb->vmr) {
+        const struct net_policy *p = &sb->vmr->pol;
+        r->has_network = true;
+        r->network = (struct sbx_net_rec){.internet = p->internet,
+                                          .allow_out = p->allow_out,
+                                          .allow_names = p->allow_names,
+                                          .deny_out = p->deny_out,
+                                          .deny_names = p->deny_names,
+                                          .rate_mbit = p->rate_mbit,
+                                          .max_connections = p->max_conns};
+    }
+    r->persistent = sb->persistent;
+    r->public_ports = sb->public_ports;
+    r->npublic = sb->npublic;
+    r->paused = sb->state == ST_PAUSED;
+    r->paused_ms = sb->paused_ms;
+    /* Where its VM came from: handed out by the warm pool, or booted for it. */
+    /* "clone": restored from the pool's template for this create, the pool being empty. */
+    r->source = sb->snap_id[0]                                   ? "snapshot"
+                : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0  ? "pool"
+                : sb->vmr && strcmp(sb->vmr->boot, "clone") == 0 ? "clone"
+                                                                 : "boot";
+    r->snapshot_id = sb->snap_id[0] ? sb->snap_id : NULL;
+    r->ended = sbx_state_final(sb->state);
+    r->ended_ms = sb->ended_ms;
+    r->end_reason = sb->reason;
+}
+
 /* The index keeps what GET shows plus the id of its VM, whose own record (the vms
  * table) holds what a restart needs to re-adopt it. */
 int sbx_save(struct sandbox *sb)
@@ -421,7 +491,7 @@ static void sandbox_ready(struct sandbox *sb)
     for (struct op *op = sb->ops, *next; op; op = next) {
         next = op->next_sb;
         if (op->kind == OP_CREATE || op->kind == OP_RESUME)
-            ops_finish(op, NULL, sbx_json(sb));
+            ops_finish_sandbox(op, sb);
     }
 }
 
@@ -689,6 +759,7 @@ static void sandbox_free(struct sandbox *sb)
     }
     json_decref(sb->env);
     json_decref(sb->metadata);
+    free(sb->meta_kv);
     free(sb);
 }
 
@@ -780,20 +851,17 @@ unsigned sbx_count_live(const struct sbx_table *t)
 
 /* ---- request validation ---- */
 
-static int get_uint(json_t *body, const char *key, unsigned def, unsigned lo, unsigned hi,
+static int get_uint(int64_t v, const char *key, unsigned def, unsigned lo, unsigned hi,
                     unsigned *out, struct sbx_err *err)
 {
-    json_t *v = json_object_get(body, key);
-
     *out = def; /* set on every path: callers test the returned code, not *out */
-    if (!v || json_is_null(v)) {
+    if (v == SBX_UNSET)
         return 0;
-    }
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+    if (v < lo || v > hi) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an integer from %u to %u", key,
                            lo, hi);
     }
-    *out = (unsigned)json_integer_value(v);
+    *out = (unsigned)v;
     return 0;
 }
 
@@ -1014,21 +1082,15 @@ fail:
 
 /* One of network's lists: each entry an IPv4 CIDR (into cidrs) or a domain
  * name (into names, which needs the VM's own resolver: dnsmasq). */
-static int get_list(json_t *n, const char *key, char *cidrs, size_t ccap, char *names, size_t ncap,
-                    struct sbx_err *err)
+static int get_list(const char *const *a, size_t n, const char *key, char *cidrs, size_t ccap,
+                    char *names, size_t ncap, struct sbx_err *err)
 {
-    json_t *a = json_object_get(n, key), *v;
-    size_t i;
-
-    if (!a || json_is_null(a))
-        return 0;
-    if (!json_is_array(a) || json_array_size(a) > NET_LIST_MAX)
+    if (n > NET_LIST_MAX)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "network.%s must be an array of at most %d IPv4 CIDRs or domain names",
                            key, NET_LIST_MAX);
-    json_array_foreach(a, i, v)
-    {
-        const char *e = json_string_value(v);
+    for (size_t i = 0; i < n; i++) {
+        const char *e = a[i];
         if (net_list_add(cidrs, ccap, e) == 0)
             continue;
         if (!e || strchr(e, '/') || strspn(e, "0123456789.") == strlen(e) ||
@@ -1050,16 +1112,14 @@ int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct
     return 0;
 }
 
-static int get_limit(json_t *n, const char *key, unsigned max, unsigned *out, struct sbx_err *err)
+static int get_limit(int64_t v, const char *key, unsigned max, unsigned *out, struct sbx_err *err)
 {
-    json_t *v = json_object_get(n, key);
-
-    if (!v || json_is_null(v))
+    if (v == SBX_UNSET)
         return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max)
+    if (v < 0 || v > max)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "network.%s must be an integer from 0 (unlimited) to %u", key, max);
-    *out = (unsigned)json_integer_value(v);
+    *out = (unsigned)v;
     return 0;
 }
 
@@ -1108,61 +1168,82 @@ bool sbx_net_is_default(const struct srv_config *c, const struct net_policy *pol
            pol->rate_mbit == c->net_rate_mbit && pol->max_conns == c->net_max_connections;
 }
 
-int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
-                         struct sbx_err *err)
+int sbx_net_from_req(struct sbx_table *t, const struct sbx_net_req *n, struct net_policy *pol,
+                     struct sbx_err *err)
 {
-    static const char *const fields[] = {"internet",  "allow_out",       "deny_out",
-                                         "rate_mbit", "max_connections", NULL};
-    json_t *v;
     int status;
 
     sbx_net_default(t->cfg, pol);
-    if (!n || json_is_null(n))
+    if (!n)
         return 0;
-    if (!json_is_object(n))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network must be an object");
-    if ((status = sbx_check_fields(n, fields, err)))
-        return status;
-    v = json_object_get(n, "internet");
-    if (v && !json_is_boolean(v) && !json_is_null(v))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network.internet must be true or false");
-    if (json_is_boolean(v))
-        pol->internet = json_is_true(v);
-    if ((status = get_list(n, "allow_out", pol->allow_out, sizeof(pol->allow_out), pol->allow_names,
-                           sizeof(pol->allow_names), err)) ||
-        (status = get_list(n, "deny_out", pol->deny_out, sizeof(pol->deny_out), pol->deny_names,
-                           sizeof(pol->deny_names), err)) ||
-        (status = get_limit(n, "rate_mbit", NET_RATE_MAX, &pol->rate_mbit, err)) ||
-        (status = get_limit(n, "max_connections", NET_CONNS_MAX, &pol->max_conns, err)))
+    if (n->internet >= 0)
+        pol->internet = n->internet != 0;
+    if ((status =
+             get_list(n->allow_out, n->nallow_out, "allow_out", pol->allow_out,
+                      sizeof(pol->allow_out), pol->allow_names, sizeof(pol->allow_names), err)) ||
+        (status = get_list(n->deny_out, n->ndeny_out, "deny_out", pol->deny_out,
+                           sizeof(pol->deny_out), pol->deny_names, sizeof(pol->deny_names), err)) ||
+        (status = get_limit(n->rate_mbit, "rate_mbit", NET_RATE_MAX, &pol->rate_mbit, err)) ||
+        (status =
+             get_limit(n->max_connections, "max_connections", NET_CONNS_MAX, &pol->max_conns, err)))
         return status;
     return 0;
 }
 
-int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err)
+/* A stored list (as sbx_net_policy_json wrote it) as a C array; NULL when out of memory. */
+static const char **stored_list(json_t *a, size_t *n)
 {
-    return sbx_net_policy_parse(t, json_object_get(body, "network"), pol, err);
-}
-
-/* Create option public_ports: distinct ports 1..65535, at most SBX_PUBLIC_PORTS_MAX. */
-static int public_ports_get(json_t *body, uint16_t *out, unsigned *n, struct sbx_err *err)
-{
-    json_t *a = json_object_get(body, "public_ports"), *v;
+    const char **v = calloc(json_array_size(a) + 1, sizeof(*v));
+    json_t *e;
     size_t i;
 
     *n = 0;
-    if (!a || json_is_null(a))
-        return 0;
-    if (!json_is_array(a) || json_array_size(a) > SBX_PUBLIC_PORTS_MAX)
+    if (!v)
+        return NULL;
+    json_array_foreach(a, i, e) v[(*n)++] = json_string_value(e);
+    return v;
+}
+
+int sbx_net_policy_load(struct sbx_table *t, json_t *n, struct net_policy *pol, struct sbx_err *err)
+{
+    struct sbx_net_req r = {.internet = -1, .rate_mbit = SBX_UNSET, .max_connections = SBX_UNSET};
+    json_t *v;
+    int status = 0;
+
+    if (!json_is_object(n))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network must be an object");
+    if (json_is_boolean(json_object_get(n, "internet")))
+        r.internet = json_is_true(json_object_get(n, "internet"));
+    if ((v = json_object_get(n, "rate_mbit")))
+        r.rate_mbit = json_is_integer(v) ? json_integer_value(v) : SBX_NOT_INT;
+    if ((v = json_object_get(n, "max_connections")))
+        r.max_connections = json_is_integer(v) ? json_integer_value(v) : SBX_NOT_INT;
+    r.allow_out = stored_list(json_object_get(n, "allow_out"), &r.nallow_out);
+    r.deny_out = stored_list(json_object_get(n, "deny_out"), &r.ndeny_out);
+    if (!r.allow_out || !r.deny_out)
+        status = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    else
+        status = sbx_net_from_req(t, &r, pol, err);
+    free((void *)r.allow_out);
+    free((void *)r.deny_out);
+    return status;
+}
+
+/* Create option public_ports: distinct ports 1..65535, at most SBX_PUBLIC_PORTS_MAX. */
+static int public_ports_get(const struct sbx_create_req *req, uint16_t *out, unsigned *n,
+                            struct sbx_err *err)
+{
+    *n = 0;
+    if (req->npublic > SBX_PUBLIC_PORTS_MAX)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "public_ports must be an array of at most %d ports",
                            SBX_PUBLIC_PORTS_MAX);
-    json_array_foreach(a, i, v)
-    {
-        json_int_t p = json_integer_value(v);
-        if (!json_is_integer(v) || p < 1 || p > 65535)
+    for (size_t i = 0; i < req->npublic; i++) {
+        int64_t p = req->public_ports[i];
+        if (p < 1 || p > 65535)
             return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                                "public_ports: %s is not a port (1 to 65535)",
-                               json_is_integer(v) ? "a number" : "an entry");
+                               p == SBX_NOT_INT ? "an entry" : "a number");
         for (unsigned k = 0; k < *n; k++)
             if (out[k] == p)
                 return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "public_ports: %d is given twice",
@@ -1172,18 +1253,33 @@ static int public_ports_get(json_t *body, uint16_t *out, unsigned *n, struct sbx
     return 0;
 }
 
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
-               sbx_op_t *opid, struct sbx_err *err)
+/* A string map as the object the sandbox keeps (new reference) in *out: 0, or an
+ * sbx_errcode with *err. The index keeps it as JSON, so keys and values must be UTF-8
+ * text whatever the door (the REST one's are; another's may hold any bytes). */
+static int kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
+                     struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",    "ttl_seconds",  "idle_timeout_seconds",
-                                         "memory_mb",   "vcpus",        "env",
-                                         "metadata",    "keep_running", "network",
-                                         "snapshot_id", "persistent",   "public_ports",
-                                         NULL};
+    json_t *o = json_object();
+
+    for (size_t i = 0; o && i < n; i++) {
+        json_t *v = kv[i].val.p ? json_stringn(kv[i].val.p, kv[i].val.n) : NULL;
+        if (!v || !kv[i].key || json_object_set_new(o, kv[i].key, v)) {
+            json_decref(o);
+            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                               "%s must be an object of strings (UTF-8 text)", what);
+        }
+    }
+    *out = o;
+    return o ? 0 : sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+}
+
+int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const struct sbx_sink *sink,
+               void *user, sbx_op_t *opid, struct sbx_err *err)
+{
     const struct srv_config *c = t->cfg;
-    const char *tmpl, *snap_id = NULL;
+    const char *tmpl = req->tmpl, *snap_id = req->snapshot_id;
     unsigned ttl, idle, mem, vcpus;
-    json_t *env = NULL, *meta = NULL, *keep_running;
+    json_t *env = NULL, *meta = NULL;
     char base[4096], real[PATH_MAX];
     struct stat st;
     struct sandbox *sb;
@@ -1196,17 +1292,10 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     unsigned npub = 0;
     int status, r;
 
-    if ((status = sbx_check_fields(body, fields, err)))
-        return status;
-    if (json_object_get(body, "snapshot_id") &&
-        !(snap_id = json_string_value(json_object_get(body, "snapshot_id"))))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "snapshot_id must be a snapshot's id");
     /* From a snapshot: its template, memory and vCPUs (sbx_snap.c). */
-    if (snap_id && (status = sbx_snap_for_create(t, body, snap_id, &tmpl, &mem, &vcpus, err)))
+    if (snap_id && (status = sbx_snap_for_create(t, req, &tmpl, &mem, &vcpus, err)))
         return status;
-    if (!snap_id)
-        tmpl = json_string_value(json_object_get(body, "template"));
-    if (!snap_id && !json_object_get(body, "template"))
+    if (!snap_id && !req->tmpl_given)
         tmpl = c->default_template;
     if (!tmpl || !sbx_template_name_ok(tmpl)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
@@ -1215,28 +1304,23 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
         !realpath(base, real) || stat(real, &st) != 0) {
         return sbx_err_set(err, SBX_E_UNKNOWN_TEMPLATE, "no template named '%s'", tmpl);
     }
-    if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
-        (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
-                           err)) ||
-        (!snap_id && (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
-                                        c->max_memory_mb, &mem, err))) ||
+    if ((status =
+             get_uint(req->ttl_s, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
+        (status = get_uint(req->idle_s, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s,
+                           &idle, err)) ||
+        (!snap_id && (status = get_uint(req->memory_mb, "memory_mb", c->default_memory_mb,
+                                        c->min_memory_mb, c->max_memory_mb, &mem, err))) ||
         (!snap_id &&
-         (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
+         (status = get_uint(req->vcpus, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;
-    if ((status = sbx_get_network(t, body, &pol, err)) ||
+    if ((status = sbx_net_from_req(t, req->network, &pol, err)) ||
         (status = sbx_net_check_host(t, &pol, err)))
         return status;
-    if (json_object_get(body, "persistent") &&
-        !json_is_boolean(json_object_get(body, "persistent")))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "persistent must be true or false");
-    keep_running = json_object_get(body, "keep_running");
-    if (keep_running && !json_is_boolean(keep_running) && !json_is_null(keep_running))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
-    if ((status = public_ports_get(body, pub, &npub, err)))
+    if ((status = public_ports_get(req, pub, &npub, err)))
         return status;
-    if ((status = sbx_json_str_map(body, "env", &env, err)))
+    if ((status = kv_object(req->env, req->nenv, "env", &env, err)))
         return status;
-    if ((status = sbx_json_str_map(body, "metadata", &meta, err))) {
+    if ((status = kv_object(req->metadata, req->nmetadata, "metadata", &meta, err))) {
         json_decref(env);
         return status;
     }
@@ -1272,14 +1356,17 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     sb->vcpus = vcpus;
     sb->env = env;
     sb->metadata = meta;
-    sb->keep_running = json_is_true(keep_running);
-    sb->persistent = json_is_true(json_object_get(body, "persistent"));
+    if (sbx_meta_view(sb) != 0) {
+        sandbox_free(sb);
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
+    sb->keep_running = req->keep_running;
+    sb->persistent = req->persistent;
     memcpy(sb->public_ports, pub, sizeof(pub));
     sb->npublic = npub;
     if (snap_id) {
         snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", snap_id);
-        return sbx_snap_start(sb, json_object_get(body, "network") ? &pol : NULL, sink, user, opid,
-                              err);
+        return sbx_snap_start(sb, req->network ? &pol : NULL, sink, user, opid, err);
     }
     /* The pool's VMs run under the default policy, fixed when they started. */
     if (sbx_net_is_default(c, &pol) && (vm = pool_take(t->pool, tmpl, mem, vcpus)))
@@ -1350,82 +1437,80 @@ fail:
 
 /* ---- synchronous calls ---- */
 
-int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_get(struct sbx_table *t, const char *id, struct sbx_rec *out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
         return not_found(id, err);
     /* Looking at a sandbox is not using it: GET does not hold off the idle timeout. */
-    *out = sbx_json(sb);
+    sbx_rec_of(sb, out);
     return 0;
 }
 
-int sbx_list(struct sbx_table *t, const char *state, json_t *filter, json_t **out,
-             struct sbx_err *err)
+int sbx_list(struct sbx_table *t, const char *state, const struct sbx_kv *filter, size_t nfilter,
+             struct sbx_rec **out, size_t *n, struct sbx_err *err)
 {
     enum sbx_state want = ST_RUNNING;
-    json_t *arr = json_array();
+    size_t count = 0;
 
+    *out = NULL;
+    *n = 0;
     if (state && *state && sbx_state_parse(state, &want) != 0) {
-        json_decref(arr);
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "state must be one of starting, running, frozen, ended, dead");
     }
+    for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next)
+        count++;
+    if (!(*out = calloc(count + 1, sizeof(**out))))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     for (struct sandbox *sb = t->sandboxes; sb; sb = sb->next) {
-        const char *k;
-        json_t *v;
         /* A frozen sandbox is a running one to clients; ?state=frozen picks those alone. */
         bool match = !(state && *state) || sb->state == want ||
                      (want == ST_RUNNING && sb->state == ST_FROZEN);
-        if (filter) {
-            json_object_foreach(filter, k, v)
-            {
-                if (!match)
-                    break;
-                match = json_equal(json_object_get(sb->metadata, k), v);
-            }
+        for (size_t i = 0; match && i < nfilter; i++) {
+            json_t *v = json_object_get(sb->metadata, filter[i].key);
+            match = json_is_string(v) && json_string_length(v) == filter[i].val.n &&
+                    memcmp(json_string_value(v), filter[i].val.p, filter[i].val.n) == 0;
         }
-        if (match)
-            json_array_append_new(arr, sbx_json(sb));
+        if (match) {
+            sbx_rec_of(sb, &(*out)[*n]);
+            (*n)++;
+        }
     }
-    *out = json_pack("{s:o}", "sandboxes", arr);
     return 0;
 }
 
-int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_delete(struct sbx_table *t, const char *id, struct sbx_rec *out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
 
     if (!sb)
         return not_found(id, err);
     sandbox_end(sb, ST_ENDED, "deleted");
-    *out = sbx_json(sb);
-    return 0;
+    return sbx_get(t, id, out, err);
 }
 
-int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out,
+int sbx_set_timeout(struct sbx_table *t, const char *id, int64_t ttl_s, struct sbx_rec *out,
                     struct sbx_err *err)
 {
-    static const char *const fields[] = {"ttl_seconds", NULL};
     struct sandbox *sb = NULL;
     unsigned ttl;
     int status;
 
     /* A sandbox still starting or reconnecting may be extended too. */
-    if ((status = sbx_alive(t, id, &sb, err)) || (status = sbx_check_fields(body, fields, err)))
+    if ((status = sbx_alive(t, id, &sb, err)))
         return status;
-    if (!json_object_get(body, "ttl_seconds")) {
+    if (ttl_s == SBX_UNSET) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "ttl_seconds is required");
     }
-    if ((status = get_uint(body, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, err)))
+    if ((status = get_uint(ttl_s, "ttl_seconds", 0, 1, t->cfg->max_ttl_s, &ttl, err)))
         return status;
     sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
     sb->expires_mono = sbx_now_ms() + (int64_t)ttl * 1000;
     sbx_touch(sb);
     sbx_save(sb);
-    *out = sbx_json(sb);
-    return 0;
+    return sbx_get(t, id, out, err);
 }
 
 /* ---- reaper ---- */
@@ -1518,6 +1603,11 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
     sb->vcpus = (unsigned)vcpus;
     sb->env = json_incref(env);
     sb->metadata = json_incref(meta);
+    if (sbx_meta_view(sb) != 0) {
+        sandbox_free(sb);
+        json_decref(o);
+        return -ENOMEM;
+    }
     sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
     {
         json_t *a = json_object_get(o, "public_ports"), *v;

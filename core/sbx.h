@@ -22,13 +22,12 @@
  * before they return: a requester must not hold state across them that a
  * callback would invalidate. sbx_op_cancel never calls back for its op.
  *
- * Errors are transport-neutral (sbx_err.h): a code and a message; the REST
- * edge turns them into an HTTP status and its JSON error body, other edges
- * into their own forms. Successful results are jansson objects whatever the
- * transport (the REST edge sends them as they are).
- *
- * JSON: bodies passed in are borrowed; json_t results handed to callbacks
- * or returned in *out become the callee's (it must json_decref them).
+ * The core speaks C: requests are the structs below (decoded by each door
+ * from its wire), results are records (struct sbx_result and what it points
+ * to), and errors are transport-neutral (sbx_err.h): a code and a message.
+ * Each door turns them into its own forms (the REST door: JSON and an HTTP
+ * status). Ownership is said at each struct: requests are borrowed for the
+ * call, records are borrowed from the core.
  */
 #ifndef WARREN_SBX_H
 #define WARREN_SBX_H
@@ -36,21 +35,154 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <jansson.h>
 #include <ev.h>
 
 #include "sbx_err.h"
 
 struct sbx_table;
 struct srv_config;
+struct json_t;
+
+/* A byte string: p NULL means absent; it may hold NUL bytes when the wire allows. */
+struct sbx_str {
+    const char *p;
+    size_t n;
+};
+
+/* One entry of a string map (env, metadata): key NUL-terminated (a key holding a NUL
+ * byte is the door's to refuse), val of val.n bytes. */
+struct sbx_kv {
+    const char *key;
+    struct sbx_str val;
+};
+
+/*
+ * ---- records ----
+ * What the core hands back. A record and everything it points to are the
+ * core's, borrowed: in a callback for the call; from a synchronous call until
+ * the caller next calls into the table or returns to the loop. Each door turns
+ * them into its own wire (server/sbx_json.c: the REST JSON). Strings are
+ * bytes as they are (a guest's may be any bytes): making them text is the
+ * door's.
+ */
+
+/* An egress policy: each list ", "-separated ("" for none), addresses apart from names. */
+struct sbx_net_rec {
+    bool internet;
+    const char *allow_out, *allow_names, *deny_out, *deny_names;
+    unsigned rate_mbit, max_connections;
+};
+
+/* A sandbox, as GET shows it. Times are ms since the epoch, 0 for unset. */
+struct sbx_rec {
+    const char *id, *tmpl;
+    const char *state; /* the state's name as clients see it */
+    int64_t created_ms, expires_ms;
+    unsigned idle_s, mem_mb, vcpus;
+    const struct sbx_kv *metadata;
+    size_t nmetadata;
+    const char *vm_id; /* NULL: none */
+    bool frozen, paged_out, keep_running, persistent;
+    bool has_network; /* false: networking is off */
+    struct sbx_net_rec network;
+    const uint16_t *public_ports;
+    size_t npublic;
+    bool paused;
+    int64_t paused_ms;
+    const char *source;      /* "snapshot", "pool", "clone" or "boot" */
+    const char *snapshot_id; /* NULL: none */
+    bool ended;              /* then ended_ms and end_reason */
+    int64_t ended_ms;
+    const char *end_reason;
+};
+
+/* A command's exit: an exec's (with its output when buffered) or an attach's end. */
+struct sbx_exec_rec {
+    bool streamed; /* the end of streamed output: shown as {"type": "exit", ...} */
+    int64_t exit_code;
+    int64_t signal; /* 0: none */
+    bool timed_out;
+    bool has_duration; /* an exec's: its duration_ms */
+    int64_t duration_ms;
+    bool buffered; /* out[0] (stdout) and out[1] (stderr) hold its output */
+    struct sbx_str out[2];
+    bool truncated; /* the output passed exec_max_output */
+};
+
+/* A background process or PTY, as the guest listed it (checked). */
+struct sbx_proc_rec {
+    uint32_t pid;
+    struct sbx_str tag; /* p NULL: none */
+    struct sbx_str cmd; /* p NULL: "" */
+    bool pty;
+    unsigned cols, rows; /* a PTY's */
+    bool running, stdin_open;
+    uint64_t output_start, output_end;
+    uint64_t started_ms;       /* 0: unknown */
+    int64_t exit_code, signal; /* once not running; signal 0: none */
+};
+
+/* A file's stat (or one listing entry): each field absent when its has_ / p is not set. */
+struct sbx_stat_rec {
+    struct sbx_str name, path, type;
+    bool has_size, has_mode, has_mtime;
+    uint64_t size, mode;
+    int64_t mtime; /* seconds since the epoch */
+};
+
+enum sbx_res_kind {
+    SBX_RES_SANDBOX,   /* sandbox */
+    SBX_RES_EXEC,      /* exec: an exec's exit, or an attached process's */
+    SBX_RES_STARTED,   /* started: a background exec runs */
+    SBX_RES_PROCS,     /* procs: the process list */
+    SBX_RES_PROC,      /* procs: one process, procs.v[0] */
+    SBX_RES_CAUGHT_UP, /* offset: an output read without follow reached the end */
+    SBX_RES_STAT,      /* stat */
+    SBX_RES_LISTING,   /* listing */
+    SBX_RES_PATH,      /* file.path: mkdir, remove or rename done */
+    SBX_RES_WRITTEN,   /* file: an upload done, file.size bytes */
+    SBX_RES_DONE,      /* nothing to tell: a process control done */
+    /* Snapshots and forks answer with the JSON of sbx_snap.h for now. */
+    SBX_RES_JSON
+};
+
+struct sbx_result {
+    enum sbx_res_kind kind;
+    union {
+        const struct sbx_rec *sandbox;
+        const struct sbx_exec_rec *exec;
+        struct {
+            uint32_t pid;
+            const char *tag; /* NULL: none */
+        } started;
+        struct {
+            const struct sbx_proc_rec *v;
+            size_t n;
+        } procs;
+        uint64_t offset;
+        const struct sbx_stat_rec *stat;
+        struct {
+            const char *path;
+            const struct sbx_stat_rec *entries;
+            size_t n;
+            bool truncated;
+        } listing;
+        struct {
+            const char *path;
+            uint64_t size;
+        } file;
+        struct json_t *json;
+    } u;
+};
+
 typedef uint64_t sbx_op_t; /* 0 is never a valid op */
 
 struct sbx_sink {
-    /* Final answer. Success: err is NULL and body the result (or NULL). Failure: err is
-     * set (borrowed for the call) and body is NULL. For streamed results (exec output,
-     * file read) done comes after the last data; body is then the trailing object
-     * (exec: the exit record) or NULL. Takes body. */
-    void (*done)(void *user, const struct sbx_err *err, json_t *body);
+    /* Final answer. Success: err is NULL and res the result (or NULL: nothing, as at a
+     * download's end). Failure: err is set and res is NULL. Both borrowed for the call.
+     * For streamed results (exec output, file read) done comes after the last data; res
+     * is then the trailing record (exec: its exit) or NULL. */
+    void (*done)(void *user, const struct sbx_err *err, const struct sbx_result *res);
     /* File read: the guest opened the file; size bytes follow. Sent before any data. */
     void (*head)(void *user, uint64_t size);
     /* Streamed bytes: exec fd 1/2 at stream offset off, or file content (fd 0). The
@@ -64,68 +196,151 @@ struct sbx_sink {
     void (*lost)(void *user, uint64_t off, uint64_t n);
 };
 
+/*
+ * ---- requests ----
+ * Each door (REST JSON, the agent socket's msgpack, ...) decodes its wire into
+ * these structs and checks only what is particular to that wire (types, unknown
+ * fields); every rule about the values (ranges, combinations, names) is the
+ * core's and is checked by the call that takes the request, the same for
+ * every door. A door that finds a value of the wrong type for a field the core
+ * checks passes it in a form that check refuses (SBX_NOT_INT, an empty string,
+ * SIZE_MAX entries or bytes), so that each message is written once, here.
+ * A request and everything it points to are the caller's and are only
+ * borrowed for the call: the core copies what it keeps.
+ */
+
+/* A number a request leaves out (the default applies), and one the door could
+ * not read as an integer (refused by the core with the field's range). */
+#define SBX_UNSET   INT64_MIN
+#define SBX_NOT_INT (INT64_MIN + 1)
+
+/* An egress policy (docs/NETWORK.md), as given at create or by PATCH .../network.
+ * Each list entry is an IPv4 address or CIDR or a domain name; a NULL entry is one
+ * the door found was not a string (refused with its index). */
+struct sbx_net_req {
+    int internet; /* -1: the configured default; 0 or 1 */
+    const char *const *allow_out;
+    size_t nallow_out;
+    const char *const *deny_out;
+    size_t ndeny_out;
+    int64_t rate_mbit, max_connections; /* SBX_UNSET: the configured default */
+};
+
+#define SBX_PUBLIC_PORTS_MAX 16 /* create option public_ports: entries */
+
+struct sbx_create_req {
+    const char *tmpl;                        /* NULL: the configured default (or the snapshot's) */
+    const char *snapshot_id;                 /* NULL: not from a snapshot */
+    bool tmpl_given;                         /* a template was named (refused with snapshot_id) */
+    int64_t ttl_s, idle_s, memory_mb, vcpus; /* SBX_UNSET: the configured default */
+    const struct sbx_kv *env;                /* nenv entries, for every exec */
+    size_t nenv;
+    const struct sbx_kv *metadata; /* nmetadata entries, shown and filtered on */
+    size_t nmetadata;
+    bool keep_running, persistent;
+    const struct sbx_net_req *network; /* NULL: the default policy */
+    const int64_t *public_ports;       /* npublic ports reachable without auth */
+    size_t npublic;
+};
+
+#define SBX_TAG_MAX 256 /* longest tag of a background process */
+
+struct sbx_exec_req {
+    struct sbx_str cmd;         /* a shell command line; or */
+    const struct sbx_str *argv; /* argc arguments (argv non-NULL: given) */
+    size_t argc;
+    const char *cwd;  /* NULL: the guest's default */
+    const char *user; /* NULL: "root"; else "root" or "user" */
+    struct sbx_str stdin_data;
+    bool has_timeout;
+    double timeout_s;         /* when has_timeout: (0, 86400] */
+    const struct sbx_kv *env; /* over the sandbox's env */
+    size_t nenv;
+    int background;     /* -1: not said; 0 or 1 */
+    struct sbx_str tag; /* a background process's tag */
+    bool pty;           /* run in a PTY of cols x rows (always in the background) */
+    int64_t cols, rows;
+};
+
+enum sbx_file_kind {
+    SBX_FILE_STAT,
+    SBX_FILE_LIST,
+    SBX_FILE_MKDIR,
+    SBX_FILE_REMOVE,
+    SBX_FILE_RENAME
+};
+
+struct sbx_file_req {
+    enum sbx_file_kind kind;
+    const char *path;
+    const char *to; /* rename: the new path */
+    int64_t depth;  /* list: 1..10, SBX_UNSET: 1 */
+    bool recursive; /* remove: a directory and what it holds */
+};
+
 int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table **out);
 /* Stop everything. kill_vms false leaves VMs running for adoption by the next warrend. */
 void sbx_table_free(struct sbx_table *t, bool kill_vms);
 
 /* ---- synchronous calls: 0 and a new result in *out, or an sbx_errcode with *err ---- */
 
-/* The sandbox's record. */
-int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
-/* {"sandboxes":[...], "filter":{...}}; state and metadata_filter may be NULL. */
-int sbx_list(struct sbx_table *t, const char *state, json_t *metadata_filter, json_t **out,
-             struct sbx_err *err);
+/* The sandbox's record (borrowed, see records). */
+int sbx_get(struct sbx_table *t, const char *id, struct sbx_rec *out, struct sbx_err *err);
+/* The sandboxes in state (NULL or "": running and frozen) whose metadata holds every
+ * entry of the filter (nfilter entries): *n records in *out, an array the caller frees
+ * (free()); the records in it are borrowed. */
+int sbx_list(struct sbx_table *t, const char *state, const struct sbx_kv *filter, size_t nfilter,
+             struct sbx_rec **out, size_t *n, struct sbx_err *err);
 /* End a sandbox: its record, now "ended". */
-int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
-/* Body {"ttl_seconds": N}: the record with its new expiry. */
-int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out,
+int sbx_delete(struct sbx_table *t, const char *id, struct sbx_rec *out, struct sbx_err *err);
+/* A new time to live of ttl_s seconds from now (SBX_UNSET: refused as missing): the
+ * record with its new expiry. */
+int sbx_set_timeout(struct sbx_table *t, const char *id, int64_t ttl_s, struct sbx_rec *out,
                     struct sbx_err *err);
 
 /* ---- asynchronous operations: 0 and *op (sink->done will follow), or an sbx_errcode
  * with *err and no callback ---- */
 
-/* Create from a POST /v1/sandboxes body: done(NULL, sandbox record) once the guest
- * answered. */
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
-               sbx_op_t *op, struct sbx_err *err);
+/* Create: done(NULL, SBX_RES_SANDBOX) once the guest answered. */
+int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const struct sbx_sink *sink,
+               void *user, sbx_op_t *op, struct sbx_err *err);
 
-/* Exec. stream=false: done(NULL, {exit_code, stdout, stderr, duration_ms, ...}).
- * stream=true: data(fd 1|2) calls, then done(NULL, {"type":"exit",...}). */
-int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
+/* Exec. stream=false: done(NULL, SBX_RES_EXEC with the output buffered).
+ * stream=true: data(fd 1|2) calls, then done(NULL, SBX_RES_EXEC, streamed). */
+int sbx_exec(struct sbx_table *t, const char *id, const struct sbx_exec_req *req, bool stream,
              const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
 /* File download: head(size), data(fd 0)..., done(NULL, NULL); or done(err, NULL). */
 int sbx_file_read(struct sbx_table *t, const char *id, const char *path,
                   const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
-/* File upload: feed with sbx_op_write()/sbx_op_finish(); done(NULL, {path,size}). */
+/* File upload: feed with sbx_op_write()/sbx_op_finish(); done(NULL, SBX_RES_WRITTEN). */
 int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsigned mode,
                    const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
-/* stat/list/mkdir/remove/rename: done(NULL, json). kind is "stat", "list", "mkdir",
- * "remove", "rename"; args holds path, depth, recursive, to as applicable. */
-int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
+/* stat/list/mkdir/remove/rename: done(NULL, SBX_RES_STAT, _LISTING or _PATH). */
+int sbx_file_op(struct sbx_table *t, const char *id, const struct sbx_file_req *req,
                 const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
 /* ---- processes that belong to the sandbox (background execs and PTYs) ----
  * sbx_exec with "background": true or "pty": {"cols","rows"} in its body starts one and
- * answers done(NULL, {"pid": N, "tag": ...}) as soon as it runs. The guest keeps them and
+ * answers done(NULL, SBX_RES_STARTED) as soon as it runs. The guest keeps them and
  * their output; these calls ask it. */
 
-/* pid 0: done(NULL, {"processes": [...]}); else done(NULL, that process's object) or
+/* pid 0: done(NULL, SBX_RES_PROCS); else done(NULL, SBX_RES_PROC: that process) or
  * SBX_E_PROCESS_NOT_FOUND. */
 int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_sink *sink,
                   void *user, sbx_op_t *op, struct sbx_err *err);
 
 /* Output from offset: lost() when bytes are gone, data(fd 1|2, off, ...) acknowledged with
- * sbx_op_consumed(), then done(NULL, {"type":"exit",...}) once the process exited and all
- * was sent, or (follow false) done(NULL, {"type":"end","offset":N}) once caught up.
+ * sbx_op_consumed(), then done(NULL, SBX_RES_EXEC, streamed) once the process exited and
+ * all was sent, or (follow false) done(NULL, SBX_RES_CAUGHT_UP) once caught up.
  * SBX_E_BAD_OFFSET for an offset past the end. */
 int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t offset, bool follow,
                     const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
 /* One action on a process: sig (1..64), or cols+rows (a PTY's new size), or stdin bytes
- * (at most PROTO_MAX_DATA) and/or eof. done(NULL, {}) once the guest did it. */
+ * (at most PROTO_MAX_DATA) and/or eof. done(NULL, SBX_RES_DONE) once the guest did it. */
 #define SBX_PROC_STDIN_MAX (64 * 1024) /* bytes of stdin per call (one guest frame) */
 struct sbx_proc_ctl {
     const void *data;
@@ -137,10 +352,6 @@ struct sbx_proc_ctl {
 int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_proc_ctl *c,
                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
-/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
- * sbx_errcode with *err. */
-int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
-
 /* Upload bytes. Returns how many were taken (maybe 0: wait for sink->writable). */
 size_t sbx_op_write(struct sbx_table *t, sbx_op_t op, const void *p, size_t n);
 /* Upload complete. */
@@ -150,20 +361,20 @@ void sbx_op_consumed(struct sbx_table *t, sbx_op_t op, size_t n);
 /* The requester is gone: no further callbacks; a running exec is killed, an upload aborted. */
 void sbx_op_cancel(struct sbx_table *t, sbx_op_t op);
 
-/* PATCH /v1/sandboxes/{id}/network: body is the network object (as at create), which
- * replaces the running VM's policy; done(NULL, sandbox record) once applied, or an error
- * with the old policy still in force. */
-int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                    void *user, sbx_op_t *op, struct sbx_err *err);
+/* PATCH /v1/sandboxes/{id}/network: req (as at create) replaces the running VM's policy;
+ * done(NULL, SBX_RES_SANDBOX) once applied, or an error with the old policy still in
+ * force. */
+int sbx_set_network(struct sbx_table *t, const char *id, const struct sbx_net_req *req,
+                    const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
 /* Count of sandboxes not ended (for /healthz). */
 unsigned sbx_count_live(const struct sbx_table *t);
 /* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */
-json_t *sbx_pool_stats(const struct sbx_table *t);
+struct json_t *sbx_pool_stats(const struct sbx_table *t);
 /* GET /v1/templates: {"templates":[{"name","default","size_bytes","pools":[...]}]}, every
  * image in image_dir by name, each with its pools' figures (pool.h pool_stats). 0 or
  * an SBX_E_* status (err filled). */
-int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err);
+int sbx_templates(struct sbx_table *t, struct json_t **out, struct sbx_err *err);
 
 /* ---- the port proxy (server/ports.c) ---- */
 /* Sandbox id, usable as for an operation (a paused one resumes, a frozen one

@@ -2,13 +2,14 @@
  * sbx_err.h - what went wrong, in words no transport owns.
  *
  * The sandbox core (sbx.h) reports every failure as a struct sbx_err: a code
- * and a message meant for the client. Each edge maps the code to its own
- * vocabulary with the one table in sbx_err.c: the REST API to an HTTP status
- * and the stable "code" string of its error body; a WebSocket close reason or
- * an agent-socket error frame will map from the same codes.
+ * and a message meant for the client. Every door shows the code by its stable
+ * name (sbx_err.c's table: the "code" of a REST error body, of an agent-socket
+ * error frame); what else a code means on a wire is that door's (the REST
+ * door's HTTP status: server/apierr.c).
  *
  * Adding a code: append it to the enum (before SBX_E__COUNT) and give it a
- * row in sbx_err.c's table; the table is checked to cover every code.
+ * row in sbx_err.c's table and in apierr.c's; both are checked to cover every
+ * code.
  */
 #ifndef WARREN_SBX_ERR_H
 #define WARREN_SBX_ERR_H
@@ -78,8 +79,5 @@ int sbx_err_set(struct sbx_err *e, enum sbx_errcode code, const char *fmt, ...)
 /* The stable name of a code, as clients see it ("sandbox_not_found", ...); "internal"
  * for a code out of range. */
 const char *sbx_err_name(enum sbx_errcode code);
-
-/* The HTTP status the REST edge answers a code with (500 for a code out of range). */
-int sbx_err_http_status(enum sbx_errcode code);
 
 #endif

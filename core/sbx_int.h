@@ -38,6 +38,7 @@
 #include "proto.h"
 #include "vmm.h"
 
+#include <jansson.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 
@@ -124,11 +125,13 @@ struct op {
             bool waiting_credit; /* upload: the requester was refused and waits for writable */
             bool finished_input; /* upload: END sent */
         } file;
-        struct op_fop {           /* OP_FOP */
-            const char *path;     /* in str[] */
-            enum proto_type type; /* PROTO_STAT, PROTO_LIST, ... */
-            json_t *entries;      /* list results being gathered */
-            size_t list_bytes;    /* the listing's size so far, against list_max_bytes */
+        struct op_fop {                   /* OP_FOP */
+            const char *path;             /* in str[] */
+            enum proto_type type;         /* PROTO_STAT, PROTO_LIST, ... */
+            struct sbx_stat_rec *entries; /* list results being gathered: n of cap, */
+            size_t n, cap;                /* their strings as offsets into bytes */
+            struct proto_buf bytes;
+            size_t list_bytes; /* the listing's size so far, against list_max_bytes */
         } fop;
         struct op_proc {         /* OP_PLIST, OP_ATTACH, OP_PCTL */
             uint32_t pid;        /* the process (PLIST: 0 for all) */
@@ -138,8 +141,6 @@ struct op {
     } u;
     char str[]; /* the path or the tag, NUL-terminated ("" for other kinds) */
 };
-
-#define SBX_PUBLIC_PORTS_MAX 16 /* create option public_ports: entries */
 
 struct sandbox {
     struct sandbox *next;
@@ -155,6 +156,8 @@ struct sandbox {
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
     json_t *env, *metadata;
+    struct sbx_kv *meta_kv; /* metadata as records show it: pointing into metadata */
+    size_t nmeta;
     char vm_id[24];   /* its VM's id, as recorded ("" for none) */
     char snap_id[24]; /* the snapshot it was restored from ("" for none); paused: its own */
     bool persistent;  /* create option: the idle timeout pauses it instead of ending it */
@@ -365,7 +368,7 @@ void sbx_snap_resumed(struct sandbox *sb);
 bool sbx_snap_resume_failed(struct sandbox *sb, const char *why);
 /* A create body naming snapshot_id id: its template, memory and vCPUs (the body may not
  * ask for others), its base image unchanged. 0, or an sbx_errcode with *err. */
-int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,
+int sbx_snap_for_create(struct sbx_table *t, const struct sbx_create_req *req, const char **tmpl,
                         unsigned *mem, unsigned *vcpus, struct sbx_err *err);
 /* Start sb (STARTING, sb->snap_id set) from its snapshot: new VM, overlay over the
  * snapshot's disk, restore; the create op answers once the guest's session is up. As
@@ -381,13 +384,15 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
                     struct sbx_vm *spare, const struct net_policy *pol, const struct sbx_sink *sink,
                     void *user, sbx_op_t *opid, struct sbx_err *err);
 
-/* A create body's "network" (absent: the default policy) into pol: 0, or an sbx_errcode
+/* A request's policy (NULL: the default one) into pol, validated: 0, or an sbx_errcode
  * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
-int sbx_get_network(struct sbx_table *t, json_t *body, struct net_policy *pol, struct sbx_err *err);
+int sbx_net_from_req(struct sbx_table *t, const struct sbx_net_req *n, struct net_policy *pol,
+                     struct sbx_err *err);
 json_t *sbx_net_policy_json(const struct net_policy *p);
-/* The network object n (NULL: the defaults) into pol, validated: 0 or an sbx_errcode. */
-int sbx_net_policy_parse(struct sbx_table *t, json_t *n, struct net_policy *pol,
-                         struct sbx_err *err);
+/* A policy as sbx_net_policy_json stored it (a snapshot's record) into pol, validated
+ * again: 0 or an sbx_errcode. */
+int sbx_net_policy_load(struct sbx_table *t, json_t *n, struct net_policy *pol,
+                        struct sbx_err *err);
 /* Whether this host can enforce pol (domain rules need dnsmasq): 0 or an sbx_errcode.
  * Apart from the parse: a snapshot recorded with domain rules stays readable. */
 int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct sbx_err *err);
@@ -403,6 +408,14 @@ int sbx_pause_idle(struct sandbox *sb);
 int sbx_resume_start(struct sandbox *sb, struct sbx_err *err);
 /* The sandbox's record as GET shows it (new reference). */
 json_t *sbx_json(const struct sandbox *sb);
+/* The same as a record (sbx.h), borrowed from sb. */
+void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r);
+/* sb->meta_kv made again from sb->metadata: 0 or -ENOMEM. */
+int sbx_meta_view(struct sandbox *sb);
+/* Finish op with sb's record, or (snapshots, forks) with the JSON body o, which it
+ * takes (see ops_finish). */
+void ops_finish_sandbox(struct op *op, const struct sandbox *sb);
+void ops_finish_json(struct op *op, json_t *o);
 
 /* ---- idle freeze and resync (sbx_freeze.c) ---- */
 
@@ -446,9 +459,9 @@ void sbx_freeze_reset_resync(struct sandbox *sb, int err);
 struct op *ops_new(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink, void *user);
 struct op *ops_new_str(struct sandbox *sb, enum op_kind kind, const struct sbx_sink *sink,
                        void *user, const char *s);
-/* Call sink->done (unless cancelled) and free the op: err NULL and the result body, or
- * err and NULL. Takes body. */
-void ops_finish(struct op *op, const struct sbx_err *err, json_t *body);
+/* Free the op, then call sink->done (unless cancelled): err NULL and the result (NULL:
+ * none), or err and NULL. res must not point into the op. */
+void ops_finish(struct op *op, const struct sbx_err *err, const struct sbx_result *res);
 /* ops_finish with an error of this code and message. */
 void ops_fail(struct op *op, enum sbx_errcode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -475,5 +488,8 @@ enum sbx_errcode ops_errno_code(int err);
 /* A guest frame for a process op, or for a background exec (ops_proc.c). */
 void ops_proc_frame(struct op *op, const struct proto_frame *f);
 int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
+/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
+ * sbx_errcode with *err. */
+int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 #endif

@@ -101,7 +101,7 @@ static void on_applied(struct ev_loop *loop, ev_io *w, int revents)
             ops_fail(op, SBX_E_INDEX_WRITE_FAILED,
                      "the policy is applied but could not be recorded in the index");
         else if (op)
-            ops_finish(op, NULL, sbx_json(op->sb));
+            ops_finish_sandbox(op, op->sb);
         LOGS(LOG_INFO, vm->sb_id, "network policy replaced (VM %s)", vm->id);
     } else {
         read_reason(a->errpath, why, sizeof(why));
@@ -114,8 +114,8 @@ static void on_applied(struct ev_loop *loop, ev_io *w, int revents)
     apply_free(a);
 }
 
-int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                    void *user, sbx_op_t *opid, struct sbx_err *err)
+int sbx_set_network(struct sbx_table *t, const char *id, const struct sbx_net_req *req,
+                    const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
     struct sbx_vm *vm;
@@ -133,13 +133,11 @@ int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const str
     if (!t->net)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "networking is off on this server (net_enabled = false)");
-    if (!json_is_object(body))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "the body must be the network object");
     if (!(a = calloc(1, sizeof(*a))))
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     a->pidfd = -1;
     a->t = t;
-    if ((status = sbx_net_policy_parse(t, body, &a->pol, err)) ||
+    if ((status = sbx_net_from_req(t, req, &a->pol, err)) ||
         (status = sbx_net_check_host(t, &a->pol, err))) {
         free(a);
         return status;

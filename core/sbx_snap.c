@@ -99,11 +99,11 @@ struct sbx_snaps {
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
 static void pause_finish(struct sandbox *sb, const struct sbx_snap *s, struct op *op);
 
-static void no_done(void *user, const struct sbx_err *err, json_t *body)
+static void no_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     (void)user;
     (void)err;
-    json_decref(body);
+    (void)res;
 }
 
 /* The sink of an op nobody asked for (a pause at the idle timeout). */
@@ -276,7 +276,7 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     if (json_object_get(o, "network")) {
         struct sbx_err e;
         /* Unreadable: no sandbox may start from it with another policy than it had. */
-        if (sbx_get_network(t, o, &s->pol, &e) != 0) {
+        if (sbx_net_policy_load(t, json_object_get(o, "network"), &s->pol, &e) != 0) {
             LOG(LOG_WARN, "snapshot %s: its network policy is unreadable (%s); dropping it", s->id,
                 e.msg);
             snap_free(s);
@@ -749,7 +749,7 @@ static void copy_done(void *arg)
     if (j->fork)
         fork_start(j, s, op);
     else if (op)
-        ops_finish(op, NULL, snap_json(s));
+        ops_finish_json(op, snap_json(s));
     job_free(j);
 }
 
@@ -963,17 +963,18 @@ int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct
 
 /* ---- fork: one snapshot, then count creates from it ---- */
 
-static void fork_answered(void *user, const struct sbx_err *err, json_t *body)
+static void fork_answered(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct fork_ctx *f = user;
+    struct sandbox *made;
     struct op *op;
     size_t i;
     json_t *v;
 
     if (err && !f->err.code)
         f->err = *err;
-    if (body)
-        json_array_append_new(f->made, body);
+    if (res && res->kind == SBX_RES_SANDBOX && (made = sbx_find(f->t, res->u.sandbox->id)))
+        json_array_append_new(f->made, sbx_json(made));
     if (++f->answered < f->want)
         return;
     op = find_op(f->t, f->op);
@@ -981,9 +982,8 @@ static void fork_answered(void *user, const struct sbx_err *err, json_t *body)
         /* All or nothing: the forks that were made go again. */
         json_array_foreach(f->made, i, v)
         {
-            json_t *gone = NULL;
+            struct sbx_rec gone;
             sbx_delete(f->t, json_string_value(json_object_get(v, "id")), &gone, NULL);
-            json_decref(gone);
         }
         if (op)
             ops_finish(op, &f->err, NULL);
@@ -991,8 +991,8 @@ static void fork_answered(void *user, const struct sbx_err *err, json_t *body)
         LOG(LOG_INFO, "fork: %u sandbox(es) from snapshot %s in %.0f ms", f->want, f->snap,
             (double)(sbx_now_ms() - f->t0));
         if (op)
-            ops_finish(op, NULL,
-                       json_pack("{s:O,s:s}", "sandboxes", f->made, "snapshot_id", f->snap));
+            ops_finish_json(op,
+                            json_pack("{s:O,s:s}", "sandboxes", f->made, "snapshot_id", f->snap));
     }
     json_decref(f->made);
     free(f);
@@ -1000,11 +1000,43 @@ static void fork_answered(void *user, const struct sbx_err *err, json_t *body)
 
 /* The fork's snapshot s is recorded: its creates (answered from the loop, never from
  * inside sbx_create). */
+/* A number of the fork's request as create takes it (null: the default). */
+static int64_t fork_num(json_t *v)
+{
+    if (!v || json_is_null(v))
+        return SBX_UNSET;
+    return json_is_integer(v) && json_integer_value(v) > SBX_NOT_INT ? json_integer_value(v)
+                                                                     : SBX_NOT_INT;
+}
+
+/* The parent's env and the forks' metadata (objects of strings) as one array: env's
+ * entries, then metadata's. NULL: out of memory. */
+static struct sbx_kv *fork_kv(json_t *env, json_t *meta)
+{
+    struct sbx_kv *kv = calloc(json_object_size(env) + json_object_size(meta) + 1, sizeof(*kv));
+    json_t *maps[2] = {env, meta}, *v;
+    const char *k;
+    size_t n = 0;
+
+    for (int m = 0; kv && m < 2; m++) {
+        json_object_foreach(maps[m], k, v)
+        {
+            kv[n].key = k;
+            kv[n].val.p = json_string_value(v);
+            kv[n].val.n = json_string_length(v);
+            n++;
+        }
+    }
+    return kv;
+}
+
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op)
 {
     static const struct sbx_sink sink = {fork_answered, NULL, NULL, NULL, NULL};
     struct fork_ctx *f = calloc(1, sizeof(*f));
     json_t *req = j->fork_req;
+    struct sbx_create_req cr = {0};
+    struct sbx_kv *kv;
     unsigned n = j->fork;
 
     if (!f || !(f->made = json_array())) {
@@ -1018,13 +1050,30 @@ static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *
     f->want = n;
     f->t0 = j->t0;
     snprintf(f->snap, sizeof(f->snap), "%s", s->id);
-    json_object_set_new(req, "snapshot_id", json_string(s->id));
+    if (!(kv = fork_kv(json_object_get(req, "env"), json_object_get(req, "metadata")))) {
+        for (unsigned i = 0; i < n; i++) {
+            struct sbx_err e;
+            sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
+            fork_answered(f, &e, NULL); /* f may be gone after the last one */
+        }
+        return;
+    }
+    cr.snapshot_id = s->id;
+    cr.ttl_s = fork_num(json_object_get(req, "ttl_seconds"));
+    cr.idle_s = fork_num(json_object_get(req, "idle_timeout_seconds"));
+    cr.memory_mb = cr.vcpus = SBX_UNSET;
+    cr.keep_running = json_is_true(json_object_get(req, "keep_running"));
+    cr.env = kv;
+    cr.nenv = json_object_size(json_object_get(req, "env"));
+    cr.metadata = kv + cr.nenv;
+    cr.nmetadata = json_object_size(json_object_get(req, "metadata"));
     for (unsigned i = 0; i < n; i++) {
         struct sbx_err e = {0};
         sbx_op_t cop;
-        if (sbx_create(j->t, req, &sink, f, &cop, &e) != 0)
+        if (sbx_create(j->t, &cr, &sink, f, &cop, &e) != 0)
             fork_answered(f, &e, NULL); /* f may be gone after the last one */
     }
+    free(kv);
 }
 
 int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
@@ -1088,22 +1137,22 @@ static int snap_not_found(const char *id, struct sbx_err *err)
     return sbx_err_set(err, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot with id '%s'", id);
 }
 
-int sbx_snap_for_create(struct sbx_table *t, json_t *body, const char *id, const char **tmpl,
+int sbx_snap_for_create(struct sbx_table *t, const struct sbx_create_req *req, const char **tmpl,
                         unsigned *mem, unsigned *vcpus, struct sbx_err *err)
 {
+    const char *id = req->snapshot_id;
     struct sbx_snap *s = snap_find(t, id);
-    json_t *m = json_object_get(body, "memory_mb"), *v = json_object_get(body, "vcpus");
     struct sbx_ident now;
     char path[4096 + 80];
     const char *why;
 
     if (!s)
         return snap_not_found(id, err);
-    if (json_object_get(body, "template"))
+    if (req->tmpl_given)
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "give template or snapshot_id, not both (a snapshot has its template)");
-    if ((m && !json_is_null(m) && json_integer_value(m) != s->mem_mb) ||
-        (v && !json_is_null(v) && json_integer_value(v) != s->vcpus))
+    if ((req->memory_mb != SBX_UNSET && req->memory_mb != s->mem_mb) ||
+        (req->vcpus != SBX_UNSET && req->vcpus != s->vcpus))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                            "snapshot %s is of a %u MiB, %u vCPU guest: memory_mb and vcpus "
                            "cannot differ",
@@ -1521,7 +1570,7 @@ static void paused_now(struct sandbox *sb, struct op *op)
     ev_timer_stop(sb->t->loop, &sb->backoff_timer);
     ev_timer_stop(sb->t->loop, &sb->boot_timer);
     if (op)
-        ops_finish(op, NULL, sbx_json(sb));
+        ops_finish_sandbox(op, sb);
     ops_fail_all(sb, SBX_E_CHANNEL_LOST, "the sandbox was paused");
     sbx_freeze_reset(sb, -ESHUTDOWN);
     if (sb->ch) {

@@ -42,6 +42,8 @@
 #ifndef WARREN_SBX_SNAP_H
 #define WARREN_SBX_SNAP_H
 
+#include <jansson.h>
+
 #include "sbx.h"
 
 /* Snapshot a sandbox; body may hold "metadata" (an object of strings). done(NULL,

@@ -20,7 +20,7 @@
  * unless a caller must treat it specially. Whether the guest channel is up is
  * a separate fact (struct sandbox's ch and ready), not a state here.
  *
- * Pure functions over the table: no I/O, unit-tested (tests/server/test_sbx_state.c).
+ * Pure functions over the table: no I/O, unit-tested (tests/core/test_sbx_state.c).
  */
 #ifndef WARREN_SBX_STATE_H
 #define WARREN_SBX_STATE_H

@@ -35,6 +35,8 @@ struct sbx_err;
 json_t *api_error(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The error body of a sandbox-core error: its stable name (sbx_err_name) and message. */
 json_t *api_error_of(const struct sbx_err *e);
+/* The HTTP status the REST door answers a core error code with (500 out of range). */
+int api_status_of(enum sbx_errcode code);
 
 /* ---- routes ---- */
 enum api_method {

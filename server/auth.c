@@ -177,9 +177,10 @@ static json_t *iso_time(uint64_t s)
 void auth_tokens_mint(struct pss *p, json_t *body)
 {
     char tok[TOKEN_STR_MAX + 1];
-    json_t *v, *rec = NULL, *names;
+    json_t *v, *names;
+    struct sbx_rec rec;
     struct sbx_err err;
-    const char *k, *state;
+    const char *k;
     unsigned scopes = 0;
     json_int_t ttl = TOKEN_TTL_DEFAULT;
     uint64_t exp;
@@ -227,16 +228,14 @@ void auth_tokens_mint(struct pss *p, json_t *body)
         resp_sbx_err(p, &err);
         return;
     }
-    state = json_string_value(json_object_get(rec, "state"));
-    if (state && (!strcmp(state, "ended") || !strcmp(state, "dead"))) {
-        sbx_err_set(&err, !strcmp(state, "ended") ? SBX_E_GONE : SBX_E_DEAD,
+    if (rec.ended) {
+        bool ended = !strcmp(rec.state, "ended");
+        sbx_err_set(&err, ended ? SBX_E_GONE : SBX_E_DEAD,
                     "sandbox %s has %s: no token is issued for it", p->sbx,
-                    !strcmp(state, "ended") ? "ended" : "died");
-        json_decref(rec);
+                    ended ? "ended" : "died");
         resp_sbx_err(p, &err);
         return;
     }
-    json_decref(rec);
     if (!p->srv->token_key_set) {
         resp_code(p, 500, "internal", "this server has no token secret");
         return;

@@ -11,6 +11,7 @@
 #include "e2b_api.h"
 #include "cred.h"
 #include "http_int.h"
+#include "sbx_json.h"
 #include "sbx_snap.h"
 
 /* ------------------------------------------------------------ answers */
@@ -31,7 +32,7 @@ static void fail(struct pss *p, int status, const char *msg)
 /* A core error as E2B sees it: an ended or dead sandbox is one that is not found. */
 static void fail_sbx(struct pss *p, const struct sbx_err *err)
 {
-    int status = sbx_err_http_status(err->code);
+    int status = api_status_of(err->code);
 
     /* A sandbox that died while it was being made (a boot that failed) is the server's
      * failure, not a sandbox the client named wrongly. */
@@ -46,7 +47,22 @@ static void fail_sbx(struct pss *p, const struct sbx_err *err)
 
 /* ------------------------------------------------------------ core calls */
 
-static void e2b_done(void *user, const struct sbx_err *err, json_t *body);
+static void e2b_done_json(struct pss *p, const struct sbx_err *err, json_t *body);
+
+/* The core's answer, as the REST JSON of its record (sbx_json.c), which the rest of
+ * this file maps to E2B's shapes. */
+static void e2b_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
+{
+    struct sbx_err oom;
+    json_t *body = NULL;
+
+    if (!err && res && !(body = sbx_json_result(res))) {
+        sbx_err_set(&oom, SBX_E_INTERNAL, "out of memory");
+        err = &oom;
+    }
+    e2b_done_json(user, err, body);
+}
+
 static const struct sbx_sink e2b_sink = {.done = e2b_done};
 
 /* The op started: wait for e2b_done; or it failed at once: answered. */
@@ -62,12 +78,20 @@ static void started(struct pss *p, int rc, const struct sbx_err *err)
  * p->sbx names the sandbox; the asynchronous ones report to e2b_done with p. */
 static int core_create(struct pss *p, json_t *body, struct sbx_err *err)
 {
-    return sbx_create(p->srv->t, body, &e2b_sink, p, &p->op, err);
+    struct sbx_json_create c;
+    int rc = sbx_json_create(body, &c, err);
+
+    if (rc == 0)
+        rc = sbx_create(p->srv->t, &c.req, &e2b_sink, p, &p->op, err);
+    sbx_json_create_free(&c);
+    return rc;
 }
 
-static int core_delete(struct pss *p, json_t **out, struct sbx_err *err)
+static int core_delete(struct pss *p, struct sbx_err *err)
 {
-    return sbx_delete(p->srv->t, p->sbx, out, err);
+    struct sbx_rec r;
+
+    return sbx_delete(p->srv->t, p->sbx, &r, err);
 }
 
 /* *out set (no callback) when it was paused already. */
@@ -94,7 +118,13 @@ static int core_snapshot(struct pss *p, json_t *body, struct sbx_err *err)
 
 static int core_set_network(struct pss *p, json_t *body, struct sbx_err *err)
 {
-    return sbx_set_network(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+    struct sbx_json_net n;
+    int rc = sbx_json_net(body, &n, err);
+
+    if (rc == 0)
+        rc = sbx_set_network(p->srv->t, p->sbx, &n.req, &e2b_sink, p, &p->op, err);
+    sbx_json_net_free(&n);
+    return rc;
 }
 
 static int core_snap_get(struct pss *p, const char *id, json_t **out, struct sbx_err *err)
@@ -113,27 +143,58 @@ static int core_snap_delete(struct pss *p, json_t **out, struct sbx_err *err)
     return sbx_snap_delete(p->srv->t, p->sbx, out, err);
 }
 
+/* The sandbox's record as the REST JSON (sbx_json_rec) in *out. */
 static int core_get(struct pss *p, const char *id, json_t **out, struct sbx_err *err)
 {
-    return sbx_get(p->srv->t, id, out, err);
+    struct sbx_rec r;
+    int rc = sbx_get(p->srv->t, id, &r, err);
+
+    if (rc)
+        return rc;
+    if (!(*out = sbx_json_rec(&r)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    return 0;
 }
 
+/* Every sandbox whose metadata holds meta's entries (meta NULL: all), as
+ * {"sandboxes": [REST JSON records]}. */
 static int core_list(struct pss *p, json_t *meta, json_t **out, struct sbx_err *err)
 {
-    return sbx_list(p->srv->t, NULL, meta, out, err);
+    json_t *wrap = json_pack("{s:O?}", "m", meta), *arr = json_array();
+    struct sbx_kv *kv = NULL;
+    struct sbx_rec *recs = NULL;
+    size_t nkv = 0, n = 0;
+    int rc;
+
+    *out = NULL;
+    if (!wrap || !arr) {
+        rc = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+        goto out;
+    }
+    if ((rc = sbx_json_kv(wrap, "m", &kv, &nkv, err)) ||
+        (rc = sbx_list(p->srv->t, NULL, kv, nkv, &recs, &n, err)))
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (json_array_append_new(arr, sbx_json_rec(&recs[i]))) {
+            rc = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+            goto out;
+        }
+    *out = json_pack("{s:O}", "sandboxes", arr);
+    if (!*out)
+        rc = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+out:
+    free(recs);
+    free(kv);
+    json_decref(arr);
+    json_decref(wrap);
+    return rc;
 }
 
 static int core_set_timeout(struct pss *p, long long seconds, struct sbx_err *err)
 {
-    json_t *b = json_pack("{s:I}", "ttl_seconds", (json_int_t)seconds), *out = NULL;
-    int rc;
+    struct sbx_rec r;
 
-    if (!b)
-        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    rc = sbx_set_timeout(p->srv->t, p->sbx, b, &out, err);
-    json_decref(b);
-    json_decref(out);
-    return rc;
+    return sbx_set_timeout(p->srv->t, p->sbx, (int64_t)seconds, &r, err);
 }
 
 /* ------------------------------------------------------------ records */
@@ -596,17 +657,16 @@ static void do_info(struct pss *p)
 static void do_kill(struct pss *p)
 {
     const char *st;
-    json_t *rec = live_record(p, &st), *out = NULL;
+    json_t *rec = live_record(p, &st);
     struct sbx_err err;
 
     if (!rec)
         return;
     json_decref(rec);
-    if (core_delete(p, &out, &err)) {
+    if (core_delete(p, &err)) {
         fail_sbx(p, &err);
         return;
     }
-    json_decref(out);
     answer(p, 204, NULL);
 }
 
@@ -933,10 +993,9 @@ void e2b_handle(struct pss *p, json_t *args)
     }
 }
 
-/* The core finished an asynchronous step. */
-static void e2b_done(void *user, const struct sbx_err *err, json_t *body)
+/* The core finished an asynchronous step (body: its REST JSON, taken). */
+static void e2b_done_json(struct pss *p, const struct sbx_err *err, json_t *body)
 {
-    struct pss *p = user;
     struct sbx_err e2;
     json_t *arr, *rec, *o;
     size_t i;

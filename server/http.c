@@ -650,21 +650,16 @@ out:
 int http_ws_sandbox_open(struct http_server *srv, const char *sbx, struct api_err *e)
 {
     struct sbx_err err;
-    json_t *rec = NULL;
-    const char *state;
-    bool gone;
+    struct sbx_rec rec;
 
     if (sbx_get(srv->t, sbx, &rec, &err)) {
-        *e = (struct api_err){.status = sbx_err_http_status(err.code),
+        *e = (struct api_err){.status = api_status_of(err.code),
                               .code = sbx_err_name(err.code)};
         snprintf(e->msg, sizeof(e->msg), "%.200s", err.msg);
         return -1;
     }
-    state = json_string_value(json_object_get(rec, "state"));
-    gone = state && (!strcmp(state, "ended") || !strcmp(state, "dead"));
-    json_decref(rec);
-    if (gone) {
-        *e = (struct api_err){.status = sbx_err_http_status(SBX_E_GONE),
+    if (rec.ended) {
+        *e = (struct api_err){.status = api_status_of(SBX_E_GONE),
                               .code = sbx_err_name(SBX_E_GONE)};
         snprintf(e->msg, sizeof(e->msg), "sandbox %s has ended", sbx);
         return -1;

@@ -676,7 +676,7 @@ void ports_take(struct ports *pp, int fd, char *buf, size_t n, size_t cap,
     pc->c2g.cap = pc->g2c.cap = bcap;
     pc->admitted = true;
     if ((r = sbx_port_open(srv->t, pc->sbx, ns, sizeof(ns), pc->vm, &err)) != 0) {
-        pc_fail(pc, sbx_err_http_status(err.code), sbx_err_name(err.code), "%s", err.msg);
+        pc_fail(pc, api_status_of(err.code), sbx_err_name(err.code), "%s", err.msg);
         goto out;
     }
     hl = ports_head_rewrite(h, d, srv->key, pc->c2g.p, pc->c2g.cap);

@@ -239,7 +239,7 @@ void resp_api_err(struct pss *p, const struct api_err *e)
 /* A sandbox-core error: its HTTP status and error body (sbx_err.c's table). */
 void resp_sbx_err(struct pss *p, const struct sbx_err *e)
 {
-    resp_json(p, sbx_err_http_status(e->code), api_error_of(e));
+    resp_json(p, api_status_of(e->code), api_error_of(e));
 }
 
 void resp_code(struct pss *p, int status, const char *code, const char *msg)

@@ -9,6 +9,7 @@
 #include "e2b_api.h"
 #include "http_int.h"
 #include "ports_head.h"
+#include "sbx_json.h"
 #include "sbx_snap.h"
 #include "web.h"
 
@@ -49,21 +50,19 @@ static void handle(struct pss *p, json_t *args)
 
 static void upload_pump(struct pss *p);
 
-static void sink_done(void *user, const struct sbx_err *err, json_t *body)
+static void sink_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct pss *p = user;
+    json_t *body;
     int status;
 
-    if (!http_phase_op_live(p->phase)) {
-        json_decref(body);
+    if (!http_phase_op_live(p->phase))
         return;
-    }
     if (http_phase_resuming(p->phase)) {
         /* The paused sandbox is back (or could not come back): now the request itself. */
         json_t *held = p->held;
         p->held = NULL;
         req_phase(p, HP_RUN);
-        json_decref(body);
         if (err)
             resp_sbx_err(p, err);
         else
@@ -72,10 +71,10 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
         return;
     }
     if (err) {
-        json_decref(body);
-        status = sbx_err_http_status(err->code);
+        status = api_status_of(err->code);
         body = api_error_of(err);
     } else {
+        body = sbx_json_result(res);
         /* A create (of a sandbox, or a snapshot), or a background exec (the process was
          * created), or another op. */
         status = (verb_flags(p) & API_VF_CREATED) || p->bg_exec ? 201 : 200;
@@ -369,8 +368,9 @@ static void respond_sync(struct pss *p, int rc, json_t *out, const struct sbx_er
         resp_json(p, 200, out);
 }
 
-static void file_op(struct pss *p, const char *kind, json_t *args)
+static void file_op(struct pss *p, enum sbx_file_kind kind, json_t *args)
 {
+    struct sbx_file_req req;
     struct sbx_err err;
     int rc;
 
@@ -378,7 +378,9 @@ static void file_op(struct pss *p, const char *kind, json_t *args)
         resp_code(p, 500, "internal", "out of memory");
         return;
     }
-    rc = sbx_file_op(p->srv->t, p->sbx, kind, args, &sink, p, &p->op, &err);
+    rc = sbx_json_file(kind, args, &req, &err);
+    if (rc == 0)
+        rc = sbx_file_op(p->srv->t, p->sbx, &req, &sink, p, &p->op, &err);
     json_decref(args);
     start_op(p, rc, &err);
 }
@@ -502,58 +504,84 @@ static void h_healthz(struct pss *p, json_t *args)
 static void h_sandbox_list(struct pss *p, json_t *args)
 {
     struct sbx_err err;
-    json_t *out = NULL;
-    int rc = sbx_list(p->srv->t, json_string_value(json_object_get(args, "state")),
-                      json_object_get(args, "metadata"), &out, &err);
+    struct sbx_rec *recs = NULL;
+    struct sbx_kv *filter = NULL;
+    size_t n = 0, nrecs = 0;
+    json_t *arr = NULL;
+    int rc = sbx_json_kv(args, "metadata", &filter, &n, &err);
 
-    respond_sync(p, rc, out, &err);
+    if (rc == 0)
+        rc = sbx_list(p->srv->t, json_string_value(json_object_get(args, "state")), filter, n,
+                      &recs, &nrecs, &err);
+    if (rc == 0 && (arr = json_array()))
+        for (size_t i = 0; i < nrecs; i++)
+            json_array_append_new(arr, sbx_json_rec(&recs[i]));
+    free(recs);
+    free(filter);
+    respond_sync(p, rc, rc ? NULL : json_pack("{s:o}", "sandboxes", arr), &err);
 }
 
 static void h_sandbox_create(struct pss *p, json_t *body)
 {
+    struct sbx_json_create c;
     struct sbx_err err;
+    int rc = sbx_json_create(body, &c, &err);
 
-    start_op(p, sbx_create(p->srv->t, body, &sink, p, &p->op, &err), &err);
+    if (rc == 0)
+        rc = sbx_create(p->srv->t, &c.req, &sink, p, &p->op, &err);
+    sbx_json_create_free(&c);
+    start_op(p, rc, &err);
 }
 
 static void h_sandbox_get(struct pss *p, json_t *args)
 {
     struct sbx_err err;
-    json_t *out = NULL;
-    int rc = sbx_get(p->srv->t, p->sbx, &out, &err);
+    struct sbx_rec rec;
+    int rc = sbx_get(p->srv->t, p->sbx, &rec, &err);
 
     (void)args;
-    respond_sync(p, rc, out, &err);
+    respond_sync(p, rc, rc ? NULL : sbx_json_rec(&rec), &err);
 }
 
 static void h_sandbox_delete(struct pss *p, json_t *args)
 {
     struct sbx_err err;
-    json_t *out = NULL;
-    int rc = sbx_delete(p->srv->t, p->sbx, &out, &err);
+    struct sbx_rec rec;
+    int rc = sbx_delete(p->srv->t, p->sbx, &rec, &err);
 
     (void)args;
-    respond_sync(p, rc, out, &err);
+    respond_sync(p, rc, rc ? NULL : sbx_json_rec(&rec), &err);
 }
 
 static void h_timeout(struct pss *p, json_t *body)
 {
     struct sbx_err err;
+    struct sbx_rec rec;
     json_t *out = NULL;
-    int rc = sbx_set_timeout(p->srv->t, p->sbx, body, &out, &err);
+    int64_t ttl;
+    int rc = sbx_json_timeout(body, &ttl, &err);
+
+    if (rc == 0)
+        rc = sbx_set_timeout(p->srv->t, p->sbx, ttl, &rec, &err);
+    if (rc == 0)
+        out = sbx_json_rec(&rec);
 
     respond_sync(p, rc, out, &err);
 }
 
 static void h_exec(struct pss *p, json_t *body)
 {
+    struct sbx_json_exec x;
     struct sbx_err err;
+    int rc = sbx_json_exec(body, &x, &err);
 
-    p->bg_exec = json_is_true(json_object_get(body, "background")) ||
-                 json_is_object(json_object_get(body, "pty"));
+    p->bg_exec = x.req.background == 1 || x.req.pty;
     if (p->bg_exec)
         p->ndjson = false; /* answered at once with its pid; output is read apart */
-    start_op(p, sbx_exec(p->srv->t, p->sbx, body, p->ndjson, &sink, p, &p->op, &err), &err);
+    if (rc == 0)
+        rc = sbx_exec(p->srv->t, p->sbx, &x.req, p->ndjson, &sink, p, &p->op, &err);
+    sbx_json_exec_free(&x);
+    start_op(p, rc, &err);
 }
 
 static void h_file_read(struct pss *p, json_t *args)
@@ -591,22 +619,22 @@ static void h_file_write(struct pss *p, json_t *args)
 
 static void h_file_remove(struct pss *p, json_t *args)
 {
-    file_op(p, "remove", json_incref(args));
+    file_op(p, SBX_FILE_REMOVE, json_incref(args));
 }
 
 static void h_file_stat(struct pss *p, json_t *args)
 {
-    file_op(p, "stat", json_incref(args));
+    file_op(p, SBX_FILE_STAT, json_incref(args));
 }
 
 static void h_file_list(struct pss *p, json_t *args)
 {
-    file_op(p, "list", json_incref(args));
+    file_op(p, SBX_FILE_LIST, json_incref(args));
 }
 
 static void h_file_mkdir(struct pss *p, json_t *args)
 {
-    file_op(p, "mkdir", json_incref(args));
+    file_op(p, SBX_FILE_MKDIR, json_incref(args));
 }
 
 static void h_file_rename(struct pss *p, json_t *body)
@@ -617,7 +645,7 @@ static void h_file_rename(struct pss *p, json_t *body)
     if (api_rename_args(body, &args, &e))
         resp_api_err(p, &e);
     else
-        file_op(p, "rename", args);
+        file_op(p, SBX_FILE_RENAME, args);
 }
 
 /* The processes, or one of them (p->pid). */
@@ -708,9 +736,16 @@ static void h_resume(struct pss *p, json_t *body)
 
 static void h_network(struct pss *p, json_t *body)
 {
+    struct sbx_json_net n = {0};
     struct sbx_err err;
+    int rc = json_is_object(body)
+                 ? sbx_json_net(body, &n, &err)
+                 : sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "the body must be the network object");
 
-    start_op(p, sbx_set_network(p->srv->t, p->sbx, body, &sink, p, &p->op, &err), &err);
+    if (rc == 0)
+        rc = sbx_set_network(p->srv->t, p->sbx, &n.req, &sink, p, &p->op, &err);
+    sbx_json_net_free(&n);
+    start_op(p, rc, &err);
 }
 
 static void h_snapshot_list(struct pss *p, json_t *args)
@@ -875,8 +910,7 @@ static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
 static void socket_probe(struct pss *p, const char *protocol)
 {
     struct sbx_err err;
-    json_t *out = NULL;
-    const char *state;
+    struct sbx_rec rec;
     char msg[160];
 
     if (!http_origin_allowed(p->srv, p->wsi)) {
@@ -884,19 +918,16 @@ static void socket_probe(struct pss *p, const char *protocol)
                   "this Origin may not open sockets here (allowed_origins)");
         return;
     }
-    if (sbx_get(p->srv->t, p->sbx, &out, &err)) {
+    if (sbx_get(p->srv->t, p->sbx, &rec, &err)) {
         resp_sbx_err(p, &err);
         return;
     }
-    state = json_string_value(json_object_get(out, "state"));
-    if (state && (!strcmp(state, "ended") || !strcmp(state, "dead"))) {
+    if (rec.ended) {
         err.code = SBX_E_GONE;
         snprintf(err.msg, sizeof(err.msg), "sandbox %s has ended", p->sbx);
-        json_decref(out);
         resp_sbx_err(p, &err);
         return;
     }
-    json_decref(out);
     snprintf(msg, sizeof(msg),
              "this route is a WebSocket (Upgrade: websocket, Sec-WebSocket-Protocol: %s)",
              protocol);

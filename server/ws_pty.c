@@ -22,6 +22,7 @@
  * 1008/1009 and a reason.
  */
 #include "http_int.h"
+#include "sbx_json.h"
 #include "sbx_snap.h"
 #include "ws_pty.h"
 #include "ws_pty_frame.h"
@@ -454,18 +455,19 @@ static void on_out_lost(void *user, uint64_t off, uint64_t n)
                               (json_int_t)n));
 }
 
-static void on_out_done(void *user, const struct sbx_err *err, json_t *body)
+static void on_out_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct wpty *w = user;
+    json_t *body;
 
     w->out_live = false;
     if (err) {
         /* The sandbox ended or died, or the channel went: the process is out of reach. */
-        json_decref(body);
         finish(w, json_pack("{s:s,s:n,s:n,s:s,s:s}", "type", "exit", "exit_code", "signal",
                             "reason", sbx_err_name(err->code), "message", err->msg));
         return;
     }
+    body = sbx_json_result(res);
     if (!body || !json_is_object(body)) {
         json_decref(body);
         body = json_pack("{s:s,s:n,s:n}", "type", "exit", "exit_code", "signal");
@@ -498,26 +500,22 @@ static void start_output(struct wpty *w)
 static void ctl_pump(struct wpty *w);
 
 /* The new PTY started ({"pid":N}), or the attached process's record. */
-static void on_start_done(void *user, const struct sbx_err *err, json_t *body)
+static void on_start_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct wpty *w = user;
-    json_t *v;
 
     w->start_live = false;
     if (err) {
-        json_decref(body);
         send_error(w, sbx_err_name(err->code), err->msg);
         return;
     }
     if (w->want_new) {
-        w->pid = (uint32_t)json_integer_value(json_object_get(body, "pid"));
-    } else {
-        if ((v = json_object_get(body, "cols")) && json_is_integer(v))
-            w->cols = (unsigned)json_integer_value(v);
-        if ((v = json_object_get(body, "rows")) && json_is_integer(v))
-            w->rows = (unsigned)json_integer_value(v);
+        if (res && res->kind == SBX_RES_STARTED)
+            w->pid = res->u.started.pid;
+    } else if (res && res->kind == SBX_RES_PROC && res->u.procs.v->pty) {
+        w->cols = res->u.procs.v->cols;
+        w->rows = res->u.procs.v->rows;
     }
-    json_decref(body);
     if (!w->pid) {
         send_error(w, "internal", "the guest named no process");
         return;
@@ -534,11 +532,11 @@ static const struct sbx_sink start_sink = {.done = on_start_done};
 static void start(struct wpty *w);
 
 /* The paused sandbox this socket opened on is back (or could not come back). */
-static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
+static void on_resumed(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct wpty *w = user;
 
-    json_decref(body);
+    (void)res;
     w->start_live = false;
     if (err)
         send_error(w, sbx_err_name(err->code), err->msg);
@@ -551,7 +549,7 @@ static const struct sbx_sink resume_sink = {.done = on_resumed};
 static void start(struct wpty *w)
 {
     struct sbx_err err;
-    json_t *body, *out = NULL;
+    json_t *out = NULL;
     int rc;
 
     if (sbx_coming_back(w->srv->t, w->sbx)) {
@@ -570,15 +568,13 @@ static void start(struct wpty *w)
     if (!w->want_new) {
         rc = sbx_proc_list(w->srv->t, w->sbx, w->pid, &start_sink, w, &w->start_op, &err);
     } else {
-        body = json_pack("{s:{s:I,s:I}}", "pty", "cols", (json_int_t)w->cols, "rows",
-                         (json_int_t)w->rows);
-        if (body && w->cmd)
-            json_object_set_new(body, "cmd", json_string(w->cmd));
-        if (body && w->cwd)
-            json_object_set_new(body, "cwd", json_string(w->cwd));
-        rc = body ? sbx_exec(w->srv->t, w->sbx, body, false, &start_sink, w, &w->start_op, &err)
-                  : sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
-        json_decref(body);
+        struct sbx_exec_req req = {
+            .background = -1, .pty = true, .cols = w->cols, .rows = w->rows, .cwd = w->cwd};
+        if (w->cmd) {
+            req.cmd.p = w->cmd;
+            req.cmd.n = strlen(w->cmd);
+        }
+        rc = sbx_exec(w->srv->t, w->sbx, &req, false, &start_sink, w, &w->start_op, &err);
     }
     if (rc) {
         send_error(w, sbx_err_name(err.code), err.msg);
@@ -589,11 +585,11 @@ static void start(struct wpty *w)
 
 /* -------------------------------------------------------------- input */
 
-static void on_ctl_done(void *user, const struct sbx_err *err, json_t *body)
+static void on_ctl_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct wpty *w = user;
 
-    json_decref(body);
+    (void)res;
     w->ctl_live = false;
     if (err)
         /* Input to a process that exited, or stdin full: the terminal shows no echo, as

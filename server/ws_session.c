@@ -32,6 +32,7 @@
 #include <stdarg.h>
 
 #include "http_int.h"
+#include "sbx_json.h"
 #include "sbx_snap.h"
 #include "session_frame.h"
 #include "ws_rx.h"
@@ -396,15 +397,15 @@ static void reap(struct sess *s)
     }
 }
 
-static void sink_done(void *user, const struct sbx_err *err, json_t *body)
+static void sink_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct sreq *r = user;
     struct sess *s = r->s;
+    json_t *body;
 
-    if (!r->live) {
-        json_decref(body);
+    if (!r->live)
         return;
-    }
+    body = sbx_json_result(res);
     if (err) {
         send_error(s, r->id, sbx_err_name(err->code), "%s", err->msg);
     } else if (r->kind == SF_OP_EXEC) {
@@ -579,16 +580,18 @@ static void dispatch(struct sess *s, struct sf_req *q)
 
     switch (q->op) {
     case SF_OP_EXEC: {
-        json_t *pty;
+        struct sbx_json_exec x;
         if (!s->may_exec) {
             free(r);
             send_error(s, q->id, "token_wrong_scope",
                        "the access token's scope does not include \"exec\"");
             return;
         }
-        pty = json_object_get(q->args, "pty");
-        r->bg = json_is_true(json_object_get(q->args, "background")) || json_is_object(pty);
-        rc = sbx_exec(t, s->sbx, q->args, !r->bg, &sink, r, &r->op, &err);
+        rc = sbx_json_exec(q->args, &x, &err);
+        r->bg = x.req.background == 1 || x.req.pty;
+        if (rc == 0)
+            rc = sbx_exec(t, s->sbx, &x.req, !r->bg, &sink, r, &r->op, &err);
+        sbx_json_exec_free(&x);
         break;
     }
     case SF_OP_STDIN:
@@ -684,7 +687,15 @@ static void dispatch(struct sess *s, struct sf_req *q)
             rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "%s", e.msg);
             break;
         }
-        rc = sbx_file_op(t, s->sbx, sf_op_name(q->op), q->args, &sink, r, &r->op, &err);
+        static const enum sbx_file_kind kinds[] = {[SF_OP_STAT] = SBX_FILE_STAT,
+                                                   [SF_OP_LIST] = SBX_FILE_LIST,
+                                                   [SF_OP_MKDIR] = SBX_FILE_MKDIR,
+                                                   [SF_OP_REMOVE] = SBX_FILE_REMOVE,
+                                                   [SF_OP_RENAME] = SBX_FILE_RENAME};
+        struct sbx_file_req fr;
+        rc = sbx_json_file(kinds[q->op], q->args, &fr, &err);
+        if (rc == 0)
+            rc = sbx_file_op(t, s->sbx, &fr, &sink, r, &r->op, &err);
         break;
     }
     default:
@@ -705,12 +716,12 @@ static void dispatch(struct sess *s, struct sf_req *q)
 }
 
 /* The resume is over: the messages that waited for it run (or get its error). */
-static void on_resumed(void *user, const struct sbx_err *err, json_t *body)
+static void on_resumed(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct sess *s = user;
     struct waiting *m;
 
-    json_decref(body);
+    (void)res;
     s->resuming = false;
     while ((m = s->wq)) {
         struct sf_req q;

@@ -28,6 +28,7 @@
 #include "api.h"
 #include "gstream.h"
 #include "procs.h"
+#include "sbx_json.h"
 #include "proto.h"
 #include "util.h"
 
@@ -109,15 +110,18 @@ static void ring_data(struct host *h, unsigned fd, const struct proto_frame *f)
 static void process_list(const struct proto_frame *f)
 {
     json_t *o = NULL, *arr, *p;
+    struct sbx_proc_rec *v = NULL;
     char why[256];
-    size_t i;
-    int r = procs_list_json(f->v[PK_PROCS].arr, 64, &o, why, sizeof(why));
+    size_t i, n = 0;
+    int r = procs_list(f->v[PK_PROCS].arr, 64, &v, &n, why, sizeof(why));
 
     if (r != 0) {
-        if (o || (r == -EPROTO && !why[0]))
+        if (v || (r == -EPROTO && !why[0]))
             abort();
         return;
     }
+    o = sbx_json_procs(v, n);
+    free(v);
     arr = json_object_get(o, "processes");
     if (!json_is_array(arr) || json_array_size(arr) != f->v[PK_PROCS].arr->size)
         abort();

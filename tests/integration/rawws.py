@@ -93,6 +93,21 @@ class RawWs:
         self.s.close()
 
 
+def check_close_codes(test, w, path, proto, cases):
+    """For each (payload, code) of cases, on a socket of its own: a client close frame
+    with that payload is answered by the server's close frame with that code."""
+    for payload, want in cases:
+        c = RawWs(w, path, proto)
+        try:
+            test.assertEqual(c.status, 101, c.status_line)
+            c.send_frame(0x8, payload)
+            got = c.until_close()
+            test.assertIsNotNone(got, payload)
+            test.assertEqual(got[0], want, (payload, got))
+        finally:
+            c.close()
+
+
 def refused(w, path, proto):
     """A raw upgrade that is refused: (status line, JSON body)."""
     s = socket.create_connection(("127.0.0.1", w.port), timeout=T)

@@ -18,7 +18,7 @@ import urllib.parse
 
 import websockets
 
-from rawws import RawWs, refused
+from rawws import RawWs, check_close_codes, refused
 from warren import RssPeak, Warren, WarrenCase, rss_kib
 
 PROTO = "warren.pty.v1"
@@ -458,19 +458,10 @@ class PtySocketTest(WarrenCase):
         """A client's close frame is echoed only when it is valid; an invalid code (5000,
         which lws echoed) or a one-byte payload gets 1002, a reason that is not UTF-8
         1007."""
-        w = self.w
-        for payload, want in ((b"\x13\x88", 1002), (b"\x03", 1002), (b"\x00\x00", 1002),
-                              (b"\x03\xe8\xff", 1007), (b"\x0f\xa0bye", 4000),
-                              (b"\x03\xe8", 1000)):
-            c = RawWs(w, self.path() + "?cmd=cat", PROTO)
-            try:
-                self.assertEqual(c.status, 101, c.status_line)
-                c.send_frame(0x8, payload)
-                got = c.until_close()
-                self.assertIsNotNone(got, payload)
-                self.assertEqual(got[0], want, (payload, got))
-            finally:
-                c.close()
+        check_close_codes(self, self.w, self.path() + "?cmd=cat", PROTO,
+                          ((b"\x13\x88", 1002), (b"\x03", 1002), (b"\x00\x00", 1002),
+                           (b"\x03\xe8\xff", 1007), (b"\x0f\xa0bye", 4000),
+                           (b"\x03\xe8", 1000)))
 
     def test_keys_before_the_hello(self):
         """Keys typed right after the upgrade, before the PTY's process exists (before

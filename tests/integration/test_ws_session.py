@@ -13,7 +13,7 @@ import unittest
 
 import websockets
 
-from rawws import RawWs, refused
+from rawws import RawWs, check_close_codes, refused
 from warren import WarrenCase
 
 PROTO = "warren.session.v1"
@@ -276,17 +276,9 @@ class TestWsSession(WarrenCase):
         """lws echoed a close code of 5000 and up; an invalid code or a one-byte close
         payload is answered with 1002, a reason that is not UTF-8 with 1007, and a valid
         close is echoed."""
-        for payload, want in ((b"\x13\x88", 1002), (b"\x03", 1002), (b"\x03\xee", 1002),
-                              (b"\x03\xe8\xc3", 1007), (b"\x0b\xb8", 3000)):
-            c = RawWs(self.w, f"/v1/sandboxes/{self.sid}/session", PROTO)
-            try:
-                self.assertEqual(c.status, 101, c.status_line)
-                c.send_frame(0x8, payload)
-                got = c.until_close()
-                self.assertIsNotNone(got, payload)
-                self.assertEqual(got[0], want, (payload, got))
-            finally:
-                c.close()
+        check_close_codes(self, self.w, f"/v1/sandboxes/{self.sid}/session", PROTO,
+                          ((b"\x13\x88", 1002), (b"\x03", 1002), (b"\x03\xee", 1002),
+                           (b"\x03\xe8\xc3", 1007), (b"\x0b\xb8", 3000)))
 
     def test_upgrade_checks_match_the_pty_door(self):
         """The agent socket's upgrade checks what the PTY socket's and REST check: an

@@ -60,9 +60,12 @@ static void misuse(const char *fmt, ...)
 enum fop_kind { OP_LATER, OP_STREAM, OP_READ, OP_WRITE };
 enum script { S_NONE, S_NDJSON, S_TEXT, S_FILE, S_DIES, S_LOSSY };
 
-struct fsbx {
+struct fsbx { /* always running */
     struct fsbx *next;
-    json_t *rec; /* {"id","state","template","metadata"} */
+    char id[32], tmpl[64];
+    json_t *meta;      /* its metadata, */
+    struct sbx_kv *kv; /* as a record shows it (pointing into meta) */
+    size_t nkv;
 };
 
 struct fop {
@@ -77,6 +80,7 @@ struct fop {
     bool busy;      /* inside a sink callback */
     bool cancelled; /* the requester is gone: draining, no more callbacks */
     bool create;    /* a create: freed at once when cancelled, as the real table does */
+    char made[32];  /* a create: the sandbox it answers with */
     /* OP_LATER */
     struct sbx_err err; /* code SBX_OK: answer body */
     json_t *body;
@@ -135,7 +139,8 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
     while (t->sbxs) {
         struct fsbx *s = t->sbxs;
         t->sbxs = s->next;
-        json_decref(s->rec);
+        json_decref(s->meta);
+        free(s->kv);
         free(s);
     }
     free(t);
@@ -144,7 +149,7 @@ void sbx_table_free(struct sbx_table *t, bool kill_vms)
 static struct fsbx *find(struct sbx_table *t, const char *id)
 {
     for (struct fsbx *s = t->sbxs; s; s = s->next) {
-        if (!strcmp(json_string_value(json_object_get(s->rec, "id")), id))
+        if (!strcmp(s->id, id))
             return s;
     }
     return NULL;
@@ -221,11 +226,34 @@ static void op_drain(struct fop *o)
         gone_;                                                                                     \
     })
 
+static void rec_of(const struct fsbx *s, struct sbx_rec *r)
+{
+    *r = (struct sbx_rec){.id = s->id,
+                          .tmpl = s->tmpl,
+                          .state = "running",
+                          .source = "boot",
+                          .metadata = s->kv,
+                          .nmetadata = s->nkv};
+}
+
+/* Answer with body (taken; an echo of the request, as JSON) or, for a create, the
+ * sandbox's record. */
 static void finish_op(struct fop *o, const struct sbx_err *err, json_t *body)
 {
+    struct sbx_result res = {.kind = SBX_RES_JSON, .u.json = body};
+    struct fsbx *made = o->create && !err ? find(o->t, o->made) : NULL;
+    struct sbx_rec rec;
+
     o->body = NULL;
-    if (CALL(o, o->sink->done(o->user, err, body)))
+    if (made) {
+        rec_of(made, &rec);
+        res = (struct sbx_result){.kind = SBX_RES_SANDBOX, .u.sandbox = &rec};
+    }
+    if (CALL(o, o->sink->done(o->user, err, made || body ? &res : NULL))) {
+        json_decref(body);
         return;
+    }
+    json_decref(body);
     op_free(o);
 }
 
@@ -373,110 +401,120 @@ static int need_sbx(struct sbx_table *t, const char *id, struct sbx_err *err)
     return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
 }
 
-int sbx_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_get(struct sbx_table *t, const char *id, struct sbx_rec *out, struct sbx_err *err)
 {
     struct fsbx *s = find(t, id);
 
     if (!s) {
         return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
     }
-    *out = json_deep_copy(s->rec);
+    rec_of(s, out);
     return 0;
 }
 
-static bool meta_match(json_t *rec, json_t *filter)
+/* A request's string map as an object (the fake keeps and echoes JSON). */
+static json_t *kv_json(const struct sbx_kv *kv, size_t n)
 {
-    json_t *m = json_object_get(rec, "metadata"), *v;
-    const char *k;
+    json_t *o = json_object();
 
-    json_object_foreach(filter, k, v)
-    {
-        if (!json_equal(json_object_get(m, k), v))
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(o, kv[i].key, json_stringn(kv[i].val.p, kv[i].val.n));
+    return o;
+}
+
+static bool meta_match(const struct fsbx *s, const struct sbx_kv *filter, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *v = json_string_value(json_object_get(s->meta, filter[i].key));
+        if (!v || strlen(v) != filter[i].val.n || memcmp(v, filter[i].val.p, filter[i].val.n))
             return false;
     }
     return true;
 }
 
-int sbx_list(struct sbx_table *t, const char *state, json_t *metadata_filter, json_t **out,
-             struct sbx_err *err)
+int sbx_list(struct sbx_table *t, const char *state, const struct sbx_kv *filter, size_t nfilter,
+             struct sbx_rec **out, size_t *n, struct sbx_err *err)
 {
-    json_t *arr = json_array();
+    size_t count = 0;
 
-    (void)err;
-    for (struct fsbx *s = t->sbxs; s; s = s->next) {
-        if (state && strcmp(state, json_string_value(json_object_get(s->rec, "state"))))
-            continue;
-        if (metadata_filter && !meta_match(s->rec, metadata_filter))
-            continue;
-        json_array_append(arr, s->rec);
-    }
-    *out = json_pack("{s:o, s:{s:s?, s:O?}}", "sandboxes", arr, "filter", "state", state,
-                     "metadata", metadata_filter);
+    snprintf(fake_stats.list_state, sizeof(fake_stats.list_state), "%s", state ? state : "");
+    json_decref(fake_stats.list_filter);
+    fake_stats.list_filter = kv_json(filter, nfilter);
+    for (struct fsbx *s = t->sbxs; s; s = s->next)
+        count++;
+    *out = calloc(count + 1, sizeof(**out));
+    *n = 0;
+    for (struct fsbx *s = t->sbxs; s; s = s->next)
+        if ((!state || !strcmp(state, "running")) && meta_match(s, filter, nfilter))
+            rec_of(s, &(*out)[(*n)++]);
     return 0;
 }
 
-int sbx_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_delete(struct sbx_table *t, const char *id, struct sbx_rec *out, struct sbx_err *err)
 {
+    static char gone[32]; /* the record's id: borrowed until the next call */
     struct fsbx **pp;
 
     for (pp = &t->sbxs; *pp; pp = &(*pp)->next) {
-        if (!strcmp(json_string_value(json_object_get((*pp)->rec, "id")), id)) {
+        if (!strcmp((*pp)->id, id)) {
             struct fsbx *s = *pp;
             *pp = s->next;
-            json_decref(s->rec);
+            snprintf(gone, sizeof(gone), "%s", id);
+            json_decref(s->meta);
+            free(s->kv);
             free(s);
-            *out = json_pack("{s:s, s:s}", "id", id, "state", "ended");
+            *out = (struct sbx_rec){.id = gone, .tmpl = "", .state = "ended", .source = "boot"};
             return 0;
         }
     }
     return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
 }
 
-int sbx_set_timeout(struct sbx_table *t, const char *id, json_t *body, json_t **out,
+int sbx_set_timeout(struct sbx_table *t, const char *id, int64_t ttl, struct sbx_rec *out,
                     struct sbx_err *err)
 {
-    json_t *ttl = json_object_get(body, "ttl_seconds");
-    int st;
+    struct fsbx *s = find(t, id);
 
-    if ((st = need_sbx(t, id, err)))
-        return st;
-    if (!json_is_integer(ttl) || json_integer_value(ttl) <= 0) {
+    if (!s)
+        return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
+    if (ttl <= 0) {
         return sbx_err_set(err, SBX_E_BAD_REQUEST, "ttl_seconds must be a positive integer");
     }
-    *out = json_pack("{s:s, s:O}", "id", id, "ttl_seconds", ttl);
+    rec_of(s, out);
+    out->idle_s = (unsigned)ttl; /* shown where the test looks for the TTL it gave */
     return 0;
 }
 
-int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, void *user,
-               sbx_op_t *op, struct sbx_err *err)
+int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const struct sbx_sink *sink,
+               void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    const char *tpl = json_string_value(json_object_get(body, "template"));
-    json_t *meta = json_object_get(body, "metadata");
+    const char *tpl = req->tmpl ? req->tmpl : t->cfg->default_template, *k;
     struct fsbx *s;
     struct fop *o;
-    char id[32];
+    json_t *v;
 
-    if (!tpl)
-        tpl = t->cfg->default_template;
     if (!strcmp(tpl, "bad")) {
         return sbx_err_set(err, SBX_E_UNKNOWN_TEMPLATE, "no template %s", tpl);
     }
-    snprintf(id, sizeof(id), "sbx-%u", ++t->next_sbx);
     s = calloc(1, sizeof(*s));
-    s->rec = json_pack("{s:s, s:s, s:s, s:o}", "id", id, "state", "running", "template", tpl,
-                       "metadata", meta ? json_incref(meta) : json_object());
+    snprintf(s->id, sizeof(s->id), "sbx-%u", ++t->next_sbx);
+    snprintf(s->tmpl, sizeof(s->tmpl), "%s", tpl);
+    s->meta = kv_json(req->metadata, req->nmetadata);
+    s->kv = calloc(json_object_size(s->meta) + 1, sizeof(*s->kv));
+    json_object_foreach(s->meta, k, v) s->kv[s->nkv++] =
+        (struct sbx_kv){k, {json_string_value(v), json_string_length(v)}};
     s->next = t->sbxs;
     t->sbxs = s;
     o = op_new(t, OP_LATER, sink, user, !strcmp(tpl, "slow") ? fake_slow_ms / 1000.0 : 0.02, op);
     o->create = true;
-    later(o, json_deep_copy(s->rec));
+    snprintf(o->made, sizeof(o->made), "%s", s->id);
     return 0;
 }
 
-int sbx_exec(struct sbx_table *t, const char *id, json_t *body, bool stream,
+int sbx_exec(struct sbx_table *t, const char *id, const struct sbx_exec_req *req, bool stream,
              const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    const char *cmd = json_string_value(json_object_get(body, "cmd"));
+    const char *cmd = req->cmd.p;
     struct fop *o;
     int st;
 
@@ -565,17 +603,36 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
     return 0;
 }
 
-int sbx_file_op(struct sbx_table *t, const char *id, const char *kind, json_t *args,
+/* Answers with what it was asked, for the tests to check the door's decoding. */
+int sbx_file_op(struct sbx_table *t, const char *id, const struct sbx_file_req *req,
                 const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
+    static const char *const kinds[] = {"stat", "list", "mkdir", "remove", "rename"};
     struct fop *o;
     int st;
 
     if ((st = need_sbx(t, id, err)))
         return st;
     o = op_new(t, OP_LATER, sink, user, 0.005, op);
-    later(o, json_pack("{s:s, s:O}", "kind", kind, "args", args));
+    later(o, json_pack("{s:s, s:{s:s?, s:s?, s:b}}", "kind", kinds[req->kind], "args", "path",
+                       req->path, "to", req->to, "recursive", req->recursive));
+    if (req->depth != SBX_UNSET)
+        json_object_set_new(json_object_get(o->body, "args"), "depth",
+                            json_integer((json_int_t)req->depth));
     return 0;
+}
+
+/* Whether o is an upload still taking bytes; counted as misuse if not. */
+static bool upload_ok(const char *call, const struct fop *o, sbx_op_t op)
+{
+    if (o && o->kind == OP_WRITE && !o->finished && !o->cancelled)
+        return true;
+    misuse("%s on op %llu (%s)", call, (unsigned long long)op,
+           !o             ? "unknown"
+           : o->cancelled ? "cancelled"
+           : o->finished  ? "finished"
+                          : "not an upload");
+    return false;
 }
 
 size_t sbx_op_write(struct sbx_table *t, sbx_op_t op, const void *p, size_t n)
@@ -584,14 +641,8 @@ size_t sbx_op_write(struct sbx_table *t, sbx_op_t op, const void *p, size_t n)
     const unsigned char *b = p;
     size_t take;
 
-    if (!o || o->kind != OP_WRITE || o->finished || o->cancelled) {
-        misuse("sbx_op_write on op %llu (%s)", (unsigned long long)op,
-               !o             ? "unknown"
-               : o->cancelled ? "cancelled"
-               : o->finished  ? "finished"
-                              : "not an upload");
+    if (!upload_ok("sbx_op_write", o, op))
         return 0;
-    }
     fake_stats.write_calls++;
     fake_stats.write_bytes += n;
     /* "/pattern" has a slow guest with little room: most writes stall. */
@@ -623,14 +674,8 @@ void sbx_op_finish(struct sbx_table *t, sbx_op_t op)
 {
     struct fop *o = find_op(t, op);
 
-    if (!o || o->kind != OP_WRITE || o->finished || o->cancelled) {
-        misuse("sbx_op_finish on op %llu (%s)", (unsigned long long)op,
-               !o             ? "unknown"
-               : o->cancelled ? "cancelled"
-               : o->finished  ? "finished"
-                              : "not an upload");
+    if (!upload_ok("sbx_op_finish", o, op))
         return;
-    }
     o->finished = true;
     if (!ev_is_active(&o->tm)) {
         ev_timer_set(&o->tm, 0, 0);
@@ -714,8 +759,6 @@ int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t 
     struct fop *o;
     int st;
 
-    (void)offset;
-    (void)follow;
     if (pid != FAKE_PID_LOSSY)
         return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
     if ((st = need_sbx(t, id, err)))
@@ -729,7 +772,6 @@ int sbx_proc_output(struct sbx_table *t, const char *id, uint32_t pid, uint64_t 
 int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct sbx_proc_ctl *c,
                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    (void)c;
     return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
 }
 
@@ -748,10 +790,6 @@ int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
 int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
                  void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    (void)body;
-    (void)sink;
-    (void)user;
-    (void)op;
     if (!find(t, id))
         return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
     return sbx_err_set(err, SBX_E_INTERNAL, "the fake table takes no snapshots");
@@ -759,16 +797,12 @@ int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct
 
 int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
 {
-    (void)t;
-    (void)err;
     *out = json_pack("{s:[]}", "snapshots");
     return 0;
 }
 
 int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
 {
-    (void)t;
-    (void)out;
     return sbx_err_set(err, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot with id '%s'", id);
 }
 
@@ -798,10 +832,9 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
 }
 
 /* The fake has no network: PATCH .../network is refused as with net_enabled off. */
-int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                    void *user, sbx_op_t *op, struct sbx_err *err)
+int sbx_set_network(struct sbx_table *t, const char *id, const struct sbx_net_req *req,
+                    const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    (void)t, (void)id, (void)body, (void)sink, (void)user, (void)op;
     return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                        "networking is off on this server (net_enabled = false)");
 }
@@ -810,8 +843,6 @@ int sbx_set_network(struct sbx_table *t, const char *id, json_t *body, const str
  * and its sandboxes are up from their create. */
 bool sbx_coming_back(struct sbx_table *t, const char *id)
 {
-    (void)t;
-    (void)id;
     return false;
 }
 
@@ -819,39 +850,23 @@ bool sbx_coming_back(struct sbx_table *t, const char *id)
 int sbx_port_open(struct sbx_table *t, const char *id, char *ns, size_t cap, char vm[24],
                   struct sbx_err *err)
 {
-    (void)t;
-    (void)id;
-    (void)ns;
-    (void)cap;
-    (void)vm;
     return sbx_err_set(err, SBX_E_CONFLICT, "sandbox networking is off in the fake table");
 }
 
 int sbx_port_check(struct sbx_table *t, const char *id, const char *vm, bool used)
 {
-    (void)t;
-    (void)id;
-    (void)vm;
-    (void)used;
     return -ESRCH;
 }
 
 bool sbx_port_public(struct sbx_table *t, const char *id, unsigned port)
 {
-    (void)t;
-    (void)id;
-    (void)port;
     return false;
 }
 
 int vmm_netns_enter(const char *path, int *self)
 {
-    (void)path;
     *self = -1;
     return -ENOSYS;
 }
 
-void vmm_netns_leave(int self)
-{
-    (void)self;
-}
+void vmm_netns_leave(int self) {}

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <jansson.h>
 
 /* The process that misbehaves (fake_sbx.c). */
 #define FAKE_PID_LOSSY 777
@@ -25,6 +26,8 @@ struct fake_stats {
     unsigned upload_stalls;  /* times sbx_op_write took less than offered */
     uint64_t write_calls;    /* sbx_op_write calls and bytes offered, all uploads */
     uint64_t write_bytes;
+    char list_state[16]; /* the last sbx_list's state ("" for none) */
+    json_t *list_filter; /* and its metadata filter, as an object */
 };
 
 extern struct fake_stats fake_stats;

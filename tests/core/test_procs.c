@@ -1,21 +1,23 @@
 /*
  * test_procs.c - unit tests of core/procs.c: a guest's process list is
  * checked entry by entry (a hostile guest chooses every byte of it) and
- * shown as the JSON of docs/API.md.
+ * shown as the JSON of docs/API.md (by the REST door's codec, server/sbx_json.c).
  */
 #include "procs.h"
+#include "sbx_json.h"
 #include "check.h"
 
 #include <errno.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int failures;
 
 /* Pack {"procs": [entries...]} where each entry is given as a JSON text, and run it
- * through procs_list_json. */
+ * through procs_list and the records' JSON. */
 static int list(unsigned max, json_t **out, char *why, size_t cap, const char *entries_json)
 {
     json_t *arr = json_loads(entries_json, 0, NULL), *v;
@@ -55,7 +57,15 @@ static int list(unsigned max, json_t **out, char *why, size_t cap, const char *e
     }
     msgpack_unpacked_init(&u);
     CHECK(msgpack_unpack_next(&u, sb.data, sb.size, NULL) == MSGPACK_UNPACK_SUCCESS);
-    r = procs_list_json(&u.data.via.array, max, out, why, cap);
+    {
+        struct sbx_proc_rec *recs = NULL;
+        size_t n = 0;
+        *out = NULL;
+        r = procs_list(&u.data.via.array, max, &recs, &n, why, cap);
+        if (r == 0)
+            CHECK((*out = sbx_json_procs(recs, n)) != NULL);
+        free(recs);
+    }
     msgpack_unpacked_destroy(&u);
     msgpack_sbuffer_destroy(&sb);
     json_decref(arr);
@@ -101,10 +111,10 @@ static void test_good(void)
     p = json_array_get(json_object_get(o, "processes"), 0);
     CHECK(json_is_null(json_object_get(p, "signal")));
     json_decref(o);
-    json_t *s = procs_json_text("a\xff\xc3\xa9z", 5);
+    json_t *s = sbx_json_text("a\xff\xc3\xa9z", 5);
     CHECK(s && !strcmp(json_string_value(s), "a???z"));
     json_decref(s);
-    s = procs_json_text("\xc3\xa9", 2);
+    s = sbx_json_text("\xc3\xa9", 2);
     CHECK(s && !strcmp(json_string_value(s), "\xc3\xa9"));
     json_decref(s);
 }
