@@ -2,7 +2,10 @@
  * e2b_api.c - E2B's control plane over the sandbox core (e2b_api.h).
  *
  * Every call to the core goes through the few functions under "core calls",
- * so a change of the core's API touches them only. Answers are built from the
+ * so a change of the core's API touches them only. They speak the REST door's
+ * JSON (sbx_json.c decodes it into the core's requests and encodes its
+ * records), so the E2B mapping below is JSON to JSON and shares every rule
+ * about values with /v1. Answers are built from the
  * core's records by the functions under "records"; a request that needs two
  * core calls (connect: resume, then the timeout) keeps its step in the pss
  * (p->e2b_timeout) and runs the second from the sink's done.
