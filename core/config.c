@@ -148,6 +148,7 @@ static const struct opt opts[] = {
     {"net_rate_mbit", T_UINT, F(net_rate_mbit), "0", 0},
     {"net_max_connections", T_UINT, F(net_max_connections), "0", 0},
     {"port_domain", T_STR, F(port_domain), "", 0},
+    {"e2b_templates", T_STR, F(e2b_templates), "code-interpreter-v1=code-interpreter", 0},
     {"port_buffer_bytes", T_SIZE, F(port_buf_bytes), "262144", 4096},
     {"port_connections_per_sandbox", T_UINT, F(port_conns_per_sbx), "64", 1},
     {"port_connections", T_UINT, F(port_conns), "1024", 1},
@@ -483,6 +484,7 @@ void cfg_free(struct srv_config *c)
     free(c->peers);
     free(c->api_key_file);
     free(c->token_secret_file);
+    free(c->e2b_templates);
     memset(c, 0, sizeof(*c));
 }
 

@@ -135,14 +135,13 @@ struct pss {
     /* HP_RESUMING: the args the request runs with once its sandbox is back. */
     json_t *held;
     const char *ctype;    /* RESP_STATIC: its Content-Type (static string) */
-    char *location;       /* a Location header for the answer (malloc'd), or NULL */
     const char *err_code; /* an error answer's stable code (static string), or NULL */
     /* A list asked of every peer too (HP_OP with no sandbox op): the fan-out, this
      * host's own answer waiting for theirs, and the array's key in it. */
     struct fanout *fan;
     json_t *fan_local;
     const char *fan_key;
-    void *jws;         /* a Jupyter channels socket bound to this protocol (jupyter_ws.c) */
+    void *jws; /* a Jupyter channels socket bound to this protocol (jupyter_ws.c) */
 
     /* code contexts and runs (rest_code.c): the exchange with the kernel bridge in
      * place of p->op (which stays 0), and what a JSON-mode run gathers */
@@ -156,6 +155,12 @@ struct pss {
      * X-Warren-Watch header (0: none). */
     struct watch_req *watch;
     uint32_t watch_id;
+    /* E2B's control plane (e2b_api.h): its route (0: not an E2B request; its answers and
+     * errors then take E2B's shapes), connect's timeout, a list's next page token. */
+    unsigned e2b;
+    long long e2b_timeout;
+    char *xnext;    /* the x-next-token header (malloc'd), or NULL */
+    char *location; /* a Location header for the answer (malloc'd), or NULL */
 };
 
 struct http_server {

@@ -7,6 +7,7 @@
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
 #include "cred.h"
+#include "e2b_api.h"
 #include "http_int.h"
 #include "fanout.h"
 #include "jupyter.h"
@@ -287,6 +288,8 @@ void rest_req_end(struct pss *p)
     p->location = NULL;
     p->err_code = NULL;
     watch_req_free(p);
+    free(p->xnext);
+    p->xnext = NULL;
     free(p->body);
     p->body = NULL;
     json_decref(p->held);
@@ -456,7 +459,15 @@ static bool resume_first(struct pss *p, json_t *args)
  * before it runs, then its handler, now or once the sandbox is back. */
 static void run(struct pss *p, json_t *args)
 {
-    const struct api_verb *v = api_route_verb(p->route, p->method);
+    const struct api_verb *v;
+
+    if (p->e2b) {
+        if (p->e2b == E2B_R_CREATE && disk_full(p))
+            return;
+        e2b_handle(p, args);
+        return;
+    }
+    v = api_route_verb(p->route, p->method);
 
     if ((v->flags & API_VF_DISK) && disk_full(p))
         return;
@@ -1234,6 +1245,61 @@ static int port_redirect(struct pss *p, const char *uri)
     return 1;
 }
 
+static void want_json_body(struct pss *p, int has_cl, uint64_t cl);
+
+/* E2B's control plane (e2b_api.h): routed, admitted and started here, on the same
+ * body collection and query reading as Warren's routes. 1 when uri is one of its
+ * paths (answered or started), else 0. */
+static int e2b_door(struct pss *p, const char *uri, int has_cl, uint64_t cl)
+{
+    const char *frags[QUERY_FRAGS_MAX];
+    char qstore[QUERY_STORE];
+    struct e2b_match m;
+    struct api_err e;
+    size_t nfrags;
+    json_t *args;
+    int r = e2b_route_match(uri, p->method, &m);
+
+    if (r == -ENOENT)
+        return 0;
+    p->e2b = E2B_R_ERROR; /* from here on, every answer is in E2B's shape */
+    if (e2b_authorize(p, &e)) {
+        resp_api_err(p, &e);
+        return 1;
+    }
+    if (r == -ENOTSUP) {
+        resp_code(p, 405, "method_not_allowed", "method not allowed on this route");
+        return 1;
+    }
+    if (r) {
+        resp_code(p, 404, "not_found", "sandbox not found");
+        return 1;
+    }
+    p->e2b = m.route;
+    memcpy(p->sbx, m.id, sizeof(p->sbx));
+    if (m.body) {
+        want_json_body(p, has_cl, cl);
+        return 1;
+    }
+    if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags, false)) {
+        resp_code(p, 400, "bad_request", "query string too long");
+        return 1;
+    }
+    switch (e2b_query_args(frags, nfrags, &args)) {
+    case 0:
+        break;
+    case -EINVAL:
+        resp_code(p, 400, "bad_request", "the query string is not UTF-8");
+        return 1;
+    default:
+        resp_code(p, 500, "internal", "out of memory");
+        return 1;
+    }
+    e2b_handle(p, args);
+    json_decref(args);
+    return 1;
+}
+
 void rest_request(struct pss *p, const char *uri)
 {
     const char *frags[QUERY_FRAGS_MAX];
@@ -1283,6 +1349,9 @@ void rest_request(struct pss *p, const char *uri)
             return;
         }
     }
+
+    if (e2b_door(p, uri, has_cl, cl))
+        return;
 
     rc = api_route_match(uri, &r);
     /* A token of the row's scope opens its sandbox's route; everything else needs the

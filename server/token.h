@@ -82,6 +82,21 @@ enum token_why token_verify(const unsigned char key[TOKEN_SECRET_LEN], const cha
                             struct token_claims *claims);
 
 /*
+ * E2B's per-sandbox tokens (envdAccessToken, trafficAccessToken). Derived, never stored:
+ * lowercase hex of HMAC-SHA256(key, purpose || '\0' || sbx), purpose "envd" or
+ * "traffic". They carry no expiry: a door that accepts one must also check that the
+ * sandbox is alive in the table, so a token dies with its sandbox (and a new sandbox
+ * never reuses an id). Writes 64 hex digits and a NUL into out: 0, -EINVAL (a NULL or
+ * empty argument, an id longer than TOKEN_SBX_MAX) or -EIO (mbedTLS failed).
+ */
+#define TOKEN_E2B_LEN 64
+int token_e2b(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose, const char *sbx,
+              char out[TOKEN_E2B_LEN + 1]);
+/* Is tok[0..len) the token_e2b of purpose and sbx? Compared in constant time. */
+bool token_e2b_check(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose,
+                     const char *sbx, const char *tok, size_t len);
+
+/*
  * Origin check of browser sockets. origin is the request's Origin header (NULL or ""
  * when absent: not a browser, allowed), allowed the configured allowed_origins
  * (space-separated origins such as "https://app.example.com http://localhost:3000",

@@ -176,6 +176,39 @@ static void test_origin(void)
     CHECK(!token_origin_allowed("null", list, "127.0.0.1:8080"));
 }
 
+/* E2B's derived tokens: fixed, per purpose and sandbox, per key; bad arguments refused. */
+static void test_e2b(void)
+{
+    char a[TOKEN_E2B_LEN + 1], b[TOKEN_E2B_LEN + 1], id[TOKEN_SBX_MAX + 2];
+
+    CHECK(token_e2b(key, "envd", "sb-1", a) == 0);
+    CHECK(strlen(a) == TOKEN_E2B_LEN && strspn(a, "0123456789abcdef") == TOKEN_E2B_LEN);
+    CHECK(token_e2b(key, "envd", "sb-1", b) == 0 && strcmp(a, b) == 0);
+    CHECK(token_e2b_check(key, "envd", "sb-1", a, strlen(a)));
+    CHECK(!token_e2b_check(key, "traffic", "sb-1", a, strlen(a)));
+    CHECK(!token_e2b_check(key, "envd", "sb-2", a, strlen(a)));
+    CHECK(!token_e2b_check(key2, "envd", "sb-1", a, strlen(a)));
+    CHECK(!token_e2b_check(key, "envd", "sb-1", a, strlen(a) - 1));
+    CHECK(!token_e2b_check(key, "envd", "sb-1", NULL, 0));
+    a[0] = a[0] == '0' ? '1' : '0';
+    CHECK(!token_e2b_check(key, "envd", "sb-1", a, strlen(a)));
+    CHECK(token_e2b(key, "traffic", "sb-1", b) == 0 && strcmp(a, b) != 0);
+    /* the separator: ("envd", "x") and ("envdx", "") never meet, nor shifted splits */
+    CHECK(token_e2b(key, "en", "vdsb-1", a) == 0);
+    CHECK(token_e2b(key, "envd", "sb-1", b) == 0 && strcmp(a, b) != 0);
+    CHECK(token_e2b(key2, "envd", "sb-1", a) == 0 && strcmp(a, b) != 0);
+    CHECK(token_e2b(key, "envd", "", a) == -EINVAL && a[0] == '\0');
+    CHECK(token_e2b(key, "", "sb-1", a) == -EINVAL);
+    CHECK(token_e2b(key, NULL, "sb-1", a) == -EINVAL);
+    CHECK(token_e2b(key, "envd", NULL, a) == -EINVAL);
+    CHECK(token_e2b(NULL, "envd", "sb-1", a) == -EINVAL);
+    memset(id, 'x', sizeof(id) - 1);
+    id[sizeof(id) - 1] = '\0';
+    CHECK(token_e2b(key, "envd", id, a) == -EINVAL);
+    id[TOKEN_SBX_MAX] = '\0';
+    CHECK(token_e2b(key, "envd", id, a) == 0);
+}
+
 int main(void)
 {
     for (size_t i = 0; i < TOKEN_SECRET_LEN; i++) {
@@ -187,6 +220,7 @@ int main(void)
     test_tamper();
     test_garbage();
     test_origin();
+    test_e2b();
     if (failures)
         fprintf(stderr, "%d failure(s)\n", failures);
     return failures ? 1 : 0;
