@@ -66,6 +66,40 @@ static int mac(const unsigned char key[TOKEN_SECRET_LEN], const unsigned char *i
     return 0;
 }
 
+int token_e2b(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose, const char *sbx,
+              char out[TOKEN_E2B_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char in[16 + TOKEN_SBX_MAX], m[TOKEN_MAC_LEN];
+    size_t pl, sl;
+
+    if (!key || !purpose || !sbx || !out ||
+        (strcmp(purpose, "envd") != 0 && strcmp(purpose, "traffic") != 0))
+        return -EINVAL;
+    pl = strlen(purpose);
+    sl = strlen(sbx);
+    if (sl == 0 || sl > TOKEN_SBX_MAX)
+        return -EINVAL;
+    memcpy(in, purpose, pl + 1); /* its NUL separates it from the id */
+    memcpy(in + pl + 1, sbx, sl);
+    if (mac(key, in, pl + 1 + sl, m))
+        return -EIO;
+    for (size_t i = 0; i < TOKEN_MAC_LEN; i++) {
+        out[2 * i] = hex[m[i] >> 4];
+        out[2 * i + 1] = hex[m[i] & 15];
+    }
+    out[TOKEN_E2B_LEN] = '\0';
+    explicit_bzero(m, sizeof(m));
+    return 0;
+}
+
+bool token_e2b_equal(const char *want, const char *got, size_t len)
+{
+    if (!want || !got || len != strlen(want))
+        return false;
+    return mbedtls_ct_memcmp(want, got, len) == 0;
+}
+
 int token_mint(const unsigned char key[TOKEN_SECRET_LEN], const char *sbx, unsigned scopes,
                uint64_t expires, char out[TOKEN_STR_MAX + 1])
 {
