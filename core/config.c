@@ -140,6 +140,7 @@ static const struct opt opts[] = {
     {"port_connections", T_UINT, F(port_conns), "1024", 1},
     {"port_connect_timeout_ms", T_UINT, F(port_connect_ms), "5000", 100},
     {"port_idle_timeout_s", T_UINT, F(port_idle_s), "600", 1},
+    {"e2b_stream_timeout_ms", T_UINT, F(e2b_stream_timeout_ms), "60000", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

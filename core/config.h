@@ -117,6 +117,8 @@ struct srv_config {
     unsigned port_conns;         /* port_connections = 1024: proxied connections in all */
     unsigned port_connect_ms;    /* port_connect_timeout_ms = 5000 */
     unsigned port_idle_s;        /* port_idle_timeout_s = 600: no byte either way: closed */
+    /* E2B's in-sandbox API (server/envd.c) */
+    unsigned e2b_stream_timeout_ms; /* e2b_stream_timeout_ms = 60000: a stream's deadline */
 };
 
 /* Fill with the embedded defaults. state_dir defaults to $XDG_STATE_HOME/warren,

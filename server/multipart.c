@@ -112,20 +112,18 @@ int mpart_feed(struct mpart *m, const unsigned char *b, size_t n, size_t *used, 
     while (i < n) {
         switch (m->st) {
         case MPART_OPEN: {
-            char *end;
-            size_t take = n - i;
+            size_t take = n - i, from = m->hn > 3 ? m->hn - 3 : 0, hend = 0;
             if (take > sizeof(m->head) - 1 - m->hn)
                 take = sizeof(m->head) - 1 - m->hn;
             memcpy(m->head + m->hn, b + i, take);
-            m->head[m->hn + take] = '\0';
-            /* a NUL in the head would hide its end from strstr: refuse it */
-            if (memchr(b + i, '\0', take)) {
-                m->st = MPART_FAILED;
-                *used = i;
-                return -EINVAL;
+            /* the head's end, searched in what is new (and the 3 bytes before it) */
+            for (size_t j = from; j + 4 <= m->hn + take; j++) {
+                if (!memcmp(m->head + j, "\r\n\r\n", 4)) {
+                    hend = j + 4;
+                    break;
+                }
             }
-            end = strstr(m->head + (m->hn > 3 ? m->hn - 3 : 0), "\r\n\r\n");
-            if (!end) {
+            if (!hend) {
                 m->hn += take;
                 i += take;
                 if (m->hn == sizeof(m->head) - 1) {
@@ -135,12 +133,11 @@ int mpart_feed(struct mpart *m, const unsigned char *b, size_t n, size_t *used, 
                 }
                 break;
             }
-            {
-                size_t hend = (size_t)(end - m->head) + 4; /* head bytes it spans */
-                i += hend - m->hn;
-                m->hn = hend;
-            }
-            if (open_check(m, m->hn)) {
+            i += hend - m->hn; /* the rest of what was copied is data, taken next */
+            m->hn = hend;
+            m->head[hend] = '\0';
+            /* a NUL in the head would hide its lines from the string functions */
+            if (memchr(m->head, '\0', hend) || open_check(m, m->hn)) {
                 m->st = MPART_FAILED;
                 *used = i;
                 return -EINVAL;

@@ -162,6 +162,19 @@ void resp_json(struct pss *p, int status, json_t *body)
         LOG(LOG_ERR, "%s: the sandbox table answered status %d: sending 500", p->sbx, status);
         status = 500;
     }
+    if (status == 204) {
+        /* No Content: a head alone */
+        json_decref(body);
+        p->status = status;
+        p->kind = RESP_JSON;
+        p->clen = 0;
+        p->chunked = false;
+        req_complete(p);
+        if (!p->body_done)
+            p->close_after = true;
+        resp_want_write(p);
+        return;
+    }
     if (!body)
         body = json_object();
     n = body ? json_dumpb(body, NULL, 0, JSON_COMPACT) : 0;
@@ -324,6 +337,19 @@ void resp_ndjson_end(struct pss *p, int status, json_t *body)
     req_complete(p);
 }
 
+void resp_stream_close(struct pss *p)
+{
+    ndjson_flush_holds(p);
+    if (p->chunked) {
+        struct obuf *ob = obuf_new(0); /* seals to "0\r\n\r\n" */
+        if (ob)
+            q_push(p, ob);
+        else
+            p->close_after = true;
+    }
+    req_complete(p);
+}
+
 /* ---------------------------------------------------------------- output */
 
 static int finish(struct pss *p)
@@ -357,8 +383,8 @@ static int write_headers(struct pss *p)
 
     switch (p->kind) {
     case RESP_JSON:
-        r = lws_add_http_common_headers(wsi, (unsigned)p->status, "application/json", p->clen, &pp,
-                                        end);
+        r = lws_add_http_common_headers(
+            wsi, (unsigned)p->status, p->ctype ? p->ctype : "application/json", p->clen, &pp, end);
         break;
     case RESP_DOWNLOAD:
         r = lws_add_http_common_headers(wsi, 200, "application/octet-stream", p->clen, &pp, end);
@@ -376,9 +402,10 @@ static int write_headers(struct pss *p)
         break;
     case RESP_NDJSON:
         r = lws_add_http_header_status(wsi, 200, &pp, end) ||
-            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
-                                         (const unsigned char *)"application/x-ndjson", 20, &pp,
-                                         end) ||
+            lws_add_http_header_by_token(
+                wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+                (const unsigned char *)(p->ctype ? p->ctype : "application/x-ndjson"),
+                (int)strlen(p->ctype ? p->ctype : "application/x-ndjson"), &pp, end) ||
             lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
                                          (const unsigned char *)"no-cache", 8, &pp, end);
         if (!r && p->chunked)

@@ -189,6 +189,13 @@ static void test_multipart(void)
         CHECK(mpart_feed(&m, (const unsigned char *)body, n, &used, out, &ol) == MPART_END);
         CHECK(strcmp(m.filename, "/tmp/a.txt") == 0);
     }
+    /* data with NUL bytes, arriving with the headers */
+    {
+        static const char nul[] = "--ab cd\r\n\r\na\0b\r\n--ab cd--";
+        CHECK(mp_split(ctq, nul, sizeof(nul) - 1, sizeof(nul) - 1, sizeof(nul) - 1, out, &on) ==
+                  MPART_END &&
+              on == 3 && memcmp(out, "a\0b", 3) == 0);
+    }
     /* an empty part */
     n = (size_t)snprintf(body, sizeof(body), "--ab cd\r\nX: y\r\n\r\n\r\n--ab cd--");
     CHECK(mp_split(ctq, body, n, 3, 20, out, &on) == MPART_END && on == 0);
