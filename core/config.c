@@ -135,6 +135,7 @@ static const struct opt opts[] = {
     {"net_rate_mbit", T_UINT, F(net_rate_mbit), "0", 0},
     {"net_max_connections", T_UINT, F(net_max_connections), "0", 0},
     {"port_domain", T_STR, F(port_domain), "", 0},
+    {"e2b_templates", T_STR, F(e2b_templates), "code-interpreter-v1=code-interpreter", 0},
     {"port_buffer_bytes", T_SIZE, F(port_buf_bytes), "262144", 4096},
     {"port_connections_per_sandbox", T_UINT, F(port_conns_per_sbx), "64", 1},
     {"port_connections", T_UINT, F(port_conns), "1024", 1},
@@ -458,5 +459,6 @@ void cfg_free(struct srv_config *c)
     free(c->net_range);
     free(c->net_dns_upstream);
     free(c->port_domain);
+    free(c->e2b_templates);
     memset(c, 0, sizeof(*c));
 }

@@ -111,7 +111,9 @@ struct srv_config {
     unsigned net_rate_mbit;       /* net_rate_mbit = 0: Mbit/s each way (tc tbf) */
     unsigned net_max_connections; /* net_max_connections = 0: concurrent connections out */
     /* sandbox ports through warrend (server/ports.h) */
-    char *port_domain;           /* port_domain = (empty): Host {port}-{id}.{domain}; empty off */
+    char *port_domain; /* port_domain = (empty): Host {port}-{id}.{domain}; empty off */
+    /* E2B's template names -> Warren's, "name=template" pairs apart by spaces (e2b_api.c) */
+    char *e2b_templates;         /* e2b_templates = code-interpreter-v1=code-interpreter */
     size_t port_buf_bytes;       /* port_buffer_bytes = 262144: per direction per connection */
     unsigned port_conns_per_sbx; /* port_connections_per_sandbox = 64 */
     unsigned port_conns;         /* port_connections = 1024: proxied connections in all */

@@ -19,8 +19,10 @@ PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
 
 # From the npm registry, never committed: xterm.js and its fit addon (served by
 # warrend for /terminal/{id}) and playwright-core (drives Debian's chromium in
-# tests/integration/test_terminal.py). Exact versions: they key the cache.
-NPM_PACKAGES="@xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 playwright-core@1.65.1"
+# tests/integration/test_terminal.py), and E2B's unmodified SDKs (e2b and
+# @e2b/code-interpreter, driven by tests/integration/test_e2b.py against warrend's
+# E2B doors). Exact versions: they key the cache.
+NPM_PACKAGES="@xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0 playwright-core@1.65.1 e2b@2.51.0 @e2b/code-interpreter@2.8.0"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }

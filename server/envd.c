@@ -1241,7 +1241,7 @@ static int admit(struct pss *p, const char *sbx, unsigned port)
 {
     const char *purpose = port == ENVD_PORT ? "envd" : "traffic";
     const char *hname = port == ENVD_PORT ? "x-access-token:" : "e2b-traffic-access-token:";
-    char want[TOKEN_E2B_LEN + 1], got[TOKEN_E2B_LEN + 2];
+    char got[TOKEN_E2B_LEN + 2];
     struct api_err ae;
     int n;
 
@@ -1250,9 +1250,7 @@ static int admit(struct pss *p, const char *sbx, unsigned port)
         return -1;
     }
     n = custom(p->wsi, hname, got, sizeof(got));
-    if (token_e2b(p->srv->token_key, purpose, sbx, want) ||
-        !token_e2b_equal(want, got, n > 0 ? (size_t)n : 0)) {
-        explicit_bzero(want, sizeof(want));
+    if (!token_e2b_check(p->srv->token_key, purpose, sbx, got, n > 0 ? (size_t)n : 0)) {
         resp_json(p, 401,
                   json_pack("{s:s, s:s}", "code", "unauthenticated", "message",
                             port == ENVD_PORT
@@ -1261,7 +1259,6 @@ static int admit(struct pss *p, const char *sbx, unsigned port)
                                   "trafficAccessToken"));
         return -1;
     }
-    explicit_bzero(want, sizeof(want));
     if (http_ws_sandbox_open(p->srv, sbx, &ae)) {
         resp_json(p, ae.status == 404 ? 404 : 502,
                   json_pack("{s:s, s:s}", "code", ae.status == 404 ? "not_found" : "unavailable",

@@ -139,6 +139,11 @@ struct pss {
     struct envd_req *envd;
     /* a multipart upload (multipart.h): its body is decoded before it is written */
     struct mpart *mp;
+    /* E2B's control plane (e2b_api.h): its route (0: not an E2B request; its answers and
+     * errors then take E2B's shapes), connect's timeout, a list's next page token. */
+    unsigned e2b;
+    long long e2b_timeout;
+    char *xnext;    /* the x-next-token header (malloc'd), or NULL */
     char *location; /* a Location header for the answer (malloc'd), or NULL */
 };
 

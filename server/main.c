@@ -22,6 +22,7 @@
 #include <ev.h>
 
 #include "config.h"
+#include "cred.h"
 #include "http.h"
 #include "log.h"
 #include "sbx.h"
@@ -173,6 +174,36 @@ out:
         close(fd);
     free(path);
     return r;
+}
+
+/* state_dir/e2b_api_key: the key as E2B's SDKs want it (cred_e2b_key), rewritten at
+ * every start so it follows the key. Best effort: the E2B door accepts that spelling
+ * whether or not the file could be written. */
+static void write_e2b_key(const char *state_dir, const char *key)
+{
+    char *path = NULL, *tmp = NULL, *e = malloc(4 + 2 * strlen(key) + 2);
+    int fd = -1, n = e ? cred_e2b_key(key, e, 4 + 2 * strlen(key) + 1) : -1;
+
+    if (n < 0 || asprintf(&path, "%s/e2b_api_key", state_dir) < 0 ||
+        asprintf(&tmp, "%s/.e2b_api_key.tmp", state_dir) < 0)
+        goto out;
+    e[n++] = '\n';
+    unlink(tmp);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || write(fd, e, (size_t)n) != n || fsync(fd) || rename(tmp, path)) {
+        LOG(LOG_WARN, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    LOG(LOG_INFO, "E2B API key: %s (send it as X-API-KEY, or E2B_API_KEY to E2B's SDKs)", path);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (e)
+        explicit_bzero(e, 4 + 2 * strlen(key) + 2);
+    free(e);
+    free(path);
+    free(tmp);
 }
 
 /* state_dir/token_secret: the HMAC key of access tokens, 32 random bytes made at first
@@ -446,6 +477,7 @@ int main(int argc, char **argv)
     LOG(LOG_INFO, "state directory: %s", cfg.state_dir);
     if (load_api_key(&cfg, &key))
         goto out;
+    write_e2b_key(cfg.state_dir, key);
     if (load_token_secret(cfg.state_dir, tok_secret))
         goto out;
 

@@ -391,7 +391,8 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
             /* Path mode refuses interim answers (ports.c puts its policy after the one
              * status line): a guest asked for none sends a 100 only if hostile. */
             (d->mode == PORTS_PATH && span_is(nm, "expect")) ||
-            (span_is(nm, "authorization") && cred_is_key(h->value[i].p, h->value[i].n, key)))
+            (span_is(nm, "authorization") && cred_is_key(h->value[i].p, h->value[i].n, key)) ||
+            (span_is(nm, "x-api-key") && cred_is_e2b_key(h->value[i].p, h->value[i].n, key)))
             continue;
         if (span_is(nm, "cookie") && !list_rest(h->value[i], ';'))
             continue;

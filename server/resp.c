@@ -5,6 +5,7 @@
  * bytes to the sandbox table only once written (see http.c's header for the
  * water marks and the lws facts this depends on).
  */
+#include "e2b_api.h"
 #include "http_int.h"
 
 #include <assert.h>
@@ -162,8 +163,14 @@ void resp_json(struct pss *p, int status, json_t *body)
         LOG(LOG_ERR, "%s: the sandbox table answered status %d: sending 500", p->sbx, status);
         status = 500;
     }
+    if (p->e2b && status >= 400) {
+        /* E2B's SDKs read {"code": status, "message"}; ended means not found there. */
+        if (status == 410)
+            status = 404;
+        body = e2b_error_body(status, body);
+    }
     if (status == 204) {
-        /* No Content: a head alone */
+        /* No content: headers only (Content-Length: 0). */
         json_decref(body);
         p->status = status;
         p->kind = RESP_JSON;
@@ -419,6 +426,10 @@ static int write_headers(struct pss *p)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION,
                                          (const unsigned char *)p->location,
                                          (int)strlen(p->location), &pp, end);
+    if (!r && p->xnext)
+        r = lws_add_http_header_by_name(
+            wsi, (const unsigned char *)"x-next-token:", (const unsigned char *)p->xnext,
+            (int)strlen(p->xnext), &pp, end);
     if (!r && p->close_after)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close",
                                          5, &pp, end);

@@ -6,6 +6,7 @@
  * pointer) turn results into answers through resp.c.
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
+#include "e2b_api.h"
 #include "http_int.h"
 #include "multipart.h"
 #include "ports_head.h"
@@ -284,6 +285,8 @@ void rest_req_end(struct pss *p)
     resp_q_free(p);
     free(p->location);
     p->location = NULL;
+    free(p->xnext);
+    p->xnext = NULL;
     free(p->body);
     p->body = NULL;
     json_decref(p->held);
@@ -444,7 +447,15 @@ bool rest_resume_first(struct pss *p, json_t *args)
  * before it runs, then its handler, now or once the sandbox is back. */
 static void run(struct pss *p, json_t *args)
 {
-    const struct api_verb *v = api_route_verb(p->route, p->method);
+    const struct api_verb *v;
+
+    if (p->e2b) {
+        if (p->e2b == E2B_R_CREATE && disk_full(p))
+            return;
+        e2b_handle(p, args);
+        return;
+    }
+    v = api_route_verb(p->route, p->method);
 
     if ((v->flags & API_VF_DISK) && disk_full(p))
         return;
@@ -999,6 +1010,53 @@ static int port_redirect(struct pss *p, const char *uri)
     return 1;
 }
 
+/* E2B's control plane (e2b_api.h): routed, admitted and started here, on the same
+ * body collection and query reading as Warren's routes. 1 when uri is one of its
+ * paths (answered or started), else 0. */
+static int e2b_door(struct pss *p, const char *uri, int has_cl, uint64_t cl)
+{
+    const char *frags[QUERY_FRAGS_MAX];
+    char qstore[QUERY_STORE];
+    struct e2b_match m;
+    struct api_err e;
+    size_t nfrags;
+    json_t *args;
+    int r = e2b_route_match(uri, p->method, &m);
+
+    if (r == -ENOENT)
+        return 0;
+    p->e2b = E2B_R_ERROR; /* from here on, every answer is in E2B's shape */
+    if (e2b_authorize(p, &e)) {
+        resp_api_err(p, &e);
+        return 1;
+    }
+    if (r == -ENOTSUP) {
+        resp_code(p, 405, "method_not_allowed", "method not allowed on this route");
+        return 1;
+    }
+    if (r) {
+        resp_code(p, 404, "not_found", "sandbox not found");
+        return 1;
+    }
+    p->e2b = m.route;
+    memcpy(p->sbx, m.id, sizeof(p->sbx));
+    if (m.body) {
+        rest_want_body(p, has_cl, cl);
+        return 1;
+    }
+    if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags)) {
+        resp_code(p, 400, "bad_request", "query string too long");
+        return 1;
+    }
+    if (!(args = e2b_query_args(frags, nfrags))) {
+        resp_code(p, 500, "internal", "out of memory");
+        return 1;
+    }
+    e2b_handle(p, args);
+    json_decref(args);
+    return 1;
+}
+
 void rest_request(struct pss *p, const char *uri)
 {
     const char *frags[QUERY_FRAGS_MAX];
@@ -1052,6 +1110,9 @@ void rest_request(struct pss *p, const char *uri)
             return;
         }
     }
+
+    if (e2b_door(p, uri, has_cl, cl))
+        return;
 
     rc = api_route_match(uri, &r);
     /* A token of the row's scope opens its sandbox's route; everything else needs the

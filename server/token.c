@@ -66,40 +66,6 @@ static int mac(const unsigned char key[TOKEN_SECRET_LEN], const unsigned char *i
     return 0;
 }
 
-int token_e2b(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose, const char *sbx,
-              char out[TOKEN_E2B_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char in[16 + TOKEN_SBX_MAX], m[TOKEN_MAC_LEN];
-    size_t pl, sl;
-
-    if (!key || !purpose || !sbx || !out ||
-        (strcmp(purpose, "envd") != 0 && strcmp(purpose, "traffic") != 0))
-        return -EINVAL;
-    pl = strlen(purpose);
-    sl = strlen(sbx);
-    if (sl == 0 || sl > TOKEN_SBX_MAX)
-        return -EINVAL;
-    memcpy(in, purpose, pl + 1); /* its NUL separates it from the id */
-    memcpy(in + pl + 1, sbx, sl);
-    if (mac(key, in, pl + 1 + sl, m))
-        return -EIO;
-    for (size_t i = 0; i < TOKEN_MAC_LEN; i++) {
-        out[2 * i] = hex[m[i] >> 4];
-        out[2 * i + 1] = hex[m[i] & 15];
-    }
-    out[TOKEN_E2B_LEN] = '\0';
-    explicit_bzero(m, sizeof(m));
-    return 0;
-}
-
-bool token_e2b_equal(const char *want, const char *got, size_t len)
-{
-    if (!want || !got || len != strlen(want))
-        return false;
-    return mbedtls_ct_memcmp(want, got, len) == 0;
-}
-
 int token_mint(const unsigned char key[TOKEN_SECRET_LEN], const char *sbx, unsigned scopes,
                uint64_t expires, char out[TOKEN_STR_MAX + 1])
 {
@@ -164,6 +130,44 @@ enum token_why token_verify(const unsigned char key[TOKEN_SECRET_LEN], const cha
     if (!need || (need & ~scopes))
         return TOKEN_WRONG_SCOPE;
     return TOKEN_OK;
+}
+
+int token_e2b(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose, const char *sbx,
+              char out[TOKEN_E2B_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char in[32 + 1 + TOKEN_SBX_MAX], m[TOKEN_MAC_LEN];
+    size_t plen = purpose ? strlen(purpose) : 0, idlen = sbx ? strlen(sbx) : 0;
+
+    out[0] = '\0';
+    if (!key || plen == 0 || plen > 32 || idlen == 0 || idlen > TOKEN_SBX_MAX)
+        return -EINVAL;
+    /* The NUL between them keeps ("ab", "c") and ("a", "bc") apart. */
+    memcpy(in, purpose, plen);
+    in[plen] = '\0';
+    memcpy(in + plen + 1, sbx, idlen);
+    if (mac(key, in, plen + 1 + idlen, m))
+        return -EIO;
+    for (size_t i = 0; i < TOKEN_MAC_LEN; i++) {
+        out[2 * i] = hex[m[i] >> 4];
+        out[2 * i + 1] = hex[m[i] & 15];
+    }
+    out[TOKEN_E2B_LEN] = '\0';
+    explicit_bzero(m, sizeof(m));
+    return 0;
+}
+
+bool token_e2b_check(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose,
+                     const char *sbx, const char *tok, size_t len)
+{
+    char want[TOKEN_E2B_LEN + 1];
+    bool ok;
+
+    if (!tok || len != TOKEN_E2B_LEN || token_e2b(key, purpose, sbx, want))
+        return false;
+    ok = mbedtls_ct_memcmp(want, tok, TOKEN_E2B_LEN) == 0;
+    explicit_bzero(want, sizeof(want));
+    return ok;
 }
 
 bool token_origin_allowed(const char *origin, const char *allowed, const char *host)

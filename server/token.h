@@ -81,18 +81,20 @@ enum token_why token_verify(const unsigned char key[TOKEN_SECRET_LEN], const cha
                             const char *sbx, unsigned need, uint64_t now,
                             struct token_claims *claims);
 
-/* E2B's per-sandbox tokens (envdAccessToken, trafficAccessToken): derived, never stored,
- * so they live exactly as long as the secret, and a caller must also check that sandbox
- * sbx is alive (a token dies with its sandbox). out gets the lowercase hex of
- * HMAC-SHA256(key, purpose || '\0' || sbx), NUL-terminated; purpose is "envd" or
- * "traffic". 0, -EINVAL for a NULL, unknown purpose or empty/too long sbx, -EIO if
- * mbedTLS fails. Compare what a client sends with token_e2b_equal. */
+/*
+ * E2B's per-sandbox tokens (envdAccessToken, trafficAccessToken). Derived, never stored:
+ * lowercase hex of HMAC-SHA256(key, purpose || '\0' || sbx), purpose "envd" or
+ * "traffic". They carry no expiry: a door that accepts one must also check that the
+ * sandbox is alive in the table, so a token dies with its sandbox (and a new sandbox
+ * never reuses an id). Writes 64 hex digits and a NUL into out: 0, -EINVAL (a NULL or
+ * empty argument, an id longer than TOKEN_SBX_MAX) or -EIO (mbedTLS failed).
+ */
 #define TOKEN_E2B_LEN 64
 int token_e2b(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose, const char *sbx,
               char out[TOKEN_E2B_LEN + 1]);
-/* Is the len bytes at got exactly want (NUL-terminated)? In time independent of where
- * they differ. */
-bool token_e2b_equal(const char *want, const char *got, size_t len);
+/* Is tok[0..len) the token_e2b of purpose and sbx? Compared in constant time. */
+bool token_e2b_check(const unsigned char key[TOKEN_SECRET_LEN], const char *purpose,
+                     const char *sbx, const char *tok, size_t len);
 
 /*
  * Origin check of browser sockets. origin is the request's Origin header (NULL or ""

@@ -416,6 +416,30 @@ static void test_headers(void)
     /* the length given counts, not a NUL */
     CHECK(cred_is_key("Bearer 0123456789abcdef0123456789abcdefXX", 39, k));
 #undef B
+    /* E2B's X-API-KEY: the key, or "e2b_" and the hex of its bytes */
+    {
+        char e[4 + 2 * 32 + 1];
+#define E(s) cred_is_e2b_key(s, strlen(s), k)
+        CHECK(cred_e2b_key(k, e, sizeof(e)) == (int)sizeof(e) - 1);
+        CHECK(strncmp(e, "e2b_3031323334353637383961626364656630", 38) == 0);
+        CHECK(cred_e2b_key(k, e, sizeof(e) - 1) == -1);
+        CHECK(cred_e2b_key("", e, sizeof(e)) == -1);
+        CHECK(E(e));
+        CHECK(E(k));
+        CHECK(E(" 0123456789abcdef0123456789abcdef\t"));
+        CHECK(!E("Bearer 0123456789abcdef0123456789abcdef"));
+        CHECK(!E("0123456789abcdef0123456789abcde"));
+        CHECK(!E("e2b_0123456789abcdef0123456789abcdef"));
+        CHECK(!E(""));
+        e[10] = e[10] == '0' ? '1' : '0';
+        CHECK(!E(e));
+        e[10] = e[10] == '0' ? '1' : '0';
+        e[3] = '-';
+        CHECK(!E(e));
+        CHECK(!cred_is_e2b_key(NULL, 0, k));
+        CHECK(!cred_is_e2b_key("x", 1, ""));
+#undef E
+    }
     CHECK(cred_pair_named("warren_token=x", 14, "warren_token"));
     CHECK(cred_pair_named("warren_token=", 13, "warren_token"));
     CHECK(cred_pair_named("warren_token", 12, "warren_token"));

@@ -176,35 +176,42 @@ static void test_origin(void)
     CHECK(!token_origin_allowed("null", list, "127.0.0.1:8080"));
 }
 
-/* E2B's derived tokens: HMAC-SHA256(key, purpose NUL sbx) in lowercase hex, checked against
- * values computed apart (Python's hmac module), one per purpose and sandbox. */
+/* E2B's derived tokens: fixed, per purpose and sandbox, per key; bad arguments refused. */
 static void test_e2b(void)
 {
     char a[TOKEN_E2B_LEN + 1], b[TOKEN_E2B_LEN + 1], id[TOKEN_SBX_MAX + 2];
 
+    /* values computed apart (Python's hmac module), one per purpose */
     CHECK(token_e2b(key, "envd", "sbx-a", a) == 0);
     CHECK(strcmp(a, "674a8594eb5364b6d4fbed7723be1b04a269c38e70372c15f9e644a4a2943284") == 0);
-    CHECK(token_e2b(key, "traffic", "sbx-a", b) == 0);
-    CHECK(strcmp(b, "da26b3174a5992d24f3f0ccca409437c585d98fc95c583c56e8ee73d876054dd") == 0);
-    CHECK(token_e2b(key, "envd", "sbx-b", b) == 0 && strcmp(a, b) != 0);
-    CHECK(token_e2b(key2, "envd", "sbx-a", b) == 0 && strcmp(a, b) != 0);
-    CHECK(token_e2b(key, "other", "sbx-a", b) == -EINVAL);
-    CHECK(token_e2b(key, "envd", "", b) == -EINVAL);
-    CHECK(token_e2b(key, NULL, "sbx-a", b) == -EINVAL);
-    CHECK(token_e2b(key, "envd", NULL, b) == -EINVAL);
+    CHECK(token_e2b(key, "traffic", "sbx-a", a) == 0);
+    CHECK(strcmp(a, "da26b3174a5992d24f3f0ccca409437c585d98fc95c583c56e8ee73d876054dd") == 0);
+    CHECK(token_e2b(key, "envd", "sb-1", a) == 0);
+    CHECK(strlen(a) == TOKEN_E2B_LEN && strspn(a, "0123456789abcdef") == TOKEN_E2B_LEN);
+    CHECK(token_e2b(key, "envd", "sb-1", b) == 0 && strcmp(a, b) == 0);
+    CHECK(token_e2b_check(key, "envd", "sb-1", a, strlen(a)));
+    CHECK(!token_e2b_check(key, "traffic", "sb-1", a, strlen(a)));
+    CHECK(!token_e2b_check(key, "envd", "sb-2", a, strlen(a)));
+    CHECK(!token_e2b_check(key2, "envd", "sb-1", a, strlen(a)));
+    CHECK(!token_e2b_check(key, "envd", "sb-1", a, strlen(a) - 1));
+    CHECK(!token_e2b_check(key, "envd", "sb-1", NULL, 0));
+    a[0] = a[0] == '0' ? '1' : '0';
+    CHECK(!token_e2b_check(key, "envd", "sb-1", a, strlen(a)));
+    CHECK(token_e2b(key, "traffic", "sb-1", b) == 0 && strcmp(a, b) != 0);
+    /* the separator: ("envd", "x") and ("envdx", "") never meet, nor shifted splits */
+    CHECK(token_e2b(key, "en", "vdsb-1", a) == 0);
+    CHECK(token_e2b(key, "envd", "sb-1", b) == 0 && strcmp(a, b) != 0);
+    CHECK(token_e2b(key2, "envd", "sb-1", a) == 0 && strcmp(a, b) != 0);
+    CHECK(token_e2b(key, "envd", "", a) == -EINVAL && a[0] == '\0');
+    CHECK(token_e2b(key, "", "sb-1", a) == -EINVAL);
+    CHECK(token_e2b(key, NULL, "sb-1", a) == -EINVAL);
+    CHECK(token_e2b(key, "envd", NULL, a) == -EINVAL);
+    CHECK(token_e2b(NULL, "envd", "sb-1", a) == -EINVAL);
     memset(id, 'x', sizeof(id) - 1);
     id[sizeof(id) - 1] = '\0';
-    CHECK(token_e2b(key, "envd", id, b) == -EINVAL);
+    CHECK(token_e2b(key, "envd", id, a) == -EINVAL);
     id[TOKEN_SBX_MAX] = '\0';
-    CHECK(token_e2b(key, "envd", id, b) == 0);
-
-    CHECK(token_e2b_equal(a, a, strlen(a)));
-    CHECK(!token_e2b_equal(a, a, strlen(a) - 1));
-    strcpy(b, a);
-    b[63] = b[63] == '0' ? '1' : '0';
-    CHECK(!token_e2b_equal(a, b, strlen(b)));
-    CHECK(!token_e2b_equal(a, NULL, 0));
-    CHECK(!token_e2b_equal(a, "", 0));
+    CHECK(token_e2b(key, "envd", id, a) == 0);
 }
 
 int main(void)
