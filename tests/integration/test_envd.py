@@ -11,11 +11,15 @@ import hmac
 import http.client
 import json
 import os
+import shutil
 import struct
+import subprocess
+import tempfile
 import time
 import unittest
 
-from warren import WarrenCase
+from test_e2b import npm_modules
+from warren import HERE, WarrenCase
 
 ENVD = 49983
 
@@ -466,6 +470,43 @@ class EnvdTest(WarrenCase):
         self.assertEqual(c.events(until=lambda e: True)[0], {"start": {"pid": pid}})
         self.assertRegex(self.wait_for(c, b"\n").decode(), r"k\d+\n")
         c.close()
+
+
+class EnvdSdkTest(WarrenCase):
+    """E2B's unmodified JS SDK (npm e2b@2.51.0, setup.sh's npm cache) through
+    e2b_envd.mjs: commands, pty and files on a sandbox it creates itself."""
+
+    def test_sdk(self):
+        node = shutil.which("node")
+        mods = npm_modules()
+        if not node or not os.path.isdir(os.path.join(mods, "e2b")):
+            raise RuntimeError(f"no node or no e2b package in {mods} (run scripts/setup.sh)")
+        with open(os.path.join(self.w.state_dir, "e2b_api_key")) as f:
+            key = f.read().strip()
+        env = dict(os.environ, E2B_API_URL=f"http://127.0.0.1:{self.w.port}",
+                   E2B_SANDBOX_URL=f"http://127.0.0.1:{self.w.port}", E2B_API_KEY=key,
+                   E2B_TEST_TEMPLATE="base")
+        # bare imports resolve from the script's own folder: a copy beside the cache
+        tmp = tempfile.mkdtemp(prefix="warren-envd-")
+        try:
+            os.symlink(mods, os.path.join(tmp, "node_modules"))
+            script = os.path.join(tmp, "e2b_envd.mjs")
+            shutil.copy(os.path.join(HERE, "e2b_envd.mjs"), script)
+            p = subprocess.run([node, script], env=env, capture_output=True, text=True,
+                               timeout=900)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        checks = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        failed = [c for c in checks if not c["ok"]]
+        self.assertEqual(p.returncode, 0,
+                         f"{failed}\nstderr: {p.stderr[-3000:]}\n{self.w.log_text()}")
+        names = [c["check"] for c in checks]
+        for want in ("create", "commands.run", "envs and cwd", "exit code error",
+                     "commands.list", "commands.kill", "sendStdin and closeStdin",
+                     "connect after disconnect", "pty", "files.write", "files.read",
+                     "files binary", "files.list", "files.makeDir", "files.makeDir exists",
+                     "files.rename", "files.exists", "files.remove", "done"):
+            self.assertIn(want, names)
 
 
 if __name__ == "__main__":
