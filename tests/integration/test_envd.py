@@ -89,6 +89,8 @@ def output(events, key=None):
 
 
 class EnvdTest(WarrenCase):
+    conf = {"port_domain": "sbx.test"}
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -200,6 +202,23 @@ class EnvdTest(WarrenCase):
         c.close()
         st, body = self.unary("process.Process/List", {}, port=8080)
         self.assertEqual(st, 400, body)
+        # by Host {port}-{id}.{port_domain}, on a connection's first request and on a
+        # kept-alive one
+        c = self.w.conn()
+        for _ in range(2):
+            c.request("POST", "/process.Process/List", body=b"{}",
+                      headers={"Host": f"49983-{self.sid}.sbx.test", "X-Access-Token": self.tok,
+                               "Content-Type": "application/json"})
+            r = c.getresponse()
+            out = r.read()
+            self.assertEqual(r.status, 200, out)
+            self.assertIn("processes", json.loads(out))
+        c.request("POST", "/process.Process/List", body=b"{}",
+                  headers={"Host": f"49983-{self.sid}.sbx.test",
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        self.assertEqual(r.status, 401, r.read())
+        c.close()
 
     # ---------------------------------------------------------------- processes
 
