@@ -480,8 +480,10 @@ static json_t *exec_body(struct pss *p, const json_t *msg)
                                           : 24));
     } else {
         json_object_set_new(b, "background", json_true());
-        /* E2B: stdin stays open only when asked (an absent field is false) */
-        e->close_stdin = !json_is_true(json_object_get(msg, "stdin"));
+        /* "stdin": false closes it once the process runs (what E2B's SDKs send unless
+         * asked for stdin); absent, it stays open, as for the SDKs that predate the
+         * field */
+        e->close_stdin = json_is_false(json_object_get(msg, "stdin"));
     }
     return b;
 bad:

@@ -38,7 +38,13 @@ async function main() {
   const listed = await sbx.commands.list()
   check('commands.list', listed.some((p) => p.pid === bg.pid), { listed })
   check('commands.kill', (await sbx.commands.kill(bg.pid)) === true)
-  const after = await sbx.commands.list()
+  // the signal is sent when kill answers; the exit is seen a moment later
+  let after = []
+  for (let i = 0; i < 300; i++) {
+    after = await sbx.commands.list()
+    if (!after.some((p) => p.pid === bg.pid)) break
+    await new Promise((r) => setTimeout(r, 100))
+  }
   check('killed not listed', !after.some((p) => p.pid === bg.pid), { after })
 
   // stdin

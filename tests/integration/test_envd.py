@@ -249,8 +249,8 @@ class EnvdTest(WarrenCase):
         s.close()
         self.assertIn(b"after\n", output(ev))
         self.assertEqual([e for e in ev if isinstance(e, dict) and "end" in e][0]["end"]["exitCode"], 0)
-        # stdin false (the default): stdin is closed at once, cat ends
-        s, _ = self.start("cat; echo closed")
+        # stdin false (what the SDKs send by default): closed at once, cat ends
+        s, _ = self.start("cat; echo closed", stdin=False)
         ev = s.events()
         s.close()
         self.assertEqual(output(ev), b"closed\n")
