@@ -1397,8 +1397,9 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
         }
         e->deadline_s = (double)ms / 1000.0;
         r = custom(p->wsi, "keepalive-ping-interval:", v, sizeof(v));
-        if (r > 0) {
-            double s = strtod(v, NULL);
+        if (r > 0 && r <= 9 && strspn(v, "0123456789") == (size_t)r) {
+            /* whole seconds only: a float from a client could be NaN or infinite */
+            double s = (double)strtoul(v, NULL, 10);
             e->ka_s = s < KA_MIN_S ? KA_MIN_S : s > KA_MAX_S ? KA_MAX_S : s;
         }
     }

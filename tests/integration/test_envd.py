@@ -116,8 +116,10 @@ class EnvdTest(WarrenCase):
         finally:
             c.close()
 
-    def stream(self, method, msg, timeout_ms=None, raw=None, **kw):
+    def stream(self, method, msg, timeout_ms=None, raw=None, keepalive=None, **kw):
         h = self.hdrs(**kw)
+        if keepalive is not None:
+            h["Keepalive-Ping-Interval"] = keepalive
         h.update({"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"})
         if timeout_ms is not None:
             h["Connect-Timeout-Ms"] = str(timeout_ms)
@@ -235,6 +237,21 @@ class EnvdTest(WarrenCase):
         self.assertTrue(ends[0]["exited"])
         self.assertEqual(ends[0]["status"], "exit status 3")
         self.assertEqual(ev[-1], ("END", {}))
+
+    def test_keepalive(self):
+        # a silent command: keepalive events fill the silence, then its end
+        s, _ = self.start("sleep 3; echo woke", keepalive="1")
+        ev = s.events()
+        s.close()
+        self.assertIn({"keepalive": {}}, ev)
+        self.assertEqual(output(ev), b"woke\n")
+        self.assertEqual(ev[-1], ("END", {}))
+        # a malformed interval is ignored, not obeyed
+        s, _ = self.start("echo plain", keepalive="nan")
+        ev = s.events()
+        s.close()
+        self.assertEqual(output(ev), b"plain\n")
+        self.assertNotIn({"keepalive": {}}, ev)
 
     def test_stdin_sendinput_closestdin(self):
         s, pid = self.start("cat; echo after", stdin=True)
