@@ -68,6 +68,11 @@ struct srv_config {
     /* processes that belong to the sandbox */
     size_t process_ring_bytes;  /* process_ring_bytes = 1048576: output kept per process */
     unsigned max_procs_per_sbx; /* max_processes_per_sandbox = 64: background + PTYs */
+    /* file watches (each is a background process of the sandbox) */
+    unsigned watch_max_per_sbx; /* watch_max_per_sandbox = 8: running watches */
+    unsigned watch_max_dirs;    /* watch_max_dirs = 8192: directories one watch watches */
+    unsigned watch_coalesce_ms; /* watch_coalesce_ms = 100: writes of one file folded */
+    size_t watch_line_max;      /* watch_line_max_bytes = 65536: one event line from the guest */
     /* browser access */
     char *allowed_origins; /* allowed_origins = (empty): Origins browser sockets may come from */
     /* the agent socket */

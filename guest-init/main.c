@@ -5,6 +5,7 @@
  */
 #include "agent.h"
 #include "boot.h"
+#include "watch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,8 @@ int main(int argc, char **argv)
 
     if (getpid() != 1 && argc == 4 && strcmp(argv[1], "--spawn-bench") == 0 && atoi(argv[2]) > 0)
         return spawn_bench(atoi(argv[2]), argv[3]);
+    if (getpid() != 1 && argc >= 2 && strcmp(argv[1], "--watch") == 0)
+        return gi_watch_main(argc - 1, argv + 1);
     if (getpid() != 1) {
         fprintf(stderr, "warren-init: runs only as PID 1 of a Warren guest\n");
         return 1;

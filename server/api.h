@@ -113,6 +113,11 @@ enum api_verb_flag {
       V(POST, API_Q_PATH, NONE, API_VF_GUEST, h_file_mkdir))                                 \
     R(FILES_RENAME, "/v1/sandboxes/{id}/files/rename", "files",                              \
       V(POST, 0, JSON, API_VF_GUEST, h_file_rename))                                         \
+    R(FILES_WATCH, "/v1/sandboxes/{id}/files/watch", "files",                                \
+      V(GET, API_Q_PATH | API_Q_RECURSIVE, NONE, API_VF_GUEST, h_watch_start))               \
+    R(FILES_WATCH_ONE, "/v1/sandboxes/{id}/files/watch/{pid}", "files",                      \
+      V(GET, API_Q_OFFSET, NONE, API_VF_GUEST, h_watch_resume)                               \
+      V(DELETE, 0, NONE, API_VF_GUEST, h_watch_delete))                                      \
     R(PROCS, "/v1/sandboxes/{id}/processes", NULL,                                           \
       V(GET, 0, NONE, API_VF_GUEST, h_proc_list))                                            \
     R(PROC, "/v1/sandboxes/{id}/processes/{pid}", NULL,                                      \

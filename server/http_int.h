@@ -145,6 +145,10 @@ struct pss {
     long long e2b_timeout;
     char *xnext;    /* the x-next-token header (malloc'd), or NULL */
     char *location; /* a Location header for the answer (malloc'd), or NULL */
+    /* A file watch's request (watch.c), and the watch an NDJSON answer names in its
+     * X-Warren-Watch header (0: none). */
+    struct watch_req *watch;
+    uint32_t watch_id;
 };
 
 struct http_server {
@@ -270,6 +274,18 @@ void envd_body(struct pss *p);
 void envd_run(struct pss *p, json_t *args);
 /* The transaction is over: timers stopped, state freed. Idempotent. */
 void envd_req_end(struct pss *p);
+
+/* ---- watch.c: file watches (a route's handlers, and the request's end) ---- */
+void watch_start(struct pss *p, json_t *args);
+void watch_resume(struct pss *p, json_t *args);
+void watch_delete(struct pss *p, json_t *args);
+void watch_req_free(struct pss *p);
+/* What both doors share: is this process (an entry of sbx_proc_list) a watch; how many
+ * watches of a process list run; the sbx_exec body that starts one (NULL when out of
+ * memory). */
+bool watch_proc_is(json_t *proc);
+unsigned watch_running(json_t *list);
+json_t *watch_exec_body(const struct srv_config *cfg, const char *path, bool recursive);
 
 /* ---- auth.c: who may do what ---- */
 

@@ -422,6 +422,12 @@ static int write_headers(struct pss *p)
     case RESP_NONE:
         return 0;
     }
+    if (!r && p->watch_id) {
+        char id[16];
+        int n = snprintf(id, sizeof(id), "%" PRIu32, p->watch_id);
+        r = lws_add_http_header_by_name(
+            wsi, (const unsigned char *)"x-warren-watch:", (const unsigned char *)id, n, &pp, end);
+    }
     if (!r && p->location)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_LOCATION,
                                          (const unsigned char *)p->location,

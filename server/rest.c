@@ -287,6 +287,7 @@ void rest_req_end(struct pss *p)
     p->location = NULL;
     free(p->xnext);
     p->xnext = NULL;
+    watch_req_free(p);
     free(p->body);
     p->body = NULL;
     json_decref(p->held);
@@ -670,6 +671,21 @@ static void h_proc_signal(struct pss *p, json_t *body)
 static void h_proc_resize(struct pss *p, json_t *body)
 {
     proc_ctl(p, API_PROC_RESIZE, body);
+}
+
+static void h_watch_start(struct pss *p, json_t *args)
+{
+    watch_start(p, args);
+}
+
+static void h_watch_resume(struct pss *p, json_t *args)
+{
+    watch_resume(p, args);
+}
+
+static void h_watch_delete(struct pss *p, json_t *args)
+{
+    watch_delete(p, args);
 }
 
 static void h_tokens(struct pss *p, json_t *body)

@@ -25,6 +25,7 @@ static const char *const op_names[SF_OP__COUNT] = {
     [SF_OP_MKDIR] = "mkdir",
     [SF_OP_REMOVE] = "remove",
     [SF_OP_RENAME] = "rename",
+    [SF_OP_WATCH] = "watch",
 };
 
 const char *sf_op_name(enum sf_op op)

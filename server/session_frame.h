@@ -40,6 +40,7 @@ enum sf_op {
     SF_OP_MKDIR,
     SF_OP_REMOVE,
     SF_OP_RENAME,
+    SF_OP_WATCH,
     SF_OP__COUNT
 };
 

@@ -34,6 +34,7 @@
 #include "http_int.h"
 #include "sbx_snap.h"
 #include "session_frame.h"
+#include "watch_ev.h"
 #include "ws_rx.h"
 #include "ws_session.h"
 
@@ -68,6 +69,14 @@ struct sreq {
     unsigned char *wdata;
     size_t wlen, woff;
     bool in_write, finished;
+    /* watch: the ops it walks through (as watch.c's REST requests do), and its lines */
+    enum { SW_COUNT, SW_EXEC, SW_CHECK, SW_STREAM } wstep;
+    bool wstarted;  /* its first frame ("watch") went out */
+    uint32_t wpid;  /* the watch's id: its process */
+    uint64_t wfrom; /* offset its stream starts at */
+    char *wpath;
+    bool wrec;
+    struct watch_ev wev;
 };
 
 struct sess {
@@ -392,9 +401,150 @@ static void reap(struct sess *s)
         struct sreq *r = s->grave;
         s->grave = r->next;
         free(r->wdata);
+        free(r->wpath);
+        watch_ev_free(&r->wev);
         free(r);
     }
 }
+
+/* ------------------------------------------------------------ watch */
+
+static const struct sbx_sink sink;
+
+static void watch_started(struct sreq *r)
+{
+    json_t *j =
+        json_pack("{s:I,s:I}", "watch", (json_int_t)r->wpid, "offset", (json_int_t)r->wfrom);
+
+    r->wstarted = true;
+    send_json(r->s, r->id, "watch", j);
+    json_decref(j);
+}
+
+static void watch_fail(struct sreq *r, const char *code, const char *msg)
+{
+    send_error(r->s, r->id, code, "%s", msg);
+    req_unlink(r);
+}
+
+static void watch_follow(struct sreq *r)
+{
+    struct sbx_err err;
+
+    r->wstep = SW_STREAM;
+    watch_ev_init(&r->wev, r->s->srv->cfg->watch_line_max, r->wfrom);
+    if (sbx_proc_output(r->s->srv->t, r->s->sbx, r->wpid, r->wfrom, true, &sink, r, &r->op, &err)) {
+        watch_fail(r, sbx_err_name(err.code), err.msg);
+        return;
+    }
+    if (!r->wpath) /* a resume: nothing to wait for */
+        watch_started(r);
+}
+
+/* The op before the stream is over: go on to the next (watch.c's steps, as frames). */
+static void watch_done(struct sreq *r, const struct sbx_err *err, json_t *body)
+{
+    struct sess *s = r->s;
+    struct sbx_err e2;
+    json_t *b;
+
+    if (err) {
+        if (r->wstep == SW_CHECK && err->code == SBX_E_PROCESS_NOT_FOUND)
+            watch_fail(r, "watch_not_found", err->msg);
+        else
+            watch_fail(r, sbx_err_name(err->code), err->msg);
+        return;
+    }
+    switch (r->wstep) {
+    case SW_COUNT:
+        if (watch_running(body) >= s->srv->cfg->watch_max_per_sbx) {
+            watch_fail(r, "too_many_watches", "the sandbox runs watch_max_per_sandbox watches");
+            return;
+        }
+        if (!(b = watch_exec_body(s->srv->cfg, r->wpath, r->wrec))) {
+            watch_fail(r, "internal", "out of memory");
+            return;
+        }
+        r->wstep = SW_EXEC;
+        if (sbx_exec(s->srv->t, s->sbx, b, false, &sink, r, &r->op, &e2))
+            watch_fail(r, sbx_err_name(e2.code), e2.msg);
+        json_decref(b);
+        return;
+    case SW_EXEC:
+        r->wpid = (uint32_t)json_integer_value(json_object_get(body, "pid"));
+        watch_follow(r);
+        return;
+    case SW_CHECK:
+        if (!watch_proc_is(body)) {
+            watch_fail(r, "watch_not_found", "that process is not a watch");
+            return;
+        }
+        watch_follow(r);
+        return;
+    case SW_STREAM:
+        if (!r->wstarted) {
+            watch_fail(r, "internal", "the watch ended before it started");
+            return;
+        }
+        b = json_is_object(body) ? json_incref(body) : json_object();
+        json_object_set_new(b, "offset", json_integer((json_int_t)r->wev.next));
+        send_json(s, r->id, "end", b);
+        json_decref(b);
+        req_unlink(r);
+        return;
+    }
+}
+
+/* One checked line of the watch: a frame (the first one starts the watch, or fails it). */
+static int watch_event(void *user, json_t *ev)
+{
+    struct sreq *r = user;
+    const char *type = json_string_value(json_object_get(ev, "type"));
+
+    if (!r->wstarted) {
+        if (!strcmp(type, "error")) {
+            const char *code = json_string_value(json_object_get(ev, "code"));
+            const char *msg = json_string_value(json_object_get(ev, "message"));
+            sbx_op_cancel(r->s->srv->t, r->op);
+            watch_fail(r,
+                       !strcmp(code, "not_found")         ? "file_not_found"
+                       : !strcmp(code, "not_a_directory") ? "not_a_directory"
+                       : !strcmp(code, "internal")        ? "internal"
+                                                          : "bad_request",
+                       msg ? msg : "the path cannot be watched");
+            return 1;
+        }
+        watch_started(r);
+    }
+    send_json(r->s, r->id, NULL, ev);
+    return 0;
+}
+
+static void watch_data(struct sreq *r, uint64_t off, const void *p, size_t n)
+{
+    if (r->wstep != SW_STREAM)
+        return;
+    if (watch_ev_feed(&r->wev, off, p, n, watch_event, r) || !r->live)
+        return;
+    /* Acknowledged as the socket's queue allows (held back while it is over its limit). */
+    credit(r->s, r->op, n);
+}
+
+static void watch_lost(struct sreq *r, uint64_t off, uint64_t n)
+{
+    json_t *j;
+
+    if (r->wstep != SW_STREAM)
+        return;
+    watch_ev_gap(&r->wev, off + n);
+    if (!r->wstarted)
+        watch_started(r);
+    j = json_pack("{s:I,s:I}", "offset", (json_int_t)(off + n), "bytes", (json_int_t)n);
+    send_json(r->s, r->id, "lost", j);
+    json_decref(j);
+}
+
+/* ------------------------------------------------------------ sink */
 
 static void sink_done(void *user, const struct sbx_err *err, json_t *body)
 {
@@ -402,6 +552,11 @@ static void sink_done(void *user, const struct sbx_err *err, json_t *body)
     struct sess *s = r->s;
 
     if (!r->live) {
+        json_decref(body);
+        return;
+    }
+    if (r->kind == SF_OP_WATCH) {
+        watch_done(r, err, body);
         json_decref(body);
         return;
     }
@@ -441,6 +596,10 @@ static void sink_data(void *user, int fd, uint64_t off, const void *p, size_t n)
 
     if (!r->live)
         return;
+    if (r->kind == SF_OP_WATCH) {
+        watch_data(r, off, p, n);
+        return;
+    }
     if (fd == 0) {
         off = r->roff;
         r->roff += n;
@@ -460,6 +619,10 @@ static void sink_lost(void *user, uint64_t off, uint64_t n)
 
     if (!r->live)
         return;
+    if (r->kind == SF_OP_WATCH) {
+        watch_lost(r, off, n);
+        return;
+    }
     j = json_pack("{s:I, s:I}", "offset", (json_int_t)off, "bytes", (json_int_t)n);
     send_json(r->s, r->id, "lost", j);
     json_decref(j);
@@ -550,9 +713,10 @@ static void dispatch(struct sess *s, struct sf_req *q)
             json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= UINT32_MAX
                 ? req_find(s, (uint32_t)json_integer_value(v))
                 : NULL;
-        if (!a || a->kind != SF_OP_ATTACH) {
+        if (!a || (a->kind != SF_OP_ATTACH && a->kind != SF_OP_WATCH)) {
             send_error(s, q->id, "invalid_argument",
-                       "'target' must be the id of an attach in flight on this socket");
+                       "'target' must be the id of an attach or a watch in flight on this "
+                       "socket");
             return;
         }
         sbx_op_cancel(t, a->op);
@@ -687,6 +851,43 @@ static void dispatch(struct sess *s, struct sf_req *q)
         rc = sbx_file_op(t, s->sbx, sf_op_name(q->op), q->args, &sink, r, &r->op, &err);
         break;
     }
+    case SF_OP_WATCH: {
+        /* A new watch ("path", "recursive"), or one already running read again ("watch":
+         * its id, "offset"). */
+        json_t *wid = json_object_get(q->args, "watch"), *off = json_object_get(q->args, "offset");
+        json_t *rec = json_object_get(q->args, "recursive");
+        if (wid) {
+            if (!json_is_integer(wid) || json_integer_value(wid) < 1 ||
+                json_integer_value(wid) > API_PID_MAX ||
+                (off && (!json_is_integer(off) || json_integer_value(off) < 0))) {
+                rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT,
+                                 "watch takes 'watch' (an id) and an 'offset' >= 0");
+                break;
+            }
+            r->wpid = (uint32_t)json_integer_value(wid);
+            r->wfrom = off ? (uint64_t)json_integer_value(off) : 0;
+            r->wstep = SW_CHECK;
+            rc = sbx_proc_list(t, s->sbx, r->wpid, &sink, r, &r->op, &err);
+            break;
+        }
+        {
+            const char *path = take_path(q->args, "path", &e);
+            if (!path || (rec && !json_is_boolean(rec)) || off) {
+                rc = sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, "%s",
+                                 path ? "watch takes 'path' and an optional 'recursive' (boolean)"
+                                      : e.msg);
+                break;
+            }
+            if (!(r->wpath = strdup(path))) {
+                rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+                break;
+            }
+        }
+        r->wrec = json_is_true(rec);
+        r->wstep = SW_COUNT;
+        rc = sbx_proc_list(t, s->sbx, 0, &sink, r, &r->op, &err);
+        break;
+    }
     default:
         rc = sbx_err_set(&err, SBX_E_BAD_REQUEST, "op not handled");
         break;
@@ -694,6 +895,7 @@ static void dispatch(struct sess *s, struct sf_req *q)
     if (rc) {
         send_error(s, q->id, sbx_err_name(err.code), "%s", err.msg);
         free(r->wdata);
+        free(r->wpath);
         free(r);
         return;
     }

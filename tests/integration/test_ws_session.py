@@ -454,6 +454,66 @@ class TestWsSession(WarrenCase):
             await s.close()
         self.arun(go())
 
+    def test_watch(self):
+        """The watch op streams a file watch's events as frames; the watch belongs to the
+        sandbox, so it is read again on a new socket from the offset reached."""
+        async def until(s, rid, name, type_):
+            got = []
+            while True:
+                f = await s.frame(rid, 120)
+                got.append(f)
+                self.assertNotEqual(f["type"], "error", f)
+                if f.get("name") == name and f["type"] == type_:
+                    return got
+
+        async def go():
+            self.assertEqual(self.w.run(self.sid, "mkdir -p /tmp/wsw")["exit_code"], 0)
+            s = await self.connect()
+            rid = await s.send("watch", path="/tmp/wsw", recursive=True)
+            first = await s.frame(rid)
+            self.assertEqual((first["type"], first["offset"]), ("watch", 0), first)
+            wid = first["watch"]
+            ready = await s.frame(rid)
+            self.assertEqual((ready["type"], ready["path"]), ("ready", "/tmp/wsw"), ready)
+            await s.run(cmd="mkdir /tmp/wsw/d && echo x > /tmp/wsw/d/f")
+            got = await until(s, rid, "d/f", "create")
+            self.assertIn(("create", "d"), [(f["type"], f.get("name")) for f in got])
+            last = got[-1]["offset"]
+            r = await s.call("detach", target=rid)
+            self.assertEqual(r["type"], "result", r)
+            # Events already queued come first (f's write), then the watch's end here.
+            rest = await s.stream(rid, last=("detached",))
+            self.assertEqual(rest[-1]["type"], "detached", rest)
+            await s.close()
+            # No socket: the watch goes on, and the socket after reads what it missed.
+            self.assertEqual(self.w.run(self.sid, "echo y > /tmp/wsw/d/g")["exit_code"], 0)
+            s = await self.connect()
+            procs = (await s.call("processes"))["processes"]
+            self.assertIn(wid, [p["pid"] for p in procs if p["running"]])
+            rid = await s.send("watch", watch=wid, offset=last)
+            self.assertEqual(await s.frame(rid),
+                             {"id": rid, "type": "watch", "watch": wid, "offset": last})
+            got = await until(s, rid, "d/g", "create")
+            self.assertEqual([f["type"] for f in got if f["type"] == "lost"], [])
+            # It starts after f's create (f's write came after it, so it is there).
+            self.assertNotIn(("create", "d/f"), [(f["type"], f.get("name")) for f in got])
+            # Errors are error frames; the socket stays open.
+            e = await s.call("watch", path="/tmp/wsw/none")
+            self.assertEqual((e["type"], e["code"]), ("error", "file_not_found"), e)
+            st = await s.call("exec", cmd="sleep 1000", background=True)
+            e = await s.call("watch", watch=st["pid"])
+            self.assertEqual((e["type"], e["code"]), ("error", "watch_not_found"), e)
+            e = await s.call("watch", path="rel")
+            self.assertEqual((e["type"], e["code"]), ("error", "invalid_argument"), e)
+            await s.call("signal", pid=st["pid"], signal="KILL")
+            # Ending the watch's process ends its stream.
+            r = await s.call("signal", pid=wid, signal="TERM")
+            self.assertEqual(r["type"], "result", r)
+            end = (await s.stream(rid, last=("end",)))[-1]
+            self.assertEqual((end["type"], end["signal"]), ("end", 15), end)
+            await s.close()
+        self.arun(go())
+
     def test_files(self):
         async def go():
             s = await self.connect()

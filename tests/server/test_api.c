@@ -65,6 +65,11 @@ static void test_routes(void)
     CHECK(api_route_match("/v1/sandboxes/abc/files/mkdir", &r) == 0 && r.id == API_R_FILES_MKDIR &&
           r.methods == API_POST);
     CHECK(api_route_match("/v1/sandboxes/abc/files/rename", &r) == 0 && r.id == API_R_FILES_RENAME);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/watch", &r) == 0 && r.id == API_R_FILES_WATCH);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/watch/87", &r) == 0 &&
+          r.id == API_R_FILES_WATCH_ONE && r.pid == 87);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/watch/0", &r) == -ENOENT);
+    CHECK(api_route_match("/v1/sandboxes/abc/files/watch/x", &r) == -ENOENT);
     /* Unknown: 404, but under /v1 only after auth. */
     CHECK(api_route_match("/v1/nope", &r) == -ENOENT && r.auth);
     CHECK(api_route_match("/v1", &r) == -ENOENT && r.auth);
@@ -199,6 +204,8 @@ static void test_route_rows(void)
         {API_R_FILES_MKDIR, API_POST, API_Q_PATH, API_BODY_NONE},
         {API_R_FILES_RENAME, API_POST, 0, API_BODY_JSON},
         {API_R_PROC_OUTPUT, API_GET, API_Q_OFFSET | API_Q_FOLLOW, API_BODY_NONE},
+        {API_R_FILES_WATCH, API_GET, API_Q_PATH | API_Q_RECURSIVE, API_BODY_NONE},
+        {API_R_FILES_WATCH_ONE, API_GET, API_Q_OFFSET, API_BODY_NONE},
         {API_R_EXEC, API_POST, 0, API_BODY_JSON},
         {API_R_NETWORK, API_PATCH, 0, API_BODY_JSON},
         {API_R_HEALTHZ, API_GET, 0, API_BODY_NONE},
@@ -224,6 +231,8 @@ static void test_route_rows(void)
         case API_R_FILES_LIST:
         case API_R_FILES_MKDIR:
         case API_R_FILES_RENAME:
+        case API_R_FILES_WATCH:
+        case API_R_FILES_WATCH_ONE:
             CHECK(s && !strcmp(s, "files"));
             break;
         case API_R_PTY:
