@@ -30,6 +30,7 @@
 #include "multipart.h"
 #include "ports_head.h"
 #include "util.h"
+#include "watch_ev.h"
 
 #define SEL_TAG_MAX 256 /* a selector's tag (the core's own cap) */
 #define KA_MIN_S    1.0 /* keepalive events at most this often */
@@ -49,6 +50,7 @@ enum envd_m {
     M_MOVE,
     M_LISTDIR,
     M_REMOVE,
+    M_WATCH,
     M_UNIMPLEMENTED,
     M_FILES_GET,
     M_FILES_POST,
@@ -72,9 +74,9 @@ static const struct {
     {"/filesystem.Filesystem/Move", M_MOVE, false},
     {"/filesystem.Filesystem/ListDir", M_LISTDIR, false},
     {"/filesystem.Filesystem/Remove", M_REMOVE, false},
-    /* File watching waits for the core's own (the guest's inotify): until then these
-     * say so rather than pretend. */
-    {"/filesystem.Filesystem/WatchDir", M_UNIMPLEMENTED, true},
+    {"/filesystem.Filesystem/WatchDir", M_WATCH, true},
+    /* The polling watchers need state per watcher between calls that no stream
+     * holds: not served (WatchDir is). */
     {"/filesystem.Filesystem/CreateWatcher", M_UNIMPLEMENTED, false},
     {"/filesystem.Filesystem/GetWatcherEvents", M_UNIMPLEMENTED, false},
     {"/filesystem.Filesystem/RemoveWatcher", M_UNIMPLEMENTED, false},
@@ -100,6 +102,11 @@ struct envd_req {
     unsigned char *raw; /* ctl.data's bytes */
     double deadline_s, ka_s;
     ev_timer deadline, keepalive;
+    /* WatchDir: its watch (a process of the sandbox whose lifetime is this stream's),
+     * and the decoder of its lines */
+    uint32_t watch_pid;
+    bool watch_ready, watch_over, ev_init;
+    struct watch_ev ev;
 };
 
 static const struct sbx_sink envd_sink;
@@ -692,6 +699,13 @@ static void run_call(struct pss *p)
                 &err);
         return;
     }
+    case M_WATCH:
+        if (resolve_path(p, json_string_value(json_object_get(msg, "path")), e->path))
+            return;
+        /* count the watches running first: they are capped per sandbox */
+        e->step = 0;
+        started(p, core_list(p, 0, &err), &err);
+        return;
     case M_MOVE:
         if (resolve_path(p, json_string_value(json_object_get(msg, "source")), e->path) ||
             resolve_path(p, json_string_value(json_object_get(msg, "destination")), e->path2))
@@ -805,8 +819,8 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         json_array_foreach(json_object_get(body, "processes"), i, o)
         {
             json_t *pi;
-            if (!json_is_true(json_object_get(o, "running")))
-                continue;
+            if (!json_is_true(json_object_get(o, "running")) || watch_proc_is((json_t *)o))
+                continue; /* a WatchDir's watch is not a command */
             pi = json_pack("{s:{s:O, s:[], s:{}}, s:O}", "config", "cmd", json_object_get(o, "cmd"),
                            "args", "envs", "pid", json_object_get(o, "pid"));
             if (pi && json_is_string(json_object_get(o, "tag")))
@@ -883,6 +897,53 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         unary_ok(p, json_pack("{s:o}", "entry", entry_of(body)));
         json_decref(body);
         return;
+    case M_WATCH:
+        if (err)
+            break;
+        if (e->step == 0) {
+            json_t *b;
+            int rc;
+            if (watch_running(body) >= p->srv->cfg->watch_max_per_sbx) {
+                json_decref(body);
+                fail(p, CONNECT_RESOURCE_EXHAUSTED, "%u file watches run in this sandbox already",
+                     p->srv->cfg->watch_max_per_sbx);
+                return;
+            }
+            json_decref(body);
+            b = watch_exec_body(p->srv->cfg, e->path,
+                                json_is_true(json_object_get(e->msg, "recursive")));
+            if (!b) {
+                fail(p, CONNECT_INTERNAL, "out of memory");
+                return;
+            }
+            e->step = 1;
+            rc = core_exec(p, b, &e2);
+            json_decref(b);
+            if (rc)
+                fail_sbx(p, &e2);
+            return;
+        }
+        if (e->step == 1) {
+            e->watch_pid = (uint32_t)json_integer_value(json_object_get(body, "pid"));
+            json_decref(body);
+            if (watch_ev_init(&e->ev, p->srv->cfg->watch_line_max, 0)) {
+                fail(p, CONNECT_INTERNAL, "out of memory");
+                return;
+            }
+            e->ev_init = true;
+            e->step = 9;
+            if (core_output(p, e->watch_pid, 0, &e2))
+                fail_sbx(p, &e2);
+            return;
+        }
+        /* the watch's process ended: so does the stream */
+        json_decref(body);
+        e->watch_over = true;
+        if (!e->watch_ready)
+            fail(p, CONNECT_INTERNAL, "the watch ended before it started");
+        else
+            stream_end(p, CONNECT_OK, NULL);
+        return;
     case M_FILES_GET:
         goto download_end;
     case M_FILES_POST: {
@@ -949,6 +1010,103 @@ download_end:
     resp_want_write(p);
 }
 
+/* ------------------------------------------------------------ file watches */
+
+/* E2B's name for one of the watch's event types, or NULL for a line it has none for
+ * (ready, lost, unwatched). */
+static const char *event_type(const char *t)
+{
+    static const char *const map[][2] = {
+        {"create", "EVENT_TYPE_CREATE"}, {"write", "EVENT_TYPE_WRITE"},
+        {"remove", "EVENT_TYPE_REMOVE"}, {"rename", "EVENT_TYPE_RENAME"},
+        {"chmod", "EVENT_TYPE_CHMOD"},
+    };
+
+    for (size_t i = 0; t && i < sizeof(map) / sizeof(map[0]); i++)
+        if (!strcmp(t, map[i][0]))
+            return map[i][1];
+    return NULL;
+}
+
+static void fs_event(struct pss *p, const char *name, const char *type)
+{
+    stream_msg(p, json_pack("{s:{s:s, s:s}}", "filesystem", "name", name, "type", type));
+}
+
+/* One checked line of the watch (watch_ev.h): E2B's frames. */
+static int watch_event(void *user, json_t *ev)
+{
+    struct pss *p = user;
+    struct envd_req *e = p->envd;
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *et = event_type(type);
+
+    if (!type || !http_phase_op_live(p->phase))
+        return 1;
+    if (!e->watch_ready) {
+        if (!strcmp(type, "error")) {
+            const char *code = json_string_value(json_object_get(ev, "code"));
+            const char *msg = json_string_value(json_object_get(ev, "message"));
+            sbx_op_cancel(p->srv->t, p->op);
+            fail(p,
+                 code && !strcmp(code, "not_found")         ? CONNECT_NOT_FOUND
+                 : code && !strcmp(code, "not_a_directory") ? CONNECT_INVALID_ARGUMENT
+                 : code && !strcmp(code, "internal")        ? CONNECT_INTERNAL
+                                                            : CONNECT_INVALID_ARGUMENT,
+                 "%s", msg ? msg : "the path cannot be watched");
+            return 1;
+        }
+        if (strcmp(type, "ready"))
+            return 0;
+        /* E2B's SDKs wait for this first frame before they call the watch started */
+        e->watch_ready = true;
+        stream_msg(p, json_pack("{s:{}}", "start"));
+        if (e->ka_s > 0) {
+            ev_timer_set(&e->keepalive, e->ka_s, e->ka_s);
+            ev_timer_start(p->srv->loop, &e->keepalive);
+        }
+        return 0;
+    }
+    if (!et || !name)
+        return 0;
+    if (!strcmp(type, "rename")) {
+        /* E2B says a move within the tree as the old name renamed, the new one created */
+        const char *from = json_string_value(json_object_get(ev, "from"));
+        if (from)
+            fs_event(p, from, et);
+        fs_event(p, name, "EVENT_TYPE_CREATE");
+        return 0;
+    }
+    fs_event(p, name, et);
+    return 0;
+}
+
+static void watch_noop_done(void *user, const struct sbx_err *err, json_t *body)
+{
+    (void)user;
+    (void)err;
+    json_decref(body);
+}
+
+static const struct sbx_sink watch_end_sink = {.done = watch_noop_done};
+
+/* A WatchDir stream is over: so is its watch (E2B's watch lives as long as its stream).
+ * Fire and forget: nothing waits for the answer. */
+static void watch_stop(struct pss *p)
+{
+    struct envd_req *e = p->envd;
+    struct sbx_proc_ctl c = {.sig = 15};
+    struct sbx_err err;
+    sbx_op_t op;
+
+    if (!e->watch_pid || e->watch_over)
+        return;
+    e->watch_over = true;
+    if (sbx_proc_ctl(p->srv->t, p->sbx, e->watch_pid, &c, &watch_end_sink, NULL, &op, &err))
+        LOG(LOG_DEBUG, "%s: the watch %u of an ended WatchDir: %s", p->sbx, e->watch_pid, err.msg);
+}
+
 /* ------------------------------------------------------------ the sink */
 
 static void e_done(void *user, const struct sbx_err *err, json_t *body)
@@ -992,7 +1150,6 @@ static void e_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)
     struct envd_req *e = p->envd;
     struct obuf *ob;
 
-    (void)off;
     if (!e || !http_phase_op_live(p->phase) || !n)
         return;
     if (e->m == M_FILES_GET) {
@@ -1010,6 +1167,15 @@ static void e_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)
             resp_q_grew(p, ob, take, n);
             p->dl_queued += take;
         }
+    } else if (e->m == M_WATCH) {
+        if (!e->ev_init)
+            return;
+        /* the bytes are consumed here: their credit rides on what they became */
+        watch_ev_feed(&e->ev, off, ptr, n, watch_event, p);
+        if (!http_phase_op_live(p->phase))
+            return; /* the watch failed, answered */
+        if (resp_ndjson_append(p, NULL, 0, n))
+            goto oom;
     } else if (e->stream && (fd == 1 || fd == 2)) {
         static const char pre[] = "{\"event\":{\"data\":{\"";
         const char *key = e->pty ? "pty" : fd == 2 ? "stderr" : "stdout";
@@ -1054,6 +1220,8 @@ static void e_lost(void *user, uint64_t off, uint64_t n)
 {
     struct pss *p = user;
 
+    if (p->envd && p->envd->m == M_WATCH && p->envd->ev_init)
+        watch_ev_gap(&p->envd->ev, off + n);
     if (p->envd && n)
         LOG(LOG_DEBUG, "%s: envd stream of pid %u lost %" PRIu64 " bytes at %" PRIu64, p->sbx,
             p->envd->pid, n, off);
@@ -1470,6 +1638,9 @@ void envd_req_end(struct pss *p)
     if (!e)
         return;
     timers_stop(p);
+    watch_stop(p);
+    if (e->ev_init)
+        watch_ev_free(&e->ev);
     json_decref(e->msg);
     free(e->raw);
     free(e);

@@ -80,6 +80,16 @@ async function main() {
   const list = await sbx.files.list('/tmp/e2b')
   check('files.list', list.map((e) => e.name).sort().join() === 'a.txt,b.bin' &&
     list.find((e) => e.name === 'a.txt').type === 'file', { list })
+  // watchDir: a stream of the directory's events until stopped
+  const events = []
+  const watcher = await sbx.files.watchDir('/tmp/e2b', (ev) => events.push(ev), { recursive: true })
+  await sbx.files.write('/tmp/e2b/w.txt', 'watched')
+  for (let i = 0; i < 300 && !events.some((ev) => ev.name === 'w.txt' && ev.type === 'create'); i++) {
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  await watcher.stop()
+  check('files.watchDir', events.some((ev) => ev.name === 'w.txt' && ev.type === 'create'), { events })
+  await sbx.files.remove('/tmp/e2b/w.txt')
   check('files.makeDir', (await sbx.files.makeDir('/tmp/e2b/d')) === true)
   check('files.makeDir exists', (await sbx.files.makeDir('/tmp/e2b/d')) === false)
   const mv = await sbx.files.rename('/tmp/e2b/a.txt', '/tmp/e2b/d/c.txt')

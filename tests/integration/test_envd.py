@@ -70,8 +70,8 @@ class Stream:
                 return out
             if flags != 0:
                 raise AssertionError(f"flags {flags}")
-            out.append(msg["event"])
-            if until and until(msg["event"]):
+            out.append(msg["event"] if "event" in msg else msg)
+            if until and until(out[-1]):
                 return out
 
     def close(self):
@@ -383,14 +383,47 @@ class EnvdTest(WarrenCase):
         st, body = self.unary("process.Process/Nope", {})
         self.assertEqual(st, 404, body)
         self.assertEqual(body["code"], "not_found")
-        # file watching is said to be missing, not pretended
+        # the polling watchers are said to be missing, not pretended
         st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp"})
         self.assertEqual(st, 501, body)
         self.assertEqual(body["code"], "unimplemented")
-        s = self.stream("filesystem.Filesystem/WatchDir", {"path": "/tmp"})
+
+    # ---------------------------------------------------------------- watching
+
+    def test_watchdir(self):
+        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": "/tmp/wd/sub"})
+        self.assertIn(st, (200, 409))
+        s = self.stream("filesystem.Filesystem/WatchDir", {"path": "/tmp/wd", "recursive": True})
+        first = s.events(until=lambda e: True)
+        self.assertEqual(first, [{"start": {}}])
+        self.assertEqual(self.upload("/tmp/wd/sub/new.txt", b"x", multipart=False)[0], 200)
+        got = []
+
+        def seen(e):
+            got.append(e)
+            return {"filesystem": {"name": "sub/new.txt", "type": "EVENT_TYPE_CREATE"}} in got
+        s.events(until=seen)
+        st, _ = self.unary("filesystem.Filesystem/Move",
+                           {"source": "/tmp/wd/sub/new.txt", "destination": "/tmp/wd/moved.txt"})
+        self.assertEqual(st, 200)
+        s.events(until=lambda e: e == {"filesystem": {"name": "moved.txt",
+                                                      "type": "EVENT_TYPE_CREATE"}})
+        # the watch is not a command, and it ends with its stream
+        self.assertFalse([p for p in self.listed().values() if "watch" in p["config"]["cmd"]])
+        s.close()
+        r = self.w.request("GET", f"/v1/sandboxes/{self.sid}/processes")
+        deadline = time.time() + 60
+        while any(p["running"] and (p.get("tag") or "").startswith("watch:")
+                  for p in r.json()["processes"]) and time.time() < deadline:
+            time.sleep(0.2)
+            r = self.w.request("GET", f"/v1/sandboxes/{self.sid}/processes")
+        self.assertFalse([p for p in r.json()["processes"]
+                          if p["running"] and (p.get("tag") or "").startswith("watch:")])
+        # a path that cannot be watched ends the stream with its error
+        s = self.stream("filesystem.Filesystem/WatchDir", {"path": "/tmp/wd/none"})
         ev = s.events()
         s.close()
-        self.assertEqual(ev[-1][1]["error"]["code"], "unimplemented")
+        self.assertEqual(ev[-1][1]["error"]["code"], "not_found", ev)
 
     # ---------------------------------------------------------------- files
 
@@ -540,7 +573,7 @@ class EnvdSdkTest(WarrenCase):
         for want in ("create", "commands.run", "envs and cwd", "exit code error",
                      "commands.list", "commands.kill", "sendStdin and closeStdin",
                      "connect after disconnect", "pty", "files.write", "files.read",
-                     "files binary", "files.list", "files.makeDir", "files.makeDir exists",
+                     "files binary", "files.list", "files.watchDir", "files.makeDir", "files.makeDir exists",
                      "files.rename", "files.exists", "files.remove", "done"):
             self.assertIn(want, names)
 
