@@ -388,6 +388,47 @@ class EnvdTest(WarrenCase):
         self.assertEqual(st, 501, body)
         self.assertEqual(body["code"], "unimplemented")
 
+    def test_python_sdk_shapes(self):
+        """The Python SDK's own requests (its e2b_connect client and httpx uploads, read
+        from e2b-dev/E2B's python-sdk), replayed at the wire: pretty-printed JSON with
+        Content-Encoding: identity on unary calls, connect-content-encoding and
+        connect-timeout-ms on streams, lowercase headers."""
+        h = {"e2b-sandbox-id": self.sid, "e2b-sandbox-port": str(ENVD),
+             "x-access-token": self.tok, "user-agent": "connect-python",
+             "connect-protocol-version": "1"}
+        c = self.w.conn()
+        c.request("POST", "/process.Process/List", body=b"{}\n",
+                  headers=dict(h, **{"content-encoding": "identity",
+                                     "content-type": "application/json"}))
+        r = c.getresponse()
+        out = r.read()
+        self.assertEqual(r.status, 200, out)
+        self.assertIn("processes", json.loads(out))
+        msg = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", "echo py"],
+                                      "envs": {}}, "stdin": False}, indent=2).encode()
+        c.request("POST", "/process.Process/Start", body=envelope(msg),
+                  headers=dict(h, **{"connect-content-encoding": "identity",
+                                     "connect-timeout-ms": "60000",
+                                     "content-type": "application/connect+json"}))
+        r = c.getresponse()
+        self.assertEqual(r.status, 200)
+        ev = Stream(c, r).events()
+        self.assertEqual(output(ev), b"py\n")
+        self.assertEqual(ev[-1], ("END", {}))
+        # httpx's multipart: its own boundary, the path as the part's filename
+        bnd = "7d1c1c9a3b7f4c0e9e3c5a3f2b1d0e4f"
+        body = (f"--{bnd}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f"filename=\"/tmp/py.txt\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+                f"from python\r\n--{bnd}--\r\n").encode()
+        c.request("POST", "/files?path=%2Ftmp%2Fpy.txt", body=body,
+                  headers=dict(h, **{"content-type": f"multipart/form-data; boundary={bnd}"}))
+        r = c.getresponse()
+        out = r.read()
+        self.assertEqual(r.status, 200, out)
+        self.assertEqual(json.loads(out)[0]["path"], "/tmp/py.txt")
+        c.close()
+        self.assertEqual(self.download("/tmp/py.txt"), (200, b"from python"))
+
     # ---------------------------------------------------------------- watching
 
     def test_watchdir(self):
