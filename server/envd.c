@@ -14,11 +14,14 @@
  *
  * A codec, never a second implementation: every call is one or a few of the
  * sandbox core's operations (sbx.h), made through the small set of core_*
- * functions below, the only place this file names the core's shapes.
- * Every process is started as the sandbox's own (background or PTY), and a
- * stream (Start, Connect) is its output followed from an offset: a stream
- * that ends, by its deadline (Connect-Timeout-Ms) or a dropped client, never
- * ends the process, which process.Connect reattaches by pid or tag.
+ * functions below, the only calls into the core (the core's result shapes are
+ * read in step_done, find_proc and entry_of, its exec body built in
+ * exec_body). Every process is started as the sandbox's own (background or
+ * PTY), and a stream (Start, Connect) is its output followed from an offset:
+ * a stream that ends, by its deadline (Connect-Timeout-Ms) or a dropped
+ * client, never ends the process, which process.Connect reattaches by pid or
+ * tag. WatchDir is one of the sandbox's file watches (watch.c), whose
+ * lifetime is its stream's, as in E2B.
  *
  * State: struct envd_req, one per request (pss->envd), freed by
  * envd_req_end from rest_req_end. The core's sink calls back with the pss;
