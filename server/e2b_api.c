@@ -6,6 +6,7 @@
  * core's records by the functions under "records"; a request that needs two
  * core calls (connect: resume, then the timeout) keeps its step in the pss
  * (p->e2b_timeout) and runs the second from the sink's done.
+ * strptime and timegm come with the build's _GNU_SOURCE.
  */
 #include "e2b_api.h"
 #include "cred.h"
@@ -32,8 +33,13 @@ static void fail_sbx(struct pss *p, const struct sbx_err *err)
 {
     int status = sbx_err_http_status(err->code);
 
-    if (err->code == SBX_E_GONE || err->code == SBX_E_DEAD || err->code == SBX_E_NOT_FOUND ||
-        err->code == SBX_E_SNAPSHOT_NOT_FOUND)
+    /* A sandbox that died while it was being made (a boot that failed) is the server's
+     * failure, not a sandbox the client named wrongly. */
+    if ((p->e2b == E2B_R_CREATE || p->e2b == E2B_R_FORK) &&
+        (err->code == SBX_E_GONE || err->code == SBX_E_DEAD))
+        status = 500;
+    else if (err->code == SBX_E_GONE || err->code == SBX_E_DEAD || err->code == SBX_E_NOT_FOUND ||
+             err->code == SBX_E_SNAPSHOT_NOT_FOUND)
         status = 404;
     answer(p, status, api_error_of(err));
 }
@@ -50,6 +56,61 @@ static void started(struct pss *p, int rc, const struct sbx_err *err)
         req_phase(p, HP_OP);
     else
         fail_sbx(p, err);
+}
+
+/* Every call into the sandbox core is one of these: the door's whole contract with it.
+ * p->sbx names the sandbox; the asynchronous ones report to e2b_done with p. */
+static int core_create(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_create(p->srv->t, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_delete(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_delete(p->srv->t, p->sbx, out, err);
+}
+
+/* *out set (no callback) when it was paused already. */
+static int core_pause(struct pss *p, json_t *body, json_t **out, struct sbx_err *err)
+{
+    return sbx_pause(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, out, err);
+}
+
+/* *out set (no callback) when it runs already. */
+static int core_resume(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_resume(p->srv->t, p->sbx, &e2b_sink, p, &p->op, out, err);
+}
+
+static int core_fork(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_fork(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_snapshot(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_snapshot(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_set_network(struct pss *p, json_t *body, struct sbx_err *err)
+{
+    return sbx_set_network(p->srv->t, p->sbx, body, &e2b_sink, p, &p->op, err);
+}
+
+static int core_snap_get(struct pss *p, const char *id, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_get(p->srv->t, id, out, err);
+}
+
+static int core_snap_list(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_list(p->srv->t, out, err);
+}
+
+/* The snapshot p->sbx (DELETE /templates/{id} names a snapshot there). */
+static int core_snap_delete(struct pss *p, json_t **out, struct sbx_err *err)
+{
+    return sbx_snap_delete(p->srv->t, p->sbx, out, err);
 }
 
 static int core_get(struct pss *p, const char *id, json_t **out, struct sbx_err *err)
@@ -169,13 +230,14 @@ static json_t *rec_info(struct pss *p, json_t *rec, bool detail)
         return NULL;
     if (!json_is_string(end))
         end = started; /* paused: its TTL stands still; E2B has no "none" */
-    o = json_pack("{s:s, s:o, s:o, s:s, s:O, s:O, s:s, s:I, s:I, s:I, s:O, s:s}", "sandboxID", id,
+    o = json_pack("{s:s, s:o, s:o, s:s, s:O, s:O, s:s, s:I, s:I, s:I, s:o, s:s}", "sandboxID", id,
                   "templateID", template_name(p, tmpl, false), "alias",
                   template_name(p, tmpl, true), "clientID", "warren", "startedAt", started, "endAt",
                   end, "state", st, "cpuCount", json_integer_value(json_object_get(rec, "vcpus")),
                   "memoryMB", json_integer_value(json_object_get(rec, "memory_mb")), "diskSizeMB",
-                  (json_int_t)0, "metadata", json_is_object(meta) ? meta : json_object(),
-                  "envdVersion", E2B_ENVD_VERSION);
+                  (json_int_t)0, "metadata",
+                  json_is_object(meta) ? json_incref(meta) : json_object(), "envdVersion",
+                  E2B_ENVD_VERSION);
     if (o && detail)
         add_access(p, o, id);
     return o;
@@ -253,8 +315,10 @@ static int network_of(struct pss *p, json_t *body, json_t *net, json_t **out)
     if (!json_is_false(inet) && !json_array_size(allow) && !json_array_size(deny))
         return 0;
     *out = json_object();
-    if (!*out)
+    if (!*out) {
+        fail(p, 500, "out of memory");
         return -1;
+    }
     if (inet)
         json_object_set(*out, "internet", inet);
     if (json_array_size(allow))
@@ -330,7 +394,7 @@ static void do_create(struct pss *p, json_t *body)
     k = tmpl ? json_string_value(tmpl) : "base";
     if ((warren_tmpl = template_of(p, k))) {
         json_object_set_new(w, "template", json_string(warren_tmpl));
-    } else if (sbx_snap_get(p->srv->t, k, &snap, &err) == 0) {
+    } else if (core_snap_get(p, k, &snap, &err) == 0) {
         /* A snapshot's id names it as a template, as E2B's snapshots do. */
         json_object_set_new(w, "snapshot_id", json_string(k));
     } else {
@@ -338,7 +402,7 @@ static void do_create(struct pss *p, json_t *body)
     }
     json_decref(snap);
     free(warren_tmpl);
-    started(p, sbx_create(p->srv->t, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_create(p, w, &err), &err);
     json_decref(w);
     return;
 oom:
@@ -538,7 +602,7 @@ static void do_kill(struct pss *p)
     if (!rec)
         return;
     json_decref(rec);
-    if (sbx_delete(p->srv->t, p->sbx, &out, &err)) {
+    if (core_delete(p, &out, &err)) {
         fail_sbx(p, &err);
         return;
     }
@@ -583,7 +647,7 @@ static void do_pause(struct pss *p)
         return;
     }
     b = json_object();
-    rc = sbx_pause(p->srv->t, p->sbx, b, &e2b_sink, p, &p->op, &out, &err);
+    rc = core_pause(p, b, &out, &err);
     json_decref(b);
     if (rc == 0 && out) {
         json_decref(out);
@@ -591,6 +655,31 @@ static void do_pause(struct pss *p)
         return;
     }
     started(p, rc, &err);
+}
+
+/* Seconds until the record's expires_at (0 when past), or -1 when it has none. */
+static long long remaining_s(json_t *rec)
+{
+    const char *s = json_string_value(json_object_get(rec, "expires_at"));
+    struct tm tm;
+    const char *end;
+    time_t t, now = time(NULL);
+
+    memset(&tm, 0, sizeof(tm));
+    if (!s || !(end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm)))
+        return -1;
+    t = timegm(&tm);
+    return t > now ? (long long)(t - now) : 0;
+}
+
+/* Connect's timeout: E2B only ever extends the TTL there. 0, or a core error. */
+static int extend_timeout(struct pss *p, json_t *rec, struct sbx_err *err)
+{
+    long long left = remaining_s(rec);
+
+    if (p->e2b_timeout <= 0 || (left >= 0 && left >= p->e2b_timeout))
+        return 0;
+    return core_set_timeout(p, p->e2b_timeout, err);
 }
 
 /* connect (and the older resume): bring a paused sandbox back, then its timeout. */
@@ -601,20 +690,19 @@ static void do_connect(struct pss *p, json_t *body, bool resume)
     struct sbx_err err;
     int rc;
 
-    p->e2b_timeout = -1;
+    /* An omitted timeout is E2B's default of 300 s. */
+    p->e2b_timeout = 300;
     if (seconds_field(p, body, "timeout", &p->e2b_timeout) || !(rec = live_record(p, &st)))
         return;
     if (strcmp(st, "paused") != 0) {
-        json_decref(rec);
         if (resume) {
+            json_decref(rec);
             fail(p, 409, "sandbox is already running");
             return;
         }
-        if (p->e2b_timeout > 0 && core_set_timeout(p, p->e2b_timeout, &err)) {
-            fail_sbx(p, &err);
-            return;
-        }
-        if (core_get(p, p->sbx, &rec, &err)) {
+        rc = extend_timeout(p, rec, &err);
+        json_decref(rec);
+        if (rc || core_get(p, p->sbx, &rec, &err)) {
             fail_sbx(p, &err);
             return;
         }
@@ -623,12 +711,13 @@ static void do_connect(struct pss *p, json_t *body, bool resume)
         return;
     }
     json_decref(rec);
-    rc = sbx_resume(p->srv->t, p->sbx, &e2b_sink, p, &p->op, &out, &err);
+    rc = core_resume(p, &out, &err);
     if (rc == 0 && out) {
         /* Back already (a resume raced this one). */
-        if (p->e2b_timeout > 0)
-            core_set_timeout(p, p->e2b_timeout, &err);
-        answer(p, 200, rec_sandbox(p, out));
+        if (extend_timeout(p, out, &err))
+            fail_sbx(p, &err);
+        else
+            answer(p, 200, rec_sandbox(p, out));
         json_decref(out);
         return;
     }
@@ -641,18 +730,25 @@ static void do_fork(struct pss *p, json_t *body)
     json_t *count = json_object_get(body, "count"), *w;
     struct sbx_err err;
 
+    const char *st;
+    json_t *rec;
+
     if (seconds_field(p, body, "timeout", &t))
         return;
     if (count && !json_is_integer(count)) {
         fail(p, 400, "'count' must be an integer");
         return;
     }
+    /* An unknown or ended parent is a 404 here; a fork that dies later is a 500. */
+    if (!(rec = live_record(p, &st)))
+        return;
+    json_decref(rec);
     w = json_object();
     if (count)
         json_object_set(w, "count", count);
     if (t > 0)
         json_object_set_new(w, "ttl_seconds", json_integer(t));
-    started(p, sbx_fork(p->srv->t, p->sbx, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_fork(p, w, &err), &err);
     json_decref(w);
 }
 
@@ -670,7 +766,7 @@ static void do_snapshot(struct pss *p, json_t *body)
     }
     w = json_is_string(name) ? json_pack("{s:{s:O}}", "metadata", SNAP_NAME_KEY, name)
                              : json_object();
-    started(p, sbx_snapshot(p->srv->t, p->sbx, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_snapshot(p, w, &err), &err);
     json_decref(w);
 }
 
@@ -693,7 +789,7 @@ static void do_snapshots(struct pss *p, json_t *args)
     struct sbx_err err;
     size_t i;
 
-    if (sbx_snap_list(p->srv->t, &all, &err)) {
+    if (core_snap_list(p, &all, &err)) {
         json_decref(items);
         fail_sbx(p, &err);
         return;
@@ -726,7 +822,7 @@ static void do_template_delete(struct pss *p)
     json_t *out = NULL;
     struct sbx_err err;
 
-    if (sbx_snap_delete(p->srv->t, p->sbx, &out, &err)) {
+    if (core_snap_delete(p, &out, &err)) {
         if (err.code == SBX_E_SNAPSHOT_NOT_FOUND) {
             fail(p, 404,
                  "template or snapshot not found (Warren's templates are "
@@ -763,7 +859,7 @@ static void do_network(struct pss *p, json_t *body)
     json_decref(rec);
     if (!w)
         w = json_pack("{s:b}", "internet", 1); /* PUT replaces: back to the default */
-    started(p, sbx_set_network(p->srv->t, p->sbx, w, &e2b_sink, p, &p->op, &err), &err);
+    started(p, core_set_network(p, w, &err), &err);
     json_decref(w);
 }
 
@@ -861,7 +957,7 @@ static void e2b_done(void *user, const struct sbx_err *err, json_t *body)
         break;
     case E2B_R_CONNECT:
     case E2B_R_RESUME:
-        if (p->e2b_timeout > 0 && core_set_timeout(p, p->e2b_timeout, &e2)) {
+        if (extend_timeout(p, body, &e2)) {
             fail_sbx(p, &e2);
             break;
         }

@@ -68,10 +68,10 @@ struct e2b_match {
  * method is not (405); -EINVAL when its {id} is malformed (404). */
 int e2b_route_match(const char *path, unsigned method, struct e2b_match *m);
 
-/* Decoded query fragments ("name=value") as an object of strings; a repeated name's
- * values are joined with ',' (E2B's arrays come repeated, or comma-joined). NULL when
- * out of memory. */
-json_t *e2b_query_args(const char *const *frags, size_t n);
+/* Decoded query fragments ("name=value") as an object of strings in *out; a repeated
+ * name's values are joined with ',' (E2B's arrays come repeated, or comma-joined). 0,
+ * -EINVAL (a name or value that is not UTF-8) or -ENOMEM. */
+int e2b_query_args(const char *const *frags, size_t n, json_t **out);
 
 /* E2B's metadata filter value ("k=v&k2=v2", each part form-encoded) as an object of
  * strings in *out. 0, or -EINVAL (a part without '=', a bad %-escape, too many). */

@@ -4,6 +4,7 @@
  * tests/server/test_e2b.c.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,41 +104,51 @@ int e2b_route_match(const char *path, unsigned method, struct e2b_match *m)
     return bad_id ? -EINVAL : -ENOENT;
 }
 
-json_t *e2b_query_args(const char *const *frags, size_t n)
+int e2b_query_args(const char *const *frags, size_t n, json_t **out)
 {
     json_t *o = json_object();
+    int r = -ENOMEM;
 
-    for (size_t i = 0; o && i < n; i++) {
+    *out = NULL;
+    if (!o)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
         const char *eq = strchr(frags[i], '=');
         char name[64];
         size_t nl = eq ? (size_t)(eq - frags[i]) : strlen(frags[i]);
-        const char *val = eq ? eq + 1 : "";
-        json_t *old;
+        const char *val = eq ? eq + 1 : "", *a;
+        json_t *old, *v;
+        char *j;
 
         if (nl == 0 || nl >= sizeof(name))
             continue; /* no E2B parameter has such a name: ignored, as E2B does */
         memcpy(name, frags[i], nl);
         name[nl] = '\0';
-        old = json_object_get(o, name);
-        if (old) {
-            const char *a = json_string_value(old);
-            size_t al = strlen(a), vl = strlen(val);
-            char *j = malloc(al + 1 + vl + 1);
-            if (!j) {
-                json_decref(o);
-                return NULL;
-            }
-            memcpy(j, a, al);
-            j[al] = ',';
-            memcpy(j + al + 1, val, vl + 1);
-            json_object_set_new(o, name, json_string(j));
-            free(j);
-        } else if (json_object_set_new(o, name, json_string(val))) {
-            json_decref(o);
-            return NULL;
+        if (!api_utf8_valid((const unsigned char *)name, nl) ||
+            !api_utf8_valid((const unsigned char *)val, strlen(val))) {
+            r = -EINVAL;
+            goto fail;
         }
+        old = json_object_get(o, name);
+        if (!old) {
+            if (json_object_set_new(o, name, json_string(val)))
+                goto fail;
+            continue;
+        }
+        a = json_string_value(old);
+        if (!(j = malloc(strlen(a) + 1 + strlen(val) + 1)))
+            goto fail;
+        sprintf(j, "%s,%s", a, val);
+        v = json_string(j);
+        free(j);
+        if (json_object_set_new(o, name, v))
+            goto fail;
     }
-    return o;
+    *out = o;
+    return 0;
+fail:
+    json_decref(o);
+    return r;
 }
 
 static int hexval(char c)

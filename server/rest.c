@@ -1064,7 +1064,13 @@ static int e2b_door(struct pss *p, const char *uri, int has_cl, uint64_t cl)
         resp_code(p, 400, "bad_request", "query string too long");
         return 1;
     }
-    if (!(args = e2b_query_args(frags, nfrags))) {
+    switch (e2b_query_args(frags, nfrags, &args)) {
+    case 0:
+        break;
+    case -EINVAL:
+        resp_code(p, 400, "bad_request", "the query string is not UTF-8");
+        return 1;
+    default:
         resp_code(p, 500, "internal", "out of memory");
         return 1;
     }

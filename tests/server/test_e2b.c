@@ -71,7 +71,11 @@ static void test_routes(void)
 static void test_query(void)
 {
     const char *f[] = {"state=running", "limit=2", "state=paused", "=x", "novalue"};
-    json_t *o = e2b_query_args(f, 5);
+    const char *bad[] = {"state=running", "metadata=\xff"};
+    json_t *o = NULL;
+
+    CHECK(e2b_query_args(bad, 2, &o) == -EINVAL && !o);
+    CHECK(e2b_query_args(f, 5, &o) == 0);
 
     CHECK(o && strcmp(json_string_value(json_object_get(o, "state")), "running,paused") == 0);
     CHECK(strcmp(json_string_value(json_object_get(o, "limit")), "2") == 0);

@@ -156,6 +156,15 @@ static void test_rewrite(void)
         CHECK(rewrite("GET /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nAuthorization: Bearer  KK\r\n\r\n",
                       "", "K", out, sizeof(out)) == PORTS_PATH);
         CHECK(strstr(out, "Authorization: Bearer  KK\r\n") != NULL);
+        /* E2B's X-API-KEY holding the key, either spelling ("K" is 0x4b): stripped;
+         * another value is the guest's own */
+        CHECK(rewrite("GET /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nX-API-KEY: K\r\n"
+                      "x-api-key: e2b_4b\r\n\r\n",
+                      "", "K", out, sizeof(out)) == PORTS_PATH);
+        CHECK(strcmp(out, "GET / HTTP/1.1\r\nConnection: close\r\n\r\n") == 0);
+        CHECK(rewrite("GET /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nX-API-KEY: e2b_4c\r\n\r\n", "", "K",
+                      out, sizeof(out)) == PORTS_PATH);
+        CHECK(strstr(out, "X-API-KEY: e2b_4c\r\n") != NULL);
         /* a bare warren_token or an empty one is ours too: never forwarded */
         CHECK(rewrite("GET /v1/sandboxes/s/ports/8/?warren_token&a=1 HTTP/1.1\r\n"
                       "Cookie: warren_token=; c=3\r\n\r\n",
