@@ -82,7 +82,7 @@ def started(tc, s, path, recursive):
 
 
 class WatchTest(WarrenCase):
-    conf = {"watch_max_per_sandbox": "3"}
+    conf = {"watch_max_per_sandbox": "3", "watch_max_dirs": "64"}
 
     @classmethod
     def setUpClass(cls):
@@ -202,6 +202,7 @@ class WatchTest(WarrenCase):
         r = resume(self.w, self.sid, wid, last)
         self.assertEqual(r.status, 200)
         lines = [json.loads(x) for x in r.body().splitlines()]
+        r.close()
         self.assertEqual(lines[-1]["type"], "end", lines[-3:])
 
     def test_bad_requests(self):
@@ -257,6 +258,30 @@ class WatchTest(WarrenCase):
                 s.close()
         for wid in ids[1:]:
             self.end(wid)
+
+    def test_tree_past_the_cap(self):
+        # 200 subdirectories with 5 files each and room for 64 watches: the root and 63
+        # subdirectories are watched, each of the other 137 is reported once.
+        self.sh("mkdir -p /tmp/tree && cd /tmp/tree && i=0; while [ $i -lt 200 ]; do "
+                "mkdir d$i && : > d$i/a && : > d$i/b && : > d$i/c && : > d$i/d && : > d$i/e; "
+                "i=$((i+1)); done")
+        s = watch(self.w, self.sid, "/tmp/tree", recursive=True)
+        try:
+            self.assertEqual(s.status, 200)
+            self.assertEqual(s.next()["type"], "watch")
+            got = s.until(lambda e: e["type"] == "ready", "ready")
+            unwatched = [e for e in got if e["type"] == "unwatched"]
+            self.assertEqual(len(unwatched), 137)
+            self.assertTrue(all(e["reason"] == "limit" for e in unwatched), unwatched[:3])
+            self.assertEqual(len({e["name"] for e in unwatched}), 137)
+            self.assertEqual(got[-1]["watches"], 64)
+            watched = sorted({f"d{i}" for i in range(200)} - {e["name"] for e in unwatched})
+            self.sh(f"echo > /tmp/tree/{watched[0]}/new")
+            s.until(named(f"{watched[0]}/new", "create"), "a create in a watched subdir")
+            wid = s.events[0]["id"]
+        finally:
+            s.close()
+        self.end(wid)
 
     def test_flood(self):
         flood = self.w.put_guestbin(self.sid, "fsflood", FSFLOOD)
