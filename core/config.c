@@ -162,6 +162,7 @@ static const struct opt opts[] = {
     {"peer_timeout_ms", T_UINT, F(peer_timeout_ms), "3000", 100},
     {"peer_answer_max_bytes", T_SIZE, F(peer_answer_max_bytes), "16777216", 4096},
     {"agent_check_port", T_UINT, F(agent_check_port), "0", 0},
+    {"e2b_stream_timeout_ms", T_UINT, F(e2b_stream_timeout_ms), "60000", 0},
 };
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)

@@ -145,6 +145,8 @@ struct srv_config {
     unsigned peer_timeout_ms;     /* peer_timeout_ms = 3000: a peer's answer to a list */
     size_t peer_answer_max_bytes; /* peer_answer_max_bytes = 16777216: its largest answer */
     unsigned agent_check_port;    /* agent_check_port = 0: HAProxy agent check on TCP; 0 off */
+    /* E2B's in-sandbox API (server/envd.c) */
+    unsigned e2b_stream_timeout_ms; /* e2b_stream_timeout_ms = 60000: a stream's deadline */
 };
 
 #define CFG_HOST_ID_MAX 12 /* characters of a host id: a-z 0-9 */

@@ -418,6 +418,10 @@ static void pre_check(struct conn *cn)
         return;
     }
     route = hl > 0 ? ports_route(&h, srv->cfg->port_domain, &d) : PORTS_NOT;
+    /* E2B's envd and code interpreter ports by Host are warrend's own door (envd.c),
+     * served by lws like the API, never proxied into the guest. */
+    if (route == PORTS_HOST && (d.port == ENVD_PORT || d.port == ENVD_CI_PORT))
+        route = PORTS_NOT;
     if (route == PORTS_NOT) {
         to_lws(cn);
         return;

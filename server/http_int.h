@@ -134,7 +134,8 @@ struct pss {
     bool by_token; /* admitted by an ?access_token=, not the API key */
     /* HP_RESUMING: the args the request runs with once its sandbox is back. */
     json_t *held;
-    const char *ctype;    /* RESP_STATIC: its Content-Type (static string) */
+    const char *ctype;    /* RESP_STATIC: its Content-Type; JSON, NDJSON: one other than
+                           * theirs (static string) */
     const char *err_code; /* an error answer's stable code (static string), or NULL */
     /* A list asked of every peer too (HP_OP with no sandbox op): the fan-out, this
      * host's own answer waiting for theirs, and the array's key in it. */
@@ -155,6 +156,10 @@ struct pss {
      * X-Warren-Watch header (0: none). */
     struct watch_req *watch;
     uint32_t watch_id;
+    /* E2B's envd door (envd.c): the call's own state, or NULL for every other route */
+    struct envd_req *envd;
+    /* a multipart upload (multipart.h): its body is decoded before it is written */
+    struct mpart *mp;
     /* E2B's control plane (e2b_api.h): its route (0: not an E2B request; its answers and
      * errors then take E2B's shapes), connect's timeout, a list's next page token. */
     unsigned e2b;
@@ -252,6 +257,9 @@ int http_ws_sandbox_open(struct http_server *srv, const char *sbx, struct api_er
  * its payload is invalid (ws_close_check), with our close (1002 or 1007) set. */
 int http_ws_peer_close(struct lws *wsi, const void *in, size_t len);
 
+/* The stream's end: what is held, then (when chunked) the empty last chunk; COMPLETE. */
+void resp_stream_close(struct pss *p);
+
 /* ---- rest.c: the REST router and handlers ---- */
 
 /* A request head has arrived (uri: its path): route, check, and answer or start. */
@@ -276,6 +284,33 @@ void code_run_read(struct pss *p, json_t *args);
 void code_req_end(struct pss *p);
 /* The client took what was queued (p->q_bytes is low again): read on. */
 void code_drained(struct pss *p);
+/* What the envd door (envd.c) shares with the REST router. */
+/* Collect a body up to max_json_body_bytes (its end calls envd_body), or run now when
+ * there is none. has_cl, cl: the request's Content-Length. */
+void rest_want_body(struct pss *p, int has_cl, uint64_t cl);
+/* Resume the request's paused sandbox first (envd_run runs it after). true: held. */
+bool rest_resume_first(struct pss *p, json_t *args);
+/* sbx_sink.writable of an upload the door started (feeds what is pending). */
+void rest_upload_writable(void *user);
+/* An upload op has started: phase OP, 100-continue, and what is pending is fed. empty:
+ * the body is empty, finished now. */
+void rest_upload_started(struct pss *p, bool empty);
+
+/* ---- envd.c: E2B's in-sandbox API (Connect over HTTP/1.1, /files, /health) ---- */
+
+#define ENVD_PORT    49983 /* E2B's envd */
+#define ENVD_CI_PORT 49999 /* E2B's code interpreter */
+
+/* A request head: 1 if it is the door's (E2b-Sandbox-Id, or Host {port}-{id}.{domain}
+ * for ports 49983 and 49999): then answered or started. 0: not the door's. */
+int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl);
+/* The whole body of a door request arrived (p->body, p->body_len): run it. */
+void envd_body(struct pss *p);
+/* Run the request with its args (after a resume too). */
+void envd_run(struct pss *p, json_t *args);
+/* The transaction is over: timers stopped, state freed. Idempotent. */
+void envd_req_end(struct pss *p);
+
 /* ---- watch.c: file watches (a route's handlers, and the request's end) ---- */
 void watch_start(struct pss *p, json_t *args);
 void watch_resume(struct pss *p, json_t *args);

@@ -369,6 +369,19 @@ void resp_ndjson_close(struct pss *p)
     req_complete(p);
 }
 
+void resp_stream_close(struct pss *p)
+{
+    ndjson_flush_holds(p);
+    if (p->chunked) {
+        struct obuf *ob = obuf_new(0); /* seals to "0\r\n\r\n" */
+        if (ob)
+            q_push(p, ob);
+        else
+            p->close_after = true;
+    }
+    req_complete(p);
+}
+
 /* ---------------------------------------------------------------- output */
 
 static int finish(struct pss *p)
@@ -402,8 +415,8 @@ static int write_headers(struct pss *p)
 
     switch (p->kind) {
     case RESP_JSON:
-        r = lws_add_http_common_headers(wsi, (unsigned)p->status, "application/json", p->clen, &pp,
-                                        end);
+        r = lws_add_http_common_headers(
+            wsi, (unsigned)p->status, p->ctype ? p->ctype : "application/json", p->clen, &pp, end);
         break;
     case RESP_DOWNLOAD:
         r = lws_add_http_common_headers(wsi, 200, "application/octet-stream", p->clen, &pp, end);
@@ -421,9 +434,10 @@ static int write_headers(struct pss *p)
         break;
     case RESP_NDJSON:
         r = lws_add_http_header_status(wsi, 200, &pp, end) ||
-            lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
-                                         (const unsigned char *)"application/x-ndjson", 20, &pp,
-                                         end) ||
+            lws_add_http_header_by_token(
+                wsi, WSI_TOKEN_HTTP_CONTENT_TYPE,
+                (const unsigned char *)(p->ctype ? p->ctype : "application/x-ndjson"),
+                (int)strlen(p->ctype ? p->ctype : "application/x-ndjson"), &pp, end) ||
             lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_CACHE_CONTROL,
                                          (const unsigned char *)"no-cache", 8, &pp, end);
         if (!r && p->chunked)

@@ -11,6 +11,7 @@
 #include "http_int.h"
 #include "fanout.h"
 #include "jupyter.h"
+#include "multipart.h"
 #include "ports_head.h"
 #include "sbx_json.h"
 #include "sbx_snap.h"
@@ -68,6 +69,8 @@ static void sink_done(void *user, const struct sbx_err *err, const struct sbx_re
         req_phase(p, HP_RUN);
         if (err)
             resp_sbx_err(p, err);
+        else if (p->envd)
+            envd_run(p, held);
         else
             handle(p, held);
         json_decref(held);
@@ -246,7 +249,7 @@ static void upload_pump(struct pss *p)
     }
 }
 
-static void sink_writable(void *user)
+void rest_upload_writable(void *user)
 {
     struct pss *p = user;
 
@@ -263,7 +266,7 @@ static const struct sbx_sink sink = {
     .done = sink_done,
     .head = sink_head,
     .data = sink_data,
-    .writable = sink_writable,
+    .writable = rest_upload_writable,
     .lost = sink_lost,
 };
 
@@ -274,6 +277,9 @@ void rest_req_end(struct pss *p)
     if (!p->srv)
         return; /* never started, or ended already */
     ev_timer_stop(p->srv->loop, &p->stall);
+    envd_req_end(p);
+    free(p->mp);
+    p->mp = NULL;
     if (http_phase_op_live(p->phase)) {
         req_phase(p, HP_ANSWER);
         sbx_op_cancel(p->srv->t, p->op);
@@ -426,7 +432,7 @@ static void proc_ctl(struct pss *p, enum api_proc_action a, json_t *body)
  * starting (a resume or a create in progress): start its resume if paused and hold the
  * request until the sandbox is up (sink_done runs it then). true if so (or if the resume
  * was refused: then answered). An upload's body waits, unread. */
-static bool resume_first(struct pss *p, json_t *args)
+bool rest_resume_first(struct pss *p, json_t *args)
 {
     struct sbx_err err;
     json_t *out = NULL;
@@ -473,7 +479,7 @@ static void run(struct pss *p, json_t *args)
         return;
     if (v->body == API_BODY_RAW)
         p->upload = true;
-    if ((v->flags & API_VF_GUEST) && resume_first(p, args))
+    if ((v->flags & API_VF_GUEST) && rest_resume_first(p, args))
         return;
     handle(p, args);
 }
@@ -485,6 +491,10 @@ static void dispatch_body(struct pss *p)
     json_t *body = NULL;
 
     req_phase(p, HP_RUN);
+    if (p->envd) {
+        envd_body(p);
+        return;
+    }
     if (api_body_parse(p->body ? p->body : "", p->body_len, &body, &e)) {
         resp_api_err(p, &e);
         return;
@@ -709,8 +719,13 @@ static void h_file_write(struct pss *p, json_t *args)
         start_op(p, rc, &err);
         return;
     }
+    rest_upload_started(p, json_is_true(json_object_get(args, "empty")));
+}
+
+void rest_upload_started(struct pss *p, bool empty)
+{
     req_phase(p, HP_OP);
-    if (json_is_true(json_object_get(args, "empty"))) {
+    if (empty) {
         p->finish_sent = true;
         sbx_op_finish(p->srv->t, p->op);
     } else if (expects_continue(p)) {
@@ -1037,7 +1052,7 @@ static bool expects_continue(struct pss *p)
 }
 
 /* Start collecting a JSON body (or dispatch now when there is none to read). */
-static void want_json_body(struct pss *p, int has_cl, uint64_t cl)
+void rest_want_body(struct pss *p, int has_cl, uint64_t cl)
 {
     if (p->te_chunked) {
         req_phase(p, HP_BODY); /* the buffer grows as chunks come (on_body_bytes) */
@@ -1245,8 +1260,6 @@ static int port_redirect(struct pss *p, const char *uri)
     return 1;
 }
 
-static void want_json_body(struct pss *p, int has_cl, uint64_t cl);
-
 /* E2B's control plane (e2b_api.h): routed, admitted and started here, on the same
  * body collection and query reading as Warren's routes. 1 when uri is one of its
  * paths (answered or started), else 0. */
@@ -1278,7 +1291,7 @@ static int e2b_door(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     p->e2b = m.route;
     memcpy(p->sbx, m.id, sizeof(p->sbx));
     if (m.body) {
-        want_json_body(p, has_cl, cl);
+        rest_want_body(p, has_cl, cl);
         return 1;
     }
     if (query_frags(p->wsi, qstore, sizeof(qstore), frags, &nfrags, false)) {
@@ -1328,6 +1341,10 @@ void rest_request(struct pss *p, const char *uri)
         return;
     }
     if (transfer_encoding(p, has_cl))
+        return;
+
+    /* E2B's in-sandbox API, by its headers or its Host (envd.c). */
+    if (envd_request(p, uri, has_cl, cl))
         return;
 
     /* A sandbox port asked for on a connection lws already serves (a keep-alive one):
@@ -1398,7 +1415,7 @@ void rest_request(struct pss *p, const char *uri)
                     api_wants_ndjson(accept);
     }
     if (v->body == API_BODY_JSON) {
-        want_json_body(p, has_cl, cl);
+        rest_want_body(p, has_cl, cl);
         goto out;
     }
     if (v->body == API_BODY_RAW && !has_cl && !p->te_chunked) {
@@ -1509,13 +1526,54 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
     return 0;
 }
 
+/* A multipart upload's body failed to decode: answered 400, its op cancelled; the rest
+ * of the body is read and dropped (finish() lingers). */
+static void mp_fail(struct pss *p, const char *why)
+{
+    if (p->status)
+        return;
+    if (http_phase_op_live(p->phase)) {
+        req_phase(p, HP_ANSWER);
+        sbx_op_cancel(p->srv->t, p->op);
+    }
+    free(p->pend);
+    p->pend = NULL;
+    p->pend_len = p->pend_off = p->pend_cap = 0;
+    resp_json(p, 400, json_pack("{s:i, s:s}", "code", 400, "message", why));
+}
+
+/* Body bytes of the request, through the multipart decoder when it has one. */
+static int body_bytes(struct pss *p, const void *in, size_t len)
+{
+    unsigned char *out;
+    size_t used, olen;
+    int r;
+
+    if (!p->mp)
+        return on_body_bytes(p, in, len);
+    if (p->status || p->mp->st == MPART_DONE || p->mp->st == MPART_FAILED || !len)
+        return 0; /* after the closing boundary (or a failure): dropped */
+    if (!(out = malloc(len + MPART_DELIM_MAX)))
+        return -1;
+    r = mpart_feed(p->mp, in, len, &used, out, &olen);
+    if (olen && on_body_bytes(p, out, olen)) {
+        free(out);
+        return -1;
+    }
+    free(out);
+    if (r < 0)
+        mp_fail(p, r == -E2BIG ? "multipart part headers too long"
+                               : "malformed multipart body (one part, opening with its boundary)");
+    return 0;
+}
+
 /* Raw body bytes from lws: as they are, or through the chunked decoder. */
 int rest_body(struct pss *p, const void *in, size_t len)
 {
     const unsigned char *b = in;
 
     if (!p->te_chunked)
-        return on_body_bytes(p, in, len);
+        return body_bytes(p, in, len);
     if (p->te_bad)
         return 0;
     while (len && !p->te_done) {
@@ -1537,7 +1595,7 @@ int rest_body(struct pss *p, const void *in, size_t len)
             resp_code(p, 400, "bad_request", "malformed chunked request body");
             return 0;
         }
-        if (dlen && on_body_bytes(p, b + off, dlen))
+        if (dlen && body_bytes(p, b + off, dlen))
             return -1;
         b += used;
         len -= used;
@@ -1558,6 +1616,10 @@ int rest_body_done(struct pss *p)
         return -1; /* the answer went out already; the body is drained: close */
     if (p->upload && p->status) {
         resp_want_write(p); /* answered early: the answer can go out now */
+        return 0;
+    }
+    if (p->upload && p->mp && p->mp->st != MPART_DONE) {
+        mp_fail(p, "the multipart body ended before its closing boundary");
         return 0;
     }
     if (p->upload) {
