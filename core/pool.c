@@ -457,7 +457,7 @@ static void ws_send_hook(struct wsess *w)
     const struct srv_config *c = w->p->h->cfg;
     struct proto_enc e;
 
-    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + 3, 6);
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + 3, 7);
     proto_enc_key(&e, PK_ARGV);
     msgpack_pack_array(&e.pk, 1);
     msgpack_pack_str_with_body(&e.pk, WARM_HOOK, strlen(WARM_HOOK));

@@ -31,7 +31,7 @@ bool sbx_warm_start(struct sandbox *sb)
     sb->warm_stream = ++sb->next_stream;
     sb->warm_nout = 0;
     sb->warm_start = sbx_now_ms();
-    proto_enc_begin(&e, chan_tx(sb->ch), PROTO_EXEC, sb->warm_stream, 6);
+    proto_enc_begin(&e, chan_tx(sb->ch), PROTO_EXEC, sb->warm_stream, 7); /* t, id and 5 keys */
     proto_enc_key(&e, PK_ARGV);
     msgpack_pack_array(&e.pk, 1);
     msgpack_pack_str_with_body(&e.pk, WARM_HOOK, strlen(WARM_HOOK));
