@@ -128,7 +128,7 @@ static const struct opt opts[] = {
     {"pool_max_templates", T_UINT, F(pool_max_templates), "4", 1},
     {"template_aliases", T_TMAP_NAME, F(template_aliases), "code-interpreter-v1=code-interpreter",
      0},
-    {"template_memory_mb", T_TMAP_UINT, F(template_memory_mb), "code-interpreter=1024", 1},
+    {"template_memory_mb", T_TMAP_UINT, F(template_memory_mb), "code-interpreter=768", 1},
     {"template_warm_timeout_seconds", T_UINT, F(template_warm_timeout_s), "600", 1},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
     {"net_enabled", T_BOOL, F(net_enabled), "false", 0},

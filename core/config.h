@@ -97,7 +97,7 @@ struct srv_config {
     unsigned pool_max_templates;     /* pool_max_templates = 4: templates (and shapes) pooled */
     /* templates: other names, their own memory default, the warm hook's bound */
     char *template_aliases;   /* template_aliases = code-interpreter-v1=code-interpreter */
-    char *template_memory_mb; /* template_memory_mb = code-interpreter=1024: memory_mb default */
+    char *template_memory_mb; /* template_memory_mb = code-interpreter=768: memory_mb default */
     unsigned template_warm_timeout_s; /* template_warm_timeout_seconds = 600: /etc/warren/warm */
     unsigned mem_overcommit_pct;      /* memory_overcommit_percent = 100: guests' memory_mb may add
                                        * up to this share of host memory less the reserve */

@@ -16,6 +16,9 @@ warrend for the class; the methods run in name order."""
 import base64
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 import unittest
 
@@ -222,7 +225,7 @@ class TestKernel(WarrenCase):
     def test_8_cold_boot_warms_before_create_answers(self):
         # Another memory size has no pool (pool_on_first_use = false): it boots.
         t0 = time.time()
-        sb = self.create(memory_mb=1100)
+        sb = self.create(memory_mb=900)
         t_create = time.time() - t0
         self.assertEqual(sb["source"], "boot")
         t1 = time.time()
@@ -235,6 +238,53 @@ class TestKernel(WarrenCase):
         self.assertEqual(ctx["started_boot_id"], self.boot_id(sb["id"]))
         self.assertIn(f"{sb['id']}: /etc/warren/warm ran in", self.w.log_all())
         self.w.delete(sb["id"])
+
+
+class TestWarmFails(unittest.TestCase):
+    """An image whose warm hook fails: the pool never saves its template (logged with the
+    hook's words), and a create that boots answers 409 sandbox_dead naming the hook."""
+
+    @classmethod
+    def setUpClass(cls):
+        src = image_dir()
+        if not os.path.exists(os.path.join(src, TEMPLATE + ".ext4")):
+            raise RuntimeError(f"no {TEMPLATE}.ext4 in {src} (run images/build.sh)")
+        cls.dir = tempfile.mkdtemp(prefix="warren-warmfail-")
+        for f in ("vmlinux", "initramfs.cpio"):
+            shutil.copy(os.path.join(src, f), cls.dir)
+        img = os.path.join(cls.dir, TEMPLATE + ".ext4")
+        subprocess.run(["cp", "--sparse=always", os.path.join(src, TEMPLATE + ".ext4"), img],
+                       check=True)
+        hook = os.path.join(cls.dir, "warm")
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\necho 'no kernel today' >&2\nexit 3\n")
+        for cmd in ("rm /etc/warren/warm", f"write {hook} /etc/warren/warm",
+                    "sif /etc/warren/warm mode 0100755"):
+            subprocess.run(["debugfs", "-w", "-R", cmd, img], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cls.w = Warren({"pool_size": "1", "jail": "off", "default_template": TEMPLATE,
+                        "pool_on_first_use": "false", "pool_max_mb": "4096"})
+        cls.w.images = cls.dir
+        cls.w.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.w.cleanup()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_pool_and_create_fail_with_the_hooks_reason(self):
+        r = self.w.request("POST", "/v1/sandboxes", {"template": "code-interpreter-v1"})
+        self.assertEqual(r.status, 409, r)
+        err = r.json()["error"]
+        self.assertEqual(err["code"], "sandbox_dead")
+        self.assertIn("warm_failed: /etc/warren/warm exited 3: no kernel today", err["message"])
+        deadline = time.time() + 300
+        want = "its sync session failed: /etc/warren/warm exited 3: no kernel today"
+        while want not in self.w.log_all() and time.time() < deadline:
+            time.sleep(1)
+        self.assertIn(want, self.w.log_all())
+        p = self.w.request("GET", "/healthz").json()["pool"]
+        self.assertNotEqual(p["state"], "ready", p)
 
 
 if __name__ == "__main__":
