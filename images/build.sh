@@ -1,18 +1,21 @@
 #!/bin/bash
 # images/build.sh - build Warren's guest images into a cache outside the checkout.
 #
-#   images/build.sh [--only minimal|base] [--build-dir DIR] [WARREN_INIT]
+#   images/build.sh [--only minimal|base|code-interpreter] [--build-dir DIR] [WARREN_INIT]
 #
 # Layout under ${WARREN_CACHE:-~/.cache/warren}:
 #   debs/linux-image-*.deb       the kernel package, kept by version
 #   images/parts/<name>-<hash>   each artifact, keyed by its own inputs
 #   images/<key>/                vmlinux initramfs.cpio minimal.ext4 base.ext4
-#                                (hard links to parts) and manifest (written last)
+#                                code-interpreter.ext4 (hard links to parts) and
+#                                manifest (written last)
 #   images/current -> <key>      switched atomically at the end of every run
 # <key> hashes the part keys, i.e. every input: this script, warren-init, the
-# kernel package version, busybox's version and the package lists. Only the
-# initramfs depends on warren-init, so rebuilding it does not redo the Debian
-# tree. Each part is written under a temporary name and renamed: a part that
+# kernel package version, busybox's version, the package lists and the files
+# of images/code-interpreter/. Only the initramfs depends on warren-init, so
+# rebuilding it does not redo the Debian tree; the code-interpreter's Debian
+# tree is a part of its own (a tar, code-interpreter.tree.tar in the set), so
+# changing kerneld.py only redoes its file system, not the packages. Each part is written under a temporary name and renamed: a part that
 # exists is complete. Runs as root: mkfs.ext4 -d must read every file of the
 # trees and keep their owners.
 set -euo pipefail
@@ -23,6 +26,11 @@ SUITE=bookworm
 BASE_PACKAGES="bash,coreutils,python3,git,curl,ca-certificates,procps,iproute2"
 MINIMAL_SIZE=2G # must hold a 1 GiB upload
 BASE_SIZE=4G
+# The code-interpreter template: base plus a live Jupyter kernel (docs/KERNELD.md).
+# python3-munkres satisfies matplotlib's fonttools' "scipy | munkres": else apt takes
+# scipy, and with it pythran, gcc, g++ and boost (~700 MB the kernel never uses).
+CI_PACKAGES="python3-ipykernel,python3-jupyter-client,python3-numpy,python3-pandas,python3-matplotlib,python3-munkres"
+CI_SIZE=4G
 KEEP=3 # image sets kept besides current; older ones are removed
 
 say() { printf 'images: %s\n' "$*" >&2; }
@@ -42,7 +50,7 @@ while [ $# -gt 0 ]; do
     *) init=$1; shift ;;
     esac
 done
-case "$only" in all | minimal | base) ;; *) die "--only takes minimal or base" ;; esac
+case "$only" in all | minimal | base | code-interpreter) ;; *) die "--only takes minimal, base or code-interpreter" ;; esac
 [ "$(id -u)" = 0 ] || die "run as root (mkfs.ext4 -d and mmdebstrap need it)"
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,12 +97,21 @@ part[initramfs.cpio]=$parts/initramfs-$(part_key "$kpkg" "$kver" "$init_sha" "$M
 part[minimal.ext4]=$parts/minimal-$(part_key "$(dpkg-query -W -f '${Version}' busybox-static)" \
     "$MINIMAL_SIZE")
 part[base.ext4]=$parts/base-$(part_key "$SUITE" "$BASE_PACKAGES" "$BASE_SIZE")
+ci_dir=$top/images/code-interpreter
+ci_files_sha=$(cd "$ci_dir" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-64)
+part[code-interpreter.tree.tar]=$parts/code-interpreter-tree-$(part_key "$SUITE" "$BASE_PACKAGES" \
+    "$CI_PACKAGES")
+part[code-interpreter.ext4]=$parts/code-interpreter-$(part_key "${part[code-interpreter.tree.tar]}" \
+    "$ci_files_sha" "$CI_SIZE")
+SETS="vmlinux initramfs.cpio minimal.ext4 base.ext4 code-interpreter.tree.tar code-interpreter.ext4"
 key=$(printf '%s\n' "${part[@]}" | sort | sha256sum | cut -c1-16)
 out=$cache/images/$key
 
-names="vmlinux initramfs.cpio"
-[ "$only" = base ] || names="$names minimal.ext4"
-[ "$only" = minimal ] || names="$names base.ext4"
+case "$only" in
+all) names=$SETS ;;
+code-interpreter) names="vmlinux initramfs.cpio code-interpreter.tree.tar code-interpreter.ext4" ;;
+*) names="vmlinux initramfs.cpio $only.ext4" ;;
+esac
 
 work=$(mktemp -d "$cache/tmp/build.XXXXXX")
 chmod 755 "$work" # apt-get download runs as _apt
@@ -260,6 +277,51 @@ build_base() { # OUT
     mkfs_image "$r" "$1" "$BASE_SIZE" warren-base
 }
 
+# Debian's tree with the kernel's packages, as a tar (owners and modes kept): the
+# slow part, redone only when the package lists change.
+build_ci_tree() { # OUT
+    local r=$work/ci-tree mirrors=()
+    host_sources
+    [ -s "$work/host.list" ] && mirrors+=("$work/host.list")
+    [ -s "$work/host.sources" ] && mirrors+=("$work/host.sources")
+    [ ${#mirrors[@]} -gt 0 ] || die "the host's apt sources have no Debian $SUITE entry"
+    # Recommends stay out (no compilers, X, fonts beyond matplotlib's own); docs,
+    # man pages and translations too. Every file gets one time in the tar so it
+    # does not depend on when it was made.
+    mmdebstrap --quiet --variant=minbase --mode=root --include="$BASE_PACKAGES,$CI_PACKAGES" \
+        --aptopt='APT::Install-Recommends "false"' \
+        --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/doc/*' \
+        --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' \
+        --dpkgopt='path-exclude=/usr/share/info/*' \
+        --customize-hook='rm -rf "$1"/var/cache/apt/*.bin "$1"/var/lib/apt/lists/* "$1"/var/log/*.log' \
+        "$SUITE" "$r" "${mirrors[@]}" || die "mmdebstrap failed"
+    add_user "$r" /bin/bash
+    mkdir -p "$r/mnt"
+    (cd "$r" && find . -mindepth 1 | LC_ALL=C sort |
+        tar --no-recursion --numeric-owner --mtime=@0 -cf - -T -) >"$1"
+    rm -rf "$r"
+}
+
+# The tree, then the bridge (kerneld.py) and the warm hook: docs/KERNELD.md.
+build_ci() { # OUT
+    local r=$work/ci
+    mkdir -p "$r"
+    tar -xpf "${part[code-interpreter.tree.tar]}" --numeric-owner -C "$r"
+    install -D -m 0644 "$ci_dir/kerneld.py" "$r/usr/lib/warren/kerneld.py"
+    install -D -m 0755 "$ci_dir/warm" "$r/etc/warren/warm"
+    # matplotlib draws to files, never to a display; its font cache is built here
+    # once so no sandbox pays for it.
+    mkdir -p "$r/etc/matplotlib"
+    echo 'backend: Agg' >"$r/etc/matplotlib/matplotlibrc"
+    chroot "$r" env HOME=/root MPLCONFIGDIR=/var/cache/matplotlib \
+        python3 -c 'import matplotlib.font_manager' || die "matplotlib does not import in the image"
+    chmod -R a+rX "$r/var/cache/matplotlib"
+    mkfs_image "$r" "$1" "$CI_SIZE" warren-ci
+    rm -rf "$r"
+}
+
 # --- assemble ----------------------------------------------------------------
 built=0
 for n in $names; do
@@ -270,6 +332,8 @@ for n in $names; do
         initramfs.cpio) say "initramfs.cpio (warren-init + modules)"; build_initramfs "$work/$n" ;;
         minimal.ext4) say "minimal.ext4 (busybox)"; build_minimal "$work/$n" ;;
         base.ext4) say "base.ext4 (Debian $SUITE: $BASE_PACKAGES)"; build_base "$work/$n" ;;
+        code-interpreter.tree.tar) say "code-interpreter tree (+ $CI_PACKAGES)"; build_ci_tree "$work/$n" ;;
+        code-interpreter.ext4) say "code-interpreter.ext4 (kerneld)"; build_ci "$work/$n" ;;
         esac
         mv "$work/$n" "$p"
         built=1
@@ -277,11 +341,11 @@ for n in $names; do
 done
 
 mkdir -p "$out"
-for n in vmlinux initramfs.cpio minimal.ext4 base.ext4; do # --only still links what exists
+for n in $SETS; do # --only still links what exists
     [ -f "$out/$n" ] || [ ! -f "${part[$n]}" ] || ln "${part[$n]}" "$out/$n"
 done
 complete=1
-for n in vmlinux initramfs.cpio minimal.ext4 base.ext4; do
+for n in $SETS; do
     [ -f "$out/$n" ] || complete=0
 done
 if [ ! -f "$out/manifest" ] || [ $built = 1 ]; then
@@ -292,7 +356,7 @@ if [ ! -f "$out/manifest" ] || [ $built = 1 ]; then
         echo "kernel_package $kpkg $kver"
         echo "modules $MODULES"
         echo "warren_init_sha256 $init_sha"
-        for n in vmlinux initramfs.cpio minimal.ext4 base.ext4; do
+        for n in $SETS; do
             if [ -f "$out/$n" ]; then echo "file $n $(stat -c %s "$out/$n")"; fi
         done
     } >"$work/manifest"
