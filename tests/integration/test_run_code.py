@@ -11,11 +11,10 @@ import base64
 import json
 import os
 import re
-import socket
 import time
 import unittest
 
-from warren import RssPeak, SANITIZED, Warren, WarrenCase, image_dir, rss_kib
+from warren import RssPeak, SANITIZED, WarrenCase, image_dir, rss_kib
 
 TEMPLATE = "code-interpreter"
 MEM_MB = 1024
@@ -29,9 +28,13 @@ def create_ci(w):
     """A code-interpreter sandbox with its kernel bridge up: /etc/warren/warm is run
     (a second run, after a create that warmed it already, returns at once)."""
     sid = w.create(template=TEMPLATE, memory_mb=MEM_MB)
-    r = w.run(sid, "/etc/warren/warm", timeout_seconds=900)
-    assert r["exit_code"] == 0, r
-    return sid
+    # The bridge gives a kernel's start 120 s: on a loaded 2-core host under TCG that
+    # may not be enough for the first, and a second warm starts where it left off.
+    for _ in range(3):
+        r = w.run(sid, "/etc/warren/warm", timeout_seconds=900)
+        if r["exit_code"] == 0:
+            return sid
+    raise AssertionError(f"the kernel bridge did not start: {r}")
 
 
 def lines_of(body):
@@ -101,7 +104,11 @@ class TestRunCode(WarrenCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.sid = create_ci(cls.w)
+        try:
+            cls.sid = create_ci(cls.w)
+        except BaseException:
+            cls.w.cleanup()  # tearDownClass does not run after a failed setUpClass
+            raise
 
     def test_state_across_runs(self):
         self.assertIsNone(gather(self.w, self.sid, "state_x = 41")["error"])
@@ -276,14 +283,48 @@ class TestRunCode(WarrenCase):
         self.assertEqual(gather(self.w, self.sid, "2*3")["results"][0]["text"], "6")
 
     def test_no_kernel(self):
-        if not have_template("minimal"):
-            self.skipTest("no minimal image beside code-interpreter")
-        sid = self.w.create()
-        r = self.w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "1"})
-        self.assertError(r, 409, "no_kernel")
-        self.assertIn("code-interpreter", r.json()["error"]["message"])
-        self.assertError(self.w.request("GET", f"/v1/sandboxes/{sid}/contexts"), 409, "no_kernel")
-        self.w.delete(sid)
+        """A sandbox without the bridge: 409 no_kernel. Without a minimal image here, this
+        sandbox with the bridge's program moved aside stands for one."""
+        if have_template("minimal"):
+            sid, undo = self.w.create(), None
+        else:
+            sid, undo = self.sid, "mv /tmp/kerneld.py.aside /usr/lib/warren/kerneld.py"
+            self.w.run(sid, "mv /usr/lib/warren/kerneld.py /tmp/kerneld.py.aside")
+        try:
+            r = self.w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "1"})
+            self.assertError(r, 409, "no_kernel")
+            self.assertIn("code-interpreter", r.json()["error"]["message"])
+            self.assertError(self.w.request("GET", f"/v1/sandboxes/{sid}/contexts"), 409,
+                             "no_kernel")
+        finally:
+            if undo:
+                self.w.run(sid, undo)
+            else:
+                self.w.delete(sid)
+
+    def test_zz_reread_after_kill9_of_warrend(self):
+        """Last (by name): kill -9 of the class's warrend mid-run, and a new one."""
+        w = self.w
+        code = ("import time\n"
+                "for beat in range(8):\n"
+                "    print('beat', beat, flush=True)\n"
+                "    time.sleep(0.5)\n"
+                "'done'")
+        s, run, _ = open_stream(w, self.sid, code)
+        w.kill9()
+        s.close()
+        w.start()
+        self.assertEqual(wait_ready(w, self.sid).status, 200)
+        deadline = time.time() + 120
+        while True:
+            lines = read_run(w, self.sid, run)
+            if lines[-1]["type"] == "end_of_execution" or time.time() > deadline:
+                break
+        text = "".join(l["text"] for l in lines if l["type"] == "stdout")
+        self.assertEqual(text, "".join(f"beat {i}\n" for i in range(8)), lines)
+        self.assertEqual([l["text"] for l in lines if l["type"] == "result"], ["'done'"])
+        # The kernel and its context are the same after the restart.
+        self.assertEqual(gather(w, self.sid, "beat")["results"][0]["text"], "7")
 
     def test_agent_socket_run_code(self):
         import websockets
@@ -321,38 +362,6 @@ class TestRunCode(WarrenCase):
         self.assertEqual((listed["id"], listed["type"]), (2, "result"))
         self.assertTrue(listed["contexts"], listed)
         self.assertEqual((missing["type"], missing["code"]), ("error", "context_not_found"))
-
-
-@unittest.skipUnless(have_template(TEMPLATE), f"no {TEMPLATE} image in {image_dir()}")
-class TestRunCodeRestart(unittest.TestCase):
-    def test_reread_after_kill9_of_warrend(self):
-        w = Warren()
-        try:
-            w.start()
-            sid = create_ci(w)
-            code = ("import time\n"
-                    "for i in range(8):\n"
-                    "    print('beat', i, flush=True)\n"
-                    "    time.sleep(0.5)\n"
-                    "'done'")
-            s, run, _ = open_stream(w, sid, code)
-            w.kill9()
-            s.close()
-            w.start()
-            self.assertEqual(wait_ready(w, sid).status, 200)
-            deadline = time.time() + 120
-            while True:
-                lines = read_run(w, sid, run)
-                if lines[-1]["type"] == "end_of_execution" or time.time() > deadline:
-                    break
-            text = "".join(l["text"] for l in lines if l["type"] == "stdout")
-            self.assertEqual(text, "".join(f"beat {i}\n" for i in range(8)), lines)
-            self.assertEqual([l["text"] for l in lines if l["type"] == "result"], ["'done'"])
-            # The kernel and its context are the same after the restart.
-            r = w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "i"})
-            self.assertEqual(r.json()["results"][0]["text"], "7", r)
-        finally:
-            w.cleanup()
 
 
 if __name__ == "__main__":
