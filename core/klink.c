@@ -242,7 +242,11 @@ static void out_done(void *user, const struct sbx_err *err, json_t *body)
         finish(k, err);
         return;
     }
-    if (k->lines && !k->o.single && !k->o.open) {
+    if (k->lines && !k->o.single && !k->o.open &&
+        json_is_integer(json_object_get(body, "signal"))) {
+        fail(k, SBX_E_KERNEL_UNAVAILABLE, "%s",
+             "the run was interrupted (DELETE of the run, or its connector was killed)");
+    } else if (k->lines && !k->o.single && !k->o.open) {
         fail(k, SBX_E_KERNEL_UNAVAILABLE, "%s",
              "the kernel bridge ended before the end of the execution (did the kernel die?)");
     } else if (json_integer_value(code) == KLINK_EXIT_NO_KERNEL && !k->lines) {
