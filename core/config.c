@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <pwd.h>
@@ -32,7 +33,9 @@ enum opt_type {
     T_DIR_IMAGE,
     T_JAIL,
     T_BOOL,
-    T_DIR_WEB
+    T_DIR_WEB,
+    T_TMAP_NAME, /* "a=b c=d": template names to template names */
+    T_TMAP_UINT  /* "a=768 b=512": template names to whole numbers >= min */
 };
 
 struct opt {
@@ -126,6 +129,10 @@ static const struct opt opts[] = {
     {"pool_templates", T_STR, F(pool_templates), "", 0},
     {"pool_on_first_use", T_BOOL, F(pool_on_first_use), "true", 0},
     {"pool_max_templates", T_UINT, F(pool_max_templates), "4", 1},
+    {"template_aliases", T_TMAP_NAME, F(template_aliases), "code-interpreter-v1=code-interpreter",
+     0},
+    {"template_memory_mb", T_TMAP_UINT, F(template_memory_mb), "code-interpreter=1024", 1},
+    {"template_warm_timeout_seconds", T_UINT, F(template_warm_timeout_s), "600", 1},
     {"memory_overcommit_percent", T_UINT, F(mem_overcommit_pct), "100", 100},
     {"net_enabled", T_BOOL, F(net_enabled), "false", 0},
     {"net_default_internet", T_BOOL, F(net_default_internet), "true", 0},
@@ -220,6 +227,80 @@ static int default_web_dir(char **slot)
     return join_path(slot, home_dir(), "/.cache/warren/npm/current/node_modules");
 }
 
+static int parse_ull(const char *v, unsigned long long max, unsigned long long *out);
+
+/* A template name as a map of template_aliases or template_memory_mb holds it: what
+ * sbx_template_name_ok accepts (letters, digits, '.', '_', '-'; not starting with '.'). */
+static bool tmpl_word_ok(const char *s, size_t n)
+{
+    if (n == 0 || n >= 64 || s[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
+/* Check "key=value key=value" (spaces or commas between entries): 0, or -EINVAL. */
+static int tmap_check(const char *key, const char *v, bool num, unsigned long long min, char *err,
+                      size_t errcap)
+{
+    while (*v) {
+        size_t n = strcspn(v, " \t,"), k;
+        const char *eq;
+
+        if (n == 0) {
+            v++;
+            continue;
+        }
+        eq = memchr(v, '=', n);
+        k = eq ? (size_t)(eq - v) : 0;
+        if (!eq || !tmpl_word_ok(v, k) ||
+            (num ? !(n - k - 1 > 0 && n - k - 1 < 11 && strspn(eq + 1, "0123456789") >= n - k - 1 &&
+                     strtoull(eq + 1, NULL, 10) >= min)
+                 : !tmpl_word_ok(eq + 1, n - k - 1))) {
+            set_err(err, errcap, "%s: expected template=%s entries, got '%.*s'", key,
+                    num ? "number" : "template", (int)n, v);
+            return -EINVAL;
+        }
+        v += n;
+    }
+    return 0;
+}
+
+const char *cfg_tmap_get(const char *map, const char *name, char *out, size_t cap)
+{
+    size_t len = strlen(name);
+
+    for (const char *v = map ? map : ""; *v;) {
+        size_t n = strcspn(v, " \t,");
+        const char *eq = memchr(v, '=', n);
+
+        if (eq && (size_t)(eq - v) == len && memcmp(v, name, len) == 0 && n - len - 1 < cap) {
+            memcpy(out, eq + 1, n - len - 1);
+            out[n - len - 1] = '\0';
+            return out;
+        }
+        v += n ? n : 1;
+    }
+    return NULL;
+}
+
+unsigned cfg_template_memory_mb(const struct srv_config *c, const char *tmpl)
+{
+    char v[16];
+    unsigned long long n;
+
+    if (!cfg_tmap_get(c->template_memory_mb, tmpl, v, sizeof(v)) || parse_ull(v, UINT_MAX, &n))
+        return c->default_memory_mb;
+    /* Within the bounds a create's own memory_mb must keep. */
+    if (n < c->min_memory_mb)
+        n = c->min_memory_mb;
+    if (n > c->max_memory_mb)
+        n = c->max_memory_mb;
+    return (unsigned)n;
+}
+
 /* Decimal only: no sign, no spaces, no suffix, no overflow. */
 static int parse_ull(const char *v, unsigned long long max, unsigned long long *out)
 {
@@ -304,6 +385,11 @@ int cfg_set(struct srv_config *c, const char *key, const char *value, char *err,
     case T_LISTEN:
         return parse_listen(c, value, err, errcap);
     case T_STR:
+        return replace_str(slot, value);
+    case T_TMAP_NAME:
+    case T_TMAP_UINT:
+        if (tmap_check(key, value, o->type == T_TMAP_UINT, o->min, err, errcap))
+            return -EINVAL;
         return replace_str(slot, value);
     case T_DIR_STATE:
     case T_DIR_IMAGE:
@@ -451,6 +537,8 @@ void cfg_free(struct srv_config *c)
     free(c->kernel_append);
     free(c->pool_template_warmup);
     free(c->pool_templates);
+    free(c->template_aliases);
+    free(c->template_memory_mb);
     free(c->jail);
     free(c->jail_cgroup);
     free(c->jail_uid_lock_dir);

@@ -99,8 +99,12 @@ struct srv_config {
     char *pool_templates;            /* pool_templates: more templates pooled from the start */
     unsigned pool_on_first_use;      /* pool_on_first_use = true (0/1): pool a template when used */
     unsigned pool_max_templates;     /* pool_max_templates = 4: templates (and shapes) pooled */
-    unsigned mem_overcommit_pct;     /* memory_overcommit_percent = 100: guests' memory_mb may add
-                                      * up to this share of host memory less the reserve */
+    /* templates: other names, their own memory default, the warm hook's bound */
+    char *template_aliases;   /* template_aliases = code-interpreter-v1=code-interpreter */
+    char *template_memory_mb; /* template_memory_mb = code-interpreter=1024: memory_mb default */
+    unsigned template_warm_timeout_s; /* template_warm_timeout_seconds = 600: /etc/warren/warm */
+    unsigned mem_overcommit_pct;      /* memory_overcommit_percent = 100: guests' memory_mb may add
+                                       * up to this share of host memory less the reserve */
     /* sandbox networking (net/net.h) */
     unsigned net_enabled;          /* net_enabled = false (0/1): no NIC at all when off */
     unsigned net_default_internet; /* net_default_internet = true (0/1): create's default */
@@ -130,6 +134,12 @@ struct srv_config {
 int cfg_defaults(struct srv_config *c);
 /* Apply a config file. 0, or -EINVAL with a message "FILE:LINE: ..." in err. */
 int cfg_load_file(struct srv_config *c, const char *path, char *err, size_t errcap);
+/* The value of name in a map option ("a=b c=d", template_aliases, template_memory_mb),
+ * copied to out; NULL when name has none (or it does not fit in cap). */
+const char *cfg_tmap_get(const char *map, const char *name, char *out, size_t cap);
+/* A create's memory_mb default for a template: template_memory_mb's, else
+ * default_memory_mb. */
+unsigned cfg_template_memory_mb(const struct srv_config *c, const char *tmpl);
 /* Apply one key = value (used by the file parser and for flags). */
 int cfg_set(struct srv_config *c, const char *key, const char *value, char *err, size_t errcap);
 void cfg_free(struct srv_config *c);

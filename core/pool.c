@@ -32,6 +32,8 @@
 #define POOL_VM_MB      48 /* budget per waiting VM (a warmed-up stopped clone: ~40 MiB PSS) */
 #define TPL_TRIES_MAX   5
 #define TPL_PING_PERIOD 0.25
+#define WARM_HOOK       "/etc/warren/warm" /* docs/KERNELD.md: a template's own warm-up */
+#define WARM_SLACK_S    10 /* the template's deadline past the hook's own guest timeout */
 
 enum tpl_state { TPL_NONE, TPL_BOOTING, TPL_SAVING, TPL_READY };
 
@@ -40,7 +42,9 @@ static const char *const tpl_state_names[] = {"none", "booting", "saving", "read
 /*
  * A short session of the pool's own on a VM's guest channel: (PING until PONG,
  * for a VM still booting,) INIT, one EXEC, its EXIT; before it, an optional
- * first EXEC whose outcome does not count. The template first runs
+ * first EXEC whose outcome does not count, and then the template's warm hook
+ * (hook: the image's executable WARM_HOOK, when it has one) whose failure
+ * fails the session: a template that cannot warm is never saved. The template first runs
  * pool_template_warmup (what it reads stays in the page cache of every clone:
  * by default the PATH's directories and python3, load/RESULTS.md), then `sync`
  * (no dirty page cache in the snapshot: every clone would write it back). A
@@ -55,8 +59,13 @@ static const char *const tpl_state_names[] = {"none", "booting", "saving", "read
 struct wsess {
     struct tpool *p;
     struct chan *ch;
-    int stage;       /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done, 4: pre's EXEC sent */
+    int stage;       /* 0: PINGs, 1: INIT sent, 2: EXEC sent, 3: done, 4: pre's EXEC sent,
+                      * 5: the hook's EXEC sent */
     const char *pre; /* sh -c, first; NULL or "": none */
+    bool hook;       /* then WARM_HOOK, if the image has it (template_warm_timeout_seconds) */
+    int64_t hook_start;
+    char hook_out[160]; /* the start of what the hook printed: its failure's reason */
+    size_t hook_nout;
     bool pre_logged; /* the template's warm-up: log how it went */
     int64_t pre_start;
     const char *cmd;
@@ -441,13 +450,44 @@ static void ws_send_init(struct wsess *w)
     w->stage = 1;
 }
 
+/* The warm hook (WSESS_ID + 3, stage 5): argv alone, as root, bounded in the guest by
+ * its timeout and here by the template's deadline, moved past it. */
+static void ws_send_hook(struct wsess *w)
+{
+    const struct srv_config *c = w->p->h->cfg;
+    struct proto_enc e;
+
+    proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + 3, 7);
+    proto_enc_key(&e, PK_ARGV);
+    msgpack_pack_array(&e.pk, 1);
+    msgpack_pack_str_with_body(&e.pk, WARM_HOOK, strlen(WARM_HOOK));
+    proto_enc_key(&e, PK_ENV);
+    msgpack_pack_map(&e.pk, 0);
+    proto_put_cstr(&e, PK_USER, "root");
+    proto_put_b(&e, PK_STDIN, false);
+    proto_put_u(&e, PK_TIMEOUT, (uint64_t)c->template_warm_timeout_s * 1000u);
+    proto_enc_end(&e);
+    chan_flush(w->ch);
+    w->stage = 5;
+    w->hook_start = sbx_now_ms();
+    w->hook_nout = 0;
+    ev_timer_stop(w->p->h->loop, &w->p->deadline);
+    ev_timer_set(&w->p->deadline, (double)c->template_warm_timeout_s + WARM_SLACK_S, 0);
+    ev_timer_start(w->p->h->loop, &w->p->deadline);
+}
+
 /* The pre command (id WSESS_ID + 2, stage 4) when there is one and it has not run,
- * else the command (WSESS_ID + 1, stage 2). */
+ * then the hook (ws_send_hook) when asked for, else the command (WSESS_ID + 1,
+ * stage 2). */
 static void ws_send_exec(struct wsess *w)
 {
     bool pre = w->stage == 1 && w->pre && w->pre[0];
     struct proto_enc e;
 
+    if (!pre && w->hook && (w->stage == 1 || w->stage == 4)) {
+        ws_send_hook(w);
+        return;
+    }
     proto_enc_begin(&e, chan_tx(w->ch), PROTO_EXEC, WSESS_ID + (pre ? 2 : 1), 6);
     if (!pre && w->cmd_argv) {
         proto_enc_key(&e, PK_ARGV);
@@ -474,6 +514,41 @@ static void ws_done(struct wsess *w, int err, const char *why)
     w->done(w->p, err, why);
 }
 
+/* The hook's EXIT or ERROR: on to the command, or the session fails with why. An image
+ * without the hook (ENOENT) or where it is not executable (EACCES) has none. */
+static void ws_hook_done(struct wsess *w, const struct proto_frame *f)
+{
+    int64_t code = proto_has(f, PK_CODE) ? f->v[PK_CODE].i : -1;
+    bool timed_out = proto_has(f, PK_TIMED_OUT) && f->v[PK_TIMED_OUT].b;
+    char why[256];
+
+    if (f->type == PROTO_ERROR && (code == ENOENT || code == EACCES)) {
+        ws_send_exec(w);
+        return;
+    }
+    if (f->type == PROTO_EXIT && code == 0 && !timed_out) {
+        LOG(LOG_INFO, "pool: template %s: %s ran in %lld ms", w->p->key, WARM_HOOK,
+            (long long)(sbx_now_ms() - w->hook_start));
+        ev_timer_stop(w->p->h->loop, &w->p->deadline);
+        ev_timer_set(&w->p->deadline, w->p->h->cfg->boot_timeout_s, 0);
+        ev_timer_start(w->p->h->loop, &w->p->deadline);
+        ws_send_exec(w);
+        return;
+    }
+    for (size_t i = 0; i < w->hook_nout; i++) /* one log line, printable */
+        if ((unsigned char)w->hook_out[i] < 0x20 || (unsigned char)w->hook_out[i] > 0x7e)
+            w->hook_out[i] = ' ';
+    w->hook_out[w->hook_nout] = '\0';
+    if (f->type == PROTO_ERROR)
+        snprintf(why, sizeof(why), "%s could not start: %s", WARM_HOOK, strerror((int)code));
+    else if (timed_out)
+        snprintf(why, sizeof(why), "%s did not finish within template_warm_timeout_seconds = %u",
+                 WARM_HOOK, w->p->h->cfg->template_warm_timeout_s);
+    else
+        snprintf(why, sizeof(why), "%s exited %lld: %s", WARM_HOOK, (long long)code, w->hook_out);
+    ws_done(w, -EIO, why);
+}
+
 static void ws_frame(void *ud, const struct proto_frame *f)
 {
     struct wsess *w = ud;
@@ -482,12 +557,21 @@ static void ws_frame(void *ud, const struct proto_frame *f)
         ws_send_init(w);
     else if (f->type == PROTO_HELLO && f->id == WSESS_ID && w->stage == 1)
         ws_send_exec(w);
-    else if (f->type == PROTO_OUT && (f->id == WSESS_ID + 1 || f->id == WSESS_ID + 2) &&
+    else if (f->type == PROTO_OUT && f->id >= WSESS_ID + 1 && f->id <= WSESS_ID + 3 &&
              proto_has(f, PK_DATA)) {
         /* Output is dropped, its credit returned: a warm-up that prints more than the
-         * window must not stall until the template's deadline. */
-        if (proto_send_credit(chan_tx(w->ch), f->id, f->v[PK_DATA].s.len) == 0)
+         * window must not stall until the template's deadline. The hook's first bytes
+         * are kept: they say why it failed. */
+        size_t n = f->v[PK_DATA].s.len, room = sizeof(w->hook_out) - 1 - w->hook_nout;
+        if (f->id == WSESS_ID + 3 && room > 0) {
+            memcpy(w->hook_out + w->hook_nout, f->v[PK_DATA].s.p, n < room ? n : room);
+            w->hook_nout += n < room ? n : room;
+        }
+        if (proto_send_credit(chan_tx(w->ch), f->id, n) == 0)
             chan_flush(w->ch);
+    } else if ((f->type == PROTO_EXIT || f->type == PROTO_ERROR) && f->id == WSESS_ID + 3 &&
+               w->stage == 5) {
+        ws_hook_done(w, f);
     } else if ((f->type == PROTO_EXIT || f->type == PROTO_ERROR) && f->id == WSESS_ID + 2 &&
                w->stage == 4) {
         /* The pre command is a warm-up: its failure is the operator's to see, not a
@@ -1198,6 +1282,7 @@ static struct tpool *tp_new(struct pool *all, const char *tmpl, unsigned mem_mb,
     p->tw = (struct wsess){.p = p,
                            .pre = c->pool_template_warmup,
                            .pre_logged = true,
+                           .hook = true,
                            .cmd = "sync",
                            .done = tpl_synced};
     p->fw =
@@ -1356,14 +1441,19 @@ int pool_new(const struct pool_host *h, struct pool **out)
     }
     all->host = *h;
     all->h = &all->host;
-    /* The default template's, then pool_templates' (at the default shape), then those
-     * a crash left recorded (made on first use before it). */
-    pool_add(all, c->default_template, c->default_memory_mb, c->default_vcpus, &whys[all->n]);
+    /* The default template's, then pool_templates' (at each one's default shape), then
+     * those a crash left recorded (made on first use before it). */
+    pool_add(all, c->default_template, cfg_template_memory_mb(c, c->default_template),
+             c->default_vcpus, &whys[all->n]);
     if (c->pool_templates) {
         char list[1024], *save = NULL;
         snprintf(list, sizeof(list), "%s", c->pool_templates);
-        for (char *n = strtok_r(list, " ,\t", &save); n; n = strtok_r(NULL, " ,\t", &save))
-            pool_add(all, n, c->default_memory_mb, c->default_vcpus, &whys[all->n]);
+        for (char *n = strtok_r(list, " ,\t", &save); n; n = strtok_r(NULL, " ,\t", &save)) {
+            char alias[64];
+            if (cfg_tmap_get(c->template_aliases, n, alias, sizeof(alias)))
+                n = alias;
+            pool_add(all, n, cfg_template_memory_mb(c, n), c->default_vcpus, &whys[all->n]);
+        }
     }
     json_array_foreach(recs, i, r)
     {
@@ -1488,7 +1578,8 @@ json_t *pool_stats(const struct pool *all)
     if (!all)
         return json_null();
     c = all->h->cfg;
-    dflt = pool_find(all, c->default_template, c->default_memory_mb, c->default_vcpus);
+    dflt = pool_find(all, c->default_template, cfg_template_memory_mb(c, c->default_template),
+                     c->default_vcpus);
     o = dflt ? tp_stats(dflt)
              : json_pack("{s:s,s:s}", "template", c->default_template, "state", "off");
     list = json_array();

@@ -386,6 +386,8 @@ static void sandbox_ready(struct sandbox *sb)
         LOGS(LOG_INFO, sb->id, "guest reconnected");
         return;
     }
+    if (sbx_warm_start(sb))
+        return; /* sbx_ready_again once the image's warm hook ran */
     if (sandbox_state_set(sb, ST_RUNNING) != 0)
         return;
     /* A clone from the pool or a snapshot: its INIT has just set clock, entropy
@@ -423,6 +425,11 @@ static void sandbox_ready(struct sandbox *sb)
         if (op->kind == OP_CREATE || op->kind == OP_RESUME)
             ops_finish(op, NULL, sbx_json(sb));
     }
+}
+
+void sbx_ready_again(struct sandbox *sb)
+{
+    sandbox_ready(sb);
 }
 
 /* An agent that reopens its port says HELLO{id:0} and answers the INIT that follows; one
@@ -484,7 +491,7 @@ static void on_frame(void *ud, const struct proto_frame *f)
         sbx_violation(sb, "%s frame for stream %u, never opened", proto_type_name(f->type), f->id);
         return;
     }
-    if (sbx_freeze_frame(sb, f))
+    if (sbx_freeze_frame(sb, f) || sbx_warm_frame(sb, f))
         return;
     op = ops_by_stream(sb, f->id);
     if (!op)
@@ -629,8 +636,11 @@ static void on_boot_timeout(struct ev_loop *loop, ev_timer *w, int revents)
     struct sandbox *sb = w->data;
     char why[128];
 
-    snprintf(why, sizeof(why), "boot_failed: the guest did not answer within %u s",
-             sb->t->cfg->boot_timeout_s);
+    if (sbx_warm_timeout_reason(sb))
+        snprintf(why, sizeof(why), "%s", sbx_warm_timeout_reason(sb));
+    else
+        snprintf(why, sizeof(why), "boot_failed: the guest did not answer within %u s",
+                 sb->t->cfg->boot_timeout_s);
     LOGS(LOG_WARN, sb->id, "%s (console log: %s/console.log)", why,
          sb->vmr ? sb->vmr->run_dir : "gone");
     if (sbx_snap_resume_failed(sb, why))
@@ -1182,6 +1192,7 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
                                          NULL};
     const struct srv_config *c = t->cfg;
     const char *tmpl, *snap_id = NULL;
+    char alias[64];
     unsigned ttl, idle, mem, vcpus;
     json_t *env = NULL, *meta = NULL, *keep_running;
     char base[4096], real[PATH_MAX];
@@ -1211,6 +1222,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if (!tmpl || !sbx_template_name_ok(tmpl)) {
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "template must be a template name");
     }
+    if (!snap_id && cfg_tmap_get(c->template_aliases, tmpl, alias, sizeof(alias)))
+        tmpl = alias; /* template_aliases: another name, the same template and pool */
     if (snprintf(base, sizeof(base), "%s/%s.ext4", t->image_dir, tmpl) >= (int)sizeof(base) ||
         !realpath(base, real) || stat(real, &st) != 0) {
         return sbx_err_set(err, SBX_E_UNKNOWN_TEMPLATE, "no template named '%s'", tmpl);
@@ -1218,8 +1231,8 @@ int sbx_create(struct sbx_table *t, json_t *body, const struct sbx_sink *sink, v
     if ((status = get_uint(body, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
         (status = get_uint(body, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s, &idle,
                            err)) ||
-        (!snap_id && (status = get_uint(body, "memory_mb", c->default_memory_mb, c->min_memory_mb,
-                                        c->max_memory_mb, &mem, err))) ||
+        (!snap_id && (status = get_uint(body, "memory_mb", cfg_template_memory_mb(c, tmpl),
+                                        c->min_memory_mb, c->max_memory_mb, &mem, err))) ||
         (!snap_id &&
          (status = get_uint(body, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;

@@ -187,6 +187,12 @@ struct sandbox {
     int64_t thaw_us;       /* when the last thaw began (CLOCK_MONOTONIC us, for the log) */
     bool pageout_tried;    /* this freeze's page-out was started (or could not be) */
     bool paged_out;        /* and it pushed the VM's memory out to swap */
+    /* a cold boot's warm hook (sbx_warm.c): its EXEC in flight (0: none), and done */
+    uint32_t warm_stream;
+    bool warm_done;
+    int64_t warm_start;
+    char warm_out[160]; /* the start of what it printed: a failure's reason */
+    size_t warm_nout;
     /* create option public_ports: reachable through the port proxy without auth */
     uint16_t public_ports[SBX_PUBLIC_PORTS_MAX];
     unsigned npublic;
@@ -435,6 +441,16 @@ void sbx_freeze_tick(struct sandbox *sb, int64_t now);
 /* A guest frame on an internal stream (RESYNC, the keep_running PLIST): handled, true.
  * May call sbx_violation: return right after. */
 bool sbx_freeze_frame(struct sandbox *sb, const struct proto_frame *f);
+
+/* sbx_warm.c: a cold boot's /etc/warren/warm, between the guest's first HELLO and the
+ * create's answer. start: sent (true), or nothing to warm (not a cold boot, or done).
+ * frame: the hook's frames (true: consumed); at its end, sbx_ready_again or sbx_die.
+ * timeout_reason: the reason for the boot timer while it runs, else NULL. */
+bool sbx_warm_start(struct sandbox *sb);
+bool sbx_warm_frame(struct sandbox *sb, const struct proto_frame *f);
+const char *sbx_warm_timeout_reason(struct sandbox *sb);
+/* sbx.c: go on with the first HELLO's work (answer the create) after the warm hook. */
+void sbx_ready_again(struct sandbox *sb);
 /* The session ended (new INIT) or the sandbox did: forget internal requests; a pending
  * resync's cb gets err. */
 void sbx_freeze_reset(struct sandbox *sb, int err);

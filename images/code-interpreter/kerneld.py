@@ -48,7 +48,7 @@ MAX_MSG = 64 << 20  # a kernel message larger than this is dropped by ZeroMQ
 MAX_CONTEXTS = 64
 MAX_CLIENT_QUEUE = 1024  # iopub messages waiting for one slow channels client
 MAX_LOG = 1 << 20
-START_TIMEOUT = 120.0  # a kernel's start, TCG being slow
+START_TIMEOUT = 300.0  # a kernel's start: minutes under TCG on a busy host
 INTERRUPT_GRACE = 10.0  # after an interrupt, the kernel must go idle within this
 WARM_IMPORTS = (
     "import numpy, pandas, matplotlib\n"

@@ -45,6 +45,8 @@ static void check_same(const struct srv_config *d, const struct srv_config *f)
         case T_DIR_STATE:
         case T_DIR_IMAGE:
         case T_DIR_WEB:
+        case T_TMAP_NAME:
+        case T_TMAP_UINT:
             same = same_str(*(char *const *)a, *(char *const *)b);
             break;
         default:
