@@ -68,7 +68,7 @@ def main():
     rows = []
 
     # Cold boots, pool off: create, warm, first run.
-    w = Warren({"jail": "off", "pool_size": 0})
+    w = Warren({"jail": "off", "pool_size": 0, "pool_on_first_use": "false"})
     w.start()
     try:
         cold = []
@@ -99,7 +99,7 @@ def main():
         w.cleanup()
 
     # The template's pool: its clones' first run.
-    w = Warren({"jail": "off", "pool_size": 1, "pool_templates": f"{a.template}:{MEM}",
+    w = Warren({"jail": "off", "pool_size": 1, "pool_templates": a.template,
                 "pool_spares": 0, "pool_max_mb": 4 * MEM})
     w.start()
     try:
