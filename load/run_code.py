@@ -99,7 +99,7 @@ def main():
         w.cleanup()
 
     # The template's pool: its clones' first run.
-    w = Warren({"jail": "off", "pool_size": 1, "pool_templates": a.template,
+    w = Warren({"jail": "off", "pool_size": 1, "default_template": a.template,
                 "pool_spares": 0, "pool_max_mb": 4 * MEM})
     w.start()
     try:
