@@ -27,7 +27,13 @@ def have_template(name):
 def create_ci(w):
     """A code-interpreter sandbox with its kernel bridge up: /etc/warren/warm is run
     (a second run, after a create that warmed it already, returns at once)."""
-    sid = w.create(template=TEMPLATE, memory_mb=MEM_MB)
+    # A create that boots warms the kernel before it answers (template_warm_timeout_seconds):
+    # minutes under TCG on a busy host, longer than the harness's default wait.
+    body = {"template": TEMPLATE, "memory_mb": MEM_MB, "ttl_seconds": w.TEST_TTL_S,
+            "idle_timeout_seconds": w.TEST_IDLE_S}
+    r = w.request("POST", "/v1/sandboxes", body, timeout=1800)
+    assert r.status == 201, f"create failed: {r}\n{w.log_text()}"
+    sid = r.json()["id"]
     # The bridge gives a kernel's start 120 s: on a loaded 2-core host under TCG that
     # may not be enough for the first, and a second warm starts where it left off.
     for _ in range(3):
