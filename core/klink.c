@@ -51,7 +51,11 @@ struct klink {
     unsigned lines; /* lines seen */
     bool ended;     /* the last line came: stop reading */
     bool paused;    /* the reader is full: credit is held */
-    size_t owed;    /* bytes read and not yet acknowledged, while paused */
+    /* klink_write: bytes for stdin after the request, one proc_ctl at a time */
+    char *wq;
+    size_t wq_len;
+    sbx_op_t wop;
+    size_t owed; /* bytes read and not yet acknowledged, while paused */
     char errtxt[ERRTXT_MAX + 1];
     size_t errlen;
     ev_timer ka;
@@ -64,8 +68,11 @@ static void k_free(struct klink *k)
         return;
     }
     ev_timer_stop(k->loop, &k->ka);
+    if (k->wop)
+        sbx_op_cancel(k->t, k->wop);
     klink_lines_free(&k->lb);
     free(k->req);
+    free(k->wq);
     free(k);
 }
 
@@ -232,14 +239,18 @@ static void out_done(void *user, const struct sbx_err *err, const struct sbx_res
         finish(k, err);
         return;
     }
-    if (k->lines && !k->o.single) {
+    if (k->lines && !k->o.single && !k->o.open &&
+        res && res->kind == SBX_RES_EXEC && res->u.exec->signal) {
+        fail(k, SBX_E_KERNEL_UNAVAILABLE, "%s",
+             "the run was interrupted (DELETE of the run, or its connector was killed)");
+    } else if (k->lines && !k->o.single && !k->o.open) {
         fail(k, SBX_E_KERNEL_UNAVAILABLE, "%s",
              "the kernel bridge ended before the end of the execution (did the kernel die?)");
     } else if (code == KLINK_EXIT_NO_KERNEL && !k->lines) {
         fail(k, SBX_E_NO_KERNEL, "%s",
              "this sandbox's template has no kernel: create it from the code-interpreter "
              "template (alias code-interpreter-v1)");
-    } else if (!k->lines) {
+    } else if (!k->lines && !k->o.open) {
         fail(k, SBX_E_KERNEL_UNAVAILABLE, "the sandbox's kernel bridge does not answer: %s",
              k->errlen ? k->errtxt : "its connector ended without a word");
     } else {
@@ -442,6 +453,61 @@ void klink_cancel(struct klink *k)
         k_free(k);
     }
     /* START or WRITE: the op in flight answers, kills the connector and frees. */
+}
+
+static void more_done(void *user, const struct sbx_err *err, const struct sbx_result *res);
+static const struct sbx_sink more_sink = {.done = more_done};
+
+/* The next piece of what klink_write queued, if none is in flight. */
+static void more_next(struct klink *k)
+{
+    struct sbx_proc_ctl c = {0};
+    struct sbx_err err;
+
+    if (k->wop || !k->wq_len || k->st != K_READ)
+        return;
+    c.data = k->wq;
+    c.len = k->wq_len < SBX_PROC_STDIN_MAX ? k->wq_len : SBX_PROC_STDIN_MAX;
+    if (sbx_proc_ctl(k->t, k->id, k->pid, &c, &more_sink, k, &k->wop, &err)) {
+        k->wop = 0;
+        finish(k, &err);
+        return;
+    }
+    /* The frame holds its own copy: what it took leaves the queue now. */
+    memmove(k->wq, k->wq + c.len, k->wq_len - c.len);
+    k->wq_len -= c.len;
+}
+
+static void more_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
+{
+    struct klink *k = user;
+
+    (void)res;
+    k->wop = 0;
+    if (k->st != K_READ)
+        return;
+    if (err) {
+        finish(k, err);
+        return;
+    }
+    more_next(k);
+}
+
+int klink_write(struct klink *k, const void *p, size_t n)
+{
+    char *b;
+
+    if (!k || k->st != K_READ || k->abandoned)
+        return -EPIPE;
+    if (n > KLINK_WRITE_MAX - k->wq_len)
+        return -EAGAIN;
+    if (!(b = realloc(k->wq, k->wq_len + n ? k->wq_len + n : 1)))
+        return -ENOMEM;
+    k->wq = b;
+    memcpy(k->wq + k->wq_len, p, n);
+    k->wq_len += n;
+    more_next(k);
+    return 0;
 }
 
 void klink_pause(struct klink *k)

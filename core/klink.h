@@ -145,6 +145,8 @@ struct klink_opts {
     size_t max_line;
     unsigned keepalive_ms; /* 0: no keepalive */
     bool single;           /* the answer is one line (context ops): done after it */
+    bool open;             /* an open exchange (channels): lines both ways, no last line;
+                              the connector's end is its end */
 };
 
 /* Start the connector in sandbox id and send it req (one JSON object, borrowed).
@@ -160,6 +162,13 @@ int klink_read(struct sbx_table *t, struct ev_loop *loop, const char *id, uint32
 /* No more callbacks. An exchange whose request is not yet sent is ended (its connector
  * killed); one under way goes on in the guest (a run outlives its reader). */
 void klink_cancel(struct klink *k);
+/* An open exchange: n more bytes for kerneld (whole lines, as its wire wants), written
+ * to the connector's stdin in order after the request. At most KLINK_WRITE_MAX bytes
+ * wait at once. 0, -EAGAIN (that many wait: retry after some lines came back), -EPIPE
+ * (the exchange is not reading: not started yet, over, or cancelled), -ENOMEM. A write
+ * the sandbox refuses ends the exchange (done with its error). */
+#define KLINK_WRITE_MAX (1024 * 1024)
+int klink_write(struct klink *k, const void *p, size_t n);
 /* A reader that cannot take more for now (its client is slow): klink stops returning
  * credit to the guest, which then stops sending; resume gives it back. The run itself
  * never waits: its ring in the guest goes on, and a reader too slow is told of what was

@@ -11,11 +11,10 @@ import base64
 import json
 import os
 import re
-import socket
 import time
 import unittest
 
-from warren import RssPeak, SANITIZED, Warren, WarrenCase, image_dir, rss_kib
+from warren import RssPeak, SANITIZED, WarrenCase, image_dir, rss_kib
 
 TEMPLATE = "code-interpreter"
 MEM_MB = 1024
@@ -28,10 +27,20 @@ def have_template(name):
 def create_ci(w):
     """A code-interpreter sandbox with its kernel bridge up: /etc/warren/warm is run
     (a second run, after a create that warmed it already, returns at once)."""
-    sid = w.create(template=TEMPLATE, memory_mb=MEM_MB)
-    r = w.run(sid, "/etc/warren/warm", timeout_seconds=900)
-    assert r["exit_code"] == 0, r
-    return sid
+    # A create that boots warms the kernel before it answers (template_warm_timeout_seconds):
+    # minutes under TCG on a busy host, longer than the harness's default wait.
+    body = {"template": TEMPLATE, "memory_mb": MEM_MB, "ttl_seconds": w.TEST_TTL_S,
+            "idle_timeout_seconds": w.TEST_IDLE_S}
+    r = w.request("POST", "/v1/sandboxes", body, timeout=1800)
+    assert r.status == 201, f"create failed: {r}\n{w.log_text()}"
+    sid = r.json()["id"]
+    # The bridge gives a kernel's start 120 s: on a loaded 2-core host under TCG that
+    # may not be enough for the first, and a second warm starts where it left off.
+    for _ in range(3):
+        r = w.run(sid, "/etc/warren/warm", timeout_seconds=900)
+        if r["exit_code"] == 0:
+            return sid
+    raise AssertionError(f"the kernel bridge did not start: {r}")
 
 
 def lines_of(body):
@@ -101,7 +110,11 @@ class TestRunCode(WarrenCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.sid = create_ci(cls.w)
+        try:
+            cls.sid = create_ci(cls.w)
+        except BaseException:
+            cls.w.cleanup()  # tearDownClass does not run after a failed setUpClass
+            raise
 
     def test_state_across_runs(self):
         self.assertIsNone(gather(self.w, self.sid, "state_x = 41")["error"])
@@ -113,8 +126,9 @@ class TestRunCode(WarrenCase):
     def test_ndjson_lines_and_order(self):
         r, lines = stream(self.w, self.sid, "print('hi')\nimport sys; print('e', file=sys.stderr)\n1+1")
         self.assertEqual(r.status, 200, r)
-        self.assertEqual(r.headers.get("Content-Type"), "application/x-ndjson")
-        self.assertTrue(int(r.headers["X-Warren-Run"]) > 0, r.headers)
+        h = {k.lower(): v for k, v in r.headers.items()}
+        self.assertEqual(h.get("content-type"), "application/x-ndjson")
+        self.assertTrue(int(h["x-warren-run"]) > 0, r.headers)
         types = [l["type"] for l in lines if l["type"] != "keepalive"]
         self.assertEqual(types[0], "number_of_executions", lines)
         self.assertEqual(types[-1], "end_of_execution", lines)
@@ -134,7 +148,8 @@ class TestRunCode(WarrenCase):
         out = gather(self.w, self.sid, "print('a'); print('b')\n'x'")
         self.assertEqual(out["stdout"], "a\nb\n")
         self.assertEqual(out["stderr"], "")
-        self.assertEqual(out["results"][0]["text"], "'x'")
+        # E2B's text/plain: one pair of surrounding quotes stripped.
+        self.assertEqual(out["results"][0]["text"], "x")
         self.assertIsNone(out["error"])
         self.assertFalse(out["truncated"])
 
@@ -151,7 +166,8 @@ class TestRunCode(WarrenCase):
         err = out["error"]
         self.assertEqual(err["name"], "ZeroDivisionError", out)
         self.assertIn("division", err["value"])
-        self.assertIn("f()", err["traceback"])
+        self.assertIn("ZeroDivisionError", err["traceback"])
+        self.assertIn("return 1", re.sub(r"\x1b\[[0-9;]*m", "", err["traceback"]))
         _, lines = stream(self.w, self.sid, "raise ValueError('bad')")
         errs = [l for l in lines if l["type"] == "error"]
         self.assertEqual([(e["name"], e["value"]) for e in errs], [("ValueError", "bad")])
@@ -260,7 +276,7 @@ class TestRunCode(WarrenCase):
             s.close()
         # The context is free again, and answers.
         out = gather(self.w, self.sid, "'after'")
-        self.assertEqual(out["results"][0]["text"], "'after'", out)
+        self.assertEqual(out["results"][0]["text"], "after", out)
 
     def test_big_result_is_an_error_and_warrend_stays_flat(self):
         before = rss_kib(self.w.proc.pid)
@@ -276,14 +292,48 @@ class TestRunCode(WarrenCase):
         self.assertEqual(gather(self.w, self.sid, "2*3")["results"][0]["text"], "6")
 
     def test_no_kernel(self):
-        if not have_template("minimal"):
-            self.skipTest("no minimal image beside code-interpreter")
-        sid = self.w.create()
-        r = self.w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "1"})
-        self.assertError(r, 409, "no_kernel")
-        self.assertIn("code-interpreter", r.json()["error"]["message"])
-        self.assertError(self.w.request("GET", f"/v1/sandboxes/{sid}/contexts"), 409, "no_kernel")
-        self.w.delete(sid)
+        """A sandbox without the bridge: 409 no_kernel. Without a minimal image here, this
+        sandbox with the bridge's program moved aside stands for one."""
+        if have_template("minimal"):
+            sid, undo = self.w.create(), None
+        else:
+            sid, undo = self.sid, "mv /tmp/kerneld.py.aside /usr/lib/warren/kerneld.py"
+            self.w.run(sid, "mv /usr/lib/warren/kerneld.py /tmp/kerneld.py.aside")
+        try:
+            r = self.w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "1"})
+            self.assertError(r, 409, "no_kernel")
+            self.assertIn("code-interpreter", r.json()["error"]["message"])
+            self.assertError(self.w.request("GET", f"/v1/sandboxes/{sid}/contexts"), 409,
+                             "no_kernel")
+        finally:
+            if undo:
+                self.w.run(sid, undo)
+            else:
+                self.w.delete(sid)
+
+    def test_zz_reread_after_kill9_of_warrend(self):
+        """Last (by name): kill -9 of the class's warrend mid-run, and a new one."""
+        w = self.w
+        code = ("import time\n"
+                "for beat in range(8):\n"
+                "    print('beat', beat, flush=True)\n"
+                "    time.sleep(0.5)\n"
+                "'done'")
+        s, run, _ = open_stream(w, self.sid, code)
+        w.kill9()
+        s.close()
+        w.start()
+        self.assertEqual(wait_ready(w, self.sid).status, 200)
+        deadline = time.time() + 120
+        while True:
+            lines = read_run(w, self.sid, run)
+            if lines[-1]["type"] == "end_of_execution" or time.time() > deadline:
+                break
+        text = "".join(l["text"] for l in lines if l["type"] == "stdout")
+        self.assertEqual(text, "".join(f"beat {i}\n" for i in range(8)), lines)
+        self.assertEqual([l["text"] for l in lines if l["type"] == "result"], ["done"])
+        # The kernel and its context are the same after the restart.
+        self.assertEqual(gather(w, self.sid, "beat")["results"][0]["text"], "7")
 
     def test_agent_socket_run_code(self):
         import websockets
@@ -321,38 +371,6 @@ class TestRunCode(WarrenCase):
         self.assertEqual((listed["id"], listed["type"]), (2, "result"))
         self.assertTrue(listed["contexts"], listed)
         self.assertEqual((missing["type"], missing["code"]), ("error", "context_not_found"))
-
-
-@unittest.skipUnless(have_template(TEMPLATE), f"no {TEMPLATE} image in {image_dir()}")
-class TestRunCodeRestart(unittest.TestCase):
-    def test_reread_after_kill9_of_warrend(self):
-        w = Warren()
-        try:
-            w.start()
-            sid = create_ci(w)
-            code = ("import time\n"
-                    "for i in range(8):\n"
-                    "    print('beat', i, flush=True)\n"
-                    "    time.sleep(0.5)\n"
-                    "'done'")
-            s, run, _ = open_stream(w, sid, code)
-            w.kill9()
-            s.close()
-            w.start()
-            self.assertEqual(wait_ready(w, sid).status, 200)
-            deadline = time.time() + 120
-            while True:
-                lines = read_run(w, sid, run)
-                if lines[-1]["type"] == "end_of_execution" or time.time() > deadline:
-                    break
-            text = "".join(l["text"] for l in lines if l["type"] == "stdout")
-            self.assertEqual(text, "".join(f"beat {i}\n" for i in range(8)), lines)
-            self.assertEqual([l["text"] for l in lines if l["type"] == "result"], ["'done'"])
-            # The kernel and its context are the same after the restart.
-            r = w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "i"})
-            self.assertEqual(r.json()["results"][0]["text"], "7", r)
-        finally:
-            w.cleanup()
 
 
 if __name__ == "__main__":
