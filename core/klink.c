@@ -239,8 +239,8 @@ static void out_done(void *user, const struct sbx_err *err, const struct sbx_res
         finish(k, err);
         return;
     }
-    if (k->lines && !k->o.single && !k->o.open &&
-        res && res->kind == SBX_RES_EXEC && res->u.exec->signal) {
+    if (k->lines && !k->o.single && !k->o.open && res && res->kind == SBX_RES_EXEC &&
+        res->u.exec->signal) {
         fail(k, SBX_E_KERNEL_UNAVAILABLE, "%s",
              "the run was interrupted (DELETE of the run, or its connector was killed)");
     } else if (k->lines && !k->o.single && !k->o.open) {
@@ -390,7 +390,7 @@ int klink_request(struct sbx_table *t, struct ev_loop *loop, const char *id, jso
         .background = 1,
         .tag = {"kernel", 6},
     };
-    char *s;
+    char *s, *grown;
     int rc;
 
     if (!k)
@@ -401,11 +401,12 @@ int klink_request(struct sbx_table *t, struct ev_loop *loop, const char *id, jso
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     k->req_len = strlen(s);
-    if (!(k->req = realloc(s, k->req_len + 2))) {
+    if (!(grown = realloc(s, k->req_len + 2))) {
         free(s);
         k_free(k);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
+    k->req = grown;
     k->req[k->req_len++] = '\n';
     rc = sbx_exec(t, id, &x, false, &exec_sink, k, &k->op, err);
     if (rc) {

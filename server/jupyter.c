@@ -110,6 +110,7 @@ json_t *jup_model(const char *id, const char *spec, const char *last_activity, u
 
 int jup_frame_line(const char *buf, size_t len, char **out, size_t *n, const char **why)
 {
+    char *grown;
     json_error_t jerr;
     json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     json_t *ch;
@@ -140,11 +141,12 @@ int jup_frame_line(const char *buf, size_t len, char **out, size_t *n, const cha
         goto oom;
     json_decref(j);
     sl = strlen(s);
-    if (!(*out = realloc(s, sl + 2))) {
+    if (!(grown = realloc(s, sl + 2))) {
         free(s);
         *why = "out of memory";
         return -1;
     }
+    *out = grown;
     (*out)[sl] = '\n';
     (*out)[sl + 1] = '\0';
     *n = sl + 1;
