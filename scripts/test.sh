@@ -67,7 +67,9 @@ if [ "$quick" = 1 ]; then
 fi
 
 step "ASan+UBSan build and tests"
-cmake -S . -B "$top/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWARREN_SANITIZE=ON >/dev/null
+# The npm packages setup.sh installed for this checkout (npm/current may be another's).
+npm=$(sed -n 's/^WARREN_NPM:[A-Z]*=//p' "$top/build/CMakeCache.txt")
+cmake -S . -B "$top/build-asan" -DCMAKE_BUILD_TYPE=Debug -DWARREN_SANITIZE=ON ${npm:+-DWARREN_NPM="$npm"} >/dev/null
 cmake --build "$top/build-asan" -j2 >/dev/null
 # The browser terminal's test drives the same C paths as integration_ws_pty (which
 # runs here) through Chromium, load_ws_smoke the same socket paths as
