@@ -1289,18 +1289,6 @@ static int custom(struct lws *wsi, const char *name, char *buf, int cap)
     return n;
 }
 
-static int hdr_tok(struct lws *wsi, enum lws_token_indexes t, char *buf, int cap)
-{
-    int n = lws_hdr_total_length(wsi, t);
-
-    buf[0] = '\0';
-    if (n <= 0)
-        return 0;
-    if (n >= cap || lws_hdr_copy(wsi, buf, cap, t) < 0)
-        return -1;
-    return n;
-}
-
 /* The user a call runs as: "Authorization: Basic base64(user:)" as the SDK sends it when
  * given one; root otherwise (Warren's default). 0, or -EINVAL for a malformed one. */
 static int user_of(struct pss *p)
@@ -1309,7 +1297,7 @@ static int user_of(struct pss *p)
     long n;
 
     snprintf(p->envd->user, sizeof(p->envd->user), "root");
-    if (hdr_tok(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, a, sizeof(a)) <= 0)
+    if (http_hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, a, sizeof(a)) <= 0)
         return 0;
     if (strncasecmp(a, "Basic ", 6))
         return 0;
@@ -1397,7 +1385,7 @@ static int target(struct pss *p, const char *uri, char sbx[API_ID_MAX + 1], unsi
         char host[256];
         const char *dom = p->srv->cfg->port_domain;
 
-        if (!dom || !*dom || hdr_tok(p->wsi, WSI_TOKEN_HOST, host, sizeof(host)) <= 0)
+        if (!dom || !*dom || http_hdr(p->wsi, WSI_TOKEN_HOST, host, sizeof(host)) <= 0)
             return 0;
         memset(&h, 0, sizeof(h));
         h.target = (struct ports_span){uri, strlen(uri)};
@@ -1496,13 +1484,13 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
             return 1;
         e->msg = json_pack("{s:s}", "path", e->path);
         if (e->m == M_FILES_POST) {
-            if (hdr_tok(p->wsi, WSI_TOKEN_HTTP_CONTENT_ENCODING, v, sizeof(v)) != 0 &&
+            if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_ENCODING, v, sizeof(v)) != 0 &&
                 strcasecmp(v, "identity")) {
                 fail(p, CONNECT_UNIMPLEMENTED,
                      "Content-Encoding is not accepted here: send the file uncompressed");
                 return 1;
             }
-            if (hdr_tok(p->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, ct, sizeof(ct)) > 0 &&
+            if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, ct, sizeof(ct)) > 0 &&
                 !strncasecmp(ct, "multipart/", 10)) {
                 if (!(p->mp = malloc(sizeof(*p->mp)))) {
                     fail(p, CONNECT_INTERNAL, "out of memory");
@@ -1550,7 +1538,7 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     }
     /* the stream framing must be what the call is (a unary call with connect+json, or
      * a stream with plain JSON, would be read wrong) */
-    if (hdr_tok(p->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, ct, sizeof(ct)) <= 0 ||
+    if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, ct, sizeof(ct)) <= 0 ||
         strncasecmp(ct, rpcs[i].stream ? ENVD_CTYPE : "application/json",
                     strlen(rpcs[i].stream ? ENVD_CTYPE : "application/json"))) {
         p->close_after = true;

@@ -207,6 +207,8 @@ void req_complete(struct pss *p);
 void resp_want_write(struct pss *p);
 /* A JSON answer with status. Steals body. Ignored if an answer is already under way. */
 void resp_json(struct pss *p, int status, json_t *body);
+/* Copy a header into buf; 0 if absent, its length, or -1 if longer than cap - 1. */
+int http_hdr(struct lws *wsi, enum lws_token_indexes t, char *buf, int cap);
 /* An answer without a body (204): Content-Length 0. Ignored if one is under way. */
 void resp_empty(struct pss *p, int status);
 /* An error answer from an api.h error, a sandbox-core error, or a status, code and message. */

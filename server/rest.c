@@ -306,8 +306,7 @@ void rest_req_end(struct pss *p)
     p->srv = NULL;
 }
 
-/* Copy a header; 0 if absent, its length, or -1 if longer than cap - 1. */
-static int hdr(struct lws *wsi, enum lws_token_indexes t, char *buf, int cap)
+int http_hdr(struct lws *wsi, enum lws_token_indexes t, char *buf, int cap)
 {
     int n = lws_hdr_total_length(wsi, t);
 
@@ -590,7 +589,7 @@ static void list_answer(struct pss *p, int rc, json_t *out, const struct sbx_err
         if (len && (size_t)n + (size_t)len < sizeof(path))
             memcpy(path + n, q, (size_t)len + 1);
     }
-    if (n <= 0 || hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, auth, sizeof(auth)) < 0) {
+    if (n <= 0 || http_hdr(p->wsi, WSI_TOKEN_HTTP_AUTHORIZATION, auth, sizeof(auth)) < 0) {
         json_decref(out);
         resp_code(p, 400, "bad_request", "request line or Authorization too long to pass on");
         return;
@@ -978,7 +977,7 @@ static void h_templates(struct pss *p, json_t *args)
 static int content_length(struct lws *wsi, uint64_t *cl)
 {
     char b[32], *end;
-    int n = hdr(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, b, sizeof(b));
+    int n = http_hdr(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, b, sizeof(b));
 
     *cl = 0;
     if (n == 0)
@@ -996,7 +995,7 @@ static int content_length(struct lws *wsi, uint64_t *cl)
 static int transfer_encoding(struct pss *p, int has_cl)
 {
     char te[64];
-    int n = hdr(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING, te, sizeof(te));
+    int n = http_hdr(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING, te, sizeof(te));
 
     if (n == 0 && !lws_hdr_total_length(p->wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING))
         return 0;
@@ -1047,7 +1046,7 @@ static bool expects_continue(struct pss *p)
 {
     char b[32];
 
-    return !p->http10 && hdr(p->wsi, WSI_TOKEN_HTTP_EXPECT, b, sizeof(b)) > 0 &&
+    return !p->http10 && http_hdr(p->wsi, WSI_TOKEN_HTTP_EXPECT, b, sizeof(b)) > 0 &&
            strcasecmp(b, "100-continue") == 0;
 }
 
@@ -1219,7 +1218,7 @@ static int port_redirect(struct pss *p, const char *uri)
 
     memset(&h, 0, sizeof(h));
     h.target = (struct ports_span){uri, strlen(uri)};
-    if (hdr(p->wsi, WSI_TOKEN_HOST, host, sizeof(host)) > 0)
+    if (http_hdr(p->wsi, WSI_TOKEN_HOST, host, sizeof(host)) > 0)
         h.host = (struct ports_span){host, strlen(host)};
     if (!h.target.n || ports_route(&h, p->srv->cfg->port_domain, &d) == PORTS_NOT)
         return 0;
@@ -1331,7 +1330,7 @@ void rest_request(struct pss *p, const char *uri)
      * than special-case it, any such answer ends the connection. */
     if (p->method == API_OTHER)
         p->close_after = true;
-    p->http10 = hdr(p->wsi, WSI_TOKEN_HTTP, ver, sizeof(ver)) > 0 && !strcmp(ver, "HTTP/1.0");
+    p->http10 = http_hdr(p->wsi, WSI_TOKEN_HTTP, ver, sizeof(ver)) > 0 && !strcmp(ver, "HTTP/1.0");
     has_cl = content_length(p->wsi, &cl);
     /* A body is coming if a length says so, or (to lws) for any POST/PUT without one. */
     p->body_done = has_cl > 0 ? cl == 0 : !(p->method & (API_POST | API_PUT | API_PATCH));
@@ -1411,7 +1410,7 @@ void rest_request(struct pss *p, const char *uri)
     }
     if (v->flags & API_VF_NDJSON) {
         char accept[256];
-        p->ndjson = hdr(p->wsi, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept)) > 0 &&
+        p->ndjson = http_hdr(p->wsi, WSI_TOKEN_HTTP_ACCEPT, accept, sizeof(accept)) > 0 &&
                     api_wants_ndjson(accept);
     }
     if (v->body == API_BODY_JSON) {
