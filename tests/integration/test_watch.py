@@ -228,9 +228,15 @@ class WatchTest(WarrenCase):
                          "watch_not_found")
         self.assertError(self.w.request("GET", "/v1/sandboxes/nosuch/files/watch?path=/tmp"),
                          404, "sandbox_not_found")
-        # The failed watches left no process running.
-        running = [p for p in self.procs().values()
-                   if p["running"] and (p["tag"] or "").startswith("watch:")]
+        # The failed watches leave no process running (each exits after its error line:
+        # the process list may show it a moment longer).
+        deadline = time.time() + 15
+        while True:
+            running = [p for p in self.procs().values()
+                       if p["running"] and (p["tag"] or "").startswith("watch:")]
+            if not running or time.time() > deadline:
+                break
+            time.sleep(0.2)
         self.assertEqual(running, [])
 
     def test_cap(self):
