@@ -1330,8 +1330,9 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
              get_uint(req->ttl_s, "ttl_seconds", c->default_ttl_s, 1, c->max_ttl_s, &ttl, err)) ||
         (status = get_uint(req->idle_s, "idle_timeout_seconds", c->default_idle_s, 0, c->max_ttl_s,
                            &idle, err)) ||
-        (!snap_id && (status = get_uint(req->memory_mb, "memory_mb", cfg_template_memory_mb(c, tmpl),
-                                        c->min_memory_mb, c->max_memory_mb, &mem, err))) ||
+        (!snap_id &&
+         (status = get_uint(req->memory_mb, "memory_mb", cfg_template_memory_mb(c, tmpl),
+                            c->min_memory_mb, c->max_memory_mb, &mem, err))) ||
         (!snap_id &&
          (status = get_uint(req->vcpus, "vcpus", c->default_vcpus, 1, c->max_vcpus, &vcpus, err))))
         return status;

@@ -673,14 +673,13 @@ int http_ws_sandbox_open(struct http_server *srv, const char *sbx, struct api_er
     struct sbx_rec rec;
 
     if (sbx_get(srv->t, sbx, &rec, &err)) {
-        *e = (struct api_err){.status = api_status_of(err.code),
-                              .code = sbx_err_name(err.code)};
+        *e = (struct api_err){.status = api_status_of(err.code), .code = sbx_err_name(err.code)};
         snprintf(e->msg, sizeof(e->msg), "%.200s", err.msg);
         return -1;
     }
     if (rec.ended) {
-        *e = (struct api_err){.status = api_status_of(SBX_E_GONE),
-                              .code = sbx_err_name(SBX_E_GONE)};
+        *e =
+            (struct api_err){.status = api_status_of(SBX_E_GONE), .code = sbx_err_name(SBX_E_GONE)};
         snprintf(e->msg, sizeof(e->msg), "sandbox %s has ended", sbx);
         return -1;
     }
