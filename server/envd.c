@@ -1139,14 +1139,7 @@ static void e_head(void *user, uint64_t size)
     if (!p->envd || p->envd->m != M_FILES_GET || !http_phase_op_live(p->phase) ||
         p->kind != RESP_NONE)
         return;
-    if (p->phase == HP_OP)
-        req_phase(p, HP_STREAM);
-    p->status = 200;
-    p->kind = RESP_DOWNLOAD;
-    p->clen = size;
-    p->chunked = false;
-    resp_stall_arm(p, false);
-    resp_want_write(p);
+    resp_download_begin(p, size);
 }
 
 static void e_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)

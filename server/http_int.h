@@ -209,6 +209,8 @@ void resp_want_write(struct pss *p);
 void resp_json(struct pss *p, int status, json_t *body);
 /* Copy a header into buf; 0 if absent, its length, or -1 if longer than cap - 1. */
 int http_hdr(struct lws *wsi, enum lws_token_indexes t, char *buf, int cap);
+/* A download's answer: 200, octet-stream, Content-Length size; the op streams on. */
+void resp_download_begin(struct pss *p, uint64_t size);
 /* An answer without a body (204): Content-Length 0. Ignored if one is under way. */
 void resp_empty(struct pss *p, int status);
 /* An error answer from an api.h error, a sandbox-core error, or a status, code and message. */

@@ -570,3 +570,15 @@ int resp_writeable(struct pss *p)
         return write_headers(p);
     return write_body(p);
 }
+
+void resp_download_begin(struct pss *p, uint64_t size)
+{
+    if (p->phase == HP_OP)
+        req_phase(p, HP_STREAM);
+    p->status = 200;
+    p->kind = RESP_DOWNLOAD;
+    p->clen = size;
+    p->chunked = false;
+    resp_stall_arm(p, false);
+    resp_want_write(p);
+}

@@ -137,14 +137,7 @@ static void sink_head(void *user, uint64_t size)
 
     if (!http_phase_op_live(p->phase) || p->kind != RESP_NONE || !(verb_flags(p) & API_VF_DOWNLOAD))
         return;
-    if (p->phase == HP_OP)
-        req_phase(p, HP_STREAM);
-    p->status = 200;
-    p->kind = RESP_DOWNLOAD;
-    p->clen = size;
-    p->chunked = false;
-    resp_stall_arm(p, false);
-    resp_want_write(p);
+    resp_download_begin(p, size);
 }
 
 static void sink_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)
