@@ -27,6 +27,7 @@
   var ACK_BATCH = 65536;    /* acknowledge at once past this many bytes... */
   var ACK_DELAY_MS = 10;    /* ...else after this long */
   var RETRY_MIN_MS = 250, RETRY_MAX_MS = 5000;
+  var HELD_MAX = 65536;     /* keystrokes kept while (re)connecting, sent once open */
 
   var params = new URLSearchParams(location.search);
   var parts = location.pathname.split('/');
@@ -55,6 +56,10 @@
   var finished = false; /* the process exited, or the server refused us for good */
   var ackPending = 0, ackTimer = null;
   var drawing = 0; /* bytes handed to xterm.js whose write callback has not run yet */
+  /* Input typed while the socket is down (a restart of warrend, a network blip): sent in
+   * order once it opens again, so no keystroke is lost; past HELD_MAX the rest is dropped
+   * and the page says so. */
+  var held = [], heldBytes = 0, heldDropped = 0;
 
   function setStatus(s, text) {
     state = s;
@@ -109,8 +114,30 @@
   }
 
   function sendInput(bytes) {
+    if (finished)
+      return;
+    if (!ws || ws.readyState !== WebSocket.OPEN || held.length) {
+      var room = HELD_MAX - heldBytes, keep = bytes.length < room ? bytes.length : room;
+      if (keep > 0) {
+        held.push(bytes.slice(0, keep));
+        heldBytes += keep;
+      }
+      heldDropped += bytes.length - keep;
+      return;
+    }
     for (var i = 0; i < bytes.length; i += INPUT_MAX)
       send(OP_INPUT, bytes.subarray(i, i + INPUT_MAX));
+  }
+
+  function flushHeld() {
+    var h = held;
+    held = [];
+    heldBytes = 0;
+    if (heldDropped) {
+      note('dropped ' + heldDropped + ' bytes typed while reconnecting');
+      heldDropped = 0;
+    }
+    h.forEach(sendInput);
   }
 
   term.onData(function (s) { sendInput(enc.encode(s)); });
@@ -260,6 +287,7 @@
       retries = 0;
       opened = true;
       setStatus('open');
+      flushHeld();
     };
     ws.onmessage = function (ev) {
       if (g !== gen || !(ev.data instanceof ArrayBuffer))
@@ -304,6 +332,7 @@
     get offset() { return next; },
     get state() { return state; },
     get drawing() { return drawing; },
+    get held() { return heldBytes; },
     text: function () {
       var buf = term.buffer.active, lines = [];
       for (var i = 0; i < buf.length; i++)

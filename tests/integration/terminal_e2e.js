@@ -9,7 +9,7 @@
  *
  * Requests:
  *   {"cmd":"open","url":U,"headers":{...},"width":W,"height":H}  a new page at U
- *   {"cmd":"info"}      {state, pid, offset, drawing, cols, rows, url} of the terminal
+ *   {"cmd":"info"}      {state, pid, offset, drawing, held, cols, rows, url} of the terminal
  *   {"cmd":"text"}      the terminal's whole buffer as text
  *   {"cmd":"type","text":T}   keystrokes (\n is Enter)
  *   {"cmd":"press","key":K}   one key, e.g. "Control+C"
@@ -62,8 +62,8 @@ const handlers = {
   open,
   info: () => page.evaluate(() => {
     const t = window.warrenTerminal;
-    return { state: t.state, pid: t.pid, offset: t.offset, drawing: t.drawing, cols: t.term.cols,
-             rows: t.term.rows, url: location.href };
+    return { state: t.state, pid: t.pid, offset: t.offset, drawing: t.drawing, held: t.held,
+             cols: t.term.cols, rows: t.term.rows, url: location.href };
   }),
   text: () => page.evaluate(() => window.warrenTerminal.text()),
   type: async (r) => {

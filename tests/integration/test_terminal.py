@@ -331,12 +331,23 @@ class TestTerminalRestart(BrowserCase):
         self.wait_text(r"(?m)^c=%d$" % (last + 100), timeout=300)
         self.assertEqual(self.browser.call("info")["state"], "open")
         self.browser.call("press", key="Control+C")
+        self.wait_text(r"\^C")  # the key reached the PTY (its line discipline echoes it)
         self.browser.call("type", text="echo again=$$\n")
         self.assertEqual(self.wait_text(r"again=(\d+)")[0], shell)
         # The counter's lines, joined across the restart: no gap, no repeat.
         nums = [int(x) for x in re.findall(r"(?m)^c=(\d+)$", self.browser.call("text"))]
         self.assertGreater(len(nums), last + 100)
         self.assertEqual(nums, list(range(len(nums))))
+
+        # Keys typed while warrend is down are held by the page and sent, in order, once
+        # the socket opens again: none is lost to the restart.
+        self.w.kill9()
+        self.wait_info(lambda i: i["state"] != "open")
+        self.browser.call("type", text="echo held=$((6*7))\n")
+        self.assertGreater(self.browser.call("info")["held"], 0)
+        self.w.start()
+        self.assertEqual(self.wait_text(r"held=(\d+)")[0], "42")
+        self.assertEqual(self.browser.call("info")["held"], 0)
 
 
 if __name__ == "__main__":
