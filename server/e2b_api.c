@@ -12,7 +12,9 @@
  * strptime and timegm come with the build's _GNU_SOURCE.
  */
 #include "e2b_api.h"
+#include <ctype.h>
 #include "cred.h"
+#include "fanout.h"
 #include "http_int.h"
 #include "sbx_json.h"
 #include "sbx_snap.h"
@@ -573,14 +575,132 @@ static bool state_wanted(const char *filter, const char *st)
     return false;
 }
 
+/* The list's answer from every host's REST records (sandboxes: an array): E2B's items,
+ * in id order, then one page of them (v2) or all running ones. */
+static void list_finish(struct pss *p, json_t *sandboxes, json_t *args, bool v2)
+{
+    const char *sq = json_string_value(json_object_get(args, "state"));
+    json_t *items = json_array(), *rec;
+    size_t i;
+
+    json_array_foreach(sandboxes, i, rec)
+    {
+        json_t *o = rec_info(p, rec, false);
+        const char *st = json_string_value(json_object_get(o, "state"));
+        if (o && state_wanted(v2 ? sq : "running", st))
+            json_array_append(items, o);
+        json_decref(o);
+    }
+    if (!items || sort_items(items, by_sandbox)) {
+        json_decref(items);
+        fail(p, 500, "out of memory");
+        return;
+    }
+    if (!v2) {
+        answer(p, 200, items);
+        return;
+    }
+    page(p, items, args, "sandboxID");
+}
+
+/* The peers' REST lists are in: they join this host's. A peer that did not answer is
+ * named in X-Warren-Partial (E2B's list is a bare array: the header is the one place to
+ * say it), never left out in silence. The ids sort the same on every host, so a page's
+ * token (the last id given) stays valid whichever host the next request reaches. */
+static void list_fan_done(void *user, const struct fanout_result *r, unsigned n)
+{
+    struct pss *p = user;
+    json_t *held = p->fan_local, *arr = json_object_get(held, "sandboxes");
+    char missing[FANOUT_PEERS_MAX * (FANOUT_NAME_MAX + 1) + 1] = "";
+    size_t mlen = 0;
+
+    p->fan = NULL;
+    p->fan_local = NULL;
+    for (unsigned i = 0; i < n; i++) {
+        bool ok = r[i].ok;
+        if (ok) {
+            json_t *j = json_loadb(r[i].body, r[i].len, 0, NULL);
+            json_t *theirs = json_object_get(j, "sandboxes");
+            if ((ok = json_is_array(theirs)))
+                json_array_extend(arr, theirs);
+            json_decref(j);
+        }
+        if (!ok)
+            mlen += (size_t)snprintf(missing + mlen, sizeof(missing) - mlen, "%s%s",
+                                     mlen ? "," : "", r[i].name);
+    }
+    if (mlen && !(p->xpartial = strdup(missing))) {
+        json_decref(held);
+        fail(p, 500, "out of memory");
+        return;
+    }
+    list_finish(p, arr, json_object_get(held, "args"), json_is_true(json_object_get(held, "v2")));
+    json_decref(held);
+}
+
+/* Append s percent-encoded (all but RFC 3986's unreserved characters) at q[*len]. */
+static int pct_put(char *q, size_t cap, size_t *len, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        bool plain = isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~';
+        if (*len + (plain ? 1 : 3) >= cap)
+            return -1;
+        if (plain) {
+            q[(*len)++] = (char)c;
+        } else {
+            q[(*len)++] = '%';
+            q[(*len)++] = hex[c >> 4];
+            q[(*len)++] = hex[c & 15];
+        }
+    }
+    q[*len] = 0;
+    return 0;
+}
+
+/* Ask every peer for its own sandboxes whose metadata holds meta (REST's
+ * metadata.K=V filter), with the fleet's key: 0 (list_fan_done answers), or -1. */
+static int list_fan_start(struct pss *p, json_t *meta, json_t *local, json_t *args, bool v2)
+{
+    char path[4096], auth[600];
+    size_t len = strlen("/v1/sandboxes");
+    const char *k;
+    json_t *v;
+
+    memcpy(path, "/v1/sandboxes", len + 1);
+    json_object_foreach(meta, k, v)
+    {
+        if (len + 11 >= sizeof(path))
+            return -1;
+        memcpy(path + len, len == 13 ? "?metadata." : "&metadata.", 11);
+        len += 10;
+        if (pct_put(path, sizeof(path), &len, k) || len + 2 >= sizeof(path))
+            return -1;
+        path[len++] = '=';
+        if (pct_put(path, sizeof(path), &len, json_string_value(v)))
+            return -1;
+    }
+    if ((size_t)snprintf(auth, sizeof(auth), "Bearer %s", p->srv->key) >= sizeof(auth) ||
+        !(p->fan_local = json_pack("{s:O, s:O, s:b}", "sandboxes", local, "args", args, "v2", v2)))
+        return -1;
+    if (fanout_start(p->srv->loop, p->srv->peers, path, auth, p->srv->cfg->peer_timeout_ms,
+                     p->srv->cfg->peer_answer_max_bytes, list_fan_done, p, &p->fan)) {
+        json_decref(p->fan_local);
+        p->fan_local = NULL;
+        return -1;
+    }
+    req_phase(p, HP_OP);
+    return 0;
+}
+
 static void do_list(struct pss *p, json_t *args, bool v2)
 {
     const char *mq = json_string_value(json_object_get(args, "metadata"));
     const char *sq = json_string_value(json_object_get(args, "state"));
-    json_t *meta = NULL, *all = NULL, *items;
+    json_t *meta = NULL, *all = NULL;
     struct sbx_err err;
-    size_t i;
-    json_t *rec;
 
     if (mq && e2b_metadata_filter(mq, &meta)) {
         fail(p, 400, "malformed metadata filter: k=v pairs joined by '&', form-encoded");
@@ -604,27 +724,20 @@ static void do_list(struct pss *p, json_t *args, bool v2)
         fail_sbx(p, &err);
         return;
     }
+    /* One of a fleet, asked by a client (a peer's own fan-out says X-Warren-Local): the
+     * list holds every host's sandboxes. */
+    if (fanout_peers_count(p->srv->peers) &&
+        lws_hdr_custom_length(p->wsi, "x-warren-local:", 15) < 0) {
+        int rc = list_fan_start(p, meta, json_object_get(all, "sandboxes"), args, v2);
+        json_decref(meta);
+        json_decref(all);
+        if (rc)
+            fail(p, 500, "cannot ask the peer hosts");
+        return;
+    }
     json_decref(meta);
-    items = json_array();
-    json_array_foreach(json_object_get(all, "sandboxes"), i, rec)
-    {
-        json_t *o = rec_info(p, rec, false);
-        const char *st = json_string_value(json_object_get(o, "state"));
-        if (o && state_wanted(v2 ? sq : "running", st))
-            json_array_append(items, o);
-        json_decref(o);
-    }
+    list_finish(p, json_object_get(all, "sandboxes"), args, v2);
     json_decref(all);
-    if (!items || sort_items(items, by_sandbox)) {
-        json_decref(items);
-        fail(p, 500, "out of memory");
-        return;
-    }
-    if (!v2) {
-        answer(p, 200, items);
-        return;
-    }
-    page(p, items, args, "sandboxID");
 }
 
 /* The sandbox of p->sbx as E2B shows it, or answered 404. *state its E2B state. */

@@ -621,6 +621,8 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
      * protocol: its WebSocket reasons go to jupyter_ws.c, its state in p->jws. */
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return p && jup_ws_route(wsi) ? jup_ws_cb(wsi, (int)reason, &p->jws, in, len) : -1;
+    case LWS_CALLBACK_ADD_HEADERS:
+        return p && p->jws ? http_ws_add_headers(wsi, in) : 0;
     case LWS_CALLBACK_ESTABLISHED:
     case LWS_CALLBACK_RECEIVE:
         return p && p->jws ? jup_ws_cb(wsi, (int)reason, &p->jws, in, len) : -1;
@@ -635,6 +637,22 @@ static int http_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
 }
 
 /* ----------------------------------------------- the WebSocket doors */
+
+int http_ws_add_headers(struct lws *wsi, void *in)
+{
+    const struct http_server *srv = lws_context_user(lws_get_context(wsi));
+    struct lws_process_html_args *a = in;
+    const char *h = srv ? srv->cfg->host_id : NULL;
+
+    /* lws reads back only a->p, moved past what was written. */
+    if (!h || !a)
+        return 0;
+    return lws_add_http_header_by_name(
+               wsi, (const unsigned char *)"x-warren-host:", (const unsigned char *)h,
+               (int)strlen(h), (unsigned char **)&a->p, (unsigned char *)a->p + a->max_len)
+               ? -1
+               : 0;
+}
 
 /* Written raw: at CONFIRM_UPGRADE lws has not recorded the request's version yet, so
  * its header helpers write "HTTP/1.0", which WebSocket clients (Python's websockets)

@@ -165,6 +165,7 @@ struct pss {
     unsigned e2b;
     long long e2b_timeout;
     char *xnext;    /* the x-next-token header (malloc'd), or NULL */
+    char *xpartial; /* X-Warren-Partial: the peers a fleet list lacks (malloc'd), or NULL */
     char *location; /* a Location header for the answer (malloc'd), or NULL */
 };
 
@@ -253,6 +254,10 @@ void http_conn_release(void *ud);
 /* Refuse an upgrade from HTTP_CONFIRM_UPGRADE with e as an ordinary JSON error answer
  * (HTTP/1.1, Connection: close), as REST answers it. Returns 1 (answered: lws completes
  * the transaction), or -1 to hang up when even that could not be written. */
+/* LWS_CALLBACK_ADD_HEADERS of a WebSocket handshake (in: lws_process_html_args): adds
+ * X-Warren-Host, as every HTTP answer has, so a client behind a fleet's proxy sees which
+ * host took its socket. 0, or -1 (no room). */
+int http_ws_add_headers(struct lws *wsi, void *in);
 int http_ws_refuse(struct lws *wsi, const struct api_err *e);
 /* A socket may open on sandbox sbx: it exists and has not ended or died. 0, or -1 with
  * *e (404 sandbox_not_found, 409 sandbox_ended, ...). */

@@ -477,6 +477,10 @@ static int write_headers(struct pss *p)
         r = lws_add_http_header_by_name(
             wsi, (const unsigned char *)"x-next-token:", (const unsigned char *)p->xnext,
             (int)strlen(p->xnext), &pp, end);
+    if (!r && p->xpartial)
+        r = lws_add_http_header_by_name(
+            wsi, (const unsigned char *)"x-warren-partial:", (const unsigned char *)p->xpartial,
+            (int)strlen(p->xpartial), &pp, end);
     if (!r && p->close_after)
         r = lws_add_http_header_by_token(wsi, WSI_TOKEN_CONNECTION, (const unsigned char *)"close",
                                          5, &pp, end);

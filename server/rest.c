@@ -289,6 +289,8 @@ void rest_req_end(struct pss *p)
     watch_req_free(p);
     free(p->xnext);
     p->xnext = NULL;
+    free(p->xpartial);
+    p->xpartial = NULL;
     free(p->body);
     p->body = NULL;
     json_decref(p->held);

@@ -831,6 +831,8 @@ static int ws_pty_cb(struct lws *wsi, enum lws_callback_reasons reason, void *us
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return w ? on_filter(w, srv, wsi) : -1;
+    case LWS_CALLBACK_ADD_HEADERS:
+        return http_ws_add_headers(wsi, in);
     case LWS_CALLBACK_ESTABLISHED:
         if (!w || !w->srv)
             return -1;

@@ -1278,6 +1278,8 @@ static int sess_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user
                                                 sizeof(struct vhd)))
             return -1;
         return 0;
+    case LWS_CALLBACK_ADD_HEADERS:
+        return http_ws_add_headers(wsi, in);
     case LWS_CALLBACK_ESTABLISHED: {
         char uri[512];
         struct vhd *v = vhd_of(wsi);

@@ -33,6 +33,10 @@ class RawWs:
             self._more()
         head, self.buf = self.buf.split(b"\r\n\r\n", 1)
         self.status_line = head.split(b"\r\n", 1)[0].decode()
+        self.headers = {}
+        for line in head.decode("latin-1").split("\r\n")[1:]:
+            k, _, v = line.partition(":")
+            self.headers[k.strip().lower()] = v.strip()
         self.status = int(self.status_line.split()[1])
 
     def _more(self):

@@ -14,6 +14,7 @@ import unittest
 
 import fleet
 import warren
+from rawws import RawWs
 
 CHI2_DF2_P001 = 13.82  # chi-square, 2 degrees of freedom, p = 0.001
 
@@ -115,6 +116,70 @@ class FleetTest(unittest.TestCase):
         # Empty again: every host's agent check says so, and HAProxy has the weights.
         self.f.wait_servers(lambda s: all(w >= 99 for _, w in s.values()))
 
+    def test_1b_doors_reach_the_owner(self):
+        """E2B's control plane and envd, the PTY and agent sockets, through HAProxy: each
+        reaches the host in the id; E2B's list spans the hosts and its pages chain on
+        whichever host the next request lands."""
+        e2b = {"X-API-KEY": self.f.key}
+        made = []
+        for _ in range(4):
+            r = self.f.request("POST", "/sandboxes", {"templateID": "minimal", "timeout": 600},
+                               headers=e2b, auth=False)
+            self.assertEqual(r.status, 201, f"{r}\n{self.f.haproxy_text()}")
+            sid = r.json()["sandboxID"]
+            self.assertEqual(hdr(r, "X-Warren-Host"), fleet.host_of(sid))
+            made.append((sid, r.json()["envdAccessToken"]))
+        try:
+            self.assertGreater(len({fleet.host_of(s) for s, _ in made}), 1, made)
+            for sid, tok in made:
+                # envd, routed by E2b-Sandbox-Id: a file written with a command, read back.
+                h = dict(e2b, **{"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983",
+                                 "X-Access-Token": tok})
+                r = self.f.request("POST", f"/v1/sandboxes/{sid}/exec",
+                                   {"cmd": f"echo {sid} > /tmp/who"})
+                self.assertEqual(r.status, 200, r)
+                r = self.f.request("GET", "/files?path=%2Ftmp%2Fwho", headers=h, auth=False)
+                self.assertEqual((r.status, r.body), (200, f"{sid}\n".encode()), r)
+                self.assertEqual(hdr(r, "X-Warren-Host"), fleet.host_of(sid))
+                r = self.f.request("GET", f"/sandboxes/{sid}", headers=e2b, auth=False)
+                self.assertEqual((r.status, r.json()["sandboxID"]), (200, sid), r)
+
+            # E2B's list, a page of one at a time: every sandbox once, across the hosts.
+            seen, token = [], None
+            for _ in range(50):
+                q = "?limit=1" + (f"&nextToken={token}" if token else "")
+                r = self.f.request("GET", "/v2/sandboxes" + q, headers=e2b, auth=False)
+                self.assertEqual(r.status, 200, r)
+                self.assertIsNone(hdr(r, "X-Warren-Partial"), r.headers)
+                seen += [it["sandboxID"] for it in r.json()]
+                token = hdr(r, "x-next-token")
+                if not token:
+                    break
+            self.assertEqual(len(seen), len(set(seen)), seen)
+            self.assertEqual(seen, sorted(seen))
+            self.assertTrue({s for s, _ in made} <= set(seen), (made, seen))
+
+            # The PTY and agent sockets upgrade on the owning host.
+            for sid, _ in made[:2]:
+                c = RawWs(self.f, f"/v1/sandboxes/{sid}/pty?cmd=echo%20pty-$((6*7))",
+                          "warren.pty.v1")
+                self.assertEqual(c.status, 101, c.status_line)
+                self.assertEqual(c.headers.get("x-warren-host"), fleet.host_of(sid))
+                out = b""
+                while b"pty-42" not in out:
+                    op, payload = c.recv_frame()
+                    self.assertNotEqual(op, 0x8, (payload, out))
+                    if op == 0x2 and payload[:1] == b"\x10":
+                        out += payload[9:]
+                c.close()
+                c = RawWs(self.f, f"/v1/sandboxes/{sid}/session", "warren.session.v1")
+                self.assertEqual(c.status, 101, c.status_line)
+                self.assertEqual(c.headers.get("x-warren-host"), fleet.host_of(sid))
+                c.close()
+        finally:
+            for sid, _ in made:
+                self.f.request("DELETE", f"/sandboxes/{sid}", headers=e2b, auth=False)
+
     def test_2_drain(self):
         h1 = self.f.hosts[1]
         flag = os.path.join(h1.state_dir, "drain")
@@ -170,6 +235,9 @@ class FleetTest(unittest.TestCase):
         self.assertEqual(r.status, 200)
         self.assertIs(r.json()["partial"], True)
         self.assertEqual([u["host"] for u in r.json()["unreachable"]], ["h0"])
+        # E2B's list is a bare array: a header names the host it lacks.
+        r = self.f.request("GET", "/v2/sandboxes", headers={"X-API-KEY": self.f.key}, auth=False)
+        self.assertEqual((r.status, hdr(r, "X-Warren-Partial")), (200, "h0"), r.headers)
 
         # Back: it re-adopts its live VM, and the proxy sends it traffic again.
         h0.start()
