@@ -55,6 +55,9 @@ enum envd_m {
     M_LISTDIR,
     M_REMOVE,
     M_WATCH,
+    M_WATCHER_NEW,
+    M_WATCHER_GET,
+    M_WATCHER_DEL,
     M_UNIMPLEMENTED,
     M_FILES_GET,
     M_FILES_POST,
@@ -79,11 +82,11 @@ static const struct {
     {"/filesystem.Filesystem/ListDir", M_LISTDIR, false},
     {"/filesystem.Filesystem/Remove", M_REMOVE, false},
     {"/filesystem.Filesystem/WatchDir", M_WATCH, true},
-    /* The polling watchers need state per watcher between calls that no stream
-     * holds: not served (WatchDir is). */
-    {"/filesystem.Filesystem/CreateWatcher", M_UNIMPLEMENTED, false},
-    {"/filesystem.Filesystem/GetWatcherEvents", M_UNIMPLEMENTED, false},
-    {"/filesystem.Filesystem/RemoveWatcher", M_UNIMPLEMENTED, false},
+    /* The polling watchers (E2B's Python SDK): a watch whose reader's offset this
+     * server keeps between calls (struct envd_watcher). */
+    {"/filesystem.Filesystem/CreateWatcher", M_WATCHER_NEW, false},
+    {"/filesystem.Filesystem/GetWatcherEvents", M_WATCHER_GET, false},
+    {"/filesystem.Filesystem/RemoveWatcher", M_WATCHER_DEL, false},
 };
 
 struct envd_req {
@@ -111,9 +114,25 @@ struct envd_req {
     uint32_t watch_pid;
     bool watch_ready, watch_over, ev_init;
     struct watch_ev ev;
+    /* GetWatcherEvents: the events read so far, and the offset after the last one */
+    json_t *events;
+    uint64_t events_end;
+};
+
+/* A polling watcher: the watch process pid in sandbox sbx, read up to off. Its id is the
+ * pid in decimal. There are at most watch_max_per_sbx per live sandbox: those of ended
+ * sandboxes are dropped at the next CreateWatcher. */
+struct envd_watcher {
+    struct envd_watcher *next;
+    char sbx[API_ID_MAX + 1];
+    uint32_t pid;
+    uint64_t off;
 };
 
 static const struct sbx_sink envd_sink;
+static struct envd_watcher *watcher_of(struct pss *p, const json_t *msg);
+static struct envd_watcher *watcher_find(struct http_server *srv, const char *sbx, uint32_t pid);
+static void watcher_drop(struct http_server *srv, struct envd_watcher *w);
 
 /* ------------------------------------------------------------ errors */
 
@@ -702,7 +721,37 @@ static void run_call(struct pss *p)
                 &err);
         return;
     }
+    case M_WATCHER_GET:
+    case M_WATCHER_DEL: {
+        struct envd_watcher *w = watcher_of(p, msg);
+        if (!w)
+            return;
+        e->watch_pid = w->pid;
+        e->watch_over = true; /* the watch outlives this call (RemoveWatcher stops it) */
+        if (e->m == M_WATCHER_DEL) {
+            watcher_drop(p->srv, w);
+            e->step = 0;
+            memset(&e->ctl, 0, sizeof(e->ctl));
+            e->ctl.sig = 15;
+            started(p, core_ctl(p, e->watch_pid, &e->ctl, &err), &err);
+            return;
+        }
+        if (!(e->events = json_array()) ||
+            watch_ev_init(&e->ev, p->srv->cfg->watch_line_max, w->off)) {
+            fail(p, CONNECT_INTERNAL, "out of memory");
+            return;
+        }
+        e->ev_init = true;
+        e->events_end = w->off;
+        e->step = 0;
+        started(
+            p,
+            sbx_proc_output(p->srv->t, p->sbx, w->pid, w->off, false, &envd_sink, p, &p->op, &err),
+            &err);
+        return;
+    }
     case M_WATCH:
+    case M_WATCHER_NEW:
         if (resolve_path(p, json_string_value(json_object_get(msg, "path")), e->path))
             return;
         /* count the watches running first: they are capped per sandbox */
@@ -900,7 +949,39 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         unary_ok(p, json_pack("{s:o}", "entry", entry_of(body)));
         json_decref(body);
         return;
+    case M_WATCHER_GET:
+        if (err && (err->code == SBX_E_PROCESS_NOT_FOUND || err->code == SBX_E_BAD_OFFSET)) {
+            /* the watch is gone (its process, or its output) */
+            struct envd_watcher *w = watcher_find(p->srv, p->sbx, e->watch_pid);
+            if (w)
+                watcher_drop(p->srv, w);
+            json_decref(body);
+            fail(p, CONNECT_NOT_FOUND, "watcher %" PRIu32 " has ended", e->watch_pid);
+            return;
+        }
+        if (err)
+            break;
+        {
+            struct envd_watcher *w = watcher_find(p->srv, p->sbx, e->watch_pid);
+            bool ended = json_is_string(json_object_get(body, "type")) &&
+                         !strcmp(json_string_value(json_object_get(body, "type")), "exit");
+            if (w && ended)
+                watcher_drop(p->srv, w); /* this answer has its last events */
+            else if (w)
+                w->off = e->events_end;
+        }
+        json_decref(body);
+        unary_ok(p, json_pack("{s:O}", "events", e->events));
+        return;
+    case M_WATCHER_DEL:
+        /* the watcher is forgotten already; its process may have ended by itself */
+        if (err && err->code != SBX_E_PROCESS_NOT_FOUND)
+            break;
+        json_decref(body);
+        unary_ok(p, json_object());
+        return;
     case M_WATCH:
+    case M_WATCHER_NEW:
         if (err)
             break;
         if (e->step == 0) {
@@ -942,7 +1023,9 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         /* the watch's process ended: so does the stream */
         json_decref(body);
         e->watch_over = true;
-        if (!e->watch_ready)
+        if (e->m == M_WATCHER_NEW)
+            fail(p, CONNECT_INTERNAL, "the watch ended before it started");
+        else if (!e->watch_ready)
             fail(p, CONNECT_INTERNAL, "the watch ended before it started");
         else
             stream_end(p, CONNECT_OK, NULL);
@@ -1033,7 +1116,85 @@ static const char *event_type(const char *t)
 
 static void fs_event(struct pss *p, const char *name, const char *type)
 {
-    stream_msg(p, json_pack("{s:{s:s, s:s}}", "filesystem", "name", name, "type", type));
+    if (p->envd->m == M_WATCHER_GET)
+        json_array_append_new(p->envd->events, json_pack("{s:s, s:s}", "name", name, "type", type));
+    else
+        stream_msg(p, json_pack("{s:{s:s, s:s}}", "filesystem", "name", name, "type", type));
+}
+
+/* ------------------------------------------------------------ polling watchers */
+
+static struct envd_watcher *watcher_find(struct http_server *srv, const char *sbx, uint32_t pid)
+{
+    for (struct envd_watcher *w = srv->watchers; w; w = w->next)
+        if (w->pid == pid && !strcmp(w->sbx, sbx))
+            return w;
+    return NULL;
+}
+
+static void watcher_drop(struct http_server *srv, struct envd_watcher *w)
+{
+    for (struct envd_watcher **pp = &srv->watchers; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            free(w);
+            return;
+        }
+}
+
+void envd_watchers_free(struct http_server *srv)
+{
+    while (srv->watchers) {
+        struct envd_watcher *w = srv->watchers;
+        srv->watchers = w->next;
+        free(w);
+    }
+}
+
+/* The watcher msg names ({"watcherId": "<pid>"}) in this sandbox, or answered (NULL). */
+static struct envd_watcher *watcher_of(struct pss *p, const json_t *msg)
+{
+    const char *id = json_string_value(json_object_get(msg, "watcherId"));
+    struct envd_watcher *w = NULL;
+    char *end;
+    unsigned long v;
+
+    if (!id || !*id || strlen(id) > 10 || *id < '1' || *id > '9') {
+        fail(p, CONNECT_INVALID_ARGUMENT, "watcherId must be the id CreateWatcher gave");
+        return NULL;
+    }
+    v = strtoul(id, &end, 10);
+    if (!*end && v <= UINT32_MAX)
+        w = watcher_find(p->srv, p->sbx, (uint32_t)v);
+    if (!w)
+        fail(p, CONNECT_NOT_FOUND, "no watcher %s in this sandbox", id);
+    return w;
+}
+
+/* The watch of a CreateWatcher is ready: it runs on after this call, its events read
+ * from off by GetWatcherEvents. Watchers of sandboxes that ended are dropped first. */
+static int watcher_add(struct pss *p, uint64_t off)
+{
+    struct envd_watcher **pp = &p->srv->watchers, *w;
+    struct sbx_rec rec;
+    struct sbx_err err;
+
+    while ((w = *pp)) {
+        if (strcmp(w->sbx, p->sbx) && sbx_get(p->srv->t, w->sbx, &rec, &err)) {
+            *pp = w->next;
+            free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+    if (!(w = calloc(1, sizeof(*w))))
+        return -1;
+    snprintf(w->sbx, sizeof(w->sbx), "%s", p->sbx);
+    w->pid = p->envd->watch_pid;
+    w->off = off;
+    w->next = p->srv->watchers;
+    p->srv->watchers = w;
+    return 0;
 }
 
 /* One checked line of the watch (watch_ev.h): E2B's frames. */
@@ -1047,7 +1208,25 @@ static int watch_event(void *user, json_t *ev)
 
     if (!type || !http_phase_op_live(p->phase))
         return 1;
-    if (!e->watch_ready) {
+    if (e->m == M_WATCHER_GET) {
+        /* stored on, in the answer, up to the end of the last line taken */
+        json_int_t end = json_integer_value(json_object_get(ev, "offset"));
+        if (end > 0 && (uint64_t)end > e->events_end)
+            e->events_end = (uint64_t)end;
+    } else if (e->m == M_WATCHER_NEW && !strcmp(type, "ready")) {
+        json_int_t end = json_integer_value(json_object_get(ev, "offset"));
+        char id[16];
+        sbx_op_cancel(p->srv->t, p->op);
+        if (watcher_add(p, end > 0 ? (uint64_t)end : 0)) {
+            fail(p, CONNECT_INTERNAL, "out of memory");
+            return 1;
+        }
+        e->watch_over = true; /* it outlives this call */
+        snprintf(id, sizeof(id), "%" PRIu32, e->watch_pid);
+        unary_ok(p, json_pack("{s:s}", "watcherId", id));
+        return 1;
+    }
+    if (e->m != M_WATCHER_GET && !e->watch_ready) {
         if (!strcmp(type, "error")) {
             const char *code = json_string_value(json_object_get(ev, "code"));
             const char *msg = json_string_value(json_object_get(ev, "message"));
@@ -1165,6 +1344,13 @@ static void e_data(void *user, int fd, uint64_t off, const void *ptr, size_t n)
             resp_q_grew(p, ob, take, n);
             p->dl_queued += take;
         }
+    } else if (e->m == M_WATCHER_NEW || e->m == M_WATCHER_GET) {
+        if (!e->ev_init)
+            return;
+        watch_ev_feed(&e->ev, off, ptr, n, watch_event, p);
+        if (http_phase_op_live(p->phase))
+            sbx_op_consumed(p->srv->t, p->op, n);
+        return;
     } else if (e->m == M_WATCH) {
         if (!e->ev_init)
             return;
@@ -1218,7 +1404,7 @@ static void e_lost(void *user, uint64_t off, uint64_t n)
 {
     struct pss *p = user;
 
-    if (p->envd && p->envd->m == M_WATCH && p->envd->ev_init)
+    if (p->envd && p->envd->ev_init)
         watch_ev_gap(&p->envd->ev, off + n);
     if (p->envd && n)
         LOG(LOG_DEBUG, "%s: envd stream of pid %u lost %" PRIu64 " bytes at %" PRIu64, p->sbx,
@@ -1628,6 +1814,7 @@ void envd_req_end(struct pss *p)
     if (e->ev_init)
         watch_ev_free(&e->ev);
     json_decref(e->msg);
+    json_decref(e->events);
     free(e->raw);
     free(e);
     p->envd = NULL;

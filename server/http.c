@@ -920,6 +920,7 @@ void http_stop(struct http_server *h)
     if (h->ctx)
         lws_context_destroy(h->ctx);
     fanout_peers_free(h->peers);
+    envd_watchers_free(h);
     if (h->accepted)
         conn_free(h->accepted);
     for (size_t i = 0; i < CLIENT_BUCKETS; i++) {

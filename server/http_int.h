@@ -191,9 +191,10 @@ struct http_server {
      * route it to the port proxy or to lws */
     int lfd;
     ev_io lw;
-    struct conn *pre;           /* connections whose first head is being read */
-    struct ports *ports;        /* the port proxy (ports.h) */
-    struct fanout_peers *peers; /* the fleet's other hosts, for lists (fanout.h) */
+    struct conn *pre;              /* connections whose first head is being read */
+    struct ports *ports;           /* the port proxy (ports.h) */
+    struct fanout_peers *peers;    /* the fleet's other hosts, for lists (fanout.h) */
+    struct envd_watcher *watchers; /* envd's polling watchers (envd.c) */
 };
 
 /* ---- resp.c: the response writer ---- */
@@ -319,6 +320,8 @@ void envd_body(struct pss *p);
 void envd_run(struct pss *p, json_t *args);
 /* The transaction is over: timers stopped, state freed. Idempotent. */
 void envd_req_end(struct pss *p);
+/* At the server's end: forget every polling watcher. */
+void envd_watchers_free(struct http_server *srv);
 
 /* ---- watch.c: file watches (a route's handlers, and the request's end) ---- */
 void watch_start(struct pss *p, json_t *args);

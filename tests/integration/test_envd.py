@@ -383,10 +383,11 @@ class EnvdTest(WarrenCase):
         st, body = self.unary("process.Process/Nope", {})
         self.assertEqual(st, 404, body)
         self.assertEqual(body["code"], "not_found")
-        # the polling watchers are said to be missing, not pretended
-        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp"})
-        self.assertEqual(st, 501, body)
-        self.assertEqual(body["code"], "unimplemented")
+        # a method not served is said to be missing, not pretended
+        s = self.stream("process.Process/StreamInput", {})
+        ev = s.events()
+        s.close()
+        self.assertEqual(ev[-1][1]["error"]["code"], "unimplemented", ev)
 
     def test_python_sdk_shapes(self):
         """The Python SDK's own requests (its e2b_connect client and httpx uploads, read
@@ -465,6 +466,52 @@ class EnvdTest(WarrenCase):
         ev = s.events()
         s.close()
         self.assertEqual(ev[-1][1]["error"]["code"], "not_found", ev)
+
+    def test_polling_watchers(self):
+        """The Python SDK's sync watch_dir: CreateWatcher, then GetWatcherEvents polled,
+        each event given once, then RemoveWatcher."""
+        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": "/tmp/pw"})
+        self.assertIn(st, (200, 409))
+        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/pw"})
+        self.assertEqual(st, 200, body)
+        wid = body["watcherId"]
+
+        def poll_until(want, limit=60):
+            got = []
+            deadline = time.time() + limit
+            while want not in got and time.time() < deadline:
+                st, body = self.unary("filesystem.Filesystem/GetWatcherEvents",
+                                      {"watcherId": wid})
+                self.assertEqual(st, 200, body)
+                got += body["events"]
+                time.sleep(0.3)
+            self.assertIn(want, got)
+            return got
+
+        created = {"name": "a.txt", "type": "EVENT_TYPE_CREATE"}
+        self.assertEqual(self.upload("/tmp/pw/a.txt", b"x", multipart=False)[0], 200)
+        self.assertEqual(poll_until(created).count(created), 1)
+        self.assertEqual(self.upload("/tmp/pw/b.txt", b"y", multipart=False)[0], 200)
+        got = poll_until({"name": "b.txt", "type": "EVENT_TYPE_CREATE"})
+        self.assertNotIn(created, got)  # given once: the server kept the reader's place
+
+        for bad, status in (("999999", 404), ("abc", 400), ("", 400)):
+            st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": bad})
+            self.assertEqual(st, status, (bad, body))
+        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/pw/none"})
+        self.assertEqual((st, body["code"]), (404, "not_found"), body)
+
+        st, body = self.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        self.assertEqual(st, 200, body)
+        st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual(st, 404, body)
+        deadline = time.time() + 60
+        while True:
+            r = self.w.request("GET", f"/v1/sandboxes/{self.sid}/processes/{wid}")
+            if r.status != 200 or not r.json()["running"] or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual((r.status, r.json()["running"]), (200, False), r)
 
     # ---------------------------------------------------------------- files
 
