@@ -195,6 +195,7 @@ json_t *sbx_json(const struct sandbox *sb)
             json_object_set_new(o, "network", n);
     }
     json_object_set_new(o, "persistent", json_boolean(sb->persistent));
+    json_object_set_new(o, "auto_pause", json_boolean(sb->auto_pause));
     json_object_set_new(o, "public_ports", public_ports_json(sb));
     if (sb->state == ST_PAUSED)
         json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
@@ -268,6 +269,7 @@ void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
                                           .max_connections = p->max_conns};
     }
     r->persistent = sb->persistent;
+    r->auto_pause = sb->auto_pause;
     r->public_ports = sb->public_ports;
     r->npublic = sb->npublic;
     r->paused = sb->state == ST_PAUSED;
@@ -306,6 +308,10 @@ int sbx_save(struct sandbox *sb)
         json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
     if (o && sb->persistent)
         json_object_set_new(o, "persistent", json_true());
+    if (o && sb->auto_pause) {
+        json_object_set_new(o, "auto_pause", json_true());
+        json_object_set_new(o, "ttl_s", json_integer(sb->ttl_s));
+    }
     if (o && sb->paused_ms)
         json_object_set_new(o, "paused_ms", json_integer(sb->paused_ms));
     s = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -1384,6 +1390,8 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
     }
     sb->keep_running = req->keep_running;
     sb->persistent = req->persistent;
+    sb->auto_pause = req->auto_pause;
+    sb->ttl_s = ttl;
     memcpy(sb->public_ports, pub, sizeof(pub));
     sb->npublic = npub;
     if (snap_id) {
@@ -1530,12 +1538,25 @@ int sbx_set_timeout(struct sbx_table *t, const char *id, int64_t ttl_s, struct s
         return status;
     sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
     sb->expires_mono = sbx_now_ms() + (int64_t)ttl * 1000;
+    sb->ttl_s = ttl;
     sbx_touch(sb);
     sbx_save(sb);
     return sbx_get(t, id, out, err);
 }
 
 /* ---- reaper ---- */
+
+/* The TTL of an auto_pause sandbox ran out: paused, as at a persistent one's idle
+ * timeout. Paused time does not count toward a TTL, so the one set here, its last TTL
+ * whole, starts when it is resumed. */
+static int ttl_pause(struct sandbox *sb, int64_t now)
+{
+    uint32_t ttl = sb->ttl_s ? sb->ttl_s : 1;
+
+    sb->expires_mono = now + (int64_t)ttl * 1000;
+    sb->expires_ms = sbx_wall_ms() + (int64_t)ttl * 1000;
+    return sbx_pause_idle(sb);
+}
 
 static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 {
@@ -1547,7 +1568,8 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
         if (sb->vmr && sb->vm_gone && sbx_state_final(sb->state))
             sbx_vm_reap(sb->vmr);
         if (sbx_state_expires(sb->state) && now >= sb->expires_mono) {
-            sandbox_end(sb, ST_ENDED, "ttl_expired");
+            if (!sb->auto_pause || ttl_pause(sb, now) != 0)
+                sandbox_end(sb, ST_ENDED, "ttl_expired");
         } else if (sbx_state_expires(sb->state) && sb->idle_s && sb->nops == 0 &&
                    now - sb->active_mono >= (int64_t)sb->idle_s * 1000) {
             /* persistent: paused (memory and disk kept, no VM) rather than ended. */
@@ -1647,6 +1669,10 @@ static int restore_one(void *ud, const char *key, size_t klen, const char *val, 
         if (sid && strlen(sid) < sizeof(sb->snap_id))
             snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", sid);
         sb->persistent = json_is_true(json_object_get(o, "persistent"));
+        sb->auto_pause = json_is_true(json_object_get(o, "auto_pause"));
+        if (json_integer_value(json_object_get(o, "ttl_s")) > 0 &&
+            json_integer_value(json_object_get(o, "ttl_s")) <= UINT32_MAX)
+            sb->ttl_s = (uint32_t)json_integer_value(json_object_get(o, "ttl_s"));
         sb->paused_ms = json_integer_value(json_object_get(o, "paused_ms")); /* absent: 0 */
         sb->paused_mono = sb->paused_ms ? wall_to_mono(sb->paused_ms) : 0;
     }

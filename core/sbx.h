@@ -87,7 +87,7 @@ struct sbx_rec {
     const struct sbx_kv *metadata;
     size_t nmetadata;
     const char *vm_id; /* NULL: none */
-    bool frozen, paged_out, keep_running, persistent;
+    bool frozen, paged_out, keep_running, persistent, auto_pause;
     bool has_network; /* false: networking is off */
     struct sbx_net_rec network;
     const uint16_t *public_ports;
@@ -243,6 +243,7 @@ struct sbx_create_req {
     const struct sbx_kv *metadata; /* nmetadata entries, shown and filtered on */
     size_t nmetadata;
     bool keep_running, persistent;
+    bool auto_pause;                   /* the TTL pauses it instead of ending it */
     const struct sbx_net_req *network; /* NULL: the default policy */
     const int64_t *public_ports;       /* npublic ports reachable without auth */
     size_t npublic;

@@ -161,6 +161,8 @@ struct sandbox {
     char vm_id[24];           /* its VM's id, as recorded ("" for none) */
     char snap_id[SBX_ID_CAP]; /* the snapshot it was restored from ("" for none); paused: its own */
     bool persistent;          /* create option: the idle timeout pauses it instead of ending it */
+    bool auto_pause;          /* create option: the TTL pauses it instead of ending it... */
+    uint32_t ttl_s;           /* ...and gives it this TTL (the last one set) again at resume */
     int64_t paused_ms, paused_mono; /* when it was paused (wall, monotonic); 0: not paused */
     struct sbx_vm *vmr;             /* its VM (bound by sbx_vm_bind), or NULL */
     struct vmm *vm;                 /* vmr->vmm, kept in step by sbx_vm_*: NULL when none */

@@ -427,10 +427,9 @@ static void do_create(struct pss *p, json_t *body)
     if (seconds_field(p, body, "timeout", &timeout) || strings_field(p, body, "metadata", &meta) ||
         strings_field(p, body, "envVars", &env))
         return;
-    if (json_is_true(json_object_get(body, "autoPause"))) {
-        fail(p, 400,
-             "autoPause is not supported: Warren pauses idle sandboxes instead "
-             "(persistent, docs/API.md)");
+    x = json_object_get(body, "autoPause");
+    if (x && !json_is_null(x) && !json_is_boolean(x)) {
+        fail(p, 400, "'autoPause' must be true or false");
         return;
     }
     x = json_object_get(body, "mcp");
@@ -449,6 +448,9 @@ static void do_create(struct pss *p, json_t *body)
         goto oom;
     /* E2B has no idle limit: only its timeout ends a sandbox. */
     json_object_set_new(w, "idle_timeout_seconds", json_integer(0));
+    /* autoPause: the timeout pauses it (connect brings it back) instead of killing it */
+    if (json_is_true(json_object_get(body, "autoPause")))
+        json_object_set_new(w, "auto_pause", json_true());
     if (timeout > 0)
         json_object_set_new(w, "ttl_seconds", json_integer(timeout));
     if (meta)

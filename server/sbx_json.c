@@ -141,11 +141,10 @@ void sbx_json_net_free(struct sbx_json_net *n)
 
 int sbx_json_create(json_t *body, struct sbx_json_create *out, struct sbx_err *err)
 {
-    static const char *const fields[] = {"template",    "ttl_seconds",  "idle_timeout_seconds",
-                                         "memory_mb",   "vcpus",        "env",
-                                         "metadata",    "keep_running", "network",
-                                         "snapshot_id", "persistent",   "public_ports",
-                                         NULL};
+    static const char *const fields[] = {
+        "template",   "ttl_seconds",  "idle_timeout_seconds", "memory_mb", "vcpus",
+        "env",        "metadata",     "keep_running",         "network",   "snapshot_id",
+        "persistent", "public_ports", "auto_pause",           NULL};
     struct sbx_create_req *r = &out->req;
     json_t *v;
     int status;
@@ -170,6 +169,9 @@ int sbx_json_create(json_t *body, struct sbx_json_create *out, struct sbx_err *e
     if ((v = json_object_get(body, "persistent")) && !json_is_boolean(v))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "persistent must be true or false");
     r->persistent = json_is_true(v);
+    if ((v = json_object_get(body, "auto_pause")) && !json_is_boolean(v))
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "auto_pause must be true or false");
+    r->auto_pause = json_is_true(v);
     v = json_object_get(body, "keep_running");
     if (v && !json_is_boolean(v) && !json_is_null(v))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "keep_running must be true or false");
@@ -393,6 +395,7 @@ json_t *sbx_json_rec(const struct sbx_rec *r)
             json_object_set_new(o, "network", n);
     }
     json_object_set_new(o, "persistent", json_boolean(r->persistent));
+    json_object_set_new(o, "auto_pause", json_boolean(r->auto_pause));
     for (size_t i = 0; ports && i < r->npublic; i++)
         json_array_append_new(ports, json_integer(r->public_ports[i]));
     json_object_set_new(o, "public_ports", ports);

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 import urllib.parse
 
@@ -99,7 +100,7 @@ class TestKey(E2BCase):
         self.assertE2BError(self.e2b("POST", "/sandboxes", {"templateID": "base", "timeout": -1}),
                             400)
         self.assertE2BError(self.e2b("POST", "/sandboxes", {"metadata": {"a": 1}}), 400)
-        self.assertE2BError(self.e2b("POST", "/sandboxes", {"autoPause": True}), 400)
+        self.assertE2BError(self.e2b("POST", "/sandboxes", {"autoPause": "yes"}), 400)
         r = self.e2b("POST", "/sandboxes", {"templateID": "no-such-template"})
         self.assertIn(r.status, (400, 404), r)
         # Warren's own routes keep their own shape
@@ -216,6 +217,27 @@ class TestPythonShapes(E2BCase):
         self.assertE2BError(self.e2b("GET", f"/sandboxes/{sid}"), 404)
         r = self.e2b("GET", "/v2/sandboxes")
         self.assertNotIn(sid, [x["sandboxID"] for x in r.json()])
+
+    def test_auto_pause(self):
+        """autoPause: the timeout pauses the sandbox instead of killing it; connect brings
+        it back, its files and processes as they were."""
+        s = self.create(timeout=5, autoPause=True)
+        sid = s["sandboxID"]
+        self.assertEqual(self.w.run(sid, "echo kept > /tmp/mark")["exit_code"], 0)
+        deadline = time.time() + 240
+        while self.e2b("GET", f"/sandboxes/{sid}").json().get("state") != "paused":
+            self.assertLess(time.time(), deadline, self.w.log_text())
+            time.sleep(0.5)
+        rec = self.w.request("GET", f"/v1/sandboxes/{sid}").json()
+        self.assertEqual((rec["state"], rec["auto_pause"]), ("paused", True), rec)
+        r = self.e2b("POST", f"/sandboxes/{sid}/connect", {"timeout": 600})
+        self.assertEqual(r.status, 201, f"{r}\n{self.w.log_text()}")
+        self.assertEqual(self.e2b("GET", f"/sandboxes/{sid}").json()["state"], "running")
+        self.assertEqual(self.w.run(sid, "cat /tmp/mark")["stdout"], "kept\n")
+        self.assertEqual(self.e2b("DELETE", f"/sandboxes/{sid}").status, 204)
+        # without it, the timeout ends the sandbox, as before
+        rec = self.w.request("GET", f"/v1/sandboxes/{self.create(timeout=3)['sandboxID']}").json()
+        self.assertIs(rec["auto_pause"], False)
 
     def test_template_alias(self):
         # code-interpreter-v1 is Warren's code-interpreter template (e2b_templates): made
