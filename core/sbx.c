@@ -1993,7 +1993,7 @@ int sbx_table_new(struct ev_loop *loop, const struct srv_config *cfg, struct sbx
     sbx_net_ahead_sweep(t);
     sbx_net_ahead_fill(t);
     /* After adoption: the groups of VMs that were not re-adopted go. */
-    if (t->jail && (r = vmm_jail_sweep(t->jail)) > 0)
+    if (t->jail && (r = vmm_jail_sweep(t->jail, t->cfg->state_dir)) > 0)
         LOG(LOG_INFO, "jail: removed %d stale cgroup(s)", r);
     /* After the sweep: the pool's VMs get records of their own from here on. */
     if ((r = pool_start(t)) != 0)

@@ -213,8 +213,11 @@ int vmm_jail_new(const struct vmm_jail_conf *c, struct vmm_jail **out, char *why
 /* Drop the owner's reference; VMs still holding one keep it alive. */
 void vmm_jail_free(struct vmm_jail *j);
 /* After every surviving VM was adopted: remove every VM cgroup under the parent
- * whose uid no live VM holds (killing what is still in it). Returns how many. */
-int vmm_jail_sweep(struct vmm_jail *j);
+ * whose uid no live VM holds (killing what is still in it), except another warrend's
+ * on the same host: a group whose uid another holds, or with a process whose command
+ * line does not contain own (this warrend's state dir; NULL: no such check). Returns
+ * how many. */
+int vmm_jail_sweep(struct vmm_jail *j, const char *own);
 /* Uids held by live VMs (for tests and stats). */
 unsigned vmm_jail_uids_in_use(const struct vmm_jail *j);
 /* "uids 200000-209999, cgroup v1 {memory,cpu,pids}/warren" */

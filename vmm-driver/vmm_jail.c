@@ -584,7 +584,49 @@ static int cg_kill_all(const char *dir)
     return n;
 }
 
-int vmm_jail_sweep(struct vmm_jail *j)
+/* Whether a VM group is another warrend's, so a sweep leaves it alone: its uid is
+ * locked by another (a live warrend's VM; ours are skipped before), or a process in it
+ * is not one of this warrend's QEMUs (whose command lines all name own, its state dir:
+ * an orphan of another warrend that was killed, which that one will adopt again). */
+static bool cg_foreign(const struct vmm_jail *j, const char *dir, uid_t uid, const char *own)
+{
+    char p[PATH_MAX], cmd[4096];
+    FILE *f;
+    int pid;
+    bool foreign = false;
+
+    if (uid >= j->c.uid_base && uid - j->c.uid_base < j->c.uid_count) {
+        int fd = uid_lock(j, uid - j->c.uid_base);
+        if (fd == -EBUSY)
+            return true;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (!own || !*own)
+        return false;
+    if (snprintf(p, sizeof(p), "%s/cgroup.procs", dir) >= (int)sizeof(p) || !(f = fopen(p, "re")))
+        return false;
+    while (!foreign && fscanf(f, "%d", &pid) == 1) {
+        ssize_t n;
+        int fd;
+        snprintf(p, sizeof(p), "/proc/%d/cmdline", pid);
+        if ((fd = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+            continue; /* gone already */
+        n = read(fd, cmd, sizeof(cmd) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        for (ssize_t i = 0; i < n; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+        foreign = !strstr(cmd, own);
+    }
+    fclose(f);
+    return foreign;
+}
+
+int vmm_jail_sweep(struct vmm_jail *j, const char *own)
 {
     int removed = 0;
 
@@ -605,6 +647,8 @@ int vmm_jail_sweep(struct vmm_jail *j)
                 uid_bit(j, uid - j->c.uid_base))
                 continue; /* an adopted VM's */
             if (snprintf(p, sizeof(p), "%s/%s", j->cg.parent[i], e->d_name) >= (int)sizeof(p))
+                continue;
+            if (cg_foreign(j, p, uid, own))
                 continue;
             if (cg_kill_all(p) > 0) {
                 /* Killed just now: the tasks leave the group within milliseconds.

@@ -1172,13 +1172,39 @@ static void test_jail_uids(void)
     mkdirs(root, "memory/warren/t/u250001.sb-kept");
     mkdirs(root, "memory/warren/t/u250005.sb-stale");
     mkdirs(root, "memory/warren/t/not-ours");
-    CHECK(vmm_jail_sweep(j) == 1);
+    CHECK(vmm_jail_sweep(j, NULL) == 1);
     snprintf(p, sizeof(p), "%s/memory/warren/t/u250001.sb-kept", root);
     CHECK(access(p, F_OK) == 0);
     snprintf(p, sizeof(p), "%s/memory/warren/t/u250005.sb-stale", root);
     CHECK(access(p, F_OK) != 0);
     snprintf(p, sizeof(p), "%s/memory/warren/t/not-ours", root);
     CHECK(access(p, F_OK) == 0);
+
+    /* Another warrend's VM on the same host (a process whose command line does not
+     * name this one's state dir: an orphan of a killed warrend) is left alone. */
+    mkdirs(root, "memory/warren/t/u250006.sb-other");
+    {
+        pid_t sleeper = fork();
+        FILE *f;
+        if (sleeper == 0) {
+            execlp("sleep", "sleep", "30", (char *)NULL);
+            _exit(127);
+        }
+        snprintf(p, sizeof(p), "%s/memory/warren/t/u250006.sb-other/cgroup.procs", root);
+        CHECK((f = fopen(p, "w")) != NULL);
+        if (f) {
+            fprintf(f, "%d\n", (int)sleeper);
+            fclose(f);
+        }
+        usleep(50000); /* exec'd: its command line is sleep's */
+        CHECK(vmm_jail_sweep(j, "/var/lib/this-warrend") == 0);
+        CHECK(kill(sleeper, 0) == 0);
+        unlink(p);
+        kill(sleeper, SIGKILL);
+        waitpid(sleeper, NULL, 0);
+        /* Empty and of no one now: swept. */
+        CHECK(vmm_jail_sweep(j, "/var/lib/this-warrend") == 1);
+    }
     vmm_jail_free(j);
 }
 
