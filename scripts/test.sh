@@ -56,10 +56,11 @@ run_ctest() {
 step "set-up: packages, build, guest images"
 bash scripts/setup.sh --build-dir "$top/build"
 
-# ctest runs one test at a time: every integration test boots real VMs under
-# TCG, and two cores are all this machine has.
+# Two tests at a time (-j2): an integration test keeps about one core busy (one TCG
+# vCPU and its daemon). Those that take both cores or share host state say so in
+# their CMakeLists (PROCESSORS 2, RESOURCE_LOCK) and run alone.
 step "unit and integration tests"
-run_ctest ctest --test-dir "$top/build" --output-on-failure
+run_ctest ctest --test-dir "$top/build" -j2 --output-on-failure
 
 if [ "$quick" = 1 ]; then
   summary
@@ -83,7 +84,7 @@ cmake --build "$top/build-asan" -j2 >/dev/null
 # side test_ws_session's watch op and the watch fuzzer cover.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
-  run_ctest ctest --test-dir "$top/build-asan" --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients|integration_kernel|integration_jupyter|integration_fleet|integration_watch)$'
+  run_ctest ctest --test-dir "$top/build-asan" -j2 --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients|integration_kernel|integration_jupyter|integration_fleet|integration_watch)$'
 
 step "fuzzers (15 s each, two at a time: each is one CPU-bound process)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
