@@ -132,7 +132,7 @@ static const struct opt opts[] = {
     {"freeze_after_ms", T_UINT, F(freeze_after_ms), "30000", 0},
     {"freeze_pageout_after_ms", T_UINT, F(freeze_pageout_after_ms), "300000", 0},
     {"pool_size", T_UINT, F(pool_size), "2", 0},
-    {"pool_max_mb", T_UINT, F(pool_max_mb), "1024", 0},
+    {"pool_max_mb", T_UINT, F(pool_max_mb), "2560", 0},
     {"pool_spares", T_UINT, F(pool_spares), "1", 0},
     {"pool_spare_prefault_mb", T_UINT, F(pool_spare_prefault_mb), "12", 0},
     {"pool_template_warmup", T_STR, F(pool_template_warmup), WARMUP_DEFAULT, 0},
