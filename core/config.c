@@ -124,7 +124,7 @@ static const struct opt opts[] = {
     {"jupyter_send_queue_bytes", T_SIZE, F(jup_send_queue), "4194304", 65536},
     {"jupyter_input_queue_bytes", T_SIZE, F(jup_in_queue), "16777216", 65536},
     {"jupyter_sockets_per_kernel", T_UINT, F(jup_socks_per_kernel), "8", 1},
-    {"jupyter_kernel_memory_mb", T_UINT, F(jup_memory_mb), "1024", 1},
+    {"jupyter_kernel_memory_mb", T_UINT, F(jup_memory_mb), "0", 0},
     {"run_code_max_line_bytes", T_SIZE, F(run_max_line), "16777216", 4096},
     {"run_code_max_gather_bytes", T_SIZE, F(run_max_gather), "33554432", 4096},
     {"run_code_keepalive_ms", T_UINT, F(run_keepalive_ms), "5000", 100},

@@ -93,7 +93,8 @@ struct srv_config {
     size_t jup_send_queue;         /* jupyter_send_queue_bytes = 4194304: then credit waits */
     size_t jup_in_queue;           /* jupyter_input_queue_bytes = 16777216: then reading waits */
     unsigned jup_socks_per_kernel; /* jupyter_sockets_per_kernel = 8 */
-    unsigned jup_memory_mb;        /* jupyter_kernel_memory_mb = 1024: a kernel's sandbox */
+    unsigned
+        jup_memory_mb; /* jupyter_kernel_memory_mb = 0: a kernel's sandbox (0: its template's) */
     /* code contexts and runs (klink.h) */
     size_t run_max_line;       /* run_code_max_line_bytes = 16777216: one NDJSON line of a run */
     size_t run_max_gather;     /* run_code_max_gather_bytes = 33554432: a JSON-mode answer */

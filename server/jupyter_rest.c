@@ -353,10 +353,11 @@ void jup_kernel_create(struct pss *p, json_t *body)
     }
     /* A kernel lives until it is deleted: the longest TTL and no idle limit. Its
      * KERNEL_* env (launch timeout, working dir) is the gateway's, not the kernel's. */
-    req = json_pack("{s:s, s:{s:s, s:s}, s:I, s:I, s:I}", "template", one->tmpl, "metadata",
-                    JUP_META_ID, id, JUP_META_SPEC, one->name, "ttl_seconds",
-                    (json_int_t)p->srv->cfg->max_ttl_s, "idle_timeout_seconds", (json_int_t)0,
-                    "memory_mb", (json_int_t)p->srv->cfg->jup_memory_mb);
+    req = json_pack("{s:s, s:{s:s, s:s}, s:I, s:I}", "template", one->tmpl, "metadata", JUP_META_ID,
+                    id, JUP_META_SPEC, one->name, "ttl_seconds", (json_int_t)p->srv->cfg->max_ttl_s,
+                    "idle_timeout_seconds", (json_int_t)0);
+    if (req && p->srv->cfg->jup_memory_mb)
+        json_object_set_new(req, "memory_mb", json_integer(p->srv->cfg->jup_memory_mb));
     if (!req) {
         resp_code(p, 500, "internal", "out of memory");
         return;
