@@ -22,9 +22,9 @@ import tempfile
 import time
 import unittest
 
-from warren import Warren, WarrenCase, image_dir, pss_kib, qemu_pids, rss_kib
+from cibox import TEMPLATE, CodeCase
+from warren import Warren, image_dir, pss_kib, qemu_pids, rss_kib
 
-TEMPLATE = "code-interpreter"
 SOCK = "/run/warren/kernel.sock"
 
 
@@ -32,15 +32,11 @@ def lines(text):
     return [json.loads(l) for l in text.splitlines() if l.strip()]
 
 
-class TestKernel(WarrenCase):
-    conf = {"pool_size": "2", "jail": "off", "default_template": TEMPLATE,
-            "pool_on_first_use": "false", "pool_max_mb": "4096",
-            "boot_timeout_seconds": "300"}
+class TestKernel(CodeCase):
+    """On the shared code-interpreter warrend (cibox.py): a pool of 2 of the template."""
 
     @classmethod
     def setUpClass(cls):
-        if not os.path.exists(os.path.join(image_dir(), TEMPLATE + ".ext4")):
-            raise RuntimeError(f"no {TEMPLATE}.ext4 in {image_dir()} (run images/build.sh)")
         super().setUpClass()
         cls.sids = []
 

@@ -2,34 +2,28 @@
 real warrend and real code-interpreter microVMs: state across runs, the E2B NDJSON
 lines in order, JSON gather mode, a matplotlib PNG, tracebacks, timeouts that keep
 variables, bash contexts, contexts CRUD, runs read again after the client dropped and
-after kill -9 of warrend, a 100 MB result, and run_code on the agent socket.
+after kill -9 of warrend, a 40 MB result, and run_code on the agent socket.
 
 Needs the code-interpreter template in the image dir (WARREN_CACHE) and Debian's
 python3-websockets: run with /usr/bin/python3."""
 import asyncio
 import base64
 import json
-import os
 import re
 import time
 import unittest
 
-from warren import RssPeak, SANITIZED, WarrenCase, image_dir, rss_kib
-
-TEMPLATE = "code-interpreter"
-MEM_MB = 1024
-
-
-def have_template(name):
-    return os.path.exists(os.path.join(image_dir(), f"{name}.ext4"))
+from cibox import TEMPLATE, CodeCase, have_template
+from warren import RssPeak, SANITIZED, rss_kib
 
 
 def create_ci(w):
     """A code-interpreter sandbox with its kernel bridge up: /etc/warren/warm is run
     (a second run, after a create that warmed it already, returns at once)."""
-    # A create that boots warms the kernel before it answers (template_warm_timeout_seconds):
-    # minutes under TCG on a busy host, longer than the harness's default wait.
-    body = {"template": TEMPLATE, "memory_mb": MEM_MB, "ttl_seconds": w.TEST_TTL_S,
+    # At the template's own memory: a clone of the pool, its kernel warm. Should the pool
+    # not be ready, the create boots and warms the kernel before it answers
+    # (template_warm_timeout_seconds): minutes under TCG, longer than the default wait.
+    body = {"template": TEMPLATE, "ttl_seconds": w.TEST_TTL_S,
             "idle_timeout_seconds": w.TEST_IDLE_S}
     r = w.request("POST", "/v1/sandboxes", body, timeout=1800)
     assert r.status == 201, f"create failed: {r}\n{w.log_text()}"
@@ -105,8 +99,7 @@ def wait_ready(w, sid, timeout=60):
         time.sleep(0.1)
 
 
-@unittest.skipUnless(have_template(TEMPLATE), f"no {TEMPLATE} image in {image_dir()}")
-class TestRunCode(WarrenCase):
+class TestRunCode(CodeCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -281,12 +274,12 @@ class TestRunCode(WarrenCase):
     def test_big_result_is_an_error_and_warrend_stays_flat(self):
         before = rss_kib(self.w.proc.pid)
         with RssPeak(self.w.proc.pid) as peak:
-            _, lines = stream(self.w, self.sid, "'x' * 100_000_000")
+            _, lines = stream(self.w, self.sid, "'x' * 40_000_000")
         errs = [l for l in lines if l["type"] == "error"]
         self.assertEqual([e["name"] for e in errs], ["OutputTooLarge"], [l["type"] for l in lines])
         self.assertEqual(lines[-1]["type"], "end_of_execution")
         if not SANITIZED:
-            # One line is bounded by run_code_max_line_bytes (16 MiB); nothing near 100 MB.
+            # One line is bounded by run_code_max_line_bytes (16 MiB); nothing near 40 MB.
             self.assertLess(peak.kib - before, 48 * 1024, (before, peak.kib))
         # The context lives on.
         self.assertEqual(gather(self.w, self.sid, "2*3")["results"][0]["text"], "6")
