@@ -153,17 +153,7 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
     return 0;
 }
 
-/* ---- JSON record: the same object serves GET and the index ---- */
-
-/* A time in ms as ISO-8601 with milliseconds; null while unset (0). */
-static json_t *iso_time(int64_t ms)
-{
-    char buf[UTIL_ISO_MAX];
-
-    if (ms <= 0 || !util_iso_time_ms(ms, buf, sizeof(buf)))
-        return json_null();
-    return json_string(buf);
-}
+/* ---- records ---- */
 
 static json_t *public_ports_json(const struct sandbox *sb)
 {
@@ -174,68 +164,44 @@ static json_t *public_ports_json(const struct sandbox *sb)
     return a;
 }
 
-json_t *sbx_json(const struct sandbox *sb)
+int sbx_kv_view(json_t *obj, struct sbx_kv **out, size_t *n)
 {
-    json_t *o =
-        json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
-                  sbx_state_shown(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
-                  iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
-                  "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
-    json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
-    if (sb->vm_id[0])
-        json_object_set_new(o, "vm_id", json_string(sb->vm_id));
-    json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
-    json_object_set_new(o, "paged_out",
-                        json_boolean(sbx_state_stopped(sb->state) && sb->paged_out));
-    json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
-    /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
-    if (sb->t->net && sb->vmr) {
-        json_t *n = sbx_net_policy_json(&sb->vmr->pol);
-        if (n)
-            json_object_set_new(o, "network", n);
+    size_t size = json_object_size(obj);
+    struct sbx_kv *kv = size ? calloc(size, sizeof(*kv)) : NULL;
+    const char *k;
+    json_t *v;
+
+    if (size && !kv)
+        return -ENOMEM;
+    free(*out);
+    *out = kv;
+    *n = 0;
+    json_object_foreach(obj, k, v)
+    {
+        if (!json_is_string(v))
+            continue;
+        kv[*n].key = k;
+        kv[*n].val.p = json_string_value(v);
+        kv[*n].val.n = json_string_length(v);
+        (*n)++;
     }
-    json_object_set_new(o, "persistent", json_boolean(sb->persistent));
-    json_object_set_new(o, "public_ports", public_ports_json(sb));
-    if (sb->state == ST_PAUSED)
-        json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
-    /* Where its VM came from: handed out by the warm pool, or booted for it. */
-    /* "clone": restored from the pool's template for this create, the pool being empty. */
-    json_object_set_new(o, "source",
-                        json_string(sb->snap_id[0]                                   ? "snapshot"
-                                    : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0  ? "pool"
-                                    : sb->vmr && strcmp(sb->vmr->boot, "clone") == 0 ? "clone"
-                                                                                     : "boot"));
-    if (sb->snap_id[0])
-        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
-    if (sbx_state_final(sb->state)) {
-        json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
-        json_object_set_new(o, "end_reason", json_string(sb->reason));
-    }
-    return o;
+    return 0;
 }
 
 int sbx_meta_view(struct sandbox *sb)
 {
-    size_t n = json_object_size(sb->metadata);
-    struct sbx_kv *kv = n ? calloc(n, sizeof(*kv)) : NULL;
-    const char *k;
-    json_t *v;
+    return sbx_kv_view(sb->metadata, &sb->meta_kv, &sb->nmeta);
+}
 
-    if (n && !kv)
-        return -ENOMEM;
-    free(sb->meta_kv);
-    sb->meta_kv = kv;
-    sb->nmeta = 0;
-    json_object_foreach(sb->metadata, k, v)
-    {
-        if (!json_is_string(v))
-            continue;
-        kv[sb->nmeta].key = k;
-        kv[sb->nmeta].val.p = json_string_value(v);
-        kv[sb->nmeta].val.n = json_string_length(v);
-        sb->nmeta++;
-    }
-    return 0;
+void sbx_net_rec_of(const struct net_policy *p, struct sbx_net_rec *r)
+{
+    *r = (struct sbx_net_rec){.internet = p->internet,
+                              .allow_out = p->allow_out,
+                              .allow_names = p->allow_names,
+                              .deny_out = p->deny_out,
+                              .deny_names = p->deny_names,
+                              .rate_mbit = p->rate_mbit,
+                              .max_connections = p->max_conns};
 }
 
 void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
@@ -257,15 +223,8 @@ void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
     r->keep_running = sb->keep_running;
     /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
     if (sb->t->net && sb->vmr) {
-        const struct net_policy *p = &sb->vmr->pol;
         r->has_network = true;
-        r->network = (struct sbx_net_rec){.internet = p->internet,
-                                          .allow_out = p->allow_out,
-                                          .allow_names = p->allow_names,
-                                          .deny_out = p->deny_out,
-                                          .deny_names = p->deny_names,
-                                          .rate_mbit = p->rate_mbit,
-                                          .max_connections = p->max_conns};
+        sbx_net_rec_of(&sb->vmr->pol, &r->network);
     }
     r->persistent = sb->persistent;
     r->public_ports = sb->public_ports;
@@ -885,48 +844,6 @@ static int get_uint(int64_t v, const char *key, unsigned def, unsigned lo, unsig
     return 0;
 }
 
-int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err)
-{
-    json_t *v = json_object_get(body, key), *val;
-    const char *k;
-
-    if (!v || json_is_null(v)) {
-        *out = json_object();
-        return 0;
-    }
-    if (!json_is_object(v))
-        goto bad;
-    json_object_foreach(v, k, val)
-    {
-        if (!json_is_string(val))
-            goto bad;
-    }
-    *out = json_deep_copy(v);
-    return 0;
-bad:
-    return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an object of strings", key);
-}
-
-int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err)
-{
-    const char *k;
-    json_t *v;
-
-    if (!json_is_object(body)) {
-        return sbx_err_set(err, SBX_E_BAD_REQUEST, "the body must be a JSON object");
-    }
-    json_object_foreach(body, k, v)
-    {
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++)
-            ok = strcmp(*a, k) == 0;
-        if (!ok) {
-            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown field '%s'", k);
-        }
-    }
-    return 0;
-}
-
 bool sbx_template_name_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -1276,8 +1193,8 @@ static int public_ports_get(const struct sbx_create_req *req, uint16_t *out, uns
 /* A string map as the object the sandbox keeps (new reference) in *out: 0, or an
  * sbx_errcode with *err. The index keeps it as JSON, so keys and values must be UTF-8
  * text whatever the door (the REST one's are; another's may hold any bytes). */
-static int kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
-                     struct sbx_err *err)
+int sbx_kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
+                  struct sbx_err *err)
 {
     json_t *o = json_object();
 
@@ -1341,9 +1258,9 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
         return status;
     if ((status = public_ports_get(req, pub, &npub, err)))
         return status;
-    if ((status = kv_object(req->env, req->nenv, "env", &env, err)))
+    if ((status = sbx_kv_object(req->env, req->nenv, "env", &env, err)))
         return status;
-    if ((status = kv_object(req->metadata, req->nmetadata, "metadata", &meta, err))) {
+    if ((status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err))) {
         json_decref(env);
         return status;
     }

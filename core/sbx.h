@@ -135,6 +135,22 @@ struct sbx_stat_rec {
     int64_t mtime; /* seconds since the epoch */
 };
 
+/* A snapshot (sbx_snap.h), as GET shows it. */
+struct sbx_snap_rec {
+    const char *id;
+    const char *parent;      /* the sandbox it was taken of */
+    const char *parent_snap; /* the snapshot that sandbox came from; NULL: none */
+    const char *tmpl;
+    const char *type; /* "sandbox", "fork" or "pause" */
+    unsigned mem_mb, vcpus;
+    uint64_t size; /* bytes its own files take */
+    int64_t created_ms;
+    const struct sbx_kv *metadata;
+    size_t nmetadata;
+    bool has_network; /* networking was on: the policy its sandboxes keep */
+    struct sbx_net_rec network;
+};
+
 enum sbx_res_kind {
     SBX_RES_SANDBOX,   /* sandbox */
     SBX_RES_EXEC,      /* exec: an exec's exit, or an attached process's */
@@ -147,8 +163,8 @@ enum sbx_res_kind {
     SBX_RES_PATH,      /* file.path: mkdir, remove or rename done */
     SBX_RES_WRITTEN,   /* file: an upload done, file.size bytes */
     SBX_RES_DONE,      /* nothing to tell: a process control done */
-    /* Snapshots and forks answer with the JSON of sbx_snap.h for now. */
-    SBX_RES_JSON
+    SBX_RES_SNAPSHOT,  /* snap: a snapshot taken */
+    SBX_RES_FORK       /* fork: the sandboxes a fork made, and its snapshot */
 };
 
 struct sbx_result {
@@ -176,7 +192,12 @@ struct sbx_result {
             const char *path;
             uint64_t size;
         } file;
-        struct json_t *json;
+        const struct sbx_snap_rec *snap;
+        struct {
+            const struct sbx_rec *v;
+            size_t n;
+            const char *snapshot_id;
+        } fork;
     } u;
 };
 
@@ -374,6 +395,7 @@ int sbx_set_network(struct sbx_table *t, const char *id, const struct sbx_net_re
 
 /* Count of sandboxes not ended (for /healthz). */
 unsigned sbx_count_live(const struct sbx_table *t);
+
 /* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */
 struct json_t *sbx_pool_stats(const struct sbx_table *t);
 /* GET /v1/templates: {"templates":[{"name","default","size_bytes","pools":[...]}]}, every
