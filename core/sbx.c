@@ -768,9 +768,9 @@ static void sandbox_unlink(struct sbx_table *t, struct sandbox *sb)
     }
 }
 
-json_t *sbx_pool_stats(const struct sbx_table *t)
+void sbx_pool_stats(const struct sbx_table *t, struct sbx_pool_stats *out)
 {
-    return pool_stats(t->pool);
+    pool_stats(t->pool, out);
 }
 
 #define TEMPLATES_MAX 256 /* images listed by GET /v1/templates */
@@ -780,15 +780,16 @@ static int name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
+int sbx_templates(struct sbx_table *t, struct sbx_tmpl_list **out, struct sbx_err *err)
 {
     char *names[TEMPLATES_MAX], path[4096 + 64];
-    size_t n = 0;
+    struct sbx_tmpl_list *l;
+    size_t n = 0, pools = 0;
     struct dirent *e;
     struct stat st;
-    json_t *list;
     DIR *d;
 
+    *out = NULL;
     if (!(d = opendir(t->image_dir)))
         return sbx_err_set(err, SBX_E_INTERNAL, "cannot read the image directory %s: %s",
                            t->image_dir, strerror(errno));
@@ -805,18 +806,24 @@ int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
     }
     closedir(d);
     qsort(names, n, sizeof(names[0]), name_cmp);
-    list = json_array();
+    l = calloc(1, sizeof(*l) + n * sizeof(l->v[0]));
     for (size_t i = 0; i < n; i++) {
         snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, names[i]);
-        if (list && stat(path, &st) == 0 && S_ISREG(st.st_mode))
-            json_array_append_new(list, json_pack("{s:s,s:b,s:I,s:o}", "name", names[i], "default",
-                                                  strcmp(names[i], t->cfg->default_template) == 0,
-                                                  "size_bytes", (json_int_t)st.st_size, "pools",
-                                                  pool_template_stats(t->pool, names[i])));
+        if (l && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            struct sbx_tmpl_rec *r = &l->v[l->n++];
+            snprintf(r->name, sizeof(r->name), "%s", names[i]);
+            r->is_default = strcmp(names[i], t->cfg->default_template) == 0;
+            r->size_bytes = (uint64_t)st.st_size;
+            r->pools = &l->pools[pools];
+            r->npools =
+                pool_template_stats(t->pool, names[i], &l->pools[pools], SBX_POOLS_MAX - pools);
+            pools += r->npools;
+        }
         free(names[i]);
     }
-    if (!list || !(*out = json_pack("{s:o}", "templates", list)))
+    if (!l)
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    *out = l;
     return 0;
 }
 

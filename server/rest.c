@@ -502,6 +502,7 @@ static void dispatch_body(struct pss *p)
 
 static void h_healthz(struct pss *p, json_t *args)
 {
+    struct sbx_pool_stats pool;
     struct api_err e;
 
     (void)args;
@@ -515,9 +516,10 @@ static void h_healthz(struct pss *p, json_t *args)
         resp_api_err(p, &e);
         return;
     }
+    sbx_pool_stats(p->srv->t, &pool);
     resp_json(p, 200,
               json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
-                        (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_pool_stats(p->srv->t)));
+                        (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_json_pool_stats(&pool)));
 }
 
 /* The peers' answers are in (or their deadline passed): their arrays join this host's,
@@ -993,10 +995,14 @@ static void h_snapshot_delete(struct pss *p, json_t *args)
 
 static void h_templates(struct pss *p, json_t *args)
 {
+    struct sbx_tmpl_list *l = NULL;
     struct sbx_err err;
     json_t *out = NULL;
-    int rc = sbx_templates(p->srv->t, &out, &err);
+    int rc = sbx_templates(p->srv->t, &l, &err);
 
+    if (rc == 0 && !(out = sbx_json_templates(l)))
+        rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+    free(l);
     (void)args;
     respond_sync(p, rc, out, &err);
 }

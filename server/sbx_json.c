@@ -639,6 +639,63 @@ json_t *sbx_json_snaps(const struct sbx_snap_rec *v, size_t n)
     return a ? json_pack("{s:o}", "snapshots", a) : NULL;
 }
 
+static json_t *pool_json(const struct sbx_pool_rec *p)
+{
+    return json_pack("{s:s,s:I,s:I,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl,
+                     "memory_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "state",
+                     p->state, "size", (json_int_t)p->size, "ready", (json_int_t)p->ready,
+                     "filling", p->filling, "handed_out", (json_int_t)p->handed_out, "rebuilds",
+                     (json_int_t)p->rebuilds, "spare", p->spare, "spares", (json_int_t)p->spares,
+                     "spares_ready", (json_int_t)p->spares_ready, "spares_prefaulted",
+                     (json_int_t)p->spares_prefaulted);
+}
+
+/* The pools' figures as an array; NULL when out of memory. */
+static json_t *pools_json(const struct sbx_pool_rec *v, size_t n)
+{
+    json_t *a = json_array(), *o;
+
+    for (size_t i = 0; a && i < n; i++) {
+        if (!(o = pool_json(&v[i])) || json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+json_t *sbx_json_pool_stats(const struct sbx_pool_stats *s)
+{
+    json_t *o, *a;
+
+    if (!s->on)
+        return json_null();
+    o = s->has_default ? pool_json(&s->dflt)
+                       : json_pack("{s:s,s:s}", "template", s->default_tmpl, "state", "off");
+    if (!o || !(a = pools_json(s->pools, s->npools)) || json_object_set_new(o, "templates", a)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *sbx_json_templates(const struct sbx_tmpl_list *l)
+{
+    json_t *a = json_array(), *o, *pools;
+
+    for (size_t i = 0; a && i < l->n; i++) {
+        const struct sbx_tmpl_rec *r = &l->v[i];
+        if (!(pools = pools_json(r->pools, r->npools)) ||
+            !(o = json_pack("{s:s,s:b,s:I,s:o}", "name", r->name, "default", r->is_default,
+                            "size_bytes", (json_int_t)r->size_bytes, "pools", pools)) ||
+            json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a ? json_pack("{s:o}", "templates", a) : NULL;
+}
+
 /* A fork's answer: {"sandboxes": [...], "snapshot_id"}. */
 static json_t *fork_json(const struct sbx_result *res)
 {

@@ -97,6 +97,11 @@ json_t *sbx_json_exit(const struct sbx_exec_rec *x);
 /* A snapshot; a list of them as {"snapshots": [...]}. */
 json_t *sbx_json_snap_rec(const struct sbx_snap_rec *r);
 json_t *sbx_json_snaps(const struct sbx_snap_rec *v, size_t n);
+/* The warm pools' figures as /healthz shows them: the default template's pool with
+ * "templates": [every pool], or null when the pool is off. */
+json_t *sbx_json_pool_stats(const struct sbx_pool_stats *s);
+/* GET /v1/templates: {"templates": [{"name", "default", "size_bytes", "pools"}]}. */
+json_t *sbx_json_templates(const struct sbx_tmpl_list *l);
 /* Bytes as a JSON string, '?' for each non-ASCII byte when they are not UTF-8 (a
  * command line can hold any bytes). */
 json_t *sbx_json_text(const char *p, size_t n);

@@ -816,14 +816,15 @@ int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct
     return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
 }
 
-json_t *sbx_pool_stats(const struct sbx_table *t)
+void sbx_pool_stats(const struct sbx_table *t, struct sbx_pool_stats *out)
 {
-    return json_null(); /* no pool in the fake */
+    memset(out, 0, sizeof(*out)); /* no pool in the fake */
 }
 
-int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
+int sbx_templates(struct sbx_table *t, struct sbx_tmpl_list **out, struct sbx_err *err)
 {
-    *out = json_pack("{s:[]}", "templates"); /* no images in the fake */
+    if (!(*out = calloc(1, sizeof(**out)))) /* no images in the fake */
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     return 0;
 }
 
