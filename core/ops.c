@@ -151,14 +151,6 @@ void ops_finish_sandbox(struct op *op, const struct sandbox *sb)
     ops_finish(op, NULL, &res);
 }
 
-void ops_finish_json(struct op *op, json_t *o)
-{
-    struct sbx_result res = {.kind = SBX_RES_JSON, .u.json = o};
-
-    ops_finish(op, NULL, &res);
-    json_decref(o);
-}
-
 struct op *ops_by_stream(struct sandbox *sb, uint32_t stream)
 {
     for (struct op *op = sb->ops; op; op = op->next_sb)

@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,7 @@ struct tpool {
     unsigned exits;           /* waiting VMs that exited since one last became ready */
 };
 
-#define POOL_TEMPLATES_MAX 16 /* pool_max_templates is capped here */
+#define POOL_TEMPLATES_MAX SBX_POOLS_MAX /* pool_max_templates is capped here */
 
 /* Every template's pool (pool.h): default_template's, pool_templates' and those made
  * on first use (pool_first_use), within pool_max_mb together. */
@@ -1220,7 +1221,7 @@ static struct sbx_vm *tp_spare_take(struct tpool *p, const char *mem, const char
     return spare_up_take(p);
 }
 
-static json_t *tp_stats(const struct tpool *p)
+static void tp_stats(const struct tpool *p, struct sbx_pool_rec *r)
 {
     unsigned up = 0;      /* spares past their start-up (pool_spare_take) */
     unsigned touched = 0; /* spares whose TCG buffer was touched ahead (spare_start) */
@@ -1230,13 +1231,19 @@ static json_t *tp_stats(const struct tpool *p)
         up += p->h->vm_vmm(p->spares[i]) && vmm_qmp_ready(p->h->vm_vmm(p->spares[i]));
         touched += vmm_prefault_touched(p->h->vm_vmm(p->spares[i]), &ms) > 0 && ms >= 0;
     }
-    return json_pack("{s:s,s:I,s:I,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl,
-                     "memory_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "state",
-                     tpl_state_names[p->state], "size", (json_int_t)p->size, "ready",
-                     (json_int_t)p->nready, "filling", p->filling != NULL, "handed_out",
-                     (json_int_t)p->handed_out, "rebuilds", (json_int_t)p->rebuilds, "spare",
-                     p->nspares > 0, "spares", (json_int_t)p->nspares, "spares_ready",
-                     (json_int_t)up, "spares_prefaulted", (json_int_t)touched);
+    *r = (struct sbx_pool_rec){.tmpl = p->tmpl,
+                               .mem_mb = p->mem_mb,
+                               .vcpus = p->vcpus,
+                               .state = tpl_state_names[p->state],
+                               .size = p->size,
+                               .ready = p->nready,
+                               .filling = p->filling != NULL,
+                               .handed_out = p->handed_out,
+                               .rebuilds = p->rebuilds,
+                               .spare = p->nspares > 0,
+                               .spares = p->nspares,
+                               .spares_ready = up,
+                               .spares_prefaulted = touched};
 }
 
 static void tp_key(const struct srv_config *c, const char *tmpl, unsigned mem_mb, unsigned vcpus,
@@ -1559,34 +1566,36 @@ int pool_mem_fd(const struct pool *all, const char *mem_path)
     return 0;
 }
 
-json_t *pool_template_stats(const struct pool *all, const char *tmpl)
+size_t pool_template_stats(const struct pool *all, const char *tmpl, struct sbx_pool_rec *out,
+                           size_t cap)
 {
-    json_t *list = json_array();
+    size_t n = 0;
 
-    for (unsigned i = 0; all && i < all->n; i++)
+    for (unsigned i = 0; all && i < all->n && n < cap; i++)
         if (strcmp(all->tp[i]->tmpl, tmpl) == 0)
-            json_array_append_new(list, tp_stats(all->tp[i]));
-    return list;
+            tp_stats(all->tp[i], &out[n++]);
+    return n;
 }
 
-json_t *pool_stats(const struct pool *all)
+void pool_stats(const struct pool *all, struct sbx_pool_stats *out)
 {
     const struct srv_config *c;
     struct tpool *dflt;
-    json_t *o, *list;
 
+    memset(out, 0, sizeof(*out));
     if (!all)
-        return json_null();
+        return;
     c = all->h->cfg;
+    out->on = true;
+    out->default_tmpl = c->default_template;
     dflt = pool_find(all, c->default_template, cfg_template_memory_mb(c, c->default_template),
                      c->default_vcpus);
-    o = dflt ? tp_stats(dflt)
-             : json_pack("{s:s,s:s}", "template", c->default_template, "state", "off");
-    list = json_array();
-    for (unsigned i = 0; i < all->n; i++)
-        json_array_append_new(list, tp_stats(all->tp[i]));
-    json_object_set_new(o, "templates", list);
-    return o;
+    if (dflt) {
+        out->has_default = true;
+        tp_stats(dflt, &out->dflt);
+    }
+    for (unsigned i = 0; i < all->n && out->npools < SBX_POOLS_MAX; i++)
+        tp_stats(all->tp[i], &out->pools[out->npools++]);
 }
 
 static void tp_free(struct tpool *p)

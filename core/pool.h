@@ -57,12 +57,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <jansson.h>
 
 #include "bg.h"
 #include "config.h"
 #include "idx.h"
 #include "net.h"
+#include "sbx.h"
 #include "vmm.h"
 
 struct pool;
@@ -152,13 +152,13 @@ void pool_undefer(struct pool *p);
 bool pool_vm_channel(struct pool *p, struct sbx_vm *vm, int fd);
 /* An unbound VM exited: if it is the pool's, drop it (from the loop, later). */
 void pool_vm_exited(struct pool *p, struct sbx_vm *vm);
-/* {"template", "memory_mb", "vcpus", "state", "size", "ready", "filling", "handed_out",
- * "rebuilds", "spare", ..., "templates": [every pool's]} for the default template, or
- * null when off. */
-json_t *pool_stats(const struct pool *p);
-/* The figures of template tmpl's pools (one per shape), as pool_stats's; [] when it has
- * none. */
-json_t *pool_template_stats(const struct pool *p, const char *tmpl);
+/* The figures of the default template's pool and of every pool (sbx.h); on false when
+ * p is NULL (the pool is off). */
+void pool_stats(const struct pool *p, struct sbx_pool_stats *out);
+/* The figures of template tmpl's pools (one per shape), at most cap into out: how
+ * many. */
+size_t pool_template_stats(const struct pool *p, const char *tmpl, struct sbx_pool_rec *out,
+                           size_t cap);
 
 /* When QEMU is jailed: the sealed memfd holding the RAM file mem_path of the current
  * template, for vmm_config.mem_fd; 0 when there is none (unjailed, or not that file). */

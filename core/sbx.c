@@ -153,17 +153,7 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
     return 0;
 }
 
-/* ---- JSON record: the same object serves GET and the index ---- */
-
-/* A time in ms as ISO-8601 with milliseconds; null while unset (0). */
-static json_t *iso_time(int64_t ms)
-{
-    char buf[UTIL_ISO_MAX];
-
-    if (ms <= 0 || !util_iso_time_ms(ms, buf, sizeof(buf)))
-        return json_null();
-    return json_string(buf);
-}
+/* ---- records ---- */
 
 static json_t *public_ports_json(const struct sandbox *sb)
 {
@@ -174,69 +164,44 @@ static json_t *public_ports_json(const struct sandbox *sb)
     return a;
 }
 
-json_t *sbx_json(const struct sandbox *sb)
+int sbx_kv_view(json_t *obj, struct sbx_kv **out, size_t *n)
 {
-    json_t *o =
-        json_pack("{s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:o}", "id", sb->id, "template", sb->tmpl, "state",
-                  sbx_state_shown(sb->state), "created_at", iso_time(sb->created_ms), "expires_at",
-                  iso_time(sb->expires_ms), "idle_timeout_seconds", (json_int_t)sb->idle_s,
-                  "memory_mb", (json_int_t)sb->mem_mb, "metadata", json_deep_copy(sb->metadata));
-    json_object_set_new(o, "vcpus", json_integer(sb->vcpus));
-    if (sb->vm_id[0])
-        json_object_set_new(o, "vm_id", json_string(sb->vm_id));
-    json_object_set_new(o, "frozen", json_boolean(sbx_state_stopped(sb->state)));
-    json_object_set_new(o, "paged_out",
-                        json_boolean(sbx_state_stopped(sb->state) && sb->paged_out));
-    json_object_set_new(o, "keep_running", json_boolean(sb->keep_running));
-    /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
-    if (sb->t->net && sb->vmr) {
-        json_t *n = sbx_net_policy_json(&sb->vmr->pol);
-        if (n)
-            json_object_set_new(o, "network", n);
+    size_t size = json_object_size(obj);
+    struct sbx_kv *kv = size ? calloc(size, sizeof(*kv)) : NULL;
+    const char *k;
+    json_t *v;
+
+    if (size && !kv)
+        return -ENOMEM;
+    free(*out);
+    *out = kv;
+    *n = 0;
+    json_object_foreach(obj, k, v)
+    {
+        if (!json_is_string(v))
+            continue;
+        kv[*n].key = k;
+        kv[*n].val.p = json_string_value(v);
+        kv[*n].val.n = json_string_length(v);
+        (*n)++;
     }
-    json_object_set_new(o, "persistent", json_boolean(sb->persistent));
-    json_object_set_new(o, "auto_pause", json_boolean(sb->auto_pause));
-    json_object_set_new(o, "public_ports", public_ports_json(sb));
-    if (sb->state == ST_PAUSED)
-        json_object_set_new(o, "paused_at", iso_time(sb->paused_ms));
-    /* Where its VM came from: handed out by the warm pool, or booted for it. */
-    /* "clone": restored from the pool's template for this create, the pool being empty. */
-    json_object_set_new(o, "source",
-                        json_string(sb->snap_id[0]                                   ? "snapshot"
-                                    : sb->vmr && strcmp(sb->vmr->boot, "pool") == 0  ? "pool"
-                                    : sb->vmr && strcmp(sb->vmr->boot, "clone") == 0 ? "clone"
-                                                                                     : "boot"));
-    if (sb->snap_id[0])
-        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
-    if (sbx_state_final(sb->state)) {
-        json_object_set_new(o, "ended_at", iso_time(sb->ended_ms));
-        json_object_set_new(o, "end_reason", json_string(sb->reason));
-    }
-    return o;
+    return 0;
 }
 
 int sbx_meta_view(struct sandbox *sb)
 {
-    size_t n = json_object_size(sb->metadata);
-    struct sbx_kv *kv = n ? calloc(n, sizeof(*kv)) : NULL;
-    const char *k;
-    json_t *v;
+    return sbx_kv_view(sb->metadata, &sb->meta_kv, &sb->nmeta);
+}
 
-    if (n && !kv)
-        return -ENOMEM;
-    free(sb->meta_kv);
-    sb->meta_kv = kv;
-    sb->nmeta = 0;
-    json_object_foreach(sb->metadata, k, v)
-    {
-        if (!json_is_string(v))
-            continue;
-        kv[sb->nmeta].key = k;
-        kv[sb->nmeta].val.p = json_string_value(v);
-        kv[sb->nmeta].val.n = json_string_length(v);
-        sb->nmeta++;
-    }
-    return 0;
+void sbx_net_rec_of(const struct net_policy *p, struct sbx_net_rec *r)
+{
+    *r = (struct sbx_net_rec){.internet = p->internet,
+                              .allow_out = p->allow_out,
+                              .allow_names = p->allow_names,
+                              .deny_out = p->deny_out,
+                              .deny_names = p->deny_names,
+                              .rate_mbit = p->rate_mbit,
+                              .max_connections = p->max_conns};
 }
 
 void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
@@ -258,15 +223,8 @@ void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
     r->keep_running = sb->keep_running;
     /* Its egress policy, when networking is on (off: the VM has no NIC at all). */
     if (sb->t->net && sb->vmr) {
-        const struct net_policy *p = &sb->vmr->pol;
         r->has_network = true;
-        r->network = (struct sbx_net_rec){.internet = p->internet,
-                                          .allow_out = p->allow_out,
-                                          .allow_names = p->allow_names,
-                                          .deny_out = p->deny_out,
-                                          .deny_names = p->deny_names,
-                                          .rate_mbit = p->rate_mbit,
-                                          .max_connections = p->max_conns};
+        sbx_net_rec_of(&sb->vmr->pol, &r->network);
     }
     r->persistent = sb->persistent;
     r->auto_pause = sb->auto_pause;
@@ -815,9 +773,9 @@ static void sandbox_unlink(struct sbx_table *t, struct sandbox *sb)
     }
 }
 
-json_t *sbx_pool_stats(const struct sbx_table *t)
+void sbx_pool_stats(const struct sbx_table *t, struct sbx_pool_stats *out)
 {
-    return pool_stats(t->pool);
+    pool_stats(t->pool, out);
 }
 
 #define TEMPLATES_MAX 256 /* images listed by GET /v1/templates */
@@ -827,15 +785,16 @@ static int name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
+int sbx_templates(struct sbx_table *t, struct sbx_tmpl_list **out, struct sbx_err *err)
 {
     char *names[TEMPLATES_MAX], path[4096 + 64];
-    size_t n = 0;
+    struct sbx_tmpl_list *l;
+    size_t n = 0, pools = 0;
     struct dirent *e;
     struct stat st;
-    json_t *list;
     DIR *d;
 
+    *out = NULL;
     if (!(d = opendir(t->image_dir)))
         return sbx_err_set(err, SBX_E_INTERNAL, "cannot read the image directory %s: %s",
                            t->image_dir, strerror(errno));
@@ -852,18 +811,24 @@ int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
     }
     closedir(d);
     qsort(names, n, sizeof(names[0]), name_cmp);
-    list = json_array();
+    l = calloc(1, sizeof(*l) + n * sizeof(l->v[0]));
     for (size_t i = 0; i < n; i++) {
         snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, names[i]);
-        if (list && stat(path, &st) == 0 && S_ISREG(st.st_mode))
-            json_array_append_new(list, json_pack("{s:s,s:b,s:I,s:o}", "name", names[i], "default",
-                                                  strcmp(names[i], t->cfg->default_template) == 0,
-                                                  "size_bytes", (json_int_t)st.st_size, "pools",
-                                                  pool_template_stats(t->pool, names[i])));
+        if (l && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            struct sbx_tmpl_rec *r = &l->v[l->n++];
+            snprintf(r->name, sizeof(r->name), "%s", names[i]);
+            r->is_default = strcmp(names[i], t->cfg->default_template) == 0;
+            r->size_bytes = (uint64_t)st.st_size;
+            r->pools = &l->pools[pools];
+            r->npools =
+                pool_template_stats(t->pool, names[i], &l->pools[pools], SBX_POOLS_MAX - pools);
+            pools += r->npools;
+        }
         free(names[i]);
     }
-    if (!list || !(*out = json_pack("{s:o}", "templates", list)))
+    if (!l)
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    *out = l;
     return 0;
 }
 
@@ -888,48 +853,6 @@ static int get_uint(int64_t v, const char *key, unsigned def, unsigned lo, unsig
                            lo, hi);
     }
     *out = (unsigned)v;
-    return 0;
-}
-
-int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err)
-{
-    json_t *v = json_object_get(body, key), *val;
-    const char *k;
-
-    if (!v || json_is_null(v)) {
-        *out = json_object();
-        return 0;
-    }
-    if (!json_is_object(v))
-        goto bad;
-    json_object_foreach(v, k, val)
-    {
-        if (!json_is_string(val))
-            goto bad;
-    }
-    *out = json_deep_copy(v);
-    return 0;
-bad:
-    return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "%s must be an object of strings", key);
-}
-
-int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err)
-{
-    const char *k;
-    json_t *v;
-
-    if (!json_is_object(body)) {
-        return sbx_err_set(err, SBX_E_BAD_REQUEST, "the body must be a JSON object");
-    }
-    json_object_foreach(body, k, v)
-    {
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++)
-            ok = strcmp(*a, k) == 0;
-        if (!ok) {
-            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "unknown field '%s'", k);
-        }
-    }
     return 0;
 }
 
@@ -1282,8 +1205,8 @@ static int public_ports_get(const struct sbx_create_req *req, uint16_t *out, uns
 /* A string map as the object the sandbox keeps (new reference) in *out: 0, or an
  * sbx_errcode with *err. The index keeps it as JSON, so keys and values must be UTF-8
  * text whatever the door (the REST one's are; another's may hold any bytes). */
-static int kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
-                     struct sbx_err *err)
+int sbx_kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
+                  struct sbx_err *err)
 {
     json_t *o = json_object();
 
@@ -1347,9 +1270,9 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
         return status;
     if ((status = public_ports_get(req, pub, &npub, err)))
         return status;
-    if ((status = kv_object(req->env, req->nenv, "env", &env, err)))
+    if ((status = sbx_kv_object(req->env, req->nenv, "env", &env, err)))
         return status;
-    if ((status = kv_object(req->metadata, req->nmetadata, "metadata", &meta, err))) {
+    if ((status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err))) {
         json_decref(env);
         return status;
     }

@@ -46,7 +46,6 @@ struct srv_config;
  * random hex digits ("sb-h2-0123456789abcdef"), so a proxy in front of several hosts
  * routes by the id alone. Ids of warrends before host ids ("sb-" + 16 hex) stay valid. */
 #define SBX_ID_CAP 40
-struct json_t;
 
 /* A byte string: p NULL means absent; it may hold NUL bytes when the wire allows. */
 struct sbx_str {
@@ -135,6 +134,22 @@ struct sbx_stat_rec {
     int64_t mtime; /* seconds since the epoch */
 };
 
+/* A snapshot (sbx_snap.h), as GET shows it. */
+struct sbx_snap_rec {
+    const char *id;
+    const char *parent;      /* the sandbox it was taken of */
+    const char *parent_snap; /* the snapshot that sandbox came from; NULL: none */
+    const char *tmpl;
+    const char *type; /* "sandbox", "fork" or "pause" */
+    unsigned mem_mb, vcpus;
+    uint64_t size; /* bytes its own files take */
+    int64_t created_ms;
+    const struct sbx_kv *metadata;
+    size_t nmetadata;
+    bool has_network; /* networking was on: the policy its sandboxes keep */
+    struct sbx_net_rec network;
+};
+
 enum sbx_res_kind {
     SBX_RES_SANDBOX,   /* sandbox */
     SBX_RES_EXEC,      /* exec: an exec's exit, or an attached process's */
@@ -147,8 +162,8 @@ enum sbx_res_kind {
     SBX_RES_PATH,      /* file.path: mkdir, remove or rename done */
     SBX_RES_WRITTEN,   /* file: an upload done, file.size bytes */
     SBX_RES_DONE,      /* nothing to tell: a process control done */
-    /* Snapshots and forks answer with the JSON of sbx_snap.h for now. */
-    SBX_RES_JSON
+    SBX_RES_SNAPSHOT,  /* snap: a snapshot taken */
+    SBX_RES_FORK       /* fork: the sandboxes a fork made, and its snapshot */
 };
 
 struct sbx_result {
@@ -176,7 +191,12 @@ struct sbx_result {
             const char *path;
             uint64_t size;
         } file;
-        struct json_t *json;
+        const struct sbx_snap_rec *snap;
+        struct {
+            const struct sbx_rec *v;
+            size_t n;
+            const char *snapshot_id;
+        } fork;
     } u;
 };
 
@@ -375,12 +395,55 @@ int sbx_set_network(struct sbx_table *t, const char *id, const struct sbx_net_re
 
 /* Count of sandboxes not ended (for /healthz). */
 unsigned sbx_count_live(const struct sbx_table *t);
-/* The warm pool's figures (pool.h pool_stats), or JSON null when it is off. New reference. */
-struct json_t *sbx_pool_stats(const struct sbx_table *t);
-/* GET /v1/templates: {"templates":[{"name","default","size_bytes","pools":[...]}]}, every
- * image in image_dir by name, each with its pools' figures (pool.h pool_stats). 0 or
- * an SBX_E_* status (err filled). */
-int sbx_templates(struct sbx_table *t, struct json_t **out, struct sbx_err *err);
+
+/* One warm pool (a template at one shape): its figures (pool.h). tmpl and state are
+ * borrowed as records are. */
+struct sbx_pool_rec {
+    const char *tmpl;
+    unsigned mem_mb, vcpus;
+    const char *state; /* its template's: "none", "booting", "saving" or "ready" */
+    unsigned size, ready;
+    bool filling;
+    unsigned handed_out, rebuilds;
+    bool spare;
+    unsigned spares, spares_ready, spares_prefaulted;
+};
+
+#define SBX_POOLS_MAX 16 /* pools at once (pool_max_templates is capped here) */
+
+/* The warm pools' figures: on false when the pool is off. has_default: the default
+ * template's pool (at its default shape) exists and dflt holds its figures; else it is
+ * "off" for default_tmpl. pools: every pool. */
+struct sbx_pool_stats {
+    bool on;
+    const char *default_tmpl;
+    bool has_default;
+    struct sbx_pool_rec dflt;
+    struct sbx_pool_rec pools[SBX_POOLS_MAX];
+    size_t npools;
+};
+void sbx_pool_stats(const struct sbx_table *t, struct sbx_pool_stats *out);
+
+#define SBX_TMPL_NAME_MAX 48 /* a template's name: [a-z0-9_-]{1,48} */
+
+/* A template image in image_dir, with the figures of its pools. */
+struct sbx_tmpl_rec {
+    char name[SBX_TMPL_NAME_MAX + 1];
+    bool is_default;
+    uint64_t size_bytes;
+    const struct sbx_pool_rec *pools; /* into the list's pools */
+    size_t npools;
+};
+
+struct sbx_tmpl_list {
+    struct sbx_pool_rec pools[SBX_POOLS_MAX];
+    size_t n;
+    struct sbx_tmpl_rec v[]; /* by name */
+};
+/* GET /v1/templates: every image in image_dir by name, each with its pools' figures:
+ * 0 and *out, one block the caller frees (free(); its strings are borrowed as records
+ * are), or an sbx_errcode with *err. */
+int sbx_templates(struct sbx_table *t, struct sbx_tmpl_list **out, struct sbx_err *err);
 
 /* ---- the port proxy (server/ports.c) ---- */
 /* Sandbox id, usable as for an operation (a paused one resumes, a frozen one

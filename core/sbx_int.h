@@ -417,16 +417,21 @@ int sbx_pause_idle(struct sandbox *sb);
 /* PAUSED -> STARTING: a VM restored from its snapshot; a resume op or the next request
  * finds it running. 0, or an sbx_errcode with *err (then it ended dead). */
 int sbx_resume_start(struct sandbox *sb, struct sbx_err *err);
-/* The sandbox's record as GET shows it (new reference). */
-json_t *sbx_json(const struct sandbox *sb);
-/* The same as a record (sbx.h), borrowed from sb. */
+/* The sandbox's record (sbx.h), borrowed from sb. */
 void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r);
+/* An egress policy as a record, borrowed from p. */
+void sbx_net_rec_of(const struct net_policy *p, struct sbx_net_rec *r);
+/* The string entries of the object obj as *n entries in *out (freed and made again),
+ * borrowed from obj: 0 or -ENOMEM. */
+int sbx_kv_view(json_t *obj, struct sbx_kv **out, size_t *n);
 /* sb->meta_kv made again from sb->metadata: 0 or -ENOMEM. */
 int sbx_meta_view(struct sandbox *sb);
-/* Finish op with sb's record, or (snapshots, forks) with the JSON body o, which it
- * takes (see ops_finish). */
+/* n entries as a new JSON object of strings in *out; a NULL key or value, or one that
+ * is not UTF-8, is refused as "<what> must be an object of strings (UTF-8 text)". */
+int sbx_kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
+                  struct sbx_err *err);
+/* Finish op with sb's record (see ops_finish). */
 void ops_finish_sandbox(struct op *op, const struct sandbox *sb);
-void ops_finish_json(struct op *op, json_t *o);
 
 /* ---- idle freeze and resync (sbx_freeze.c) ---- */
 
@@ -508,9 +513,5 @@ void ops_credit(struct op *op, size_t n);
 enum sbx_errcode ops_errno_code(int err);
 /* A guest frame for a process op, or for a background exec (ops_proc.c). */
 void ops_proc_frame(struct op *op, const struct proto_frame *f);
-int sbx_json_str_map(json_t *body, const char *key, json_t **out, struct sbx_err *err);
-/* body must be an object whose keys are all in the NULL-ended allowed list: 0, or an
- * sbx_errcode with *err. */
-int sbx_check_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
 
 #endif

@@ -40,6 +40,8 @@ struct sbx_snap {
     char dir[4096];
     json_t *base; /* identity of the template's base image (sbx_ident_json) */
     json_t *metadata;
+    struct sbx_kv *meta_kv; /* metadata's entries, as its record shows them */
+    size_t nmeta;
     char type[8]; /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
                    * nothing depends on it: sbx_snap_tick) */
     char disk_backing[4096 + 16]; /* what its disk.qcow2 is backed by, as warrend named it (and
@@ -57,6 +59,24 @@ struct sbx_snap {
     struct net_policy pol; /* restored from it keeps unless its create names another */
 };
 
+/* What a fork's creates get: the parent's env, the forks' metadata (both objects of
+ * strings, owned), TTL (SBX_UNSET: the configured default, SBX_NOT_INT: refused by the
+ * create) and idle timeout. */
+struct fork_plan {
+    json_t *env, *meta;
+    int64_t ttl_s, idle_s;
+    bool keep_running;
+};
+
+static void plan_free(struct fork_plan *p)
+{
+    if (!p)
+        return;
+    json_decref(p->env);
+    json_decref(p->meta);
+    p->env = p->meta = NULL;
+}
+
 /* A snapshot being taken. */
 struct snap_job {
     struct snap_job *next;
@@ -73,10 +93,10 @@ struct snap_job {
     int err;                 /* of the copy */
     char why[256];
     int64_t t0;
-    unsigned fork;    /* a fork of this many: their creates follow the snapshot */
-    bool pause;       /* a pause: the VM ends after the snapshot instead of continuing */
-    bool own_ram;     /* s->mem is a RAM file made for it (vmm_save_ram): in its size */
-    json_t *fork_req; /* the creates' body (without snapshot_id) */
+    unsigned fork;         /* a fork of this many: their creates follow the snapshot */
+    bool pause;            /* a pause: the VM ends after the snapshot instead of continuing */
+    bool own_ram;          /* s->mem is a RAM file made for it (vmm_save_ram): in its size */
+    struct fork_plan plan; /* a fork's creates */
 };
 
 /* A fork's creates in flight; the fork op answers once all are. */
@@ -85,7 +105,8 @@ struct fork_ctx {
     sbx_op_t op;
     char snap[SBX_ID_CAP];
     unsigned want, answered;
-    json_t *made;       /* the sandboxes' records, in order of answer */
+    char (*made)[SBX_ID_CAP]; /* the sandboxes' ids, in order of answer */
+    unsigned nmade;
     struct sbx_err err; /* the first failure (code 0: none) */
     int64_t t0;
 };
@@ -94,6 +115,7 @@ struct sbx_snaps {
     struct sbx_snap *list;    /* newest first */
     struct snap_job *jobs;    /* saving (waiting on QEMU) */
     struct snap_job *copying; /* saved, the disk being copied (the bg worker) */
+    struct sbx_snap *gone;    /* the last one deleted: its record is still borrowed */
 };
 
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op);
@@ -165,35 +187,32 @@ static void snap_free(struct sbx_snap *s)
         return;
     json_decref(s->base);
     json_decref(s->metadata);
+    free(s->meta_kv);
     if (s->sealed_fd > 0)
         close(s->sealed_fd);
     free(s);
 }
 
-static json_t *iso(int64_t ms)
-{
-    char buf[UTIL_ISO_MAX];
-
-    if (!util_iso_time_ms(ms, buf, sizeof(buf)))
-        return json_null();
-    return json_string(buf);
-}
-
 /* What GET shows: the tree's links ("parent" the sandbox, "parent_snapshot") and the
  * guest's shape. */
-static json_t *snap_json(const struct sbx_snap *s)
+static void snap_rec(const struct sbx_snap *s, struct sbx_snap_rec *r)
 {
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:O}", "id", s->id, "parent", s->parent,
-                          "template", s->tmpl, "type", s->type, "memory_mb", (json_int_t)s->mem_mb,
-                          "vcpus", (json_int_t)s->vcpus, "size_bytes", (json_int_t)s->size,
-                          "created_at", iso(s->created_ms), "metadata", s->metadata);
-
-    json_object_set_new(o, "snapshot_id", json_string(s->id));
-    json_object_set_new(o, "parent_snapshot",
-                        s->parent_snap[0] ? json_string(s->parent_snap) : json_null());
-    if (s->has_pol)
-        json_object_set_new(o, "network", sbx_net_policy_json(&s->pol));
-    return o;
+    memset(r, 0, sizeof(*r));
+    r->id = s->id;
+    r->parent = s->parent;
+    r->parent_snap = s->parent_snap[0] ? s->parent_snap : NULL;
+    r->tmpl = s->tmpl;
+    r->type = s->type;
+    r->mem_mb = s->mem_mb;
+    r->vcpus = s->vcpus;
+    r->size = s->size;
+    r->created_ms = s->created_ms;
+    r->metadata = s->meta_kv;
+    r->nmetadata = s->nmeta;
+    if (s->has_pol) {
+        r->has_network = true;
+        sbx_net_rec_of(&s->pol, &r->network);
+    }
 }
 
 static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
@@ -262,6 +281,11 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     s->created_ms = created;
     s->base = json_incref(base);
     s->metadata = json_incref(meta);
+    if (sbx_kv_view(s->metadata, &s->meta_kv, &s->nmeta) != 0) {
+        snap_free(s);
+        json_decref(o);
+        return -ENOMEM;
+    }
     {
         const char *type = json_string_value(json_object_get(o, "type"));
         const char *db = json_string_value(json_object_get(o, "disk_backing"));
@@ -363,9 +387,10 @@ void sbx_snap_free_all(struct sbx_table *t)
         t->snaps->jobs = j->next;
         util_rm_dir(j->s->dir, NULL);
         snap_free(j->s);
-        json_decref(j->fork_req);
+        plan_free(&j->plan);
         free(j);
     }
+    snap_free(t->snaps->gone);
     free(t->snaps);
     t->snaps = NULL;
 }
@@ -397,7 +422,7 @@ static void copy_unlink(struct snap_job *j)
 /* End a job: its files removed unless the snapshot was recorded (s NULL then). */
 static void job_free(struct snap_job *j)
 {
-    json_decref(j->fork_req);
+    plan_free(&j->plan);
     if (j->s) {
         rm_later(j->t, j->s->dir);
         snap_free(j->s);
@@ -748,8 +773,12 @@ static void copy_done(void *arg)
     sandbox_continue(sb);
     if (j->fork)
         fork_start(j, s, op);
-    else if (op)
-        ops_finish_json(op, snap_json(s));
+    else if (op) {
+        struct sbx_snap_rec rec;
+        struct sbx_result res = {.kind = SBX_RES_SNAPSHOT, .u.snap = &rec};
+        snap_rec(s, &rec);
+        ops_finish(op, NULL, &res);
+    }
     job_free(j);
 }
 
@@ -801,11 +830,11 @@ static bool backed_by_template(struct sbx_table *t, const char *backing)
            backing[strlen(real)] == '/';
 }
 
-/* Start a snapshot of sandbox id. fork > 0: that many creates (body fork_req) follow
- * it; pause: the VM ends after it instead of continuing. Takes meta and fork_req. As
- * sbx_snapshot. */
+/* Start a snapshot of sandbox id. fork > 0: that many creates (as plan says) follow
+ * it; pause: the VM ends after it instead of continuing. Takes meta and what plan
+ * holds (plan may be NULL when fork is 0). As sbx_snap_take. */
 static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigned fork,
-                      json_t *fork_req, bool pause, const struct sbx_sink *sink, void *user,
+                      struct fork_plan *plan, bool pause, const struct sbx_sink *sink, void *user,
                       sbx_op_t *opid, struct sbx_err *err)
 {
     struct sandbox *sb;
@@ -818,17 +847,17 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
 
     if ((status = sbx_usable(t, id, &sb, err))) {
         json_decref(meta);
-        json_decref(fork_req);
+        plan_free(plan);
         return status;
     }
     if ((status = ops_quota(sb, err))) {
         json_decref(meta);
-        json_decref(fork_req);
+        plan_free(plan);
         return status;
     }
     if (!sb->vmr || !sb->vm || sb->vm_gone) {
         json_decref(meta);
-        json_decref(fork_req);
+        plan_free(plan);
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no running VM", sb->id);
     }
     snprintf(path, sizeof(path), "%s/%s.ext4", t->image_dir, sb->tmpl);
@@ -839,14 +868,14 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
         backing[0] = 0;
     if ((r = sbx_ident_get(&base, path)) != 0 || (!backing[0] && (r = -EINVAL))) {
         json_decref(meta);
-        json_decref(fork_req);
+        plan_free(plan);
         return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot read its disk's chain: %s",
                            sb->id, strerror(-r));
     }
     if (!(s = calloc(1, sizeof(*s))) || !(j = calloc(1, sizeof(*j)))) {
         free(s);
         json_decref(meta);
-        json_decref(fork_req);
+        plan_free(plan);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     sbx_new_id(t, "snap", s->id);
@@ -857,6 +886,12 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     s->vcpus = sb->vcpus;
     s->base = sbx_ident_json(&base);
     s->metadata = meta;
+    if (sbx_kv_view(s->metadata, &s->meta_kv, &s->nmeta) != 0) {
+        snap_free(s);
+        free(j);
+        plan_free(plan);
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    }
     if (t->net) {
         s->has_pol = true;
         s->pol = sb->vmr->pol;
@@ -865,7 +900,8 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     j->t = t;
     j->s = s;
     j->fork = fork;
-    j->fork_req = fork_req;
+    if (plan)
+        j->plan = *plan;
     j->pause = pause;
     snprintf(s->type, sizeof(s->type), "%s", pause ? "pause" : fork ? "fork" : "sandbox");
     j->t0 = sbx_now_ms();
@@ -936,7 +972,7 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
 fail:
     rmdir(s->dir);
     snap_free(s);
-    json_decref(j->fork_req);
+    plan_free(&j->plan);
     free(j);
     if (r == -EBUSY)
         return sbx_err_set(err, SBX_E_CONFLICT,
@@ -945,65 +981,69 @@ fail:
                        strerror(-r));
 }
 
-int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                 void *user, sbx_op_t *opid, struct sbx_err *err)
+int sbx_snap_take(struct sbx_table *t, const char *id, const struct sbx_snap_req *req,
+                  const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"metadata", NULL};
     json_t *meta = NULL;
     int status;
 
-    if ((status = sbx_check_fields(body, fields, err)) ||
-        (status = sbx_json_str_map(body, "metadata", &meta, err)))
+    if ((status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err)))
         return status;
     return snap_begin(t, id, meta, 0, NULL, false, sink, user, opid, err);
 }
 
 /* ---- fork: one snapshot, then count creates from it ---- */
 
+static void fork_free(struct fork_ctx *f)
+{
+    free(f->made);
+    free(f);
+}
+
 static void fork_answered(void *user, const struct sbx_err *err, const struct sbx_result *res)
 {
     struct fork_ctx *f = user;
-    struct sandbox *made;
     struct op *op;
-    size_t i;
-    json_t *v;
 
     if (err && !f->err.code)
         f->err = *err;
-    if (res && res->kind == SBX_RES_SANDBOX && (made = sbx_find(f->t, res->u.sandbox->id)))
-        json_array_append_new(f->made, sbx_json(made));
+    if (res && res->kind == SBX_RES_SANDBOX && f->nmade < f->want)
+        snprintf(f->made[f->nmade++], SBX_ID_CAP, "%s", res->u.sandbox->id);
     if (++f->answered < f->want)
         return;
     op = find_op(f->t, f->op);
     if (f->err.code) {
         /* All or nothing: the forks that were made go again. */
-        json_array_foreach(f->made, i, v)
-        {
+        for (unsigned i = 0; i < f->nmade; i++) {
             struct sbx_rec gone;
-            sbx_delete(f->t, json_string_value(json_object_get(v, "id")), &gone, NULL);
+            sbx_delete(f->t, f->made[i], &gone, NULL);
         }
         if (op)
             ops_finish(op, &f->err, NULL);
     } else {
         LOG(LOG_INFO, "fork: %u sandbox(es) from snapshot %s in %.0f ms", f->want, f->snap,
             (double)(sbx_now_ms() - f->t0));
-        if (op)
-            ops_finish_json(op,
-                            json_pack("{s:O,s:s}", "sandboxes", f->made, "snapshot_id", f->snap));
+        if (op) {
+            struct sbx_rec *recs = calloc(f->nmade ? f->nmade : 1, sizeof(*recs));
+            struct sbx_result ans = {.kind = SBX_RES_FORK};
+            struct sandbox *made;
+            size_t n = 0;
+            if (!recs) {
+                ops_fail(op, SBX_E_INTERNAL, "out of memory");
+                fork_free(f);
+                return;
+            }
+            for (unsigned i = 0; i < f->nmade; i++)
+                if ((made = sbx_find(f->t, f->made[i])))
+                    sbx_rec_of(made, &recs[n++]);
+            ans.u.fork.v = recs;
+            ans.u.fork.n = n;
+            ans.u.fork.snapshot_id = f->snap;
+            ops_finish(op, NULL, &ans);
+            free(recs);
+        }
     }
-    json_decref(f->made);
-    free(f);
-}
-
-/* The fork's snapshot s is recorded: its creates (answered from the loop, never from
- * inside sbx_create). */
-/* A number of the fork's request as create takes it (null: the default). */
-static int64_t fork_num(json_t *v)
-{
-    if (!v || json_is_null(v))
-        return SBX_UNSET;
-    return json_is_integer(v) && json_integer_value(v) > SBX_NOT_INT ? json_integer_value(v)
-                                                                     : SBX_NOT_INT;
+    fork_free(f);
 }
 
 /* The parent's env and the forks' metadata (objects of strings) as one array: env's
@@ -1027,16 +1067,18 @@ static struct sbx_kv *fork_kv(json_t *env, json_t *meta)
     return kv;
 }
 
+/* The fork's snapshot s is recorded: its creates (answered from the loop, never from
+ * inside sbx_create). */
 static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *op)
 {
     static const struct sbx_sink sink = {fork_answered, NULL, NULL, NULL, NULL};
     struct fork_ctx *f = calloc(1, sizeof(*f));
-    json_t *req = j->fork_req;
+    const struct fork_plan *plan = &j->plan;
     struct sbx_create_req cr = {0};
     struct sbx_kv *kv;
     unsigned n = j->fork;
 
-    if (!f || !(f->made = json_array())) {
+    if (!f || !(f->made = calloc(n, sizeof(*f->made)))) {
         free(f);
         if (op)
             ops_fail(op, SBX_E_INTERNAL, "out of memory");
@@ -1047,7 +1089,7 @@ static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *
     f->want = n;
     f->t0 = j->t0;
     snprintf(f->snap, sizeof(f->snap), "%s", s->id);
-    if (!(kv = fork_kv(json_object_get(req, "env"), json_object_get(req, "metadata")))) {
+    if (!(kv = fork_kv(plan->env, plan->meta))) {
         for (unsigned i = 0; i < n; i++) {
             struct sbx_err e;
             sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
@@ -1056,14 +1098,14 @@ static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *
         return;
     }
     cr.snapshot_id = s->id;
-    cr.ttl_s = fork_num(json_object_get(req, "ttl_seconds"));
-    cr.idle_s = fork_num(json_object_get(req, "idle_timeout_seconds"));
+    cr.ttl_s = plan->ttl_s;
+    cr.idle_s = plan->idle_s;
     cr.memory_mb = cr.vcpus = SBX_UNSET;
-    cr.keep_running = json_is_true(json_object_get(req, "keep_running"));
+    cr.keep_running = plan->keep_running;
     cr.env = kv;
-    cr.nenv = json_object_size(json_object_get(req, "env"));
+    cr.nenv = json_object_size(plan->env);
     cr.metadata = kv + cr.nenv;
-    cr.nmetadata = json_object_size(json_object_get(req, "metadata"));
+    cr.nmetadata = json_object_size(plan->meta);
     for (unsigned i = 0; i < n; i++) {
         struct sbx_err e = {0};
         sbx_op_t cop;
@@ -1073,25 +1115,22 @@ static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *
     free(kv);
 }
 
-int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-             void *user, sbx_op_t *opid, struct sbx_err *err)
+int sbx_snap_fork(struct sbx_table *t, const char *id, const struct sbx_fork_req *req,
+                  const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
-    static const char *const fields[] = {"count", "ttl_seconds", "idle_timeout_seconds", "metadata",
-                                         NULL};
+    struct fork_plan plan = {0};
     struct sandbox *sb;
-    json_t *v = json_object_get(body, "count"), *req, *meta = NULL;
     unsigned count = 1, live = 0;
+    json_t *meta = NULL;
     int status;
 
-    if ((status = sbx_check_fields(body, fields, err)))
-        return status;
-    if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
-              json_integer_value(v) > t->cfg->fork_max))
+    if (req->count != SBX_UNSET && (req->count < 1 || req->count > t->cfg->fork_max))
         return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "count must be an integer from 1 to %u",
                            t->cfg->fork_max);
-    if (v)
-        count = (unsigned)json_integer_value(v);
-    if ((status = sbx_json_str_map(body, "metadata", &meta, err)))
+    if (req->count != SBX_UNSET)
+        count = (unsigned)req->count;
+    if (req->metadata_given &&
+        (status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err)))
         return status;
     if ((status = sbx_usable(t, id, &sb, err))) {
         json_decref(meta);
@@ -1106,25 +1145,24 @@ int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx
     }
     /* The forks are the parent's kind of sandbox: its env, metadata (unless given),
      * idle timeout and keep_running; a TTL of the parent's time left unless given. */
-    req = json_pack(
-        "{s:O,s:o,s:I,s:b}", "env", sb->env, "metadata",
-        json_object_size(meta) || json_object_get(body, "metadata") ? json_incref(meta)
-                                                                    : json_deep_copy(sb->metadata),
-        "idle_timeout_seconds",
-        (json_int_t)(json_object_get(body, "idle_timeout_seconds")
-                         ? json_integer_value(json_object_get(body, "idle_timeout_seconds"))
-                         : sb->idle_s),
-        "keep_running", sb->keep_running);
-    json_decref(meta);
-    if (!req)
+    plan.env = json_deep_copy(sb->env);
+    plan.meta = req->metadata_given ? meta : json_deep_copy(sb->metadata);
+    if (!plan.env || !plan.meta) {
+        plan_free(&plan);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    if (json_object_get(body, "ttl_seconds")) {
-        json_object_set(req, "ttl_seconds", json_object_get(body, "ttl_seconds"));
+    }
+    if (!req->idle_given)
+        plan.idle_s = sb->idle_s;
+    else
+        plan.idle_s = req->idle_s == SBX_NOT_INT ? 0 : req->idle_s;
+    plan.keep_running = sb->keep_running;
+    if (req->ttl_given) {
+        plan.ttl_s = req->ttl_s;
     } else {
         int64_t left = (sb->expires_mono - sbx_now_ms()) / 1000;
-        json_object_set_new(req, "ttl_seconds", json_integer(left > 1 ? left : 1));
+        plan.ttl_s = left > 1 ? left : 1;
     }
-    return snap_begin(t, id, json_object(), count, req, false, sink, user, opid, err);
+    return snap_begin(t, id, json_object(), count, &plan, false, sink, user, opid, err);
 }
 
 /* ---- create from a snapshot ---- */
@@ -1627,18 +1665,14 @@ int sbx_resume_start(struct sandbox *sb, struct sbx_err *err)
     return snap_launch(sb, "resume", NULL, err);
 }
 
-int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-              void *user, sbx_op_t *opid, json_t **out, struct sbx_err *err)
+int sbx_snap_pause(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+                   sbx_op_t *opid, struct sbx_rec *out, struct sbx_err *err)
 {
-    static const char *const fields[] = {NULL};
     struct sandbox *sb = sbx_find(t, id);
-    int status;
 
-    *out = NULL;
-    if ((status = sbx_check_fields(body, fields, err)))
-        return status;
+    *opid = 0;
     if (sb && sb->state == ST_PAUSED) {
-        *out = sbx_json(sb); /* already */
+        sbx_rec_of(sb, out); /* already */
         return 0;
     }
     return snap_begin(t, id, json_object(), 0, NULL, true, sink, user, opid, err);
@@ -1660,14 +1694,14 @@ bool sbx_coming_back(struct sbx_table *t, const char *id)
     return sb && (sb->state == ST_PAUSED || sb->state == ST_STARTING);
 }
 
-int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
-               sbx_op_t *opid, json_t **out, struct sbx_err *err)
+int sbx_snap_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+                    sbx_op_t *opid, struct sbx_rec *out, struct sbx_err *err)
 {
     struct sandbox *sb = sbx_find(t, id);
     struct op *op;
     int status;
 
-    *out = NULL;
+    *opid = 0;
     if (!sb)
         return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox with id '%s'", id);
     if (sbx_state_final(sb->state))
@@ -1676,7 +1710,7 @@ int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink,
     if (sb->state == ST_PAUSED && (status = sbx_resume_start(sb, err)))
         return status;
     if (sb->state != ST_STARTING) {
-        *out = sbx_json(sb); /* running (or frozen: the next request thaws it) */
+        sbx_rec_of(sb, out); /* running (or frozen: the next request thaws it) */
         return 0;
     }
     /* Answered by the guest's first HELLO (sbx.c sandbox_ready), as a create is. */
@@ -1800,24 +1834,30 @@ void sbx_snap_found_stopped(struct sandbox *sb)
 
 /* ---- list, get, delete ---- */
 
-int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
+int sbx_snap_all(struct sbx_table *t, struct sbx_snap_rec **out, size_t *n, struct sbx_err *err)
 {
-    json_t *arr = json_array();
+    size_t count = 0;
 
-    (void)err;
+    *out = NULL;
+    *n = 0;
     for (struct sbx_snap *s = t->snaps->list; s; s = s->next)
-        json_array_insert_new(arr, 0, snap_json(s)); /* the list is newest first */
-    *out = json_pack("{s:o}", "snapshots", arr);
+        count++;
+    if (!(*out = calloc(count ? count : 1, sizeof(**out))))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    /* The list is newest first; the answer oldest first. */
+    for (struct sbx_snap *s = t->snaps->list; s; s = s->next)
+        snap_rec(s, &(*out)[count - ++*n]);
     return 0;
 }
 
-int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_snap_find(struct sbx_table *t, const char *id, struct sbx_snap_rec *out,
+                  struct sbx_err *err)
 {
     struct sbx_snap *s = snap_find(t, id);
 
     if (!s)
         return snap_not_found(id, err);
-    *out = snap_json(s);
+    snap_rec(s, out);
     return 0;
 }
 
@@ -1856,18 +1896,21 @@ static int snap_remove(struct sbx_table *t, struct sbx_snap *s)
     rm_later(t, s->dir);
     LOGS(LOG_INFO, s->id, "snapshot deleted");
     bool kept_base = s->mem[0] && (!strcmp(s->type, "pause") || sbx_in_bases(t, s->mem));
-    snap_free(s);
+    /* Unlinked and its files going, but kept until the next removal: the record a
+     * delete answers with borrows its strings. */
+    snap_free(t->snaps->gone);
+    t->snaps->gone = s;
     if (kept_base)
         sbx_snap_bases_sweep(t);
     return 0;
 }
 
-int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_snap_drop(struct sbx_table *t, const char *id, struct sbx_snap_rec *out,
+                  struct sbx_err *err)
 {
     struct sbx_snap *s = snap_find(t, id);
     char deps[400];
     unsigned count;
-    json_t *rec;
     int r;
 
     if (!s)
@@ -1881,13 +1924,11 @@ int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sb
         return sbx_err_set(err, SBX_E_SNAPSHOT_IN_USE,
                            "snapshot %s is still needed by %s: end or delete %s first", id, deps,
                            count > 1 ? "them" : "it");
-    rec = snap_json(s);
-    if ((r = snap_remove(t, s)) != 0) {
-        json_decref(rec);
+    if ((r = snap_remove(t, s)) != 0)
         return sbx_err_set(err, SBX_E_INDEX_WRITE_FAILED, "cannot delete the record: %s",
                            idx_strerror(r));
-    }
-    *out = rec;
+    /* snap_remove kept s (t->snaps->gone) for this record. */
+    snap_rec(s, out);
     return 0;
 }
 

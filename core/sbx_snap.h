@@ -37,51 +37,71 @@
  * included); files no record names (a crash mid-snapshot) are removed at
  * start.
  *
- * Results are new json_t references; errors as in sbx.h.
+ * Results are records (sbx.h: struct sbx_snap_rec, sandboxes as struct sbx_rec),
+ * borrowed as sbx.h says; errors as in sbx.h.
  */
 #ifndef WARREN_SBX_SNAP_H
 #define WARREN_SBX_SNAP_H
 
-#include <jansson.h>
-
 #include "sbx.h"
 
-/* Snapshot a sandbox; body may hold "metadata" (an object of strings). done(NULL,
- * the snapshot's record) once the files are written and the sandbox runs again. */
-int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                 void *user, sbx_op_t *op, struct sbx_err *err);
-/* {"snapshots": [...]}, oldest first. */
-int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err);
-int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
+/* A snapshot asked for: metadata (nmetadata entries) shown with it. */
+struct sbx_snap_req {
+    const struct sbx_kv *metadata;
+    size_t nmetadata;
+};
+
+/* A fork: count sandboxes (SBX_UNSET: 1; 1..fork_max) from one snapshot of the parent. */
+struct sbx_fork_req {
+    int64_t count;
+    bool ttl_given;      /* false: the parent's time left */
+    int64_t ttl_s;       /* given: SBX_UNSET is the configured default */
+    bool idle_given;     /* false: the parent's idle timeout */
+    int64_t idle_s;      /* given: SBX_NOT_INT counts as 0, as it always has */
+    bool metadata_given; /* false: the parent's metadata */
+    const struct sbx_kv *metadata;
+    size_t nmetadata;
+};
+
+/* Snapshot a sandbox: done(NULL, SBX_RES_SNAPSHOT) once the files are written and the
+ * sandbox runs again. */
+int sbx_snap_take(struct sbx_table *t, const char *id, const struct sbx_snap_req *req,
+                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
+/* Every snapshot, oldest first: *n records in *out, an array the caller frees (free());
+ * the records in it are borrowed. */
+int sbx_snap_all(struct sbx_table *t, struct sbx_snap_rec **out, size_t *n, struct sbx_err *err);
+int sbx_snap_find(struct sbx_table *t, const char *id, struct sbx_snap_rec *out,
+                  struct sbx_err *err);
 /* Remove a snapshot nothing depends on: its record as it was. SBX_E_SNAPSHOT_IN_USE,
  * naming what depends on it, when a live sandbox runs over its files or another
  * snapshot's disk is backed by its disk. */
-int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
+int sbx_snap_drop(struct sbx_table *t, const char *id, struct sbx_snap_rec *out,
+                  struct sbx_err *err);
 /* Pause: memory and disk into the sandbox's own snapshot (type "pause"), then its VM
  * ends: state "paused" (in the index; its TTL stands still; paused_retention_s bounds it).
- * done(NULL, its record). Already paused: 0 with *out its record, no callback. Body {}. */
-int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err);
+ * done(NULL, SBX_RES_SANDBOX). Already paused: 0 with *op 0 and *out its record, no
+ * callback. */
+int sbx_snap_pause(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+                   sbx_op_t *op, struct sbx_rec *out, struct sbx_err *err);
 /* Resume a paused sandbox (a VM restored from its snapshot; its processes run on):
- * done(NULL, its record) once its guest's session is up. Not paused (running, frozen): 0
- * with *out its record, no callback. Starting (a resume or create in progress): 0 and
- * done(NULL, its record) once it is up. Any exec, file call or socket on a paused
- * sandbox starts the resume too (the REST routes then wait for it: rest.c
- * resume_first; uploads and sockets are answered sandbox_not_ready: retry). */
-int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
-               sbx_op_t *op, json_t **out, struct sbx_err *err);
+ * done(NULL, SBX_RES_SANDBOX) once its guest's session is up. Not paused (running,
+ * frozen): 0 with *op 0 and *out its record, no callback. Starting (a resume or create
+ * in progress): 0 and done(NULL, its record) once it is up. Any exec, file call or
+ * socket on a paused sandbox starts the resume too (the REST routes then wait for it:
+ * rest.c resume_first; uploads and sockets are answered sandbox_not_ready: retry). */
+int sbx_snap_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+                    sbx_op_t *op, struct sbx_rec *out, struct sbx_err *err);
 /* Is sandbox id paused, or starting (a resume, restore or create in progress)? A
- * request that reaches the guest may then wait for sbx_resume, which answers once the
- * guest's session is up. */
+ * request that reaches the guest may then wait for sbx_snap_resume, which answers once
+ * the guest's session is up. */
 bool sbx_coming_back(struct sbx_table *t, const char *id);
-/* Fork: body {"count": N (1..fork_max, default 1), "ttl_seconds", "idle_timeout_seconds",
- * "metadata"}: one snapshot of the sandbox (type "fork", removed by itself once its
- * last fork has ended), then N sandboxes created from it; the parent runs on.
- * done(NULL, {"sandboxes": [their records], "snapshot_id"}) once all are up; if one
- * fails, the others are deleted and done has its error. The forks get the parent's
- * env, metadata (unless given), idle timeout, keep_running and remaining TTL (unless
- * given). */
-int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-             void *user, sbx_op_t *op, struct sbx_err *err);
+/* Fork: one snapshot of the sandbox (type "fork", removed by itself once its last fork
+ * has ended), then req->count sandboxes created from it; the parent runs on.
+ * done(NULL, SBX_RES_FORK: their records, in the order they came up, and the snapshot's
+ * id) once all are up; if one fails, the others are deleted and done has its error.
+ * The forks get the parent's env, metadata (unless given), idle timeout, keep_running
+ * and remaining TTL (unless given). */
+int sbx_snap_fork(struct sbx_table *t, const char *id, const struct sbx_fork_req *req,
+                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
 
 #endif

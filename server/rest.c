@@ -429,16 +429,17 @@ static void proc_ctl(struct pss *p, enum api_proc_action a, json_t *body)
 bool rest_resume_first(struct pss *p, json_t *args)
 {
     struct sbx_err err;
-    json_t *out = NULL;
+    struct sbx_rec rec;
+    sbx_op_t op = 0;
     int rc;
 
     if (!sbx_coming_back(p->srv->t, p->sbx))
         return false;
-    rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
-    if (rc == 0 && out) { /* already back */
-        json_decref(out);
+    rc = sbx_snap_resume(p->srv->t, p->sbx, &sink, p, &op, &rec, &err);
+    if (rc == 0 && !op) /* already back */
         return false;
-    }
+    if (op)
+        p->op = op;
     if (rc) {
         resp_sbx_err(p, &err);
         return true;
@@ -503,6 +504,7 @@ static void dispatch_body(struct pss *p)
 
 static void h_healthz(struct pss *p, json_t *args)
 {
+    struct sbx_pool_stats pool;
     struct api_err e;
 
     (void)args;
@@ -516,9 +518,10 @@ static void h_healthz(struct pss *p, json_t *args)
         resp_api_err(p, &e);
         return;
     }
+    sbx_pool_stats(p->srv->t, &pool);
     resp_json(p, 200,
               json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
-                        (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_pool_stats(p->srv->t)));
+                        (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_json_pool_stats(&pool)));
 }
 
 /* The peers' answers are in (or their deadline passed): their arrays join this host's,
@@ -820,46 +823,69 @@ static void h_tokens(struct pss *p, json_t *body)
 
 static void h_snapshot(struct pss *p, json_t *body)
 {
+    struct sbx_json_snap req;
     struct sbx_err err;
+    int rc = sbx_json_snap(body, &req, &err);
 
-    start_op(p, sbx_snapshot(p->srv->t, p->sbx, body, &sink, p, &p->op, &err), &err);
+    if (rc == 0)
+        rc = sbx_snap_take(p->srv->t, p->sbx, &req.req, &sink, p, &p->op, &err);
+    sbx_json_snap_free(&req);
+    start_op(p, rc, &err);
 }
 
 static void h_fork(struct pss *p, json_t *body)
 {
+    struct sbx_json_fork req;
     struct sbx_err err;
+    int rc = sbx_json_fork(body, &req, &err);
 
-    start_op(p, sbx_fork(p->srv->t, p->sbx, body, &sink, p, &p->op, &err), &err);
+    if (rc == 0)
+        rc = sbx_snap_fork(p->srv->t, p->sbx, &req.req, &sink, p, &p->op, &err);
+    sbx_json_fork_free(&req);
+    start_op(p, rc, &err);
 }
 
-/* Pause and resume: already so, answered at once; else when the VM is saved (or
- * restored). */
-static void pause_or_resume(struct pss *p, int rc, json_t *out, const struct sbx_err *err)
+/* Pause and resume: already so (no op started), answered at once with the record; else
+ * when the VM is saved (or restored). */
+static void pause_or_resume(struct pss *p, int rc, sbx_op_t op, const struct sbx_rec *rec,
+                            const struct sbx_err *err)
 {
-    if (rc == 0 && out)
-        respond_sync(p, rc, out, err);
-    else
-        start_op(p, rc, err);
+    json_t *out;
+
+    if (rc == 0 && !op) {
+        if ((out = sbx_json_rec(rec)))
+            resp_json(p, 200, out);
+        else
+            resp_code(p, 500, "internal", "out of memory");
+        return;
+    }
+    if (rc == 0)
+        p->op = op;
+    start_op(p, rc, err);
 }
 
 static void h_pause(struct pss *p, json_t *body)
 {
     struct sbx_err err;
-    json_t *out = NULL;
-    int rc = sbx_pause(p->srv->t, p->sbx, body, &sink, p, &p->op, &out, &err);
+    struct sbx_rec rec;
+    sbx_op_t op = 0;
+    int rc = sbx_json_pause(body, &err);
 
-    pause_or_resume(p, rc, out, &err);
+    if (rc == 0)
+        rc = sbx_snap_pause(p->srv->t, p->sbx, &sink, p, &op, &rec, &err);
+    pause_or_resume(p, rc, op, &rec, &err);
 }
 
 static void h_resume(struct pss *p, json_t *body)
 {
     struct sbx_err err;
-    json_t *out = NULL;
+    struct sbx_rec rec;
+    sbx_op_t op = 0;
     int rc;
 
     (void)body;
-    rc = sbx_resume(p->srv->t, p->sbx, &sink, p, &p->op, &out, &err);
-    pause_or_resume(p, rc, out, &err);
+    rc = sbx_snap_resume(p->srv->t, p->sbx, &sink, p, &op, &rec, &err);
+    pause_or_resume(p, rc, op, &rec, &err);
 }
 
 static void h_ctx_list(struct pss *p, json_t *args)
@@ -930,20 +956,28 @@ static void h_network(struct pss *p, json_t *body)
 
 static void h_snapshot_list(struct pss *p, json_t *args)
 {
+    struct sbx_snap_rec *recs = NULL;
     struct sbx_err err;
     json_t *out = NULL;
-    int rc = sbx_snap_list(p->srv->t, &out, &err);
+    size_t n = 0;
+    int rc = sbx_snap_all(p->srv->t, &recs, &n, &err);
 
     (void)args;
+    if (rc == 0 && !(out = sbx_json_snaps(recs, n)))
+        rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+    free(recs);
     list_answer(p, rc, out, &err, "snapshots");
 }
 
 static void h_snapshot_get(struct pss *p, json_t *args)
 {
     struct sbx_err err;
+    struct sbx_snap_rec rec;
     json_t *out = NULL;
-    int rc = sbx_snap_get(p->srv->t, p->sbx, &out, &err);
+    int rc = sbx_snap_find(p->srv->t, p->sbx, &rec, &err);
 
+    if (rc == 0 && !(out = sbx_json_snap_rec(&rec)))
+        rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
     (void)args;
     respond_sync(p, rc, out, &err);
 }
@@ -951,19 +985,26 @@ static void h_snapshot_get(struct pss *p, json_t *args)
 static void h_snapshot_delete(struct pss *p, json_t *args)
 {
     struct sbx_err err;
+    struct sbx_snap_rec rec;
     json_t *out = NULL;
-    int rc = sbx_snap_delete(p->srv->t, p->sbx, &out, &err);
+    int rc = sbx_snap_drop(p->srv->t, p->sbx, &rec, &err);
 
+    if (rc == 0 && !(out = sbx_json_snap_rec(&rec)))
+        rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
     (void)args;
     respond_sync(p, rc, out, &err);
 }
 
 static void h_templates(struct pss *p, json_t *args)
 {
+    struct sbx_tmpl_list *l = NULL;
     struct sbx_err err;
     json_t *out = NULL;
-    int rc = sbx_templates(p->srv->t, &out, &err);
+    int rc = sbx_templates(p->srv->t, &l, &err);
 
+    if (rc == 0 && !(out = sbx_json_templates(l)))
+        rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
+    free(l);
     (void)args;
     respond_sync(p, rc, out, &err);
 }

@@ -323,6 +323,76 @@ int sbx_json_timeout(json_t *body, int64_t *ttl_s, struct sbx_err *err)
     return 0;
 }
 
+int sbx_json_snap(json_t *body, struct sbx_json_snap *out, struct sbx_err *err)
+{
+    static const char *const fields[] = {"metadata", NULL};
+    int status;
+
+    memset(out, 0, sizeof(*out));
+    if ((status = sbx_json_fields(body, fields, err)) ||
+        (status = sbx_json_kv(body, "metadata", &out->meta, &out->req.nmetadata, err)))
+        return status;
+    out->req.metadata = out->meta;
+    return 0;
+}
+
+void sbx_json_snap_free(struct sbx_json_snap *s)
+{
+    free(s->meta);
+    s->meta = NULL;
+}
+
+/* A fork's number: SBX_NOT_INT when it is not an integer (null included). */
+static int64_t fork_int(json_t *v)
+{
+    return json_is_integer(v) && json_integer_value(v) > SBX_NOT_INT ? json_integer_value(v)
+                                                                     : SBX_NOT_INT;
+}
+
+int sbx_json_fork(json_t *body, struct sbx_json_fork *out, struct sbx_err *err)
+{
+    static const char *const fields[] = {"count", "ttl_seconds", "idle_timeout_seconds", "metadata",
+                                         NULL};
+    struct sbx_fork_req *r = &out->req;
+    json_t *v;
+    int status;
+
+    memset(out, 0, sizeof(*out));
+    r->count = r->ttl_s = r->idle_s = SBX_UNSET;
+    if ((status = sbx_json_fields(body, fields, err)))
+        return status;
+    if ((v = json_object_get(body, "count")))
+        r->count = fork_int(v);
+    /* A null TTL is the configured default's; an absent one, the parent's time left. */
+    if ((v = json_object_get(body, "ttl_seconds"))) {
+        r->ttl_given = true;
+        r->ttl_s = json_is_null(v) ? SBX_UNSET : fork_int(v);
+    }
+    if ((v = json_object_get(body, "idle_timeout_seconds"))) {
+        r->idle_given = true;
+        r->idle_s = fork_int(v);
+    }
+    /* Given, even null (no metadata), it replaces the parent's. */
+    r->metadata_given = json_object_get(body, "metadata") != NULL;
+    if ((status = sbx_json_kv(body, "metadata", &out->meta, &r->nmetadata, err)))
+        return status;
+    r->metadata = out->meta;
+    return 0;
+}
+
+void sbx_json_fork_free(struct sbx_json_fork *f)
+{
+    free(f->meta);
+    f->meta = NULL;
+}
+
+int sbx_json_pause(json_t *body, struct sbx_err *err)
+{
+    static const char *const fields[] = {NULL};
+
+    return sbx_json_fields(body, fields, err);
+}
+
 /* ---- records into JSON: the shapes docs/API.md gives ---- */
 
 /* A time in ms as ISO-8601 with milliseconds; null while unset (0). */
@@ -540,6 +610,110 @@ json_t *sbx_json_exit(const struct sbx_exec_rec *x)
     return o;
 }
 
+json_t *sbx_json_snap_rec(const struct sbx_snap_rec *r)
+{
+    json_t *o =
+        json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "id", r->id, "parent", r->parent,
+                  "template", r->tmpl, "type", r->type, "memory_mb", (json_int_t)r->mem_mb, "vcpus",
+                  (json_int_t)r->vcpus, "size_bytes", (json_int_t)r->size, "created_at",
+                  iso_ms(r->created_ms), "metadata", kv_json(r->metadata, r->nmetadata));
+    json_t *n;
+
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "snapshot_id", json_string(r->id));
+    json_object_set_new(o, "parent_snapshot",
+                        r->parent_snap ? json_string(r->parent_snap) : json_null());
+    if (r->has_network && (n = net_json(&r->network)))
+        json_object_set_new(o, "network", n);
+    return o;
+}
+
+json_t *sbx_json_snaps(const struct sbx_snap_rec *v, size_t n)
+{
+    json_t *a = json_array(), *o;
+
+    for (size_t i = 0; a && i < n; i++) {
+        if (!(o = sbx_json_snap_rec(&v[i])) || json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a ? json_pack("{s:o}", "snapshots", a) : NULL;
+}
+
+static json_t *pool_json(const struct sbx_pool_rec *p)
+{
+    return json_pack("{s:s,s:I,s:I,s:s,s:I,s:I,s:b,s:I,s:I,s:b,s:I,s:I,s:I}", "template", p->tmpl,
+                     "memory_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "state",
+                     p->state, "size", (json_int_t)p->size, "ready", (json_int_t)p->ready,
+                     "filling", p->filling, "handed_out", (json_int_t)p->handed_out, "rebuilds",
+                     (json_int_t)p->rebuilds, "spare", p->spare, "spares", (json_int_t)p->spares,
+                     "spares_ready", (json_int_t)p->spares_ready, "spares_prefaulted",
+                     (json_int_t)p->spares_prefaulted);
+}
+
+/* The pools' figures as an array; NULL when out of memory. */
+static json_t *pools_json(const struct sbx_pool_rec *v, size_t n)
+{
+    json_t *a = json_array(), *o;
+
+    for (size_t i = 0; a && i < n; i++) {
+        if (!(o = pool_json(&v[i])) || json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+json_t *sbx_json_pool_stats(const struct sbx_pool_stats *s)
+{
+    json_t *o, *a;
+
+    if (!s->on)
+        return json_null();
+    o = s->has_default ? pool_json(&s->dflt)
+                       : json_pack("{s:s,s:s}", "template", s->default_tmpl, "state", "off");
+    if (!o || !(a = pools_json(s->pools, s->npools)) || json_object_set_new(o, "templates", a)) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *sbx_json_templates(const struct sbx_tmpl_list *l)
+{
+    json_t *a = json_array(), *o, *pools;
+
+    for (size_t i = 0; a && i < l->n; i++) {
+        const struct sbx_tmpl_rec *r = &l->v[i];
+        if (!(pools = pools_json(r->pools, r->npools)) ||
+            !(o = json_pack("{s:s,s:b,s:I,s:o}", "name", r->name, "default", r->is_default,
+                            "size_bytes", (json_int_t)r->size_bytes, "pools", pools)) ||
+            json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a ? json_pack("{s:o}", "templates", a) : NULL;
+}
+
+/* A fork's answer: {"sandboxes": [...], "snapshot_id"}. */
+static json_t *fork_json(const struct sbx_result *res)
+{
+    json_t *a = json_array(), *o;
+
+    for (size_t i = 0; a && i < res->u.fork.n; i++) {
+        if (!(o = sbx_json_rec(&res->u.fork.v[i])) || json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a ? json_pack("{s:o,s:s}", "sandboxes", a, "snapshot_id", res->u.fork.snapshot_id)
+             : NULL;
+}
+
 json_t *sbx_json_result(const struct sbx_result *res)
 {
     json_t *o, *a;
@@ -578,8 +752,10 @@ json_t *sbx_json_result(const struct sbx_result *res)
                          (json_int_t)res->u.file.size);
     case SBX_RES_DONE:
         return json_object();
-    case SBX_RES_JSON:
-        return json_incref(res->u.json);
+    case SBX_RES_SNAPSHOT:
+        return sbx_json_snap_rec(res->u.snap);
+    case SBX_RES_FORK:
+        return fork_json(res);
     }
     return NULL;
 }

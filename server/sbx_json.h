@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "sbx.h"
+#include "sbx_snap.h"
 
 /* body must be an object whose keys are all in the NULL-ended allowed list. */
 int sbx_json_fields(json_t *body, const char *const *allowed, struct sbx_err *err);
@@ -60,6 +61,25 @@ int sbx_json_file(enum sbx_file_kind kind, json_t *args, struct sbx_file_req *ou
 /* POST .../timeout: {"ttl_seconds": N} into *ttl_s (SBX_UNSET when absent). */
 int sbx_json_timeout(json_t *body, int64_t *ttl_s, struct sbx_err *err);
 
+struct sbx_json_snap {
+    struct sbx_snap_req req;
+    struct sbx_kv *meta;
+};
+/* POST .../snapshot: {"metadata"}. */
+int sbx_json_snap(json_t *body, struct sbx_json_snap *out, struct sbx_err *err);
+void sbx_json_snap_free(struct sbx_json_snap *s);
+
+struct sbx_json_fork {
+    struct sbx_fork_req req;
+    struct sbx_kv *meta;
+};
+/* POST .../fork: {"count", "ttl_seconds", "idle_timeout_seconds", "metadata"}. */
+int sbx_json_fork(json_t *body, struct sbx_json_fork *out, struct sbx_err *err);
+void sbx_json_fork_free(struct sbx_json_fork *f);
+
+/* POST .../pause: takes no fields, {} only. */
+int sbx_json_pause(json_t *body, struct sbx_err *err);
+
 /* ---- records (sbx.h) into the JSON clients see: new references, NULL when out of
  * memory ---- */
 
@@ -74,6 +94,14 @@ json_t *sbx_json_procs(const struct sbx_proc_rec *v, size_t n);
 json_t *sbx_json_stat(const struct sbx_stat_rec *r);
 /* A command's exit. */
 json_t *sbx_json_exit(const struct sbx_exec_rec *x);
+/* A snapshot; a list of them as {"snapshots": [...]}. */
+json_t *sbx_json_snap_rec(const struct sbx_snap_rec *r);
+json_t *sbx_json_snaps(const struct sbx_snap_rec *v, size_t n);
+/* The warm pools' figures as /healthz shows them: the default template's pool with
+ * "templates": [every pool], or null when the pool is off. */
+json_t *sbx_json_pool_stats(const struct sbx_pool_stats *s);
+/* GET /v1/templates: {"templates": [{"name", "default", "size_bytes", "pools"}]}. */
+json_t *sbx_json_templates(const struct sbx_tmpl_list *l);
 /* Bytes as a JSON string, '?' for each non-ASCII byte when they are not UTF-8 (a
  * command line can hold any bytes). */
 json_t *sbx_json_text(const char *p, size_t n);
@@ -106,5 +134,21 @@ int sbx_json_call_exec(struct sbx_table *t, const char *id, json_t *body, bool s
 /* A file operation from its arguments (path, to, depth, recursive). */
 int sbx_json_call_file(struct sbx_table *t, const char *id, enum sbx_file_kind kind, json_t *args,
                        const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err);
+
+/* Snapshots, pause, resume and fork (sbx_snap.h) from their REST bodies, for the JSON
+ * doors. A pause or resume that has nothing to do (paused already, running) answers at
+ * once: 0 with *out its record and no callback; else *out stays NULL and *op is the op. */
+int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                 void *user, sbx_op_t *op, struct sbx_err *err);
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *op, struct sbx_err *err);
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err);
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *op, json_t **out, struct sbx_err *err);
+/* {"snapshots": [...]}, oldest first. */
+int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err);
+int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
+int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err);
 
 #endif

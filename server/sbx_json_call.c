@@ -108,3 +108,102 @@ int sbx_json_call_file(struct sbx_table *t, const char *id, enum sbx_file_kind k
 
     return rc ? rc : sbx_file_op(t, id, &f, sink, user, op, err);
 }
+
+/* ---- snapshots, pause, resume and fork for the JSON doors ---- */
+
+int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+                 void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    struct sbx_json_snap req;
+    int rc = sbx_json_snap(body, &req, err);
+
+    if (rc == 0)
+        rc = sbx_snap_take(t, id, &req.req, sink, user, op, err);
+    sbx_json_snap_free(&req);
+    return rc;
+}
+
+int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+             void *user, sbx_op_t *op, struct sbx_err *err)
+{
+    struct sbx_json_fork req;
+    int rc = sbx_json_fork(body, &req, err);
+
+    if (rc == 0)
+        rc = sbx_snap_fork(t, id, &req.req, sink, user, op, err);
+    sbx_json_fork_free(&req);
+    return rc;
+}
+
+/* A pause's or resume's answer: an op started (*op), or the record at once (*out). */
+static int at_once(int rc, sbx_op_t started, const struct sbx_rec *rec, sbx_op_t *op, json_t **out,
+                   struct sbx_err *err)
+{
+    if (rc)
+        return rc;
+    if (started) {
+        *op = started;
+        return 0;
+    }
+    if (!(*out = sbx_json_rec(rec)))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    return 0;
+}
+
+int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
+              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err)
+{
+    struct sbx_rec rec;
+    sbx_op_t started = 0;
+    int rc;
+
+    *out = NULL;
+    if ((rc = sbx_json_pause(body, err)))
+        return rc;
+    rc = sbx_snap_pause(t, id, sink, user, &started, &rec, err);
+    return at_once(rc, started, &rec, op, out, err);
+}
+
+int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+               sbx_op_t *op, json_t **out, struct sbx_err *err)
+{
+    struct sbx_rec rec;
+    sbx_op_t started = 0;
+    int rc;
+
+    *out = NULL;
+    rc = sbx_snap_resume(t, id, sink, user, &started, &rec, err);
+    return at_once(rc, started, &rec, op, out, err);
+}
+
+int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
+{
+    struct sbx_snap_rec *recs = NULL;
+    size_t n = 0;
+    int rc = sbx_snap_all(t, &recs, &n, err);
+
+    if (rc == 0 && !(*out = sbx_json_snaps(recs, n)))
+        rc = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    free(recs);
+    return rc;
+}
+
+int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    struct sbx_snap_rec rec;
+    int rc = sbx_snap_find(t, id, &rec, err);
+
+    if (rc == 0 && !(*out = sbx_json_snap_rec(&rec)))
+        rc = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    return rc;
+}
+
+int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+{
+    struct sbx_snap_rec rec;
+    int rc = sbx_snap_drop(t, id, &rec, err);
+
+    if (rc == 0 && !(*out = sbx_json_snap_rec(&rec)))
+        rc = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    return rc;
+}

@@ -82,8 +82,13 @@ struct fop {
     bool create;    /* a create: freed at once when cancelled, as the real table does */
     char made[32];  /* a create: the sandbox it answers with */
     /* OP_LATER */
-    struct sbx_err err; /* code SBX_OK: answer body */
-    json_t *body;
+    struct sbx_err err; /* code SBX_OK: answer with res (has_res false: nothing) */
+    bool has_res;
+    struct sbx_result res; /* pointing at one of these: */
+    struct sbx_exec_rec exec;
+    struct sbx_proc_rec proc;
+    struct sbx_stat_rec stat;
+    char res_path[256];
     /* streams */
     int step;
     uint64_t total, sent, unconsumed, window;
@@ -127,7 +132,6 @@ static void op_free(struct fop *o)
         }
     }
     ev_timer_stop(o->t->loop, &o->tm);
-    json_decref(o->body);
     fake_stats.ops_live--;
     free(o);
 }
@@ -188,16 +192,33 @@ static struct fop *op_new(struct sbx_table *t, enum fop_kind kind, const struct 
     return o;
 }
 
-static void later(struct fop *o, json_t *body)
+/* Answer later with the result kind, whose record is the op's own (o->exec, ...). */
+static void later(struct fop *o, enum sbx_res_kind kind)
 {
     o->err.code = SBX_OK;
-    o->body = body;
+    o->has_res = true;
+    o->res.kind = kind;
 }
 
 static void later_err(struct fop *o, enum sbx_errcode code, const char *msg)
 {
     sbx_err_set(&o->err, code, "%s", msg);
-    o->body = NULL;
+    o->has_res = false;
+}
+
+/* An exec's exit: streamed, or buffered with out as its stdout (NULL: not buffered). */
+static void set_exit(struct fop *o, bool streamed, int code, int64_t duration_ms, const char *out)
+{
+    o->exec = (struct sbx_exec_rec){.streamed = streamed,
+                                    .exit_code = code,
+                                    .has_duration = duration_ms >= 0,
+                                    .duration_ms = duration_ms};
+    if (out) {
+        o->exec.buffered = true;
+        o->exec.out[0] = (struct sbx_str){out, strlen(out)};
+        o->exec.out[1] = (struct sbx_str){"", 0};
+    }
+    o->res.u.exec = &o->exec;
 }
 
 /* A cancelled op drains: its remaining frames arrive and are dropped, then it goes. */
@@ -236,24 +257,21 @@ static void rec_of(const struct fsbx *s, struct sbx_rec *r)
                           .nmetadata = s->nkv};
 }
 
-/* Answer with body (taken; an echo of the request, as JSON) or, for a create, the
+/* Answer with res (NULL: nothing; its records are the op's) or, for a create, the
  * sandbox's record. */
-static void finish_op(struct fop *o, const struct sbx_err *err, json_t *body)
+static void finish_op(struct fop *o, const struct sbx_err *err, const struct sbx_result *res)
 {
-    struct sbx_result res = {.kind = SBX_RES_JSON, .u.json = body};
     struct fsbx *made = o->create && !err ? find(o->t, o->made) : NULL;
+    struct sbx_result mine;
     struct sbx_rec rec;
 
-    o->body = NULL;
     if (made) {
         rec_of(made, &rec);
-        res = (struct sbx_result){.kind = SBX_RES_SANDBOX, .u.sandbox = &rec};
+        mine = (struct sbx_result){.kind = SBX_RES_SANDBOX, .u.sandbox = &rec};
+        res = &mine;
     }
-    if (CALL(o, o->sink->done(o->user, err, made || body ? &res : NULL))) {
-        json_decref(body);
+    if (CALL(o, o->sink->done(o->user, err, err ? NULL : res)))
         return;
-    }
-    json_decref(body);
     op_free(o);
 }
 
@@ -294,10 +312,11 @@ static void pump(struct fop *o)
     if (o->sent == o->total) {
         if (o->kind == OP_READ)
             finish_op(o, NULL, NULL);
-        else
-            finish_op(o, NULL,
-                      json_pack("{s:s, s:i, s:I}", "type", "exit", "exit_code", 0, "bytes",
-                                (json_int_t)o->sent));
+        else {
+            later(o, SBX_RES_EXEC);
+            set_exit(o, true, 0, -1, NULL);
+            finish_op(o, NULL, &o->res);
+        }
     }
 }
 
@@ -325,9 +344,9 @@ static void ndjson_script(struct fop *o)
         ev_timer_start(o->t->loop, &o->tm);
         return;
     }
-    finish_op(o, NULL,
-              json_pack("{s:s, s:i, s:b, s:i}", "type", "exit", "exit_code", 3, "timed_out", 0,
-                        "duration_ms", 7));
+    later(o, SBX_RES_EXEC);
+    set_exit(o, true, 3, 7, NULL);
+    finish_op(o, NULL, &o->res);
 }
 
 /* FAKE_PID_LOSSY's output: 64 pairs of one byte and one lost byte each millisecond. */
@@ -355,7 +374,7 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
     }
     switch (o->kind) {
     case OP_LATER:
-        finish_op(o, o->err.code ? &o->err : NULL, o->body);
+        finish_op(o, o->err.code ? &o->err : NULL, o->has_res ? &o->res : NULL);
         break;
     case OP_STREAM:
         if (o->script == S_NDJSON)
@@ -384,9 +403,10 @@ static void op_step(struct ev_loop *loop, ev_timer *w, int revents)
         } else if (o->finished) {
             fake_stats.upload_bytes = o->got;
             fake_stats.upload_ok = o->ok;
-            finish_op(o, NULL,
-                      json_pack("{s:s, s:I, s:b}", "path", o->path, "size", (json_int_t)o->got,
-                                "ok", o->ok));
+            later(o, SBX_RES_WRITTEN);
+            o->res.u.file.path = o->path;
+            o->res.u.file.size = o->got;
+            finish_op(o, NULL, &o->res);
         } else {
             CALL(o, o->sink->writable(o->user));
         }
@@ -530,15 +550,14 @@ int sbx_exec(struct sbx_table *t, const char *id, const struct sbx_exec_req *req
     }
     if (!strncmp(cmd, "sleep:", 6)) {
         o = op_new(t, OP_LATER, sink, user, atoi(cmd + 6) / 1000.0, op);
-        later(o, stream ? json_pack("{s:s, s:i}", "type", "exit", "exit_code", 0)
-                        : json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "", "stderr",
-                                    "", "duration_ms", atoi(cmd + 6)));
+        later(o, SBX_RES_EXEC);
+        set_exit(o, stream, 0, stream ? -1 : atoi(cmd + 6), stream ? NULL : "");
         return 0;
     }
     if (!stream) {
         o = op_new(t, OP_LATER, sink, user, 0.01, op);
-        later(o, json_pack("{s:i, s:s, s:s, s:i}", "exit_code", 0, "stdout", "hi\n", "stderr", "",
-                           "duration_ms", 1));
+        later(o, SBX_RES_EXEC);
+        set_exit(o, false, 0, 1, "hi\n");
         return 0;
     }
     o = op_new(t, OP_STREAM, sink, user, 0.001, op);
@@ -603,22 +622,39 @@ int sbx_file_write(struct sbx_table *t, const char *id, const char *path, unsign
     return 0;
 }
 
-/* Answers with what it was asked, for the tests to check the door's decoding. */
+/* Keeps what it was asked in fake_stats, for the tests to check the door's decoding,
+ * and answers as the real table does: a stat of a file, an empty listing, or the path. */
 int sbx_file_op(struct sbx_table *t, const char *id, const struct sbx_file_req *req,
                 const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    static const char *const kinds[] = {"stat", "list", "mkdir", "remove", "rename"};
     struct fop *o;
     int st;
 
     if ((st = need_sbx(t, id, err)))
         return st;
+    fake_stats.file_kind = (int)req->kind;
+    snprintf(fake_stats.file_path, sizeof(fake_stats.file_path), "%s", req->path ? req->path : "");
+    snprintf(fake_stats.file_to, sizeof(fake_stats.file_to), "%s", req->to ? req->to : "");
+    fake_stats.file_depth = req->depth;
+    fake_stats.file_recursive = req->recursive;
     o = op_new(t, OP_LATER, sink, user, 0.005, op);
-    later(o, json_pack("{s:s, s:{s:s?, s:s?, s:b}}", "kind", kinds[req->kind], "args", "path",
-                       req->path, "to", req->to, "recursive", req->recursive));
-    if (req->depth != SBX_UNSET)
-        json_object_set_new(json_object_get(o->body, "args"), "depth",
-                            json_integer((json_int_t)req->depth));
+    snprintf(o->res_path, sizeof(o->res_path), "%s", req->path ? req->path : "");
+    switch (req->kind) {
+    case SBX_FILE_STAT:
+        later(o, SBX_RES_STAT);
+        o->stat = (struct sbx_stat_rec){
+            .path = {o->res_path, strlen(o->res_path)}, .type = {"file", 4}, .has_size = true};
+        o->res.u.stat = &o->stat;
+        break;
+    case SBX_FILE_LIST:
+        later(o, SBX_RES_LISTING);
+        o->res.u.listing.path = o->res_path;
+        break;
+    default:
+        later(o, SBX_RES_PATH);
+        o->res.u.file.path = o->res_path;
+        break;
+    }
     return 0;
 }
 
@@ -744,12 +780,17 @@ int sbx_proc_list(struct sbx_table *t, const char *id, uint32_t pid, const struc
     if ((st = need_sbx(t, id, err)))
         return st;
     o = op_new(t, OP_LATER, sink, user, 0.005, op);
-    if (pid == FAKE_PID_LOSSY)
-        later(o, json_pack("{s:i, s:i, s:i}", "pid", FAKE_PID_LOSSY, "cols", 80, "rows", 24));
-    else if (pid)
+    if (pid == FAKE_PID_LOSSY) {
+        later(o, SBX_RES_PROC);
+        o->proc = (struct sbx_proc_rec){
+            .pid = FAKE_PID_LOSSY, .pty = true, .cols = 80, .rows = 24, .running = true};
+        o->res.u.procs.v = &o->proc;
+        o->res.u.procs.n = 1;
+    } else if (pid) {
         later_err(o, SBX_E_PROCESS_NOT_FOUND, "no such process");
-    else
-        later(o, json_pack("{s:[]}", "processes"));
+    } else {
+        later(o, SBX_RES_PROCS); /* none */
+    }
     return 0;
 }
 
@@ -775,60 +816,65 @@ int sbx_proc_ctl(struct sbx_table *t, const char *id, uint32_t pid, const struct
     return sbx_proc_list(t, id, pid ? pid : 1, sink, user, op, err);
 }
 
-json_t *sbx_pool_stats(const struct sbx_table *t)
+void sbx_pool_stats(const struct sbx_table *t, struct sbx_pool_stats *out)
 {
-    return json_null(); /* no pool in the fake */
+    memset(out, 0, sizeof(*out)); /* no pool in the fake */
 }
 
-int sbx_templates(struct sbx_table *t, json_t **out, struct sbx_err *err)
+int sbx_templates(struct sbx_table *t, struct sbx_tmpl_list **out, struct sbx_err *err)
 {
-    *out = json_pack("{s:[]}", "templates"); /* no images in the fake */
+    if (!(*out = calloc(1, sizeof(**out)))) /* no images in the fake */
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     return 0;
 }
 
 /* Snapshots: none exist in the fake table (the HTTP layer only routes them). */
-int sbx_snapshot(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-                 void *user, sbx_op_t *op, struct sbx_err *err)
+int sbx_snap_take(struct sbx_table *t, const char *id, const struct sbx_snap_req *req,
+                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
     if (!find(t, id))
         return sbx_err_set(err, SBX_E_NOT_FOUND, "no sandbox %s", id);
     return sbx_err_set(err, SBX_E_INTERNAL, "the fake table takes no snapshots");
 }
 
-int sbx_snap_list(struct sbx_table *t, json_t **out, struct sbx_err *err)
+int sbx_snap_all(struct sbx_table *t, struct sbx_snap_rec **out, size_t *n, struct sbx_err *err)
 {
-    *out = json_pack("{s:[]}", "snapshots");
+    *n = 0;
+    if (!(*out = calloc(1, sizeof(**out))))
+        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     return 0;
 }
 
-int sbx_snap_get(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_snap_find(struct sbx_table *t, const char *id, struct sbx_snap_rec *out,
+                  struct sbx_err *err)
 {
     return sbx_err_set(err, SBX_E_SNAPSHOT_NOT_FOUND, "no snapshot with id '%s'", id);
 }
 
-int sbx_snap_delete(struct sbx_table *t, const char *id, json_t **out, struct sbx_err *err)
+int sbx_snap_drop(struct sbx_table *t, const char *id, struct sbx_snap_rec *out,
+                  struct sbx_err *err)
 {
-    return sbx_snap_get(t, id, out, err);
+    return sbx_snap_find(t, id, out, err);
 }
 
-int sbx_fork(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-             void *user, sbx_op_t *op, struct sbx_err *err)
+int sbx_snap_fork(struct sbx_table *t, const char *id, const struct sbx_fork_req *req,
+                  const struct sbx_sink *sink, void *user, sbx_op_t *op, struct sbx_err *err)
 {
-    return sbx_snapshot(t, id, body, sink, user, op, err);
+    return sbx_snap_take(t, id, NULL, sink, user, op, err);
 }
 
-int sbx_pause(struct sbx_table *t, const char *id, json_t *body, const struct sbx_sink *sink,
-              void *user, sbx_op_t *op, json_t **out, struct sbx_err *err)
+int sbx_snap_pause(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+                   sbx_op_t *op, struct sbx_rec *out, struct sbx_err *err)
 {
-    *out = NULL;
-    return sbx_snapshot(t, id, body, sink, user, op, err);
+    *op = 0;
+    return sbx_snap_take(t, id, NULL, sink, user, op, err);
 }
 
-int sbx_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
-               sbx_op_t *op, json_t **out, struct sbx_err *err)
+int sbx_snap_resume(struct sbx_table *t, const char *id, const struct sbx_sink *sink, void *user,
+                    sbx_op_t *op, struct sbx_rec *out, struct sbx_err *err)
 {
-    *out = NULL;
-    return sbx_snapshot(t, id, NULL, sink, user, op, err);
+    *op = 0;
+    return sbx_snap_take(t, id, NULL, sink, user, op, err);
 }
 
 /* The fake has no network: PATCH .../network is refused as with net_enabled off. */

@@ -28,6 +28,12 @@ struct fake_stats {
     uint64_t write_bytes;
     char list_state[16]; /* the last sbx_list's state ("" for none) */
     json_t *list_filter; /* and its metadata filter, as an object */
+    /* The last sbx_file_op's request: its kind (enum sbx_file_kind), path ("" for
+     * none), to, depth (SBX_UNSET when not given) and recursive. */
+    int file_kind;
+    char file_path[256], file_to[256];
+    int64_t file_depth;
+    bool file_recursive;
 };
 
 extern struct fake_stats fake_stats;
