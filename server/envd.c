@@ -31,6 +31,7 @@
 #include "http_int.h"
 #include "sbx_json.h"
 #include "connect.h"
+#include "e2b_code.h"
 #include "multipart.h"
 #include "ports_head.h"
 #include "util.h"
@@ -58,6 +59,7 @@ enum envd_m {
     M_UNIMPLEMENTED,
     M_FILES_GET,
     M_FILES_POST,
+    M_CODE, /* port 49999: the code interpreter (e2b_code.c) */
 };
 
 static const struct {
@@ -89,6 +91,7 @@ static const struct {
 struct envd_req {
     struct pss *p;
     enum envd_m m;
+    int code_route;   /* M_CODE: its enum e2b_code_route */
     bool stream;      /* a server stream: answered with envelopes */
     bool begun;       /* its 200 head and first envelope are queued */
     bool pty;         /* Start/Connect: output is a terminal's */
@@ -729,6 +732,7 @@ static void run_call(struct pss *p)
         rest_upload_started(p, e->empty);
         return;
     case M_UNIMPLEMENTED:
+    case M_CODE: /* e2b_code.c's, never here */
         fail(p, CONNECT_UNIMPLEMENTED, "not served by this server yet");
         return;
     }
@@ -962,6 +966,7 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         return;
     }
     case M_UNIMPLEMENTED:
+    case M_CODE:
         break;
     }
     json_decref(body);
@@ -1428,6 +1433,7 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
 {
     char sbx[API_ID_MAX + 1], ct[256], v[32];
     struct envd_req *e;
+    enum e2b_code_route cr;
     unsigned port = 0;
     size_t i;
     int r = target(p, uri, sbx, &port);
@@ -1437,14 +1443,6 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     if (admit(p, sbx, port))
         return 1;
     memcpy(p->sbx, sbx, sizeof(p->sbx));
-    if (port == ENVD_CI_PORT) {
-        /* The code interpreter (POST /execute, /contexts) maps onto the notebook
-         * contexts, which this server does not have yet. */
-        resp_json(p, 501,
-                  json_pack("{s:i, s:s}", "code", 501, "message",
-                            "the code interpreter (port 49999) is not served by this Warren yet"));
-        return 1;
-    }
     if (!(e = calloc(1, sizeof(*e)))) {
         resp_code(p, 500, "internal", "out of memory");
         return 1;
@@ -1453,6 +1451,13 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     ev_init(&e->deadline, on_deadline);
     ev_init(&e->keepalive, on_keepalive);
     p->envd = e;
+    if (port == ENVD_CI_PORT) {
+        /* The code interpreter: its own routes, over the kernel bridge. */
+        e->m = M_CODE;
+        if (!e2b_code_request(p, uri, has_cl, cl, &cr))
+            e->code_route = cr;
+        return 1;
+    }
     if (user_of(p)) {
         e->m = M_FILES_GET; /* answered as HTTP */
         fail(p, CONNECT_INVALID_ARGUMENT, "malformed Authorization: Basic header");
@@ -1568,6 +1573,10 @@ void envd_body(struct pss *p)
     json_t *msg;
     json_error_t je;
 
+    if (e->m == M_CODE) {
+        e2b_code_body(p);
+        return;
+    }
     if (e->stream) {
         struct connect_rd rd;
         size_t used;
@@ -1614,6 +1623,10 @@ void envd_run(struct pss *p, json_t *args)
         ev_timer_set(&e->deadline, e->deadline_s, 0);
         ev_timer_start(p->srv->loop, &e->deadline);
     }
+    if (e->m == M_CODE) {
+        e2b_code_run(p, e->code_route, e->msg);
+        return;
+    }
     run_call(p);
 }
 
@@ -1623,6 +1636,8 @@ void envd_req_end(struct pss *p)
 
     if (!e)
         return;
+    if (e->m == M_CODE)
+        e2b_code_end(p);
     timers_stop(p);
     watch_stop(p);
     if (e->ev_init)
