@@ -86,8 +86,6 @@ static void sbx_error(struct pss *p, const struct sbx_err *err)
     }
 }
 
-/* ------------------------------------------------------------ routes */
-
 /* ------------------------------------------------------------ runs */
 
 static void to_answer(struct pss *p)
@@ -97,12 +95,42 @@ static void to_answer(struct pss *p)
         req_phase(p, HP_ANSWER);
 }
 
-/* Out of memory while queueing: drop the connection (closing it interrupts the run). */
+static void stop_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
+{
+    (void)user;
+    (void)res;
+    if (err)
+        LOG(LOG_INFO, "interrupting an abandoned code run: %s", err->msg);
+}
+
+static const struct sbx_sink stop_sink = {.done = stop_done};
+
+/* A run whose reader goes away before end_of_execution: end its connector, so that
+ * kerneld interrupts the cell and the context is free for the next run. */
+static void interrupt(struct pss *p)
+{
+    struct sbx_err err;
+    sbx_op_t op;
+
+    if (p->kl && p->run_id && p->srv &&
+        klink_stop(p->srv->t, p->sbx, p->run_id, &stop_sink, NULL, &op, &err))
+        LOG(LOG_INFO, "cannot interrupt an abandoned code run of %s: %s", p->sbx, err.msg);
+}
+
+/* Out of memory while queueing: the run is interrupted and the connection dropped. */
 static void stream_oom(struct pss *p)
 {
+    struct klink *k = p->kl;
+
     LOG(LOG_ERR, "out of memory queueing code interpreter output of %s: closing", p->sbx);
+    interrupt(p);
+    p->kl = NULL;
+    p->run_id = 0;
     p->close_after = true;
+    if (http_phase_op_live(p->phase))
+        req_phase(p, HP_ANSWER);
     req_complete(p);
+    klink_cancel(k);
     resp_want_write(p);
 }
 
@@ -433,24 +461,7 @@ void e2b_code_run(struct pss *p, enum e2b_code_route r, json_t *body)
     }
 }
 
-static void stop_done(void *user, const struct sbx_err *err, const struct sbx_result *res)
-{
-    (void)user;
-    (void)res;
-    if (err)
-        LOG(LOG_INFO, "interrupting an abandoned code run: %s", err->msg);
-}
-
-static const struct sbx_sink stop_sink = {.done = stop_done};
-
 void e2b_code_end(struct pss *p)
 {
-    struct sbx_err err;
-    sbx_op_t op;
-
-    /* A run whose client left before end_of_execution: end its connector, so that
-     * kerneld interrupts the cell and the context is free for the next run. */
-    if (p->kl && p->run_id && p->srv)
-        if (klink_stop(p->srv->t, p->sbx, p->run_id, &stop_sink, NULL, &op, &err))
-            LOG(LOG_INFO, "cannot interrupt an abandoned code run of %s: %s", p->sbx, err.msg);
+    interrupt(p);
 }

@@ -36,8 +36,9 @@ int e2b_code_exec_body(json_t *body, json_t **run, char *msg, size_t cap);
  * klink_context_req. 0 and *args (new), or the status with msg filled. */
 int e2b_code_create_body(json_t *body, json_t **args, char *msg, size_t cap);
 
-/* An admitted port-49999 request head for p->sbx: 0 and *route when its body is being
- * read (e2b_code_body follows), or -1 answered. */
+/* An admitted port-49999 request head for p->sbx: *route set first (a request without
+ * a body runs before this returns), then 0 when its body is being read or it ran, or
+ * -1 answered. */
 int e2b_code_request(struct pss *p, const char *uri, int has_cl, uint64_t cl,
                      enum e2b_code_route *route);
 /* Its whole body arrived (p->body): parsed, then run through envd_run. */

@@ -10,7 +10,8 @@
  * Host is {port}-{id}.{port_domain} for one of those ports. It is admitted
  * only with the sandbox's own token (X-Access-Token: token_e2b "envd"; on
  * 49999 E2B-Traffic-Access-Token: "traffic"), and only while the sandbox is
- * alive: a token dies with its sandbox.
+ * alive: a token dies with its sandbox. Port 49999's own routes (/execute,
+ * /contexts) are e2b_code.c's; this file admits them and collects their body.
  *
  * A codec, never a second implementation: every call is one or a few of the
  * sandbox core's operations (sbx.h), made through the small set of core_*
@@ -91,12 +92,12 @@ static const struct {
 struct envd_req {
     struct pss *p;
     enum envd_m m;
-    int code_route;   /* M_CODE: its enum e2b_code_route */
-    bool stream;      /* a server stream: answered with envelopes */
-    bool begun;       /* its 200 head and first envelope are queued */
-    bool pty;         /* Start/Connect: output is a terminal's */
-    bool close_stdin; /* Start: stdin false, closed once started */
-    bool empty;       /* POST /files: an empty body (Content-Length: 0) */
+    enum e2b_code_route code_route; /* M_CODE: its route */
+    bool stream;                    /* a server stream: answered with envelopes */
+    bool begun;                     /* its 200 head and first envelope are queued */
+    bool pty;                       /* Start/Connect: output is a terminal's */
+    bool close_stdin;               /* Start: stdin false, closed once started */
+    bool empty;                     /* POST /files: an empty body (Content-Length: 0) */
     int step;
     json_t *msg; /* the request message (or a /files call's args) */
     uint32_t pid;
@@ -1433,7 +1434,6 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
 {
     char sbx[API_ID_MAX + 1], ct[256], v[32];
     struct envd_req *e;
-    enum e2b_code_route cr;
     unsigned port = 0;
     size_t i;
     int r = target(p, uri, sbx, &port);
@@ -1454,8 +1454,8 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     if (port == ENVD_CI_PORT) {
         /* The code interpreter: its own routes, over the kernel bridge. */
         e->m = M_CODE;
-        if (!e2b_code_request(p, uri, has_cl, cl, &cr))
-            e->code_route = cr;
+        /* the route is stored first: a request without a body runs at once */
+        e2b_code_request(p, uri, has_cl, cl, &e->code_route);
         return 1;
     }
     if (user_of(p)) {
