@@ -10,7 +10,8 @@
  * Host is {port}-{id}.{port_domain} for one of those ports. It is admitted
  * only with the sandbox's own token (X-Access-Token: token_e2b "envd"; on
  * 49999 E2B-Traffic-Access-Token: "traffic"), and only while the sandbox is
- * alive: a token dies with its sandbox.
+ * alive: a token dies with its sandbox. Port 49999's own routes (/execute,
+ * /contexts) are e2b_code.c's; this file admits them and collects their body.
  *
  * A codec, never a second implementation: every call is one or a few of the
  * sandbox core's operations (sbx.h), made through the small set of core_*
@@ -31,6 +32,7 @@
 #include "http_int.h"
 #include "sbx_json.h"
 #include "connect.h"
+#include "e2b_code.h"
 #include "multipart.h"
 #include "ports_head.h"
 #include "util.h"
@@ -61,6 +63,7 @@ enum envd_m {
     M_UNIMPLEMENTED,
     M_FILES_GET,
     M_FILES_POST,
+    M_CODE, /* port 49999: the code interpreter (e2b_code.c) */
 };
 
 static const struct {
@@ -92,11 +95,12 @@ static const struct {
 struct envd_req {
     struct pss *p;
     enum envd_m m;
-    bool stream;      /* a server stream: answered with envelopes */
-    bool begun;       /* its 200 head and first envelope are queued */
-    bool pty;         /* Start/Connect: output is a terminal's */
-    bool close_stdin; /* Start: stdin false, closed once started */
-    bool empty;       /* POST /files: an empty body (Content-Length: 0) */
+    enum e2b_code_route code_route; /* M_CODE: its route */
+    bool stream;                    /* a server stream: answered with envelopes */
+    bool begun;                     /* its 200 head and first envelope are queued */
+    bool pty;                       /* Start/Connect: output is a terminal's */
+    bool close_stdin;               /* Start: stdin false, closed once started */
+    bool empty;                     /* POST /files: an empty body (Content-Length: 0) */
     int step;
     json_t *msg; /* the request message (or a /files call's args) */
     uint32_t pid;
@@ -778,6 +782,7 @@ static void run_call(struct pss *p)
         rest_upload_started(p, e->empty);
         return;
     case M_UNIMPLEMENTED:
+    case M_CODE: /* e2b_code.c's, never here */
         fail(p, CONNECT_UNIMPLEMENTED, "not served by this server yet");
         return;
     }
@@ -1045,6 +1050,7 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         return;
     }
     case M_UNIMPLEMENTED:
+    case M_CODE:
         break;
     }
     json_decref(body);
@@ -1623,14 +1629,6 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     if (admit(p, sbx, port))
         return 1;
     memcpy(p->sbx, sbx, sizeof(p->sbx));
-    if (port == ENVD_CI_PORT) {
-        /* The code interpreter (POST /execute, /contexts) maps onto the notebook
-         * contexts, which this server does not have yet. */
-        resp_json(p, 501,
-                  json_pack("{s:i, s:s}", "code", 501, "message",
-                            "the code interpreter (port 49999) is not served by this Warren yet"));
-        return 1;
-    }
     if (!(e = calloc(1, sizeof(*e)))) {
         resp_code(p, 500, "internal", "out of memory");
         return 1;
@@ -1639,6 +1637,13 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
     ev_init(&e->deadline, on_deadline);
     ev_init(&e->keepalive, on_keepalive);
     p->envd = e;
+    if (port == ENVD_CI_PORT) {
+        /* The code interpreter: its own routes, over the kernel bridge. */
+        e->m = M_CODE;
+        /* the route is stored first: a request without a body runs at once */
+        e2b_code_request(p, uri, has_cl, cl, &e->code_route);
+        return 1;
+    }
     if (user_of(p)) {
         e->m = M_FILES_GET; /* answered as HTTP */
         fail(p, CONNECT_INVALID_ARGUMENT, "malformed Authorization: Basic header");
@@ -1754,6 +1759,10 @@ void envd_body(struct pss *p)
     json_t *msg;
     json_error_t je;
 
+    if (e->m == M_CODE) {
+        e2b_code_body(p);
+        return;
+    }
     if (e->stream) {
         struct connect_rd rd;
         size_t used;
@@ -1800,6 +1809,10 @@ void envd_run(struct pss *p, json_t *args)
         ev_timer_set(&e->deadline, e->deadline_s, 0);
         ev_timer_start(p->srv->loop, &e->deadline);
     }
+    if (e->m == M_CODE) {
+        e2b_code_run(p, e->code_route, e->msg);
+        return;
+    }
     run_call(p);
 }
 
@@ -1809,6 +1822,8 @@ void envd_req_end(struct pss *p)
 
     if (!e)
         return;
+    if (e->m == M_CODE)
+        e2b_code_end(p);
     timers_stop(p);
     watch_stop(p);
     if (e->ev_init)

@@ -194,13 +194,26 @@ class EnvdTest(WarrenCase):
         r.read()
         self.assertEqual(r.status, 401)
         c.close()
-        # the code interpreter's port: its own token, and not served yet
-        c = self.w.conn()
+        # the code interpreter's port: its own token; a run takes envd's too, and a
+        # sandbox without the kernel bridge says so (test_e2b_code.py has the rest)
         h = self.hdrs(port=49999, tok=False)
         h["E2B-Traffic-Access-Token"] = token(self.w, self.sid, "traffic")
-        c.request("POST", "/execute", body=b'{"code":"1"}', headers=h)
+        for path, extra, status in (("/health", {}, 200),
+                                    ("/execute", {}, 401),
+                                    ("/execute", {"X-Access-Token": self.tok}, 502)):
+            c = self.w.conn()
+            c.request("POST" if path == "/execute" else "GET", path,
+                      body=b'{"code":"1"}' if path == "/execute" else None,
+                      headers=dict(h, **extra))
+            r = c.getresponse()
+            self.assertEqual(r.status, status, (path, r.read()))
+            r.read()
+            c.close()
+        c = self.w.conn()
+        h = self.hdrs(port=49999, tok=False)
+        c.request("GET", "/health", headers=h)
         r = c.getresponse()
-        self.assertEqual(r.status, 501, r.read())
+        self.assertEqual(r.status, 401, r.read())
         c.close()
         st, body = self.unary("process.Process/List", {}, port=8080)
         self.assertEqual(st, 400, body)

@@ -1,0 +1,131 @@
+"""E2B's code interpreter door (port 49999 on the envd door) against a real warrend
+and a real code-interpreter microVM: the unmodified @e2b/code-interpreter SDK
+(npm 2.8.0, from setup.sh's npm cache) drives it through e2b_code.mjs, then raw
+requests check what the SDK never sends (malformed bodies, missing tokens).
+
+One warrend and one sandbox for the whole class: a kernel's cold start takes
+minutes under TCG. Needs the code-interpreter template in the image dir
+(WARREN_CACHE)."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+from warren import HERE, WarrenCase
+from test_e2b import npm_modules
+
+
+class TestE2BCode(WarrenCase):
+    # One sandbox boots and warms its kernel on a shared, loaded machine (TCG).
+    conf = {"boot_timeout_seconds": "300"}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        with open(os.path.join(cls.w.state_dir, "e2b_api_key")) as f:
+            cls.e2b_key = f.read().strip()
+        node = shutil.which("node")
+        mods = npm_modules()
+        if not node or not os.path.isdir(os.path.join(mods, "@e2b", "code-interpreter")):
+            # setup.sh installs it: missing is a broken set-up, not a pass
+            raise RuntimeError(f"no node or no @e2b/code-interpreter in {mods} (run scripts/setup.sh)")
+        env = dict(os.environ,
+                   E2B_API_URL=f"http://127.0.0.1:{cls.w.port}",
+                   E2B_SANDBOX_URL=f"http://127.0.0.1:{cls.w.port}",
+                   E2B_API_KEY=cls.e2b_key,
+                   NODE_PATH=mods)
+        # Node resolves bare imports from the script's own folder upwards.
+        tmp = tempfile.mkdtemp(prefix="warren-e2b-code-")
+        try:
+            os.symlink(mods, os.path.join(tmp, "node_modules"))
+            script = os.path.join(tmp, "e2b_code.mjs")
+            shutil.copy(os.path.join(HERE, "e2b_code.mjs"), script)
+            cls.node = subprocess.run([node, script], env=env, capture_output=True, text=True,
+                                      timeout=2400)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cls.checks = [json.loads(l) for l in cls.node.stdout.splitlines() if l.startswith("{")]
+        cls.created = next((c for c in cls.checks if c["check"] == "create" and c["ok"]), None)
+
+    def test_sdk(self):
+        failed = [c for c in self.checks if not c["ok"]]
+        self.assertEqual(self.node.returncode, 0,
+                         f"{failed}\nstderr: {self.node.stderr[-3000:]}\n{self.w.log_text()[-6000:]}")
+        names = [c["check"] for c in self.checks]
+        for want in ("create", "runCode state kept", "stdout callback", "stderr callback",
+                     "error", "html result", "envs", "language bash", "createCodeContext",
+                     "runCode in context", "context state kept", "listCodeContexts",
+                     "restartCodeContext", "removeCodeContext", "unknown context",
+                     "removed context", "remove unknown context", "unknown language", "abort",
+                     "context free after abort", "done"):
+            self.assertIn(want, names)
+
+    # -- raw requests, on the sandbox the SDK made --
+
+    def raw(self, method, path, body=None, traffic=True, access=True, extra=None):
+        if not self.created:
+            self.fail(f"the SDK made no sandbox: {self.node.stdout[-2000:]}\n{self.node.stderr[-2000:]}")
+        h = {"E2b-Sandbox-Id": self.created["sandboxId"], "E2b-Sandbox-Port": "49999"}
+        if traffic:
+            h["E2B-Traffic-Access-Token"] = self.created["trafficAccessToken"]
+        if access:
+            h["X-Access-Token"] = self.created["envdAccessToken"]
+        h.update(extra or {})
+        if body is not None:
+            h["Content-Type"] = "application/json"
+        req = urllib.request.Request(f"http://127.0.0.1:{self.w.port}{path}", data=body,
+                                     headers=h, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def test_malformed_body(self):
+        st, text = self.raw("POST", "/execute", b'{"code": "1 + 1",')
+        self.assertEqual(st, 400, text)
+        self.assertIn("JSON", text)
+        st, text = self.raw("POST", "/execute", b'{"code": 5}')
+        self.assertEqual((st, text), (400, "code must be a string"))
+        st, text = self.raw("POST", "/execute", b'["code"]')
+        self.assertEqual(st, 400, text)
+        st, text = self.raw("POST", "/contexts", b'{"cwd": "relative/dir"}')
+        self.assertEqual(st, 400, text)
+        self.assertIn("cwd", text)
+
+    def test_context_and_language(self):
+        st, text = self.raw("POST", "/execute",
+                            json.dumps({"code": "1", "context_id": "abc",
+                                        "language": "python"}).encode())
+        self.assertEqual(st, 400, text)
+        self.assertIn("context_id", text)
+
+    def test_tokens(self):
+        st, text = self.raw("POST", "/execute", json.dumps({"code": "1"}).encode(), access=False)
+        self.assertEqual(st, 401, text)
+        self.assertIn("X-Access-Token", text)
+        st, text = self.raw("GET", "/contexts", traffic=False)
+        self.assertEqual(st, 401, text)
+        st, text = self.raw("GET", "/contexts",
+                            extra={"E2B-Traffic-Access-Token": "x" * 40})
+        self.assertEqual(st, 401, text)
+
+    def test_routes(self):
+        st, text = self.raw("GET", "/health")
+        self.assertEqual((st, text), (200, "OK"))
+        st, text = self.raw("GET", "/no/such/route")
+        self.assertEqual(st, 404, text)
+        st, text = self.raw("PUT", "/execute", b"{}")
+        self.assertEqual(st, 405, text)
+        st, text = self.raw("DELETE", "/contexts/" + "%2e%2e%2fetc")
+        self.assertEqual(st, 404, text)
+        st, text = self.raw("POST", "/contexts/" + "a" * 200 + "/restart")
+        self.assertEqual(st, 404, text)
+
+
+if __name__ == "__main__":
+    unittest.main()
