@@ -76,15 +76,15 @@ cmake --build "$top/build-asan" -j2 >/dev/null
 # runs here) through Chromium, load_ws_smoke the same socket paths as
 # integration_ws_pty and integration_ws_session, and integration_clients (the
 # Python client and CLI) the same REST routes as the other integration tests:
-# under ASan they would only add their minutes twice. The code-interpreter tests
-# (integration_kernel, integration_jupyter) spend their time in guest Python starting
-# kernels, whose C paths integration_run_code covers here; integration_fleet runs three
-# daemons' plain VM scenarios (its C, fanout.c and agent_check.c, is the same under
-# the main build's run); integration_watch's floods drive the guest builtin, whose host
-# side test_ws_session's watch op and the watch fuzzer cover.
+# under ASan they would only add their minutes twice. integration_jupyter spends its
+# time in the gateway clients and guest Python, over the kernel bridge whose C paths
+# integration_code covers here; integration_fleet runs three daemons' plain VM
+# scenarios (its C, fanout.c and agent_check.c, is the same under the main build's
+# run); integration_watch's floods drive the guest builtin, whose host side
+# test_ws_session's watch op, test_envd's watchers and the watch fuzzer cover.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
-  run_ctest ctest --test-dir "$top/build-asan" -j2 --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients|integration_kernel|integration_jupyter|integration_fleet|integration_watch)$'
+  run_ctest ctest --test-dir "$top/build-asan" -j2 --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients|integration_jupyter|integration_fleet|integration_watch)$'
 
 step "fuzzers (15 s each, two at a time: each is one CPU-bound process)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null

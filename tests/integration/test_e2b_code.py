@@ -3,8 +3,8 @@ and a real code-interpreter microVM: the unmodified @e2b/code-interpreter SDK
 (npm 2.8.0, from setup.sh's npm cache) drives it through e2b_code.mjs, then raw
 requests check what the SDK never sends (malformed bodies, missing tokens).
 
-One warrend and one sandbox for the whole class: a kernel's cold start takes
-minutes under TCG. Needs the code-interpreter template in the image dir
+One sandbox for the whole class, on the shared code-interpreter warrend (cibox.py),
+from its pool: a kernel's cold start takes minutes under TCG. Needs the code-interpreter template in the image dir
 (WARREN_CACHE)."""
 import json
 import os
@@ -15,14 +15,12 @@ import unittest
 import urllib.error
 import urllib.request
 
-from warren import HERE, WarrenCase
+from cibox import CodeCase
+from warren import HERE
 from test_e2b import npm_modules
 
 
-class TestE2BCode(WarrenCase):
-    # One sandbox boots and warms its kernel on a shared, loaded machine (TCG).
-    conf = {"boot_timeout_seconds": "300"}
-
+class TestE2BCode(CodeCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
