@@ -60,31 +60,50 @@ int jup_specs_parse(const char *conf, struct jup_spec *out, size_t max)
     return count ? (int)count : -1;
 }
 
-bool jup_uuid_valid(const char *s)
+static bool hex_run(const char *s, size_t n)
 {
-    if (!s || strlen(s) != JUP_UUID_LEN)
-        return false;
-    for (int i = 0; i < JUP_UUID_LEN; i++) {
-        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-        char c = s[i];
-        if (dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
             return false;
-    }
     return true;
 }
 
-int jup_uuid_new(char *out)
+bool jup_id_valid(const char *s)
+{
+    size_t n = s ? strlen(s) : 0, h = 0;
+
+    if (n < JUP_UUID_LEN || n > JUP_ID_MAX)
+        return false;
+    for (int i = 0; i < 24; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? s[i] != '-' : !hex_run(s + i, 1))
+            return false;
+    }
+    if (n == JUP_UUID_LEN)
+        return hex_run(s + 24, 12);
+    /* "<host>_<12 hex>" */
+    while (24 + h < n &&
+           ((s[24 + h] >= 'a' && s[24 + h] <= 'z') || (s[24 + h] >= '0' && s[24 + h] <= '9')))
+        h++;
+    return h >= 1 && h <= 12 && 24 + h + 1 + 12 == n && s[24 + h] == '_' &&
+           hex_run(s + 24 + h + 1, 12);
+}
+
+int jup_id_new(char *out, const char *host)
 {
     unsigned char r[16];
+    size_t hl = host ? strlen(host) : 0;
 
+    if (hl > 12)
+        return -EINVAL;
     if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
         return -EIO;
     r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
     r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
-    snprintf(out, JUP_UUID_LEN + 1,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", r[0], r[1],
-             r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
-             r[15]);
+    snprintf(out, JUP_ID_MAX + 1,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%s%s%02x%02x%02x%02x%02x%02x", r[0], r[1],
+             r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], hl ? host : "", hl ? "_" : "", r[10],
+             r[11], r[12], r[13], r[14], r[15]);
     return 0;
 }
 

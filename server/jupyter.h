@@ -28,6 +28,10 @@
 #define JUP_SPECS_MAX 16
 #define JUP_NAME_MAX  64
 #define JUP_UUID_LEN  36
+/* A kernel id: a UUID, or on a host with a host_id one whose last group is
+ * "<host>_<12 hex digits>" (still five groups of word characters, as Jupyter's URL
+ * patterns want), so a fleet's proxy routes /api/kernels/{id} by the id alone. */
+#define JUP_ID_MAX    (JUP_UUID_LEN + 13)
 #define JUP_META_ID   "jupyter.kernel_id"
 #define JUP_META_SPEC "jupyter.kernelspec"
 
@@ -38,10 +42,12 @@ struct jup_spec {
 
 /* jupyter_kernelspecs ("name=template,..."): the count (1..max), or -1 when malformed. */
 int jup_specs_parse(const char *conf, struct jup_spec *out, size_t max);
-/* A UUID's shape: 8-4-4-4-12 lowercase hex digits. */
-bool jup_uuid_valid(const char *s);
-/* A new random (version 4) UUID in out (JUP_UUID_LEN + 1 bytes). 0 or -errno. */
-int jup_uuid_new(char *out);
+/* A kernel id's shape: 8-4-4-4-12 lowercase hex digits, the last group possibly
+ * "<host>_" (1-12 of a-z 0-9) and 12 hex digits. */
+bool jup_id_valid(const char *s);
+/* A new random (version 4) UUID in out (JUP_ID_MAX + 1 bytes), its last group carrying
+ * host when host is not NULL or empty (1-12 of a-z 0-9). 0 or -errno. */
+int jup_id_new(char *out, const char *host);
 
 /* The kernelspec object of GET /api/kernelspecs/{name}. */
 json_t *jup_spec_json(const struct jup_spec *s);

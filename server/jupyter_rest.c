@@ -168,7 +168,7 @@ int jup_kernel_sbx(struct http_server *srv, const char *id, char *sbx, char *spe
     int rc = -1;
 
     set_err(e, 404, "kernel_not_found", "no such kernel");
-    if (!jup_uuid_valid(id))
+    if (!jup_id_valid(id))
         return -1;
     if (!(filter = json_pack("{s:s}", JUP_META_ID, id)))
         return -1;
@@ -325,7 +325,7 @@ void jup_kernel_create(struct pss *p, json_t *body)
     const char *name;
     json_t *v, *req;
     struct sbx_err err;
-    char id[JUP_UUID_LEN + 1];
+    char id[JUP_ID_MAX + 1];
     int n = specs(p, s), rc;
 
     if (!n)
@@ -347,7 +347,7 @@ void jup_kernel_create(struct pss *p, json_t *body)
         resp_code(p, 400, "invalid_argument", "env must be an object");
         return;
     }
-    if (jup_uuid_new(id)) {
+    if (jup_id_new(id, p->srv->cfg->host_id)) {
         resp_code(p, 500, "internal", "no random bytes for a kernel id");
         return;
     }

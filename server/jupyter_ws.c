@@ -67,7 +67,7 @@ struct jin {
 struct jws {
     struct http_server *srv;
     struct lws *wsi;
-    char kernel[JUP_UUID_LEN + 1];
+    char kernel[JUP_ID_MAX + 1];
     char sbx[API_ID_MAX + 1];
     bool live;
     struct jconn *c;
@@ -221,7 +221,7 @@ static int channels_path(const char *uri, char *id)
         strncmp(uri + n - (sizeof(post) - 1), post, sizeof(post) - 1))
         return -1;
     idl = n - (sizeof(pre) - 1) - (sizeof(post) - 1);
-    if (idl == 0 || idl > JUP_UUID_LEN || memchr(uri + sizeof(pre) - 1, '/', idl))
+    if (idl == 0 || idl > JUP_ID_MAX || memchr(uri + sizeof(pre) - 1, '/', idl))
         return -1;
     memcpy(id, uri + sizeof(pre) - 1, idl);
     id[idl] = '\0';
@@ -241,7 +241,7 @@ static int uri_id(struct lws *wsi, char *id)
 
 bool jup_ws_route(struct lws *wsi)
 {
-    char id[JUP_UUID_LEN + 1];
+    char id[JUP_ID_MAX + 1];
 
     return uri_id(wsi, id) == 0;
 }
@@ -283,7 +283,7 @@ static int check_upgrade(struct http_server *srv, struct lws *wsi, char *id, cha
 
 int jup_ws_confirm(struct http_server *srv, struct lws *wsi)
 {
-    char id[JUP_UUID_LEN + 1], sbx[API_ID_MAX + 1];
+    char id[JUP_ID_MAX + 1], sbx[API_ID_MAX + 1];
     struct api_err e;
 
     if (check_upgrade(srv, wsi, id, sbx, &e))

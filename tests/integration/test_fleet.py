@@ -159,6 +159,15 @@ class FleetTest(unittest.TestCase):
             self.assertEqual(seen, sorted(seen))
             self.assertTrue({s for s, _ in made} <= set(seen), (made, seen))
 
+            # A Jupyter kernel's id carries its host (its last group, "<host>_<12 hex>":
+            # server/jupyter.c, a unit test makes them): /api/kernels/{id} reaches that
+            # host, which knows no such kernel here. (A real kernel takes the
+            # code-interpreter template's minutes under TCG; test_jupyter has those.)
+            for host in ("h0", "h1", "h2"):
+                kid = f"0123abcd-0000-4000-8000-{host}_00000000ffff"
+                r = self.f.request("GET", f"/api/kernels/{kid}")
+                self.assertEqual((r.status, hdr(r, "X-Warren-Host")), (404, host), r)
+
             # The PTY and agent sockets upgrade on the owning host.
             for sid, _ in made[:2]:
                 c = RawWs(self.f, f"/v1/sandboxes/{sid}/pty?cmd=echo%20pty-$((6*7))",

@@ -3,6 +3,7 @@
  * configuration, kernel ids, client frames checked into the guest's lines, and
  * warrend's own messages for the client.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,17 +33,27 @@ static void test_specs(void)
 
 static void test_uuid(void)
 {
-    char a[JUP_UUID_LEN + 1], b[JUP_UUID_LEN + 1];
+    char a[JUP_ID_MAX + 1], b[JUP_ID_MAX + 1];
 
-    CHECK(jup_uuid_new(a) == 0 && jup_uuid_new(b) == 0);
-    CHECK(jup_uuid_valid(a) && jup_uuid_valid(b) && strcmp(a, b));
-    CHECK(a[14] == '4');
-    CHECK(jup_uuid_valid("0123abcd-0000-4000-8000-00000000ffff"));
-    CHECK(!jup_uuid_valid("0123ABCD-0000-4000-8000-00000000ffff"));
-    CHECK(!jup_uuid_valid("0123abcd-0000-4000-8000-00000000fff"));
-    CHECK(!jup_uuid_valid("0123abcd00000-4000-8000-00000000ffff"));
-    CHECK(!jup_uuid_valid("sb-0123456789abcdef"));
-    CHECK(!jup_uuid_valid(NULL));
+    CHECK(jup_id_new(a, NULL) == 0 && jup_id_new(b, "") == 0);
+    CHECK(strlen(a) == JUP_UUID_LEN && jup_id_valid(a) && jup_id_valid(b) && strcmp(a, b));
+    /* On a fleet's host: the last group carries the host, as the proxy routes by it. */
+    CHECK(jup_id_new(a, "h12") == 0 && jup_id_valid(a) && strlen(a) == JUP_UUID_LEN + 4);
+    CHECK(!strncmp(a + 24, "h12_", 4));
+    CHECK(jup_id_new(a, "abcdefghijkl") == 0 && strlen(a) == JUP_ID_MAX && jup_id_valid(a));
+    CHECK(jup_id_new(a, "abcdefghijklm") == -EINVAL);
+    CHECK(jup_id_valid("0123abcd-0000-4000-8000-00000000ffff"));
+    CHECK(jup_id_valid("0123abcd-0000-4000-8000-h0_00000000ffff"));
+    CHECK(!jup_id_valid("0123abcd-0000-4000-8000-H0_00000000ffff"));
+    CHECK(!jup_id_valid("0123abcd-0000-4000-8000-_00000000ffff"));
+    CHECK(!jup_id_valid("0123abcd-0000-4000-8000-h0_0000000ffff"));
+    CHECK(!jup_id_valid("0123abcd-0000-4000-8000-h0-00000000ffff"));
+    CHECK(!jup_id_valid("0123abcd-0000-4000-8000-abcdefghijklm_00000000ffff"));
+    CHECK(!jup_id_valid("0123ABCD-0000-4000-8000-00000000ffff"));
+    CHECK(!jup_id_valid("0123abcd-0000-4000-8000-00000000fff"));
+    CHECK(!jup_id_valid("0123abcd00000-4000-8000-00000000ffff"));
+    CHECK(!jup_id_valid("sb-0123456789abcdef"));
+    CHECK(!jup_id_valid(NULL));
 }
 
 static int frame(const char *in, char **out)
