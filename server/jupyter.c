@@ -121,10 +121,28 @@ json_t *jup_spec_json(const struct jup_spec *s)
                      "resources");
 }
 
-json_t *jup_model(const char *id, const char *spec, const char *last_activity, unsigned conns)
+json_t *jup_model(const char *id, const char *spec, const char *last_activity, const char *state,
+                  unsigned conns)
 {
     return json_pack("{s:s, s:s, s:s, s:s, s:I}", "id", id, "name", spec, "last_activity",
-                     last_activity, "execution_state", "idle", "connections", (json_int_t)conns);
+                     last_activity, "execution_state", state, "connections", (json_int_t)conns);
+}
+
+const char *jup_status_state(json_t *msg)
+{
+    static const char *const known[] = {"starting", "idle", "busy", "restarting", "dead"};
+    json_t *hdr = json_object_get(msg, "header");
+    const char *ch = json_string_value(json_object_get(msg, "channel"));
+    const char *t = json_string_value(json_object_get(hdr, "msg_type"));
+    const char *st =
+        json_string_value(json_object_get(json_object_get(msg, "content"), "execution_state"));
+
+    if (!ch || strcmp(ch, "iopub") || !t || strcmp(t, "status") || !st)
+        return NULL;
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (!strcmp(st, known[i]))
+            return known[i];
+    return NULL;
 }
 
 int jup_frame_line(const char *buf, size_t len, char **out, size_t *n, const char **why)

@@ -52,7 +52,11 @@ int jup_id_new(char *out, const char *host);
 /* The kernelspec object of GET /api/kernelspecs/{name}. */
 json_t *jup_spec_json(const struct jup_spec *s);
 /* A kernel's model {id, name, last_activity, execution_state, connections}. */
-json_t *jup_model(const char *id, const char *spec, const char *last_activity, unsigned conns);
+json_t *jup_model(const char *id, const char *spec, const char *last_activity, const char *state,
+                  unsigned conns);
+/* The execution_state of an iopub status message (msg: a kernel message) when it is
+ * one Jupyter defines, else NULL: the guest's words are never passed on unchecked. */
+const char *jup_status_state(json_t *msg);
 
 /*
  * One client frame (a Jupyter message as JSON text) as the line for the guest's
@@ -98,6 +102,9 @@ int jup_ws_confirm(struct http_server *srv, struct lws *wsi);
 int jup_ws_cb(struct lws *wsi, int reason, void **slot, void *in, size_t len);
 /* Sockets open on kernel sandbox sbx. */
 unsigned jup_ws_count(const char *sbx);
+/* The kernel's execution_state as its last iopub status relayed on a channels socket
+ * of kernel sandbox sbx said it; "idle" when none was since warrend started. */
+const char *jup_ws_state(const char *sbx);
 /* Forget the connectors of a deleted kernel's sandbox. */
 void jup_ws_forget(const char *sbx);
 

@@ -152,9 +152,10 @@ static json_t *model_of(json_t *rec)
     json_t *meta = json_object_get(rec, "metadata"), *m, *t = now_iso();
     const char *id = json_string_value(json_object_get(meta, JUP_META_ID));
     const char *spec = json_string_value(json_object_get(meta, JUP_META_SPEC));
+    const char *sbx = json_string_value(json_object_get(rec, "id"));
 
-    m = jup_model(id ? id : "", spec ? spec : "", json_string_value(t),
-                  jup_ws_count(json_string_value(json_object_get(rec, "id"))));
+    m = jup_model(id ? id : "", spec ? spec : "", json_string_value(t), jup_ws_state(sbx),
+                  jup_ws_count(sbx));
     json_decref(t);
     return m;
 }

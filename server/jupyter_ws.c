@@ -49,6 +49,11 @@ struct jconn {
     uint64_t delivered;
     struct jws *owner; /* the socket using it, or NULL */
     int fd;            /* its offset file, or -1 */
+    /* The kernel's last iopub status this connector relayed (jup_status_state's
+     * words, never the guest's own string), and when: seen orders it among the
+     * connectors of its sandbox, every one of which gets all of the kernel's iopub. */
+    const char *state;
+    uint64_t seen;
 };
 
 struct jout {
@@ -88,6 +93,7 @@ struct jws {
 };
 
 static struct jconn *conns;
+static uint64_t status_seq; /* stamps jconn.seen */
 
 /* --------------------------------------------------------- registry */
 
@@ -181,6 +187,16 @@ unsigned jup_ws_count(const char *sbx)
         if (c->owner && sbx && !strcmp(c->sbx, sbx))
             n++;
     return n;
+}
+
+const char *jup_ws_state(const char *sbx)
+{
+    const struct jconn *last = NULL;
+
+    for (struct jconn *c = conns; c; c = c->next)
+        if (c->state && sbx && !strcmp(c->sbx, sbx) && (!last || c->seen > last->seen))
+            last = c;
+    return last ? last->state : "idle";
 }
 
 void jup_ws_forget(const char *sbx)
@@ -353,6 +369,7 @@ static void notice_error(struct jws *w, const char *code, const char *msg)
 static void k_line(void *user, const struct klink_line *l)
 {
     struct jws *w = user;
+    const char *st;
     char msg[200];
 
     switch (l->kind) {
@@ -361,6 +378,10 @@ static void k_line(void *user, const struct klink_line *l)
         if (l->type && !strcmp(l->type, "fail")) {
             notice(w, "warren_error", json_deep_copy(l->obj));
             return;
+        }
+        if (w->c && (st = jup_status_state(l->obj))) {
+            w->c->state = st;
+            w->c->seen = ++status_seq;
         }
         push_out(w, l->p, l->n, l->end);
         return;

@@ -112,9 +112,10 @@ static void test_json(void)
     CHECK(!strcmp(json_string_value(json_object_get(json_object_get(j, "spec"), "language")),
                   "python"));
     json_decref(j);
-    m = jup_model("0123abcd-0000-4000-8000-00000000ffff", "python3", "2026-01-01T00:00:00.000Z", 2);
+    m = jup_model("0123abcd-0000-4000-8000-00000000ffff", "python3", "2026-01-01T00:00:00.000Z",
+                  "busy", 2);
     CHECK(m && json_integer_value(json_object_get(m, "connections")) == 2 &&
-          !strcmp(json_string_value(json_object_get(m, "execution_state")), "idle"));
+          !strcmp(json_string_value(json_object_get(m, "execution_state")), "busy"));
     json_decref(m);
     n = jup_notice("stream", json_pack("{s:s,s:s}", "name", "stderr", "text", "gap"));
     j = n ? json_loads(n, 0, NULL) : NULL;
@@ -127,12 +128,51 @@ static void test_json(void)
     free(n);
 }
 
+/* Only an iopub status with a state Jupyter defines moves a kernel's execution_state. */
+static void test_status_state(void)
+{
+    static const struct {
+        const char *msg, *want;
+    } cases[] = {
+        {"{\"channel\":\"iopub\",\"header\":{\"msg_type\":\"status\"},"
+         "\"content\":{\"execution_state\":\"busy\"}}",
+         "busy"},
+        {"{\"channel\":\"iopub\",\"header\":{\"msg_type\":\"status\"},"
+         "\"content\":{\"execution_state\":\"idle\"}}",
+         "idle"},
+        {"{\"channel\":\"iopub\",\"header\":{\"msg_type\":\"status\"},"
+         "\"content\":{\"execution_state\":\"restarting\"}}",
+         "restarting"},
+        {"{\"channel\":\"iopub\",\"header\":{\"msg_type\":\"status\"},"
+         "\"content\":{\"execution_state\":\"<script>\"}}",
+         NULL},
+        {"{\"channel\":\"iopub\",\"header\":{\"msg_type\":\"status\"},"
+         "\"content\":{\"execution_state\":7}}",
+         NULL},
+        {"{\"channel\":\"shell\",\"header\":{\"msg_type\":\"status\"},"
+         "\"content\":{\"execution_state\":\"busy\"}}",
+         NULL},
+        {"{\"channel\":\"iopub\",\"header\":{\"msg_type\":\"stream\"},"
+         "\"content\":{\"execution_state\":\"busy\"}}",
+         NULL},
+        {"{\"channel\":\"iopub\",\"header\":\"status\",\"content\":[]}", NULL},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *m = json_loads(cases[i].msg, 0, NULL);
+        const char *st = jup_status_state(m);
+        CHECK(m && (cases[i].want ? st && !strcmp(st, cases[i].want) : !st));
+        json_decref(m);
+    }
+}
+
 int main(void)
 {
     test_specs();
     test_uuid();
     test_frames();
     test_json();
+    test_status_state();
     if (failures)
         fprintf(stderr, "test_jupyter: %d failed\n", failures);
     return failures ? 1 : 0;
