@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from warren import Warren, pss_kib, qemu_pids  # noqa: E402
 from pool import pct, wait_ready  # noqa: E402
 
-MEM = 1024
+# Both sides at the template's own memory (template_memory_mb), the size its pool holds.
+MEM = 1024  # pool_max_mb's unit below: room for the template's RAM file and its clone
 PLOT = ("import matplotlib.pyplot as plt\nplt.figure()\n"
         "plt.plot(range(100), [i * i for i in range(100)])\nplt.show()\n")
 FRAME = ("import pandas as pd, numpy as np\n"
@@ -74,7 +75,7 @@ def main():
         cold = []
         for i in range(a.creates):
             t0 = time.perf_counter()
-            sid = w.create(template=a.template, memory_mb=MEM)
+            sid = w.create(template=a.template)
             exec_ok(w, sid, "/etc/warren/warm", timeout_seconds=900)
             run_code(w, sid, "1+1")
             cold.append((time.perf_counter() - t0) * 1e3)
@@ -109,7 +110,7 @@ def main():
         for _ in range(a.creates):
             wait_ready_tpl(w, a.template, 900)
             t0 = time.perf_counter()
-            sid = w.create(template=a.template, memory_mb=MEM)
+            sid = w.create(template=a.template)
             r = w.request("POST", f"/v1/sandboxes/{sid}/run_code", {"code": "1+1"})
             ms = (time.perf_counter() - t0) * 1e3
             if r.status != 200:

@@ -22,14 +22,9 @@ import uuid
 
 import websocket
 
-from warren import Warren, free_port, image_dir
-
-TEMPLATE = "code-interpreter"
+from cibox import TEMPLATE, CodeCase
+from warren import free_port
 T = 1500  # seconds: a kernel's first start imports numpy, pandas, matplotlib under TCG
-
-
-def have_template():
-    return os.path.exists(os.path.join(image_dir(), f"{TEMPLATE}.ext4"))
 
 
 def msg(msg_type, content, channel="shell"):
@@ -98,18 +93,9 @@ def wait_port(port, proc, log, timeout=120):
     raise AssertionError("the Jupyter server did not listen:\n" + open(log).read()[-4000:])
 
 
-class JupyterCase(unittest.TestCase):
-    conf = {"jupyter_kernel_memory_mb": "1024"}
-
-    @classmethod
-    def setUpClass(cls):
-        if not have_template():
-            raise unittest.SkipTest(f"no {TEMPLATE} template in {image_dir()}")
-        cls.w = Warren(cls.conf).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.w.cleanup()
+class JupyterCase(CodeCase):
+    """On the process's code-interpreter warrend (cibox.py): a kernel's sandbox is a clone
+    of its template's pool, its kernel already warm."""
 
     def ws(self, kid, headers=None, query=""):
         h = headers if headers is not None else [f"Authorization: token {self.w.key}"]
@@ -120,6 +106,10 @@ class JupyterCase(unittest.TestCase):
     def new_kernel(self):
         r = self.w.request("POST", "/api/kernels", {"name": "python3"}, timeout=T)
         self.assertEqual(r.status, 201, f"{r}\n{self.w.log_text()}")
+        # Its id carries this host (a fleet's proxy routes by it): "...-<host>_<12 hex>".
+        host = {k.lower(): v for k, v in r.headers.items()}["x-warren-host"]
+        self.assertRegex(r.json()["id"], r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                         + re.escape(host) + r"_[0-9a-f]{12}$")
         return r.json()["id"]
 
 
