@@ -117,112 +117,15 @@ static void interrupt(struct pss *p)
         LOG(LOG_INFO, "cannot interrupt an abandoned code run of %s: %s", p->sbx, err.msg);
 }
 
-/* Out of memory while queueing: the run is interrupted and the connection dropped. */
-static void stream_oom(struct pss *p)
+/* The run of a stream the server dropped is interrupted, as one whose client left. */
+static void abandon(struct pss *p)
 {
-    struct klink *k = p->kl;
-
-    LOG(LOG_ERR, "out of memory queueing code interpreter output of %s: closing", p->sbx);
     interrupt(p);
-    p->kl = NULL;
-    p->run_id = 0;
-    p->close_after = true;
-    if (http_phase_op_live(p->phase))
-        req_phase(p, HP_ANSWER);
-    req_complete(p);
-    klink_cancel(k);
-    resp_want_write(p);
 }
 
-static int put(struct pss *p, const char *s, size_t n)
-{
-    if (p->kind == RESP_NONE)
-        resp_ndjson_begin(p);
-    if (resp_ndjson_append(p, s, n, 0) || resp_ndjson_append(p, "\n", 1, 0))
-        return -ENOMEM;
-    /* a slow client: the guest holds the rest (klink_resume from code_drained) */
-    if (p->q_bytes > HIGH_WATER && p->kl)
-        klink_pause(p->kl);
-    resp_stall_arm(p, false);
-    resp_want_write(p);
-    return 0;
-}
-
-static int put_obj(struct pss *p, json_t *o)
-{
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int rc = s ? put(p, s, strlen(s)) : -ENOMEM;
-
-    free(s);
-    return rc;
-}
-
-static void run_started(void *user, uint32_t pid)
-{
-    struct pss *p = user;
-
-    p->run_id = pid;
-}
-
-static void run_line(void *user, const struct klink_line *l)
-{
-    struct pss *p = user;
-    int rc;
-
-    if (p->status && p->kind != RESP_NDJSON)
-        return; /* answered otherwise already */
-    p->kl_lines++;
-    if (l->kind == KLINK_LINE_OK && l->type) {
-        rc = put(p, l->p, l->n); /* kerneld's own bytes, checked: E2B's line */
-    } else {
-        json_t *o = klink_line_object(l, p->srv->cfg->run_max_line);
-        rc = put_obj(p, o);
-        json_decref(o);
-    }
-    if (rc)
-        stream_oom(p);
-}
-
-static void run_keepalive(void *user)
-{
-    struct pss *p = user;
-    static const char ka[] = "{\"type\":\"keepalive\"}";
-
-    if (put(p, ka, sizeof(ka) - 1))
-        stream_oom(p);
-}
-
-static void run_done(void *user, const struct sbx_err *err)
-{
-    struct pss *p = user;
-
-    to_answer(p);
-    p->run_id = 0; /* over: nothing to interrupt at the request's end */
-    if (err && p->kind == RESP_NONE) {
-        sbx_error(p, err);
-        return;
-    }
-    if (err) {
-        /* mid-stream: said in the stream's own terms, end_of_execution still last */
-        json_t *o = klink_error_object("KernelUnavailable", err->msg);
-        int rc = put_obj(p, o);
-
-        json_decref(o);
-        if (rc || put(p, "{\"type\":\"end_of_execution\"}", 27))
-            p->close_after = true;
-    } else if (p->kind == RESP_NONE) {
-        resp_ndjson_begin(p);
-    }
-    resp_ndjson_close(p);
-    resp_want_write(p);
-}
-
-static const struct klink_cb run_cb = {
-    .started = run_started,
-    .line = run_line,
-    .keepalive = run_keepalive,
-    .done = run_done,
-};
+/* A run's lines are rest_code.c's stream (the bridge's lines are E2B's already); an
+ * error before the first line is answered in plain text, as upstream does. */
+static const struct code_door door = {.fail = sbx_error, .abandon = abandon};
 
 /* ------------------------------------------------------------ contexts */
 
@@ -306,7 +209,7 @@ static const struct klink_cb empty_cb = {.line = ctx_line, .done = empty_done};
 
 static void start(struct pss *p, json_t *req, const struct klink_cb *cb)
 {
-    bool run = cb == &run_cb;
+    bool run = cb == &code_stream_cb;
     struct klink_opts o = {
         .max_line = p->srv->cfg->run_max_line,
         .keepalive_ms = run ? p->srv->cfg->run_keepalive_ms : 0,
@@ -344,7 +247,8 @@ static void execute(struct pss *p, json_t *body)
         return;
     }
     json_decref(run);
-    start(p, req, &run_cb);
+    p->code_door = &door;
+    start(p, req, &code_stream_cb);
 }
 
 static void create(struct pss *p, json_t *body)

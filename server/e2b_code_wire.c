@@ -101,6 +101,19 @@ static void shown_lang(const char *l, char out[LANG_MAX + 1])
 #define NO_KERNEL_FMT                                                                              \
     "Failed to create context: no \"%s\" kernel in this sandbox (it has python and bash)"
 
+/* The kernel language for lang in *klang: 0, or 500 with upstream's message in msg. */
+static int kernel_of(const char *lang, const char **klang, char *msg, size_t cap)
+{
+    char shown[LANG_MAX + 1];
+
+    lang_of(lang, klang);
+    if (*klang)
+        return 0;
+    shown_lang(lang, shown);
+    snprintf(msg, cap, NO_KERNEL_FMT, shown);
+    return 500;
+}
+
 /* An optional string field: absent and null are none. 0, or -1 when of another type. */
 static int opt_str(json_t *body, const char *k, const char **out)
 {
@@ -147,15 +160,8 @@ int e2b_code_exec_body(json_t *body, json_t **run, char *msg, size_t cap)
         snprintf(msg, cap, "Context not found: no context has such an id");
         return 404;
     }
-    if (!cid) {
-        lang_of(lang, &klang);
-        if (!klang) {
-            char shown[LANG_MAX + 1];
-            shown_lang(lang, shown);
-            snprintf(msg, cap, NO_KERNEL_FMT, shown);
-            return 500;
-        }
-    }
+    if (!cid && kernel_of(lang, &klang, msg, cap))
+        return 500;
     r = json_pack("{s:O}", "code", code);
     if (!r || (cid && json_object_set_new(r, "context_id", json_string(cid))) ||
         (!cid && lang && json_object_set_new(r, "language", json_string(klang))) ||
@@ -182,13 +188,8 @@ int e2b_code_create_body(json_t *body, json_t **args, char *msg, size_t cap)
         snprintf(msg, cap, "language and cwd must be strings");
         return 400;
     }
-    lang_of(lang, &klang);
-    if (!klang) {
-        char shown[LANG_MAX + 1];
-        shown_lang(lang, shown);
-        snprintf(msg, cap, NO_KERNEL_FMT, shown);
+    if (kernel_of(lang, &klang, msg, cap))
         return 500;
-    }
     r = json_pack("{s:s}", "language", klang);
     if (!r || (cwd && json_object_set_new(r, "cwd", json_string(cwd)))) {
         json_decref(r);

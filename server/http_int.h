@@ -149,9 +149,10 @@ struct pss {
     char ctx[API_ID_MAX + 1]; /* {ctx} of the path */
     struct klink *kl;
     struct klink_gather *gather;
-    unsigned kl_lines;   /* lines passed on */
-    uint32_t run_id;     /* the run's connector pid: the X-Warren-Run header (0: none) */
-    unsigned kctl_stage; /* Jupyter interrupt/restart: 0 listing contexts, 1 acting */
+    unsigned kl_lines; /* lines passed on */
+    uint32_t run_id;   /* the run's connector pid: the X-Warren-Run header (0: none) */
+    const struct code_door *code_door; /* a streamed run's door (NULL: REST's) */
+    unsigned kctl_stage;               /* Jupyter interrupt/restart: 0 listing contexts, 1 acting */
     /* A file watch's request (watch.c), and the watch an NDJSON answer names in its
      * X-Warren-Watch header (0: none). */
     struct watch_req *watch;
@@ -290,6 +291,17 @@ void code_context_op(struct pss *p, const char *op, json_t *body);
 void code_run(struct pss *p, json_t *body);
 /* GET .../runs/{pid}?offset=N: the run's lines again, from that byte offset. */
 void code_run_read(struct pss *p, json_t *args);
+/* A door that streams a run's NDJSON lines with code_stream_cb, other than REST's own
+ * (p->code_door): how it answers an error known before the first line, and what
+ * becomes of a run whose stream it had to drop (out of memory). */
+struct code_door {
+    void (*fail)(struct pss *p, const struct sbx_err *err);
+    void (*abandon)(struct pss *p); /* NULL: the run goes on unread */
+};
+/* The bridge's lines of a run onto the NDJSON answer as they come (the exchange is
+ * p->kl), a keepalive line after each silence, an error after the first line said as
+ * an error line; end_of_execution is the bridge's, or added after such an error. */
+extern const struct klink_cb code_stream_cb;
 /* The request ends: its exchange goes on in the guest unread. */
 void code_req_end(struct pss *p);
 /* The client took what was queued (p->q_bytes is low again): read on. */

@@ -33,12 +33,15 @@ static void to_answer(struct pss *p)
         req_phase(p, HP_ANSWER);
 }
 
-/* Out of memory while queueing: drop the connection (the run goes on). */
+/* Out of memory while queueing: drop the connection (the run goes on, unless the
+ * door abandons it). */
 static void stream_oom(struct pss *p)
 {
     struct klink *k = p->kl;
 
     LOG(LOG_ERR, "out of memory queueing run output of %s: closing the request", p->sbx);
+    if (p->code_door && p->code_door->abandon)
+        p->code_door->abandon(p);
     p->kl = NULL;
     p->close_after = true;
     if (http_phase_op_live(p->phase))
@@ -56,7 +59,7 @@ static int stream_put(struct pss *p, const char *s, size_t n)
     if (resp_ndjson_append(p, s, n, 0) || resp_ndjson_append(p, "\n", 1, 0))
         return -ENOMEM;
     /* A slow client: the guest holds the rest (klink_resume from code_drained). */
-    if (p->q_bytes > HIGH_WATER)
+    if (p->q_bytes > HIGH_WATER && p->kl)
         klink_pause(p->kl);
     resp_stall_arm(p, false);
     resp_want_write(p);
@@ -86,6 +89,8 @@ static void stream_line(void *user, const struct klink_line *l)
     struct pss *p = user;
     int rc;
 
+    if (p->status && p->kind != RESP_NDJSON)
+        return; /* answered otherwise already */
     p->kl_lines++;
     if (l->kind == KLINK_LINE_OK && l->type) {
         rc = stream_put(p, l->p, l->n); /* the bridge's own bytes, checked */
@@ -113,7 +118,10 @@ static void stream_done(void *user, const struct sbx_err *err)
 
     to_answer(p);
     if (err && p->kind == RESP_NONE) {
-        resp_sbx_err(p, err);
+        if (p->code_door)
+            p->code_door->fail(p, err);
+        else
+            resp_sbx_err(p, err);
         return;
     }
     if (err) {
@@ -131,7 +139,7 @@ static void stream_done(void *user, const struct sbx_err *err)
     resp_want_write(p);
 }
 
-static const struct klink_cb stream_cb = {
+const struct klink_cb code_stream_cb = {
     .started = run_started,
     .line = stream_line,
     .keepalive = stream_keepalive,
@@ -271,7 +279,7 @@ void code_run(struct pss *p, json_t *body)
         }
         klink_gather_init(p->gather, p->srv->cfg->run_max_gather);
     }
-    start(p, req, &o, p->ndjson ? &stream_cb : &gather_cb);
+    start(p, req, &o, p->ndjson ? &code_stream_cb : &gather_cb);
 }
 
 void code_run_read(struct pss *p, json_t *args)
@@ -282,7 +290,8 @@ void code_run_read(struct pss *p, json_t *args)
 
     p->ndjson = true;
     p->run_id = p->pid;
-    if (klink_read(p->srv->t, p->srv->loop, p->sbx, p->pid, off, &o, &stream_cb, p, &p->kl, &err)) {
+    if (klink_read(p->srv->t, p->srv->loop, p->sbx, p->pid, off, &o, &code_stream_cb, p, &p->kl,
+                   &err)) {
         resp_sbx_err(p, &err);
         return;
     }
@@ -302,6 +311,7 @@ void code_req_end(struct pss *p)
     }
     p->kl_lines = 0;
     p->run_id = 0;
+    p->code_door = NULL;
 }
 
 void code_drained(struct pss *p)
