@@ -788,6 +788,25 @@ static void run_call(struct pss *p)
     }
 }
 
+/* The call's answer: the entry of a stat's body (taken). */
+static void answer_entry(struct pss *p, json_t *body)
+{
+    unary_ok(p, json_pack("{s:o}", "entry", entry_of(body)));
+    json_decref(body);
+}
+
+/* This step's body is not needed (taken): stat path as the next step, for the entry of
+ * the answer. */
+static void then_stat(struct pss *p, json_t *body, int step, const char *path)
+{
+    struct sbx_err err;
+
+    json_decref(body);
+    p->envd->step = step;
+    if (core_file(p, "stat", path, -1, NULL, &err))
+        fail_sbx(p, &err);
+}
+
 /* An operation of the call is done (err, or its body). */
 static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
 {
@@ -892,8 +911,7 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
     case M_STAT:
         if (err)
             break;
-        unary_ok(p, json_pack("{s:o}", "entry", entry_of(body)));
-        json_decref(body);
+        answer_entry(p, body);
         return;
     case M_LISTDIR: {
         json_t *out;
@@ -932,27 +950,19 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
         if (err)
             break;
         if (e->step == 1) {
-            json_decref(body);
-            e->step = 2;
-            if (core_file(p, "stat", e->path, -1, NULL, &e2))
-                fail_sbx(p, &e2);
+            then_stat(p, body, 2, e->path);
             return;
         }
-        unary_ok(p, json_pack("{s:o}", "entry", entry_of(body)));
-        json_decref(body);
+        answer_entry(p, body);
         return;
     case M_MOVE:
         if (err)
             break;
         if (e->step == 0) {
-            json_decref(body);
-            e->step = 1;
-            if (core_file(p, "stat", e->path2, -1, NULL, &e2))
-                fail_sbx(p, &e2);
+            then_stat(p, body, 1, e->path2);
             return;
         }
-        unary_ok(p, json_pack("{s:o}", "entry", entry_of(body)));
-        json_decref(body);
+        answer_entry(p, body);
         return;
     case M_WATCHER_GET:
         if (err && (err->code == SBX_E_PROCESS_NOT_FOUND || err->code == SBX_E_BAD_OFFSET)) {
