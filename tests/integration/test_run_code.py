@@ -283,6 +283,10 @@ class TestRunCode(CodeCase):
             self.assertLess(peak.kib - before, 48 * 1024, (before, peak.kib))
         # The context lives on.
         self.assertEqual(gather(self.w, self.sid, "2*3")["results"][0]["text"], "6")
+        # The kernel keeps that result in its output history: dropped, so the class's
+        # other tests (a second kernel's start among them) do not share the VM with it.
+        self.assertIsNone(gather(self.w, self.sid,
+                                 "get_ipython().run_line_magic('reset', '-f out')")["error"])
 
     def test_no_kernel(self):
         """A sandbox without the bridge: 409 no_kernel. Without a minimal image here, this
