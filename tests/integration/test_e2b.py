@@ -33,6 +33,31 @@ def npm_modules():
     return os.path.join(cache, "npm", key, "node_modules")
 
 
+def run_sdk_script(name, package, port, key, timeout, **env):
+    """Run tests/integration/<name> (an .mjs of checks, one JSON line each) with node
+    against warrend at port: (the finished process, its checks). package: the npm
+    package it needs, which setup.sh installs (missing is a broken set-up, not a pass)."""
+    node = shutil.which("node")
+    mods = npm_modules()
+    if not node or not os.path.isdir(os.path.join(mods, package)):
+        raise RuntimeError(f"no node or no {package} in {mods} (run scripts/setup.sh)")
+    env = dict(os.environ, E2B_API_URL=f"http://127.0.0.1:{port}",
+               E2B_SANDBOX_URL=f"http://127.0.0.1:{port}", E2B_API_KEY=key, NODE_PATH=mods,
+               **env)
+    # Node resolves bare imports of an .mjs from its own folder upwards, not from
+    # NODE_PATH: run a copy in a folder whose node_modules is the cache's.
+    tmp = tempfile.mkdtemp(prefix="warren-sdk-")
+    try:
+        os.symlink(mods, os.path.join(tmp, "node_modules"))
+        script = os.path.join(tmp, name)
+        shutil.copy(os.path.join(HERE, name), script)
+        p = subprocess.run([node, script], env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return p, [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+
+
 class E2BCase(WarrenCase):
     # Several sandboxes boot at once on a shared, loaded machine (TCG): give a boot
     # time, so what is tested is the door, not the host's load.
@@ -303,29 +328,8 @@ class TestPythonShapes(E2BCase):
 
 class TestJsSdk(E2BCase):
     def test_sdk(self):
-        node = shutil.which("node")
-        mods = npm_modules()
-        if not node or not os.path.isdir(os.path.join(mods, "e2b")):
-            # setup.sh installs both: missing is a broken set-up, not a pass
-            raise RuntimeError(f"no node or no e2b package in {mods} (run scripts/setup.sh)")
-        env = dict(os.environ,
-                   E2B_API_URL=f"http://127.0.0.1:{self.w.port}",
-                   E2B_SANDBOX_URL=f"http://127.0.0.1:{self.w.port}",
-                   E2B_API_KEY=self.e2b_key,
-                   E2B_TEST_TEMPLATE=TEMPLATE,
-                   NODE_PATH=mods)
-        # Node resolves bare imports of an .mjs from its own folder upwards, not from
-        # NODE_PATH: run a copy in a folder whose node_modules is the cache's.
-        tmp = tempfile.mkdtemp(prefix="warren-e2b-")
-        try:
-            os.symlink(mods, os.path.join(tmp, "node_modules"))
-            script = os.path.join(tmp, "e2b_sdk.mjs")
-            shutil.copy(os.path.join(HERE, "e2b_sdk.mjs"), script)
-            p = subprocess.run([node, script], env=env, capture_output=True, text=True,
-                               timeout=900)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        checks = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        p, checks = run_sdk_script("e2b_sdk.mjs", "e2b", self.w.port, self.e2b_key, 900,
+                                   E2B_TEST_TEMPLATE=TEMPLATE)
         failed = [c for c in checks if not c["ok"]]
         self.assertEqual(p.returncode, 0,
                          f"{failed}\nstderr: {p.stderr[-3000:]}\n{self.w.log_text()}")

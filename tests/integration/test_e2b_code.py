@@ -8,16 +8,12 @@ from its pool: a kernel's cold start takes minutes under TCG. Needs the code-int
 (WARREN_CACHE)."""
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 import unittest
 import urllib.error
 import urllib.request
 
 from cibox import CodeCase
-from warren import HERE
-from test_e2b import npm_modules
+from test_e2b import run_sdk_script
 
 
 class TestE2BCode(CodeCase):
@@ -26,27 +22,8 @@ class TestE2BCode(CodeCase):
         super().setUpClass()
         with open(os.path.join(cls.w.state_dir, "e2b_api_key")) as f:
             cls.e2b_key = f.read().strip()
-        node = shutil.which("node")
-        mods = npm_modules()
-        if not node or not os.path.isdir(os.path.join(mods, "@e2b", "code-interpreter")):
-            # setup.sh installs it: missing is a broken set-up, not a pass
-            raise RuntimeError(f"no node or no @e2b/code-interpreter in {mods} (run scripts/setup.sh)")
-        env = dict(os.environ,
-                   E2B_API_URL=f"http://127.0.0.1:{cls.w.port}",
-                   E2B_SANDBOX_URL=f"http://127.0.0.1:{cls.w.port}",
-                   E2B_API_KEY=cls.e2b_key,
-                   NODE_PATH=mods)
-        # Node resolves bare imports from the script's own folder upwards.
-        tmp = tempfile.mkdtemp(prefix="warren-e2b-code-")
-        try:
-            os.symlink(mods, os.path.join(tmp, "node_modules"))
-            script = os.path.join(tmp, "e2b_code.mjs")
-            shutil.copy(os.path.join(HERE, "e2b_code.mjs"), script)
-            cls.node = subprocess.run([node, script], env=env, capture_output=True, text=True,
-                                      timeout=2400)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        cls.checks = [json.loads(l) for l in cls.node.stdout.splitlines() if l.startswith("{")]
+        cls.node, cls.checks = run_sdk_script("e2b_code.mjs", "@e2b/code-interpreter",
+                                              cls.w.port, cls.e2b_key, 2400)
         cls.created = next((c for c in cls.checks if c["check"] == "create" and c["ok"]), None)
 
     def test_sdk(self):

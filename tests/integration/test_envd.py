@@ -8,18 +8,14 @@ REST API; the token is derived from the server's secret as warrend derives it
 import base64
 import hashlib
 import hmac
-import http.client
 import json
 import os
-import shutil
 import struct
-import subprocess
-import tempfile
 import time
 import unittest
 
-from test_e2b import npm_modules
-from warren import HERE, WarrenCase
+from test_e2b import run_sdk_script
+from warren import WarrenCase
 
 ENVD = 49983
 
@@ -649,26 +645,10 @@ class EnvdSdkTest(WarrenCase):
     e2b_envd.mjs: commands, pty and files on a sandbox it creates itself."""
 
     def test_sdk(self):
-        node = shutil.which("node")
-        mods = npm_modules()
-        if not node or not os.path.isdir(os.path.join(mods, "e2b")):
-            raise RuntimeError(f"no node or no e2b package in {mods} (run scripts/setup.sh)")
         with open(os.path.join(self.w.state_dir, "e2b_api_key")) as f:
             key = f.read().strip()
-        env = dict(os.environ, E2B_API_URL=f"http://127.0.0.1:{self.w.port}",
-                   E2B_SANDBOX_URL=f"http://127.0.0.1:{self.w.port}", E2B_API_KEY=key,
-                   E2B_TEST_TEMPLATE="base")
-        # bare imports resolve from the script's own folder: a copy beside the cache
-        tmp = tempfile.mkdtemp(prefix="warren-envd-")
-        try:
-            os.symlink(mods, os.path.join(tmp, "node_modules"))
-            script = os.path.join(tmp, "e2b_envd.mjs")
-            shutil.copy(os.path.join(HERE, "e2b_envd.mjs"), script)
-            p = subprocess.run([node, script], env=env, capture_output=True, text=True,
-                               timeout=900)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        checks = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+        p, checks = run_sdk_script("e2b_envd.mjs", "e2b", self.w.port, key, 900,
+                                   E2B_TEST_TEMPLATE="base")
         failed = [c for c in checks if not c["ok"]]
         self.assertEqual(p.returncode, 0,
                          f"{failed}\nstderr: {p.stderr[-3000:]}\n{self.w.log_text()}")
