@@ -256,29 +256,41 @@ class PyContext:
         await self.wait_ready()
 
     async def wait_ready(self):
-        """kernel_info until a reply and its iopub status both came: iopub is joined."""
+        """kernel_info until a reply and an iopub message both came: iopub is joined. A
+        slow kernel (TCG, a busy guest) answers late, so a reply to any earlier request
+        counts, and the wait between requests grows: with a fixed window, a kernel that
+        takes longer than it to answer is never found ready."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_TIMEOUT
-        while loop.time() < deadline:
-            if not await self.km.is_alive():
-                raise Fail("internal", "the python kernel exited while starting")
-            msg = self.km.session.msg("kernel_info_request", {})
-            q = self.expect(msg)
-            self.send("shell", msg)
-            got_reply = got_iopub = False
-            end = loop.time() + 1.0
-            try:
-                while not (got_reply and got_iopub) and loop.time() < end:
-                    ch, _ = await asyncio.wait_for(q.get(), end - loop.time())
-                    got_reply |= ch == "shell"
-                    got_iopub |= ch == "iopub"
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                self.waiters.pop(msg["header"]["msg_id"], None)
-            if got_reply and got_iopub:
-                return
-        raise Fail("internal", "the python kernel did not answer within %d s" % START_TIMEOUT)
+        q = asyncio.Queue()
+        sent = []
+        got_reply = got_iopub = False
+        window = 1.0
+        try:
+            while loop.time() < deadline:
+                if not await self.km.is_alive():
+                    raise Fail("internal", "the python kernel exited while starting")
+                msg = self.km.session.msg("kernel_info_request", {})
+                sent.append(msg["header"]["msg_id"])
+                self.waiters[sent[-1]] = q
+                self.send("shell", msg)
+                end = min(loop.time() + window, deadline)
+                try:
+                    while not (got_reply and got_iopub):
+                        ch, _ = await asyncio.wait_for(q.get(), max(end - loop.time(), 0))
+                        got_reply |= ch == "shell"
+                        got_iopub |= ch == "iopub"
+                except asyncio.TimeoutError:
+                    pass
+                if got_reply and got_iopub:
+                    return
+                window = min(window * 2, 8.0)
+        finally:
+            for m in sent:
+                self.waiters.pop(m, None)
+        raise Fail("internal", "the python kernel did not answer within %d s (%d kernel_info "
+                   "requests; a reply: %s; iopub: %s)" % (START_TIMEOUT, len(sent),
+                                                          got_reply, got_iopub))
 
     def expect(self, msg):
         q = asyncio.Queue()
