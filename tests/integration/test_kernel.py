@@ -202,6 +202,47 @@ class TestKernel(CodeCase):
                for s in (a, b["id"])]
         self.assertNotEqual(ids[0], ids[1])
 
+    def test_7c_fork_branches_the_notebook_and_pause_keeps_it(self):
+        """A fork of a sandbox whose kernel holds state gives kernels that start with the
+        same variables, go their own ways, and are each re-keyed; a paused fork resumes
+        with its kernel and variables."""
+        a = self.sids[0]
+        self.assertEqual(self.stdout(self.run_code(a, "branch = ['root']\nprint(branch)")),
+                         "['root']\n")
+        r = self.w.request("POST", f"/v1/sandboxes/{a}/fork", {"count": 2})
+        self.assertEqual(r.status, 201, f"{r}\n{self.w.log_text()}")
+        forks = [s["id"] for s in r.json()["sandboxes"]]
+        self.assertEqual(len(forks), 2, r.json())
+        code = ("import random\nprint(branch, random.random(), "
+                "get_ipython().kernel.session.key.decode())")
+        for i, f in enumerate(forks):
+            self.run_code(f, f"branch.append({i})")
+        self.run_code(a, "branch.append('parent')")
+        outs = {s: self.stdout(self.run_code(s, code)).split("] ") for s in [a] + forks}
+        self.assertEqual(outs[a][0] + "]", "['root', 'parent']")
+        for i, f in enumerate(forks):
+            self.assertEqual(outs[f][0] + "]", f"['root', {i}]")
+        draws = [outs[s][1].split()[0] for s in outs]
+        keys = [outs[s][1].split()[1] for s in outs]
+        self.assertEqual(len(set(draws)), 3, outs)
+        self.assertEqual(len(set(keys)), 3, outs)
+        kids = [self.kreq(s, {"op": "context_list"})[0]["contexts"][0]["kernel_id"]
+                for s in [a] + forks]
+        self.assertEqual(len(set(kids)), 3, kids)
+        # Pause and resume a fork: the same kernel process and its variables come back.
+        f = forks[0]
+        before = self.kreq(f, {"op": "context_list"})[0]["contexts"][0]
+        r = self.w.request("POST", f"/v1/sandboxes/{f}/pause")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.w.request("GET", f"/v1/sandboxes/{f}").json()["state"], "paused")
+        r = self.w.request("POST", f"/v1/sandboxes/{f}/resume")
+        self.assertEqual(r.status, 200, f"{r}\n{self.w.log_text()}")
+        self.assertEqual(self.stdout(self.run_code(f, "print(branch)")), "['root', 0]\n")
+        ctx = self.kreq(f, {"op": "context_list"})[0]["contexts"][0]
+        self.assertEqual((ctx["id"], ctx["pid"]), (before["id"], before["pid"]))
+        for s in forks:
+            self.w.delete(s)
+
     def test_7b_output_bounds(self):
         sid = self.sids[0]
         # A line past max_line becomes one error line; the run goes on to its end.
