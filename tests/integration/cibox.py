@@ -10,6 +10,7 @@ A class that needs another configuration (a broken warm hook, say) starts a
 warrend of its own, as any WarrenCase does."""
 import atexit
 import os
+import time
 
 from warren import Warren, WarrenCase, image_dir
 
@@ -36,7 +37,25 @@ def shared():
             raise RuntimeError(f"no {TEMPLATE}.ext4 in {image_dir()} (run images/build.sh)")
         _shared = Warren(CONF).start()
         atexit.register(_shared.cleanup)
+        t0, _shared.pool_ready_s = time.time(), 0.0
+        wait_pool(_shared)
+        _shared.pool_ready_s = time.time() - t0
     return _shared
+
+
+def wait_pool(w, n=1, timeout=1800):
+    """Until the pool has n clones ready. A create before that boots a VM and warms its
+    kernel beside the template's own warm-up: two kernel starts at once on two cores,
+    each minutes under TCG, where a pool clone takes a second. A pool that is off (no
+    image) is left to the creates, which say why they fail."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = w.request("GET", "/healthz")
+        p = r.json().get("pool") if r.status == 200 else None
+        if p and (p["state"] == "off" or (p["state"] == "ready" and p["ready"] >= n)):
+            return p
+        time.sleep(0.5)
+    raise AssertionError(f"the pool never had {n} ready in {timeout} s\n{w.log_text()}")
 
 
 def delete_all(w):
