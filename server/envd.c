@@ -1306,6 +1306,22 @@ static void watch_stop(struct pss *p)
         LOG(LOG_DEBUG, "%s: the watch %u of an ended WatchDir: %s", p->sbx, e->watch_pid, err.msg);
 }
 
+/* A refused upload opened its file: remove it. Fire and forget, sent after the write's
+ * abort on the same channel, so the guest ends the write first; the client's next call
+ * comes after it too. */
+void envd_upload_discard(struct pss *p)
+{
+    struct sbx_file_req f = {
+        .kind = SBX_FILE_REMOVE, .path = p->envd ? p->envd->path : "", .depth = SBX_UNSET};
+    struct sbx_err err;
+    sbx_op_t op;
+
+    if (!p->envd || p->envd->m != M_FILES_POST || !p->envd->path[0])
+        return;
+    if (sbx_file_op(p->srv->t, p->sbx, &f, &watch_end_sink, NULL, &op, &err))
+        LOG(LOG_WARN, "%s: the partial upload %s is left: %s", p->sbx, f.path, err.msg);
+}
+
 /* ------------------------------------------------------------ the sink */
 
 static void e_done_json(void *user, const struct sbx_err *err, json_t *body)
@@ -1678,11 +1694,23 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
             return 1;
         e->msg = json_pack("{s:s}", "path", e->path);
         if (e->m == M_FILES_POST) {
-            if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_ENCODING, v, sizeof(v)) != 0 &&
-                strcasecmp(v, "identity")) {
-                fail(p, CONNECT_UNIMPLEMENTED,
-                     "Content-Encoding is not accepted here: send the file uncompressed");
+            r = http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_ENCODING, v, sizeof(v));
+            if (r != 0 && (r < 0 || (strcasecmp(v, "identity") && strcasecmp(v, "gzip")))) {
+                p->close_after = true;
+                resp_json(p, 415,
+                          json_pack("{s:i, s:s}", "code", 415, "message",
+                                    "Content-Encoding must be gzip or identity (one coding)"));
                 return 1;
+            }
+            if (r > 0 && !strcasecmp(v, "gzip")) {
+                if (has_cl && cl == 0) {
+                    fail(p, CONNECT_INVALID_ARGUMENT, "an empty body is not a gzip stream");
+                    return 1;
+                }
+                if (envd_gz_new(p)) {
+                    fail(p, CONNECT_INTERNAL, "out of memory");
+                    return 1;
+                }
             }
             if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, ct, sizeof(ct)) > 0 &&
                 !strncasecmp(ct, "multipart/", 10)) {
@@ -1836,6 +1864,7 @@ void envd_req_end(struct pss *p)
         e2b_code_end(p);
     timers_stop(p);
     watch_stop(p);
+    envd_gz_free(p);
     if (e->ev_init)
         watch_ev_free(&e->ev);
     json_decref(e->msg);
