@@ -699,6 +699,75 @@ class EnvdTest(WarrenCase):
 
     # ---------------------------------------------------------------- restart
 
+    def wait_up(self):
+        deadline = time.time() + 60
+        while True:
+            st, body = self.unary("process.Process/List", {})
+            if st == 200 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(st, 200, body)
+
+    def test_z_watcher_restart(self):
+        """A polling watcher survives a kill -9 of warrend: the same watcherId then gives
+        the events it had not given yet, each once, and none it gave before."""
+        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": "/tmp/rw"})
+        self.assertIn(st, (200, 409))
+        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/rw"})
+        self.assertEqual(st, 200, body)
+        wid = body["watcherId"]
+
+        def poll_until(want, limit=60):
+            got = []
+            deadline = time.time() + limit
+            while not all(x in got for x in want) and time.time() < deadline:
+                st, body = self.unary("filesystem.Filesystem/GetWatcherEvents",
+                                      {"watcherId": wid})
+                self.assertEqual(st, 200, body)
+                got += body["events"]
+                time.sleep(0.3)
+            for x in want:
+                self.assertIn(x, got)
+            return got
+
+        def created(name):
+            return {"name": name, "type": "EVENT_TYPE_CREATE"}
+
+        self.assertEqual(self.upload("/tmp/rw/a.txt", b"a", multipart=False)[0], 200)
+        poll_until([created("a.txt")])
+        # events the watcher has not given yet, made before the kill
+        for n in ("b.txt", "c.txt"):
+            self.assertEqual(self.upload("/tmp/rw/" + n, b"x", multipart=False)[0], 200)
+        # the watch itself has seen them: a native read of its ring shows them
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            r = self.w.request("GET", f"/v1/sandboxes/{self.sid}/processes/{wid}/output")
+            if r.status == 200 and b"c.txt" in r.body:
+                break
+            time.sleep(0.3)
+        self.assertIn(b"c.txt", r.body)
+        self.w.kill9()
+        self.w.start()
+        self.wait_up()
+        got = poll_until([created("b.txt"), created("c.txt")])
+        self.assertEqual(got.count(created("b.txt")), 1, got)
+        self.assertEqual(got.count(created("c.txt")), 1, got)
+        self.assertNotIn(created("a.txt"), got)  # given before the restart: not again
+        # later events come on the same watcher; an unknown id is still 404
+        self.assertEqual(self.upload("/tmp/rw/d.txt", b"x", multipart=False)[0], 200)
+        got = poll_until([created("d.txt")])
+        self.assertNotIn(created("c.txt"), got)
+        st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": "999999"})
+        self.assertEqual(st, 404, body)
+        st, body = self.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        self.assertEqual(st, 200, body)
+        # removed: gone from disk too, so another restart does not bring it back
+        self.w.kill9()
+        self.w.start()
+        self.wait_up()
+        st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual(st, 404, body)
+
     def test_z_kill9_warrend(self):
         s, pid = self.start("i=0; while true; do echo k$i; i=$((i+1)); sleep 0.2; done",
                             tag="survivor")
