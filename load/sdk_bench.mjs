@@ -24,7 +24,7 @@ async function main() {
   let sbx = null
   for (let i = 0; i < N_CREATE; i++) {
     const t0 = now()
-    const s = await Sandbox.create(TEMPLATE, { timeoutMs: 3600 * 1000 })
+    const s = await Sandbox.create(TEMPLATE, { timeoutMs: 3600 * 1000, requestTimeoutMs: 900 * 1000 })
     const r = await s.commands.run('echo ready')
     out.create_first.push(now() - t0)
     if (r.stdout !== 'ready\n') fail('echo ready', { r })
@@ -55,9 +55,9 @@ async function main() {
   await sbx.kill()
   if (CODE) {
     const { Sandbox: CodeSandbox } = await import('@e2b/code-interpreter')
-    const c = await CodeSandbox.create(CODE, { timeoutMs: 3600 * 1000 })
+    const c = await CodeSandbox.create(CODE, { timeoutMs: 3600 * 1000, requestTimeoutMs: 900 * 1000 })
     out.run_code = []
-    await c.runCode('1+1') // the kernel's first run
+    await c.runCode('1+1', { timeoutMs: 900 * 1000, requestTimeoutMs: 900 * 1000 }) // the kernel's first run
     for (let i = 0; i < N_CODE; i++) {
       const t0 = now()
       const ex = await c.runCode('1+1')
