@@ -108,6 +108,7 @@ static const struct opt opts[] = {
     {"watch_max_dirs", T_UINT, F(watch_max_dirs), "8192", 1},
     {"watch_coalesce_ms", T_UINT, F(watch_coalesce_ms), "100", 0},
     {"watch_line_max_bytes", T_SIZE, F(watch_line_max), "65536", 1024},
+    {"upload_gzip_max_bytes", T_SIZE, F(upload_gzip_max), "1073741824", 1},
     {"allowed_origins", T_STR, F(allowed_origins), "", 0},
     {"session_max_sockets_per_sandbox", T_UINT, F(sess_max_sockets), "16", 1},
     {"session_max_requests", T_UINT, F(sess_max_requests), "64", 1},

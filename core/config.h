@@ -74,6 +74,7 @@ struct srv_config {
     unsigned watch_max_dirs;    /* watch_max_dirs = 8192: directories one watch watches */
     unsigned watch_coalesce_ms; /* watch_coalesce_ms = 100: writes of one file folded */
     size_t watch_line_max;      /* watch_line_max_bytes = 65536: one event line from the guest */
+    size_t upload_gzip_max;     /* upload_gzip_max_bytes = 1073741824: a gzip upload, inflated */
     /* browser access */
     char *allowed_origins; /* allowed_origins = (empty): Origins browser sockets may come from */
     /* the agent socket */

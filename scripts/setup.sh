@@ -13,7 +13,7 @@ set -euo pipefail
 PACKAGES="cmake gcc libc6-dev make pkg-config clang libclang-rt-14-dev
     qemu-system-x86 qemu-utils
     libwebsockets-dev libwebsockets-evlib-ev libev-dev libmbedtls-dev libmsgpack-dev
-    liblmdb-dev libjansson-dev nftables dnsmasq-base
+    liblmdb-dev libjansson-dev zlib1g-dev nftables dnsmasq-base
     e2fsprogs busybox-static mmdebstrap uidmap cpio xz-utils zstd
     curl python3 python3-websockets ca-certificates procps chromium
     haproxy yamllint jupyter-notebook python3-jupyter-server python3-websocket"

@@ -33,6 +33,7 @@
 #include "sbx_json.h"
 #include "connect.h"
 #include "e2b_code.h"
+#include "envd_wstore.h"
 #include "multipart.h"
 #include "ports_head.h"
 #include "util.h"
@@ -125,7 +126,9 @@ struct envd_req {
 
 /* A polling watcher: the watch process pid in sandbox sbx, read up to off. Its id is the
  * pid in decimal. There are at most watch_max_per_sbx per live sandbox: those of ended
- * sandboxes are dropped at the next CreateWatcher. */
+ * sandboxes are dropped at the next CreateWatcher. off is kept on disk too
+ * (envd_wstore.h): after a restart of warrend, a watcher not in memory is read back from
+ * there at its next call, its watch having run on in the sandbox. */
 struct envd_watcher {
     struct envd_watcher *next;
     char sbx[API_ID_MAX + 1];
@@ -137,6 +140,7 @@ static const struct sbx_sink envd_sink;
 static struct envd_watcher *watcher_of(struct pss *p, const json_t *msg);
 static struct envd_watcher *watcher_find(struct http_server *srv, const char *sbx, uint32_t pid);
 static void watcher_drop(struct http_server *srv, struct envd_watcher *w);
+static void watcher_save(struct http_server *srv, const struct envd_watcher *w);
 
 /* ------------------------------------------------------------ errors */
 
@@ -980,10 +984,12 @@ static void step_done(struct pss *p, const struct sbx_err *err, json_t *body)
             struct envd_watcher *w = watcher_find(p->srv, p->sbx, e->watch_pid);
             bool ended = json_is_string(json_object_get(body, "type")) &&
                          !strcmp(json_string_value(json_object_get(body, "type")), "exit");
-            if (w && ended)
+            if (w && ended) {
                 watcher_drop(p->srv, w); /* this answer has its last events */
-            else if (w)
+            } else if (w && w->off != e->events_end) {
                 w->off = e->events_end;
+                watcher_save(p->srv, w); /* before the answer gives the events */
+            }
         }
         json_decref(body);
         unary_ok(p, json_pack("{s:O}", "events", e->events));
@@ -1150,12 +1156,55 @@ static struct envd_watcher *watcher_find(struct http_server *srv, const char *sb
 
 static void watcher_drop(struct http_server *srv, struct envd_watcher *w)
 {
+    envd_wstore_del(srv->cfg->state_dir, w->sbx, w->pid);
     for (struct envd_watcher **pp = &srv->watchers; *pp; pp = &(*pp)->next)
         if (*pp == w) {
             *pp = w->next;
             free(w);
             return;
         }
+}
+
+/* Its offset on disk, before an answer moves past it. A failure is logged: the watcher
+ * goes on from memory, and only a restart would give its events again. */
+static void watcher_save(struct http_server *srv, const struct envd_watcher *w)
+{
+    int r = envd_wstore_save(srv->cfg->state_dir, w->sbx, w->pid, w->off);
+
+    if (r)
+        LOG(LOG_WARN, "%s: polling watcher %" PRIu32 ": its offset is not saved: %s", w->sbx,
+            w->pid, strerror(-r));
+}
+
+/* A watcher a previous warrend made (its record on disk), back in memory; NULL if none. */
+static struct envd_watcher *watcher_load(struct http_server *srv, const char *sbx, uint32_t pid)
+{
+    struct envd_watcher *w;
+    uint64_t off;
+    int r = envd_wstore_load(srv->cfg->state_dir, sbx, pid, &off);
+
+    if (r) {
+        if (r != -ENOENT)
+            LOG(LOG_WARN, "%s: polling watcher %" PRIu32 ": its record is unreadable", sbx, pid);
+        return NULL;
+    }
+    if (!(w = calloc(1, sizeof(*w))))
+        return NULL;
+    snprintf(w->sbx, sizeof(w->sbx), "%s", sbx);
+    w->pid = pid;
+    w->off = off;
+    w->next = srv->watchers;
+    srv->watchers = w;
+    return w;
+}
+
+static bool sbx_live(void *ud, const char *sbx)
+{
+    struct http_server *srv = ud;
+    struct sbx_rec rec;
+    struct sbx_err err;
+
+    return !sbx_get(srv->t, sbx, &rec, &err);
 }
 
 void envd_watchers_free(struct http_server *srv)
@@ -1180,8 +1229,8 @@ static struct envd_watcher *watcher_of(struct pss *p, const json_t *msg)
         return NULL;
     }
     v = strtoul(id, &end, 10);
-    if (!*end && v <= UINT32_MAX)
-        w = watcher_find(p->srv, p->sbx, (uint32_t)v);
+    if (!*end && v <= UINT32_MAX && !(w = watcher_find(p->srv, p->sbx, (uint32_t)v)))
+        w = watcher_load(p->srv, p->sbx, (uint32_t)v); /* made before a restart */
     if (!w)
         fail(p, CONNECT_NOT_FOUND, "no watcher %s in this sandbox", id);
     return w;
@@ -1203,6 +1252,8 @@ static int watcher_add(struct pss *p, uint64_t off)
             pp = &w->next;
         }
     }
+    /* and the records on disk of ended sandboxes, those no call read back included */
+    envd_wstore_sweep(p->srv->cfg->state_dir, sbx_live, p->srv);
     if (!(w = calloc(1, sizeof(*w))))
         return -1;
     snprintf(w->sbx, sizeof(w->sbx), "%s", p->sbx);
@@ -1210,6 +1261,7 @@ static int watcher_add(struct pss *p, uint64_t off)
     w->off = off;
     w->next = p->srv->watchers;
     p->srv->watchers = w;
+    watcher_save(p->srv, w);
     return 0;
 }
 
@@ -1304,6 +1356,22 @@ static void watch_stop(struct pss *p)
     e->watch_over = true;
     if (sbx_proc_ctl(p->srv->t, p->sbx, e->watch_pid, &c, &watch_end_sink, NULL, &op, &err))
         LOG(LOG_DEBUG, "%s: the watch %u of an ended WatchDir: %s", p->sbx, e->watch_pid, err.msg);
+}
+
+/* A refused upload opened its file: remove it. Fire and forget, sent after the write's
+ * abort on the same channel, so the guest ends the write first; the client's next call
+ * comes after it too. */
+void envd_upload_discard(struct pss *p)
+{
+    struct sbx_file_req f = {
+        .kind = SBX_FILE_REMOVE, .path = p->envd ? p->envd->path : "", .depth = SBX_UNSET};
+    struct sbx_err err;
+    sbx_op_t op;
+
+    if (!p->envd || p->envd->m != M_FILES_POST || !p->envd->path[0])
+        return;
+    if (sbx_file_op(p->srv->t, p->sbx, &f, &watch_end_sink, NULL, &op, &err))
+        LOG(LOG_WARN, "%s: the partial upload %s is left: %s", p->sbx, f.path, err.msg);
 }
 
 /* ------------------------------------------------------------ the sink */
@@ -1678,11 +1746,23 @@ int envd_request(struct pss *p, const char *uri, int has_cl, uint64_t cl)
             return 1;
         e->msg = json_pack("{s:s}", "path", e->path);
         if (e->m == M_FILES_POST) {
-            if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_ENCODING, v, sizeof(v)) != 0 &&
-                strcasecmp(v, "identity")) {
-                fail(p, CONNECT_UNIMPLEMENTED,
-                     "Content-Encoding is not accepted here: send the file uncompressed");
+            r = http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_ENCODING, v, sizeof(v));
+            if (r != 0 && (r < 0 || (strcasecmp(v, "identity") && strcasecmp(v, "gzip")))) {
+                p->close_after = true;
+                resp_json(p, 415,
+                          json_pack("{s:i, s:s}", "code", 415, "message",
+                                    "Content-Encoding must be gzip or identity (one coding)"));
                 return 1;
+            }
+            if (r > 0 && !strcasecmp(v, "gzip")) {
+                if (has_cl && cl == 0) {
+                    fail(p, CONNECT_INVALID_ARGUMENT, "an empty body is not a gzip stream");
+                    return 1;
+                }
+                if (envd_gz_new(p)) {
+                    fail(p, CONNECT_INTERNAL, "out of memory");
+                    return 1;
+                }
             }
             if (http_hdr(p->wsi, WSI_TOKEN_HTTP_CONTENT_TYPE, ct, sizeof(ct)) > 0 &&
                 !strncasecmp(ct, "multipart/", 10)) {
@@ -1836,6 +1916,7 @@ void envd_req_end(struct pss *p)
         e2b_code_end(p);
     timers_stop(p);
     watch_stop(p);
+    envd_gz_free(p);
     if (e->ev_init)
         watch_ev_free(&e->ev);
     json_decref(e->msg);

@@ -161,6 +161,8 @@ struct pss {
     struct envd_req *envd;
     /* a multipart upload (multipart.h): its body is decoded before it is written */
     struct mpart *mp;
+    /* a gzip upload (envd_gz.c): inflated before the multipart decoder */
+    struct envd_gz *gz;
     /* E2B's control plane (e2b_api.h): its route (0: not an E2B request; its answers and
      * errors then take E2B's shapes), connect's timeout, a list's next page token. */
     unsigned e2b;
@@ -317,6 +319,12 @@ void rest_upload_writable(void *user);
 /* An upload op has started: phase OP, 100-continue, and what is pending is fed. empty:
  * the body is empty, finished now. */
 void rest_upload_started(struct pss *p, bool empty);
+/* Decoded upload bytes (after any gzip): through the multipart decoder when there is
+ * one, into the upload. 0, or -1 out of memory. */
+int rest_upload_bytes(struct pss *p, const void *in, size_t len);
+/* The upload's body is refused midway: answered status {"code", "message": why}, its
+ * op cancelled; the rest of the body is read and dropped. */
+void rest_upload_fail(struct pss *p, int status, const char *why);
 
 /* ---- envd.c: E2B's in-sandbox API (Connect over HTTP/1.1, /files, /health) ---- */
 
@@ -334,6 +342,22 @@ void envd_run(struct pss *p, json_t *args);
 void envd_req_end(struct pss *p);
 /* At the server's end: forget every polling watcher. */
 void envd_watchers_free(struct http_server *srv);
+/* A refused upload opened its file: remove it, so that no partial file is left. */
+void envd_upload_discard(struct pss *p);
+
+/* ---- envd_gz.c: a gzip upload inflated as it arrives (POST /files) ---- */
+/* p->gz made, capped at upload_gzip_max_bytes. 0, or -ENOMEM. */
+int envd_gz_new(struct pss *p);
+void envd_gz_free(struct pss *p);
+/* Body bytes (after chunked framing) of a gzip upload. 0, or -1 out of memory. */
+int envd_gz_bytes(struct pss *p, const unsigned char *in, size_t n);
+/* Input waits to be inflated (the sandbox was full): the pump must drain it. */
+bool envd_gz_held(const struct pss *p);
+/* The sandbox takes bytes again (nothing pending): inflate what is held. */
+void envd_gz_drain(struct pss *p);
+/* The body is over: 1 input still held (the pump ends it), -1 refused (answered), 0 a
+ * complete gzip body whose bytes were all given to the upload. */
+int envd_gz_end(struct pss *p);
 
 /* ---- watch.c: file watches (a route's handlers, and the request's end) ---- */
 void watch_start(struct pss *p, json_t *args);

@@ -213,6 +213,8 @@ static void upload_resume(struct pss *p)
         lws_set_timeout(p->wsi, PENDING_TIMEOUT_HTTP_CONTENT, http_timeout_s(p->wsi));
 }
 
+static void upload_end(struct pss *p);
+
 static void upload_pump(struct pss *p)
 {
     while (p->pend_len && http_phase_op_live(p->phase)) {
@@ -234,12 +236,16 @@ static void upload_pump(struct pss *p)
     if (!http_phase_op_live(p->phase))
         return;
     p->pend_off = 0;
-    if (p->rx_paused)
-        upload_resume(p);
-    if (p->body_done && !p->finish_sent) {
-        p->finish_sent = true;
-        sbx_op_finish(p->srv->t, p->op);
+    if (envd_gz_held(p)) {
+        /* compressed input waited for room: inflate it first, then read on */
+        envd_gz_drain(p);
+        if (!http_phase_op_live(p->phase) || p->pend_len)
+            return;
     }
+    if (p->rx_paused && !envd_gz_held(p))
+        upload_resume(p);
+    if (p->body_done && !p->finish_sent)
+        upload_end(p);
 }
 
 void rest_upload_writable(void *user)
@@ -1561,9 +1567,9 @@ static int on_body_bytes(struct pss *p, const void *in, size_t len)
     return 0;
 }
 
-/* A multipart upload's body failed to decode: answered 400, its op cancelled; the rest
- * of the body is read and dropped (finish() lingers). */
-static void mp_fail(struct pss *p, const char *why)
+/* An upload's body failed to decode: answered, its op cancelled; the rest of the body
+ * is read and dropped (finish() lingers). */
+void rest_upload_fail(struct pss *p, int status, const char *why)
 {
     if (p->status)
         return;
@@ -1574,11 +1580,19 @@ static void mp_fail(struct pss *p, const char *why)
     free(p->pend);
     p->pend = NULL;
     p->pend_len = p->pend_off = p->pend_cap = 0;
-    resp_json(p, 400, json_pack("{s:i, s:s}", "code", 400, "message", why));
+    /* reading waited for the sandbox: the rest of the body is drained now */
+    if (p->rx_paused)
+        upload_resume(p);
+    resp_json(p, status, json_pack("{s:i, s:s}", "code", status, "message", why));
+}
+
+static void mp_fail(struct pss *p, const char *why)
+{
+    rest_upload_fail(p, 400, why);
 }
 
 /* Body bytes of the request, through the multipart decoder when it has one. */
-static int body_bytes(struct pss *p, const void *in, size_t len)
+int rest_upload_bytes(struct pss *p, const void *in, size_t len)
 {
     unsigned char *out;
     size_t used, olen;
@@ -1600,6 +1614,30 @@ static int body_bytes(struct pss *p, const void *in, size_t len)
         mp_fail(p, r == -E2BIG ? "multipart part headers too long"
                                : "malformed multipart body (one part, opening with its boundary)");
     return 0;
+}
+
+/* Body bytes after the chunked framing: inflated first when the body is gzip. */
+static int body_bytes(struct pss *p, const void *in, size_t len)
+{
+    if (p->gz)
+        return envd_gz_bytes(p, in, len);
+    return rest_upload_bytes(p, in, len);
+}
+
+/* Every body byte arrived and was decoded: the gzip and multipart framings must be
+ * complete, then the write is finished once nothing is pending. */
+static void upload_end(struct pss *p)
+{
+    if (p->gz && envd_gz_end(p))
+        return; /* input still held (the pump ends it), or refused */
+    if (p->mp && p->mp->st != MPART_DONE) {
+        mp_fail(p, "the multipart body ended before its closing boundary");
+        return;
+    }
+    if (http_phase_op_running(p->phase) && !p->pend_len && !p->finish_sent) {
+        p->finish_sent = true;
+        sbx_op_finish(p->srv->t, p->op);
+    }
 }
 
 /* Raw body bytes from lws: as they are, or through the chunked decoder. */
@@ -1653,15 +1691,8 @@ int rest_body_done(struct pss *p)
         resp_want_write(p); /* answered early: the answer can go out now */
         return 0;
     }
-    if (p->upload && p->mp && p->mp->st != MPART_DONE) {
-        mp_fail(p, "the multipart body ended before its closing boundary");
-        return 0;
-    }
     if (p->upload) {
-        if (http_phase_op_running(p->phase) && !p->pend_len && !p->finish_sent) {
-            p->finish_sent = true;
-            sbx_op_finish(p->srv->t, p->op);
-        }
+        upload_end(p);
         return 0;
     }
     if (http_phase_collecting(p->phase) && !p->status)

@@ -6,8 +6,11 @@ requests check what the SDK never sends (malformed bodies, missing tokens).
 One sandbox for the whole class, on the shared code-interpreter warrend (cibox.py),
 from its pool: a kernel's cold start takes minutes under TCG. Needs the code-interpreter template in the image dir
 (WARREN_CACHE)."""
+import hashlib
+import hmac
 import json
 import os
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -88,6 +91,53 @@ class TestE2BCode(CodeCase):
         st, text = self.raw("GET", "/contexts",
                             extra={"E2B-Traffic-Access-Token": "x" * 40})
         self.assertEqual(st, 401, text)
+
+    def test_keepalive(self):
+        """A run silent past run_code_keepalive_ms (5 s by default) carries keepalive lines,
+        as E2B's server sends them, so that proxies and the SDK keep the stream open.
+        On a sandbox of its own (REST, from the shared daemon's pool), so that it does not
+        hang on the SDK's run having made one."""
+        sid = self.w.create(template="code-interpreter")
+        with open(os.path.join(self.w.state_dir, "token_secret"), "rb") as f:
+            key = f.read()
+
+        def tok(purpose):
+            return hmac.new(key, purpose.encode() + b"\0" + sid.encode(),
+                            hashlib.sha256).hexdigest()
+
+        h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999",
+             "E2B-Traffic-Access-Token": tok("traffic"), "X-Access-Token": tok("envd"),
+             "Content-Type": "application/json"}
+        base = f"http://127.0.0.1:{self.w.port}"
+        # the kernel bridge answers first (a clone's is up at once; a cold boot's later)
+        deadline = time.time() + 600
+        while True:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(
+                        base + "/contexts", headers=h), timeout=600) as r:
+                    if r.status == 200:
+                        break
+            except urllib.error.HTTPError as e:
+                if e.code != 502 or time.time() > deadline:
+                    self.fail(f"GET /contexts: {e.code} {e.read()[:500]!r}")
+            time.sleep(1)
+        body = json.dumps({"code": "import time\ntime.sleep(12)\n6 * 7"}).encode()
+        req = urllib.request.Request(base + "/execute", data=body, headers=h, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                self.assertEqual(r.status, 200)
+                text = r.read().decode()
+        except urllib.error.HTTPError as e:
+            self.fail(f"POST /execute: {e.code} {e.read()[:500]!r}\n{self.w.log_text()[-4000:]}")
+        lines = [json.loads(l) for l in text.splitlines() if l.strip()]
+        types = [l.get("type") for l in lines]
+        self.assertEqual(types[-1], "end_of_execution", lines)
+        self.assertEqual(types.count("end_of_execution"), 1, lines)
+        self.assertGreaterEqual(types.count("keepalive"), 1, lines)
+        self.assertLess(types.index("keepalive"), types.index("end_of_execution"))
+        self.assertNotIn("error", types, lines)
+        # the run's own result comes through too, after the silence
+        self.assertIn("42", [l.get("text") for l in lines if l.get("type") == "result"], lines)
 
     def test_routes(self):
         st, text = self.raw("GET", "/health")

@@ -6,6 +6,7 @@ only with the sandbox's own X-Access-Token. Sandboxes are made with Warren's
 REST API; the token is derived from the server's secret as warrend derives it
 (HMAC-SHA256 of "envd", NUL, the sandbox id)."""
 import base64
+import gzip
 import hashlib
 import hmac
 import json
@@ -85,7 +86,8 @@ def output(events, key=None):
 
 
 class EnvdTest(WarrenCase):
-    conf = {"port_domain": "sbx.test"}
+    # a small gzip cap, so that a bomb crosses it quickly
+    conf = {"port_domain": "sbx.test", "upload_gzip_max_bytes": str(4 << 20)}
 
     @classmethod
     def setUpClass(cls):
@@ -524,7 +526,7 @@ class EnvdTest(WarrenCase):
 
     # ---------------------------------------------------------------- files
 
-    def upload(self, path, data, multipart=True, boundary="----e2bTestBoundary"):
+    def upload(self, path, data, multipart=True, boundary="----e2bTestBoundary", encoding=None):
         h = self.hdrs()
         if multipart:
             body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
@@ -534,6 +536,10 @@ class EnvdTest(WarrenCase):
         else:
             body = data
             h["Content-Type"] = "application/octet-stream"
+        if encoding:
+            # the whole body is encoded, a multipart one included (HTTP's Content-Encoding)
+            body = gzip.compress(body) if encoding == "gzip" else body
+            h["Content-Encoding"] = encoding
         c = self.w.conn()
         c.request("POST", "/files?path=" + path, body=body, headers=h)
         r = c.getresponse()
@@ -617,7 +623,150 @@ class EnvdTest(WarrenCase):
         st, body = self.unary("filesystem.Filesystem/Stat", {})
         self.assertEqual(st, 400, body)
 
+    def post_raw(self, path, body, extra):
+        c = self.w.conn()
+        c.request("POST", "/files?path=" + path, body=body, headers=self.hdrs(extra=extra))
+        r = c.getresponse()
+        out = r.read()
+        c.close()
+        return r.status, (json.loads(out) if out else None)
+
+    def test_files_gzip(self):
+        """Content-Encoding: gzip uploads (E2B's files.write with gzip: true) are inflated
+        into the file; a bomb past upload_gzip_max_bytes is 413, a corrupt body 400, and
+        neither leaves a file."""
+        st, body = self.unary("filesystem.Filesystem/Remove", {"path": "/tmp/gz"})
+        self.assertIn(st, (200, 404), body)
+        blob = os.urandom(1 << 20) + bytes(300000)  # random, then a compressible run
+        st, body = self.upload("/tmp/gz/a.bin", blob, multipart=False, encoding="gzip")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body, [{"name": "a.bin", "type": "file", "path": "/tmp/gz/a.bin"}])
+        self.assertEqual(self.download("/tmp/gz/a.bin"), (200, blob))
+        # a gzip multipart body, and two members in a row (one stream, RFC 1952)
+        st, body = self.upload("/tmp/gz/m.bin", blob[:70000], encoding="gzip")
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.download("/tmp/gz/m.bin"), (200, blob[:70000]))
+        two = gzip.compress(b"first,") + gzip.compress(b"second")
+        st, body = self.post_raw("/tmp/gz/two.txt", two, {
+            "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(self.download("/tmp/gz/two.txt"), (200, b"first,second"))
+        # exactly the cap is taken
+        st, body = self.upload("/tmp/gz/cap.bin", bytes(4 << 20), multipart=False,
+                               encoding="gzip")
+        self.assertEqual(st, 200, body)
+        st, body = self.unary("filesystem.Filesystem/Stat", {"path": "/tmp/gz/cap.bin"})
+        self.assertEqual(body["entry"]["size"], str(4 << 20))
+
+        def gone(path):
+            st, _ = self.download(path)
+            self.assertEqual(st, 404, path)
+
+        # a bomb: 64 MiB of zeros in ~64 KB of gzip, past the 4 MiB cap
+        bomb = gzip.compress(bytes(64 << 20), compresslevel=9)
+        self.assertLess(len(bomb), 100000)
+        st, body = self.post_raw("/tmp/gz/bomb.bin", bomb, {
+            "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        self.assertEqual(st, 413, body)
+        self.assertIn("upload_gzip_max_bytes", body["message"])
+        gone("/tmp/gz/bomb.bin")
+        # and one over a file that was there: no partial file is left either
+        self.assertEqual(self.upload("/tmp/gz/old.txt", b"old", multipart=False)[0], 200)
+        st, body = self.post_raw("/tmp/gz/old.txt", bomb, {
+            "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        self.assertEqual(st, 413, body)
+        gone("/tmp/gz/old.txt")
+        # corrupt: a flipped byte mid-stream, a cut-off stream, not gzip at all, empty
+        good = gzip.compress(os.urandom(200000))
+        bad = bytearray(good)
+        bad[len(bad) // 2] ^= 0xFF
+        for name, b in (("flip", bytes(bad)), ("cut", good[:-9]), ("plain", b"plain text"),
+                        ("empty", b"")):
+            st, body = self.post_raw(f"/tmp/gz/{name}.bin", b, {
+                "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+            self.assertEqual(st, 400, (name, body))
+            gone(f"/tmp/gz/{name}.bin")
+        # other codings are refused before anything is written
+        for enc in ("br", "deflate", "gzip, gzip"):
+            st, body = self.post_raw("/tmp/gz/enc.bin", b"x", {
+                "Content-Type": "application/octet-stream", "Content-Encoding": enc})
+            self.assertEqual(st, 415, (enc, body))
+            self.assertIn("Content-Encoding", body["message"])
+        gone("/tmp/gz/enc.bin")
+        # identity is a plain upload
+        st, body = self.upload("/tmp/gz/id.txt", b"same", multipart=False, encoding="identity")
+        self.assertEqual((st, self.download("/tmp/gz/id.txt")), (200, (200, b"same")))
+
     # ---------------------------------------------------------------- restart
+
+    def wait_up(self):
+        deadline = time.time() + 60
+        while True:
+            st, body = self.unary("process.Process/List", {})
+            if st == 200 or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(st, 200, body)
+
+    def test_z_watcher_restart(self):
+        """A polling watcher survives a kill -9 of warrend: the same watcherId then gives
+        the events it had not given yet, each once, and none it gave before."""
+        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": "/tmp/rw"})
+        self.assertIn(st, (200, 409))
+        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/rw"})
+        self.assertEqual(st, 200, body)
+        wid = body["watcherId"]
+
+        def poll_until(want, limit=60):
+            got = []
+            deadline = time.time() + limit
+            while not all(x in got for x in want) and time.time() < deadline:
+                st, body = self.unary("filesystem.Filesystem/GetWatcherEvents",
+                                      {"watcherId": wid})
+                self.assertEqual(st, 200, body)
+                got += body["events"]
+                time.sleep(0.3)
+            for x in want:
+                self.assertIn(x, got)
+            return got
+
+        def created(name):
+            return {"name": name, "type": "EVENT_TYPE_CREATE"}
+
+        self.assertEqual(self.upload("/tmp/rw/a.txt", b"a", multipart=False)[0], 200)
+        poll_until([created("a.txt")])
+        # events the watcher has not given yet, made before the kill
+        for n in ("b.txt", "c.txt"):
+            self.assertEqual(self.upload("/tmp/rw/" + n, b"x", multipart=False)[0], 200)
+        # the watch itself has seen them: a native read of its ring shows them
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            r = self.w.request("GET", f"/v1/sandboxes/{self.sid}/processes/{wid}/output")
+            if r.status == 200 and b"c.txt" in r.body:
+                break
+            time.sleep(0.3)
+        self.assertIn(b"c.txt", r.body)
+        self.w.kill9()
+        self.w.start()
+        self.wait_up()
+        got = poll_until([created("b.txt"), created("c.txt")])
+        self.assertEqual(got.count(created("b.txt")), 1, got)
+        self.assertEqual(got.count(created("c.txt")), 1, got)
+        self.assertNotIn(created("a.txt"), got)  # given before the restart: not again
+        # later events come on the same watcher; an unknown id is still 404
+        self.assertEqual(self.upload("/tmp/rw/d.txt", b"x", multipart=False)[0], 200)
+        got = poll_until([created("d.txt")])
+        self.assertNotIn(created("c.txt"), got)
+        st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": "999999"})
+        self.assertEqual(st, 404, body)
+        st, body = self.unary("filesystem.Filesystem/RemoveWatcher", {"watcherId": wid})
+        self.assertEqual(st, 200, body)
+        # removed: gone from disk too, so another restart does not bring it back
+        self.w.kill9()
+        self.w.start()
+        self.wait_up()
+        st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+        self.assertEqual(st, 404, body)
 
     def test_z_kill9_warrend(self):
         s, pid = self.start("i=0; while true; do echo k$i; i=$((i+1)); sleep 0.2; done",
