@@ -31,6 +31,9 @@ GEN = os.path.join(TOP, "deploy", "haproxy", "warren-haproxy.py")
 API_PORT = 8080
 AGENT_PORT = 8081
 STATE = "/run/warren-fleet.json"  # what `up` made, for `down`
+# A name every host's namespace resolves to every host's address, as a Kubernetes headless
+# Service's name does to its pods: `ip netns exec` mounts /etc/netns/<ns>/hosts on /etc/hosts.
+PEERS_NAME = "warren-peers"
 
 
 def sh(*argv, check=True):
@@ -112,6 +115,19 @@ class Fleet:
         self.cfg = os.path.join(self.dir, "haproxy.cfg")
 
     # -- network --
+    def hosts_file(self, h):
+        return f"/etc/netns/{h.ns}/hosts"
+
+    def write_hosts(self, names=True):
+        """Each namespace's /etc/hosts: PEERS_NAME gives every host (itself too), or with
+        names=False it is unknown. Written in place: a running warrend sees the change."""
+        for h in self.hosts:
+            lines = ["127.0.0.1 localhost"]
+            if names:
+                lines += [f"{o.addr} {PEERS_NAME}" for o in self.hosts]
+            with open(self.hosts_file(h), "w") as f:
+                f.write("\n".join(lines) + "\n")
+
     def net_up(self):
         for path, data in ((self.key_file, self.key + "\n"),
                            (self.secret_file, secrets.token_hex(32) + "\n")):
@@ -131,11 +147,14 @@ class Fleet:
             sh("ip", "-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", inner)
             sh("ip", "-n", h.ns, "link", "set", inner, "up")
             sh("ip", "-n", h.ns, "link", "set", "lo", "up")
+            os.makedirs(os.path.dirname(self.hosts_file(h)), exist_ok=True)
+        self.write_hosts()
 
     def net_down(self):
         for h in self.hosts:
             sh("ip", "link", "del", f"{h.ns}o", check=False)
             sh("ip", "netns", "del", h.ns, check=False)
+            shutil.rmtree(os.path.dirname(self.hosts_file(h)), ignore_errors=True)
         sh("ip", "link", "del", self.bridge, check=False)
 
     # -- proxy --
@@ -273,6 +292,7 @@ def main(argv):
         for i in range(s["n"]):
             sh("ip", "link", "del", f"{s['tag']}n{i}o", check=False)
             sh("ip", "netns", "del", f"{s['tag']}n{i}", check=False)
+            shutil.rmtree(f"/etc/netns/{s['tag']}n{i}", ignore_errors=True)
         sh("ip", "link", "del", s["tag"] + "br", check=False)
         shutil.rmtree(s["dir"], ignore_errors=True)
         os.unlink(STATE)

@@ -31,9 +31,13 @@ class FleetTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         # h2 holds at most two sandboxes: the full host of the tests below; h0 and h1
-        # six, so filling the fleet stays a few VMs.
+        # six, so filling the fleet stays a few VMs. h2 knows its peers from DNS alone (a
+        # name that resolves to every host, h2 too, as a headless Service's does), so
+        # every list through it shows that discovery at work.
         cls.f = fleet.Fleet(3, confs={0: {"max_sandboxes": "6"}, 1: {"max_sandboxes": "6"},
-                                     2: {"max_sandboxes": "2"}})
+                                     2: {"max_sandboxes": "2", "peers": "",
+                                         "peers_dns": f"{fleet.PEERS_NAME}:{fleet.API_PORT}",
+                                         "peers_dns_interval_seconds": "1"}})
         try:
             cls.f.up()
         except BaseException:
@@ -240,13 +244,17 @@ class FleetTest(unittest.TestCase):
             s2 = self.create()
             self.assertNotEqual(fleet.host_of(s2), "h0")
             self.f.request("DELETE", f"/v1/sandboxes/{s2}")
+        # (h2 knows h0 by the address its peers_dns name gave, not by host id.)
+        h0_names = ("h0", f"{h0.addr}:{fleet.API_PORT}")
         r = self.f.request("GET", "/v1/sandboxes")
         self.assertEqual(r.status, 200)
         self.assertIs(r.json()["partial"], True)
-        self.assertEqual([u["host"] for u in r.json()["unreachable"]], ["h0"])
+        self.assertEqual(len(r.json()["unreachable"]), 1, r.json())
+        self.assertIn(r.json()["unreachable"][0]["host"], h0_names)
         # E2B's list is a bare array: a header names the host it lacks.
         r = self.f.request("GET", "/v2/sandboxes", headers={"X-API-KEY": self.f.key}, auth=False)
-        self.assertEqual((r.status, hdr(r, "X-Warren-Partial")), (200, "h0"), r.headers)
+        self.assertEqual(r.status, 200, r.headers)
+        self.assertIn(hdr(r, "X-Warren-Partial"), h0_names, r.headers)
 
         # Back: it re-adopts its live VM, and the proxy sends it traffic again.
         h0.start()
@@ -292,6 +300,52 @@ class FleetTest(unittest.TestCase):
                        "import socket,sys; s=socket.create_connection((sys.argv[1], 8081));"
                        "print(s.recv(64).decode(), end='')", h1.addr).stdout
         self.assertRegex(out, r"^ready up [0-9]+%\n$")
+
+    def test_6_peers_from_dns(self):
+        """h2 has no `peers`, only a DNS name that resolves to all three hosts: its own
+        list holds the others' sandboxes, its own once; a failed resolution keeps the
+        last list."""
+        h2 = self.f.hosts[2]
+        placed = {}
+        for _ in range(30):
+            sid = self.create()
+            host = fleet.host_of(sid)
+            if host in placed:
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
+                continue
+            placed[host] = sid
+            if len(placed) == 3:
+                break
+        try:
+            self.assertEqual(set(placed), {"h0", "h1", "h2"}, placed)
+            code, text = h2.direct("GET", "/v1/sandboxes")
+            self.assertEqual(code, 200, text)
+            ids = [s["id"] for s in json.loads(text)["sandboxes"]]
+            self.assertTrue(set(placed.values()) <= set(ids), (placed, ids))
+            self.assertEqual(len(ids), len(set(ids)), ids)  # itself dropped: no twice
+            self.assertIs(json.loads(text)["partial"], False)
+            self.assertIn(f"peers_dns {fleet.PEERS_NAME} gives 2 address(es)", h2.log_all())
+
+            # The name stops resolving: logged, and the list keeps the peers it had.
+            self.f.write_hosts(names=False)
+            try:
+                deadline = time.time() + 30
+                while f"peers_dns {fleet.PEERS_NAME}: " not in h2.log_all():
+                    self.assertLess(time.time(), deadline, h2.log_text())
+                    time.sleep(0.2)
+                code, text = h2.direct("GET", "/v1/sandboxes")
+                self.assertEqual(code, 200, text)
+                ids = [s["id"] for s in json.loads(text)["sandboxes"]]
+                self.assertTrue(set(placed.values()) <= set(ids), (placed, ids))
+            finally:
+                self.f.write_hosts()
+            deadline = time.time() + 30
+            while f"peers_dns {fleet.PEERS_NAME} resolves again" not in h2.log_all():
+                self.assertLess(time.time(), deadline, h2.log_text())
+                time.sleep(0.2)
+        finally:
+            for sid in placed.values():
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
 
 
 if __name__ == "__main__":
