@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import warren  # noqa: E402
+from test_net import remove_namespaces  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -61,6 +62,13 @@ class FleetHost(warren.Warren):
                 "token_secret_file": self.fleet.secret_file,
                 "peers": ",".join(f"{h.host_id}={h.addr}:{API_PORT}" for h in self.fleet.hosts),
                 "peer_timeout_ms": "2000"}
+        if self.fleet.domain:
+            # VM networking inside the host's namespace: its veth to the bridge is the
+            # uplink, its nftables table and the VMs' namespaces are its own, so the
+            # same net_range serves every host. No resolver: nothing here needs one.
+            conf.update({"net_enabled": "true", "net_uplink": f"{self.ns}i",
+                         "net_range": "10.201.0.0/16", "net_default_internet": "false",
+                         "port_domain": self.fleet.domain})
         conf.update(self.conf)
         with open(conf_path, "w") as f:
             for k, v in conf.items():
@@ -100,8 +108,11 @@ class FleetHost(warren.Warren):
 
 
 class Fleet:
-    def __init__(self, n=3, confs=None):
+    def __init__(self, n=3, confs=None, domain=None):
+        """domain: give every host VM networking and this port_domain (HAProxy routes
+        {port}-{id}.{domain} to the host in the id)."""
         self.n = n
+        self.domain = domain
         self.tag = "wf%x" % (os.getpid() & 0xFFFF)
         self.net = 200 + os.getpid() % 50  # 10.<net>.0.0/24 for the bridge
         self.bridge = self.tag + "br"
@@ -165,6 +176,8 @@ class Fleet:
                 "--agent-port", str(AGENT_PORT), "--check-interval", check_interval]
         for h in self.hosts:
             argv += ["--host", f"{h.host_id}={h.addr}:{API_PORT}"]
+        if self.domain:
+            argv += ["--domain", self.domain]
         with open(self.cfg, "w") as f:
             subprocess.run(argv, check=True, stdout=f)
         sh("haproxy", "-c", "-q", "-f", self.cfg)
@@ -241,6 +254,8 @@ class Fleet:
             self.haproxy.wait(timeout=10)
         for h in self.hosts:
             h.cleanup()
+            if self.domain:
+                remove_namespaces(h)
         self.net_down()
         shutil.rmtree(self.dir, ignore_errors=True)
 

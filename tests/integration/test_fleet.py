@@ -15,6 +15,10 @@ import unittest
 import fleet
 import warren
 from rawws import RawWs
+from test_net import images_have_nic
+
+DOMAIN = "ports.fleet.test"
+GUEST_PORT = 8000
 
 CHI2_DF2_P001 = 13.82  # chi-square, 2 degrees of freedom, p = 0.001
 
@@ -37,7 +41,10 @@ class FleetTest(unittest.TestCase):
         cls.f = fleet.Fleet(3, confs={0: {"max_sandboxes": "6"}, 1: {"max_sandboxes": "6"},
                                      2: {"max_sandboxes": "2", "peers": "",
                                          "peers_dns": f"{fleet.PEERS_NAME}:{fleet.API_PORT}",
-                                         "peers_dns_interval_seconds": "1"}})
+                                         "peers_dns_interval_seconds": "1"}},
+                            # VM networking in each host's namespace, for a sandbox port
+                            # reached through the proxy (images without a NIC: none).
+                            domain=DOMAIN if images_have_nic() else None)
         try:
             cls.f.up()
         except BaseException:
@@ -345,6 +352,47 @@ class FleetTest(unittest.TestCase):
                 time.sleep(0.2)
         finally:
             for sid in placed.values():
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
+
+    def test_7_port_through_the_proxy(self):
+        """A sandbox's port by Host ({port}-{id}.{domain}) through HAProxy reaches the
+        guest's server on the host that owns the sandbox, on every host."""
+        if not self.f.domain:
+            self.skipTest("the guest images have no virtio_net: no VM networking")
+        made = {}
+        for _ in range(30):
+            r = self.f.create(public_ports=[GUEST_PORT])
+            self.assertEqual(r.status, 201, r)
+            sid = r.json()["id"]
+            if fleet.host_of(sid) in made:
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
+                continue
+            made[fleet.host_of(sid)] = sid
+            if len(made) == 3:
+                break
+        try:
+            self.assertEqual(set(made), {"h0", "h1", "h2"}, made)
+            for host, sid in sorted(made.items()):
+                r = self.f.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/www/index.html",
+                                   body=f"served by {sid}\n".encode())
+                self.assertEqual(r.status, 200, r)
+                r = self.f.request("POST", f"/v1/sandboxes/{sid}/exec",
+                                   {"argv": ["busybox", "httpd", "-f", "-p", str(GUEST_PORT),
+                                             "-h", "/tmp/www"], "background": True})
+                self.assertEqual(r.status, 201, r)
+                name = f"{GUEST_PORT}-{sid}.{DOMAIN}"
+                deadline = time.time() + 60
+                while True:  # until the guest's server listens
+                    r = self.f.request("GET", "/index.html", headers={"Host": name}, auth=False)
+                    if r.status == 200:
+                        break
+                    self.assertEqual(r.status, 502, r)  # port_closed: not listening yet
+                    self.assertLess(time.time(), deadline, r)
+                    time.sleep(0.5)
+                self.assertEqual(r.body, f"served by {sid}\n".encode())
+                self.assertEqual(hdr(r, "X-Warren-Host"), host, r.headers)
+        finally:
+            for sid in made.values():
                 self.f.request("DELETE", f"/v1/sandboxes/{sid}")
 
 
