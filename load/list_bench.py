@@ -177,6 +177,9 @@ def main():
         ids, s = fill(lambda: Via(h0.addr, fleet.API_PORT, f.key), 3 * n)
         fill_s += s
         want = set(ids)
+        # What bounds N: a paused sandbox's disk (no RAM), h0's state dir over its 3N.
+        du = subprocess.run(["du", "-sk", h0.state_dir], capture_output=True, text=True)
+        out["disk_kib"] = int(du.stdout.split()[0]) if du.returncode == 0 else 0
         rest_list(direct, want, local)
         xs = [rest_list(direct, want, local) for _ in range(a.reps)]
         out["one_rest"] = [x for x, _ in xs]
@@ -192,7 +195,9 @@ def main():
     print(f"List bench: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, "
           f"{platform.node()}, {os.cpu_count()} CPUs, TCG; load {load0} at the start, "
           f"{loadavg()} at the end; N={n} paused sandboxes per host, {a.reps} lists each, "
-          f"E2B pages of {a.page}; {6 * n} creates+pauses took {fill_s:.0f} s")
+          f"E2B pages of {a.page}; {6 * n} creates+pauses took {fill_s:.0f} s; "
+          f"one host's state dir with {3 * n} paused: {out['disk_kib'] / 1024:.0f} MiB "
+          f"({out['disk_kib'] / (3 * n):.0f} KiB each)")
     print()
     print("| list | 3 hosts x N through HAProxy, p50 / p99 | 1 host x 3N alone, p50 / p99 |")
     print("|---|---|---|")
