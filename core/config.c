@@ -167,6 +167,8 @@ static const struct opt opts[] = {
     {"token_secret_file", T_STR, F(token_secret_file), "", 0},
     {"fleet", T_BOOL, F(fleet), "false", 0},
     {"peers", T_STR, F(peers), "", 0},
+    {"peers_dns", T_STR, F(peers_dns), "", 0},
+    {"peers_dns_interval_seconds", T_UINT, F(peers_dns_period_s), "30", 1},
     {"peer_timeout_ms", T_UINT, F(peer_timeout_ms), "3000", 100},
     {"peer_answer_max_bytes", T_SIZE, F(peer_answer_max_bytes), "16777216", 4096},
     {"agent_check_port", T_UINT, F(agent_check_port), "0", 0},
@@ -572,6 +574,7 @@ void cfg_free(struct srv_config *c)
     free(c->port_domain);
     free(c->host_id);
     free(c->peers);
+    free(c->peers_dns);
     free(c->api_key_file);
     free(c->token_secret_file);
     free(c->e2b_templates);

@@ -148,6 +148,8 @@ struct srv_config {
     char *token_secret_file;      /* token_secret_file = (empty): the fleet's token secret */
     unsigned fleet;               /* fleet = false (0/1): a full host answers 503 host_full */
     char *peers;                  /* peers = (empty): name=host:port,... lists ask them too */
+    char *peers_dns;              /* peers_dns = (empty): name:port, its addresses are peers */
+    unsigned peers_dns_period_s;  /* peers_dns_interval_seconds = 30: resolved this often */
     unsigned peer_timeout_ms;     /* peer_timeout_ms = 3000: a peer's answer to a list */
     size_t peer_answer_max_bytes; /* peer_answer_max_bytes = 16777216: its largest answer */
     unsigned agent_check_port;    /* agent_check_port = 0: HAProxy agent check on TCP; 0 off */

@@ -29,7 +29,7 @@ struct fanout_peers {
 
 struct call {
     struct fanout *f;
-    const struct fanout_peer *peer;
+    struct fanout_peer peer; /* a copy: the list may be replaced meanwhile */
     int fd;
     ev_io io;
     char *req; /* the request, then unused */
@@ -53,7 +53,7 @@ struct fanout {
 
 static int valid_name(const char *s, size_t n)
 {
-    if (n < 1 || n > FANOUT_NAME_MAX)
+    if (n < 1 || n > FANOUT_HOST_ID_MAX)
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9')))
@@ -153,6 +153,84 @@ void fanout_peers_free(struct fanout_peers *p)
 unsigned fanout_peers_count(const struct fanout_peers *p)
 {
     return p ? p->n : 0;
+}
+
+const char *fanout_peer_name(const struct fanout_peers *p, unsigned i)
+{
+    return p->p[i].name;
+}
+
+static socklen_t addr_len(const struct sockaddr_storage *a)
+{
+    return a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+/* Same family, address and port (an IPv6 address's flow info and scope aside). */
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               !memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr));
+    }
+    return false;
+}
+
+int fanout_peers_merge(const struct fanout_peers *base, const struct sockaddr_storage *addrs,
+                       unsigned n, struct fanout_peers **out, unsigned *dropped)
+{
+    struct fanout_peers *ps = calloc(1, sizeof(*ps));
+
+    if (!ps)
+        return -ENOMEM;
+    if (base)
+        *ps = *base;
+    *dropped = 0;
+    for (unsigned i = 0; i < n; i++) {
+        const struct sockaddr_storage *a = &addrs[i];
+        struct fanout_peer *p;
+        char host[INET6_ADDRSTRLEN], serv[8];
+        bool seen = false;
+
+        if (a->ss_family != AF_INET && a->ss_family != AF_INET6)
+            continue;
+        for (unsigned j = 0; j < ps->n && !seen; j++)
+            seen = same_addr(&ps->p[j].addr, a);
+        if (seen)
+            continue;
+        if (ps->n == FANOUT_PEERS_MAX) {
+            (*dropped)++;
+            continue;
+        }
+        if (getnameinfo((const struct sockaddr *)a, addr_len(a), host, sizeof(host), serv,
+                        sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV))
+            continue;
+        p = &ps->p[ps->n++];
+        memset(p, 0, sizeof(*p));
+        snprintf(p->name, sizeof(p->name), a->ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host,
+                 serv);
+        memcpy(p->hostport, p->name, sizeof(p->name));
+        memcpy(&p->addr, a, addr_len(a));
+        p->addrlen = addr_len(a);
+    }
+    *out = ps;
+    return 0;
+}
+
+bool fanout_peers_same(const struct fanout_peers *a, const struct fanout_peers *b)
+{
+    if (fanout_peers_count(a) != fanout_peers_count(b))
+        return false;
+    for (unsigned i = 0; i < fanout_peers_count(a); i++)
+        if (strcmp(a->p[i].name, b->p[i].name) || !same_addr(&a->p[i].addr, &b->p[i].addr))
+            return false;
+    return true;
 }
 
 static void call_end(struct call *c, const char *why)
@@ -316,11 +394,11 @@ int fanout_start(struct ev_loop *loop, const struct fanout_peers *peers, const c
     f->finish.data = f;
     for (unsigned i = 0; i < n; i++) {
         struct call *c = &f->c[i];
-        const struct fanout_peer *pe = &peers->p[i];
+        const struct fanout_peer *pe = &c->peer;
         int len;
 
         c->f = f;
-        c->peer = pe;
+        c->peer = peers->p[i];
         c->fd = -1;
         c->r.name = pe->name;
         len = asprintf(&c->req,

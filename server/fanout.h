@@ -5,7 +5,10 @@
  * Peers come from conf `peers`: "name=host:port,name=host:port"; the entry
  * whose name is this host's host_id is skipped, so every host can share one
  * list. Host names are resolved once, at start (a fleet's peers are stable
- * addresses, a StatefulSet's per-pod DNS names). Each peer gets
+ * addresses, a StatefulSet's per-pod DNS names). More peers may join them from
+ * DNS (peers_dns.h): those are named by their address. A fan-out copies the
+ * peers it asks, so a list may be replaced while a fan-out is in flight. Each
+ * peer gets
  *     GET <path> HTTP/1.1, the client's Authorization, X-Warren-Local: 1,
  *     Connection: close
  * and its answer is read whole (up to max_bytes) or abandoned at the
@@ -21,8 +24,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define FANOUT_PEERS_MAX 64
-#define FANOUT_NAME_MAX  12 /* = CFG_HOST_ID_MAX */
+#include <sys/socket.h>
+
+#define FANOUT_PEERS_MAX   64
+#define FANOUT_HOST_ID_MAX 12 /* = CFG_HOST_ID_MAX: a name in `peers` */
+/* A peer's name: a host id, or for a peer from DNS its address, "[v6]:port" at most. */
+#define FANOUT_NAME_MAX 63
 
 struct fanout_peers; /* parsed and resolved conf `peers` */
 struct fanout;       /* one fan-out in flight */
@@ -42,6 +49,16 @@ int fanout_peers_parse(const char *spec, const char *self, struct fanout_peers *
                        size_t errcap);
 void fanout_peers_free(struct fanout_peers *p);
 unsigned fanout_peers_count(const struct fanout_peers *p);
+/* A new list: base's peers, then each of the n addresses (with their port) that base does
+ * not hold already and that is not an earlier one of them, named by its address, up to
+ * FANOUT_PEERS_MAX in all (*dropped says how many did not fit). base may be NULL.
+ * 0 and *out, or -ENOMEM. */
+int fanout_peers_merge(const struct fanout_peers *base, const struct sockaddr_storage *addrs,
+                       unsigned n, struct fanout_peers **out, unsigned *dropped);
+/* Whether a and b name the same peers at the same addresses, in the same order. */
+bool fanout_peers_same(const struct fanout_peers *a, const struct fanout_peers *b);
+/* The i-th peer's name (i < count). */
+const char *fanout_peer_name(const struct fanout_peers *p, unsigned i);
 
 typedef void (*fanout_done_fn)(void *user, const struct fanout_result *r, unsigned n);
 

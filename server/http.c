@@ -61,6 +61,7 @@
  */
 #include "http_int.h"
 #include "fanout.h"
+#include "peers_dns.h"
 #include "jupyter.h"
 #include "ports.h"
 #include "ports_head.h"
@@ -834,6 +835,15 @@ int http_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_ta
             free(h);
             return -EINVAL;
         }
+        if (cfg->peers_dns && cfg->peers_dns[0] &&
+            (r = peers_dns_start(loop, cfg->peers_dns, cfg->peers_dns_period_s, &h->peers,
+                                 &h->peers_dns, why, sizeof(why)))) {
+            LOG(LOG_ERR, "%s", why);
+            fanout_peers_free(h->peers);
+            free(h->key);
+            free(h);
+            return r;
+        }
         if (fanout_peers_count(h->peers))
             LOG(LOG_INFO, "fleet: lists include %u peer host(s)", fanout_peers_count(h->peers));
     }
@@ -919,6 +929,7 @@ void http_stop(struct http_server *h)
     /* Closing every connection runs rest_req_end, which cancels what is in flight. */
     if (h->ctx)
         lws_context_destroy(h->ctx);
+    peers_dns_stop(h->peers_dns);
     fanout_peers_free(h->peers);
     envd_watchers_free(h);
     if (h->accepted)

@@ -197,6 +197,7 @@ struct http_server {
     struct conn *pre;              /* connections whose first head is being read */
     struct ports *ports;           /* the port proxy (ports.h) */
     struct fanout_peers *peers;    /* the fleet's other hosts, for lists (fanout.h) */
+    struct peers_dns *peers_dns;   /* keeps peers up to date from DNS, or NULL (peers_dns.h) */
     struct envd_watcher *watchers; /* envd's polling watchers (envd.c) */
 };
 

@@ -135,6 +135,9 @@ def render(a):
         w("backend host_%s" % name)
         w("    " + json_err.format(st=503, code="host_unavailable",
                                    msg="the host that owns this id (%s) is down" % name))
+        # A sandbox port's answer is the guest's own, without warrend's header (or with
+        # one the guest made up): the backend that carried it says which host it was.
+        w("    http-response set-header X-Warren-Host %s" % name)
         w("    server %s %s check inter %s" % (name, target, a.check_interval))
     return "\n".join(out) + "\n"
 

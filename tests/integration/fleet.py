@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import warren  # noqa: E402
+from test_net import remove_namespaces  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -31,6 +32,9 @@ GEN = os.path.join(TOP, "deploy", "haproxy", "warren-haproxy.py")
 API_PORT = 8080
 AGENT_PORT = 8081
 STATE = "/run/warren-fleet.json"  # what `up` made, for `down`
+# A name every host's namespace resolves to every host's address, as a Kubernetes headless
+# Service's name does to its pods: `ip netns exec` mounts /etc/netns/<ns>/hosts on /etc/hosts.
+PEERS_NAME = "warren-peers"
 
 
 def sh(*argv, check=True):
@@ -58,6 +62,13 @@ class FleetHost(warren.Warren):
                 "token_secret_file": self.fleet.secret_file,
                 "peers": ",".join(f"{h.host_id}={h.addr}:{API_PORT}" for h in self.fleet.hosts),
                 "peer_timeout_ms": "2000"}
+        if self.fleet.domain:
+            # VM networking inside the host's namespace: its veth to the bridge is the
+            # uplink, its nftables table and the VMs' namespaces are its own, so the
+            # same net_range serves every host. No resolver: nothing here needs one.
+            conf.update({"net_enabled": "true", "net_uplink": f"{self.ns}i",
+                         "net_range": "10.201.0.0/16", "net_default_internet": "false",
+                         "port_domain": self.fleet.domain})
         conf.update(self.conf)
         with open(conf_path, "w") as f:
             for k, v in conf.items():
@@ -97,8 +108,11 @@ class FleetHost(warren.Warren):
 
 
 class Fleet:
-    def __init__(self, n=3, confs=None):
+    def __init__(self, n=3, confs=None, domain=None):
+        """domain: give every host VM networking and this port_domain (HAProxy routes
+        {port}-{id}.{domain} to the host in the id)."""
         self.n = n
+        self.domain = domain
         self.tag = "wf%x" % (os.getpid() & 0xFFFF)
         self.net = 200 + os.getpid() % 50  # 10.<net>.0.0/24 for the bridge
         self.bridge = self.tag + "br"
@@ -112,6 +126,19 @@ class Fleet:
         self.cfg = os.path.join(self.dir, "haproxy.cfg")
 
     # -- network --
+    def hosts_file(self, h):
+        return f"/etc/netns/{h.ns}/hosts"
+
+    def write_hosts(self, names=True):
+        """Each namespace's /etc/hosts: PEERS_NAME gives every host (itself too), or with
+        names=False it is unknown. Written in place: a running warrend sees the change."""
+        for h in self.hosts:
+            lines = ["127.0.0.1 localhost"]
+            if names:
+                lines += [f"{o.addr} {PEERS_NAME}" for o in self.hosts]
+            with open(self.hosts_file(h), "w") as f:
+                f.write("\n".join(lines) + "\n")
+
     def net_up(self):
         for path, data in ((self.key_file, self.key + "\n"),
                            (self.secret_file, secrets.token_hex(32) + "\n")):
@@ -131,11 +158,14 @@ class Fleet:
             sh("ip", "-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", inner)
             sh("ip", "-n", h.ns, "link", "set", inner, "up")
             sh("ip", "-n", h.ns, "link", "set", "lo", "up")
+            os.makedirs(os.path.dirname(self.hosts_file(h)), exist_ok=True)
+        self.write_hosts()
 
     def net_down(self):
         for h in self.hosts:
             sh("ip", "link", "del", f"{h.ns}o", check=False)
             sh("ip", "netns", "del", h.ns, check=False)
+            shutil.rmtree(os.path.dirname(self.hosts_file(h)), ignore_errors=True)
         sh("ip", "link", "del", self.bridge, check=False)
 
     # -- proxy --
@@ -146,6 +176,8 @@ class Fleet:
                 "--agent-port", str(AGENT_PORT), "--check-interval", check_interval]
         for h in self.hosts:
             argv += ["--host", f"{h.host_id}={h.addr}:{API_PORT}"]
+        if self.domain:
+            argv += ["--domain", self.domain]
         with open(self.cfg, "w") as f:
             subprocess.run(argv, check=True, stdout=f)
         sh("haproxy", "-c", "-q", "-f", self.cfg)
@@ -222,6 +254,8 @@ class Fleet:
             self.haproxy.wait(timeout=10)
         for h in self.hosts:
             h.cleanup()
+            if self.domain:
+                remove_namespaces(h)
         self.net_down()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -273,6 +307,7 @@ def main(argv):
         for i in range(s["n"]):
             sh("ip", "link", "del", f"{s['tag']}n{i}o", check=False)
             sh("ip", "netns", "del", f"{s['tag']}n{i}", check=False)
+            shutil.rmtree(f"/etc/netns/{s['tag']}n{i}", ignore_errors=True)
         sh("ip", "link", "del", s["tag"] + "br", check=False)
         shutil.rmtree(s["dir"], ignore_errors=True)
         os.unlink(STATE)

@@ -15,6 +15,10 @@ import unittest
 import fleet
 import warren
 from rawws import RawWs
+from test_net import images_have_nic
+
+DOMAIN = "ports.fleet.test"
+GUEST_PORT = 8000
 
 CHI2_DF2_P001 = 13.82  # chi-square, 2 degrees of freedom, p = 0.001
 
@@ -31,9 +35,16 @@ class FleetTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         # h2 holds at most two sandboxes: the full host of the tests below; h0 and h1
-        # six, so filling the fleet stays a few VMs.
+        # six, so filling the fleet stays a few VMs. h2 knows its peers from DNS alone (a
+        # name that resolves to every host, h2 too, as a headless Service's does), so
+        # every list through it shows that discovery at work.
         cls.f = fleet.Fleet(3, confs={0: {"max_sandboxes": "6"}, 1: {"max_sandboxes": "6"},
-                                     2: {"max_sandboxes": "2"}})
+                                     2: {"max_sandboxes": "2", "peers": "",
+                                         "peers_dns": f"{fleet.PEERS_NAME}:{fleet.API_PORT}",
+                                         "peers_dns_interval_seconds": "1"}},
+                            # VM networking in each host's namespace, for a sandbox port
+                            # reached through the proxy (images without a NIC: none).
+                            domain=DOMAIN if images_have_nic() else None)
         try:
             cls.f.up()
         except BaseException:
@@ -240,13 +251,17 @@ class FleetTest(unittest.TestCase):
             s2 = self.create()
             self.assertNotEqual(fleet.host_of(s2), "h0")
             self.f.request("DELETE", f"/v1/sandboxes/{s2}")
+        # (h2 knows h0 by the address its peers_dns name gave, not by host id.)
+        h0_names = ("h0", f"{h0.addr}:{fleet.API_PORT}")
         r = self.f.request("GET", "/v1/sandboxes")
         self.assertEqual(r.status, 200)
         self.assertIs(r.json()["partial"], True)
-        self.assertEqual([u["host"] for u in r.json()["unreachable"]], ["h0"])
+        self.assertEqual(len(r.json()["unreachable"]), 1, r.json())
+        self.assertIn(r.json()["unreachable"][0]["host"], h0_names)
         # E2B's list is a bare array: a header names the host it lacks.
         r = self.f.request("GET", "/v2/sandboxes", headers={"X-API-KEY": self.f.key}, auth=False)
-        self.assertEqual((r.status, hdr(r, "X-Warren-Partial")), (200, "h0"), r.headers)
+        self.assertEqual(r.status, 200, r.headers)
+        self.assertIn(hdr(r, "X-Warren-Partial"), h0_names, r.headers)
 
         # Back: it re-adopts its live VM, and the proxy sends it traffic again.
         h0.start()
@@ -292,6 +307,93 @@ class FleetTest(unittest.TestCase):
                        "import socket,sys; s=socket.create_connection((sys.argv[1], 8081));"
                        "print(s.recv(64).decode(), end='')", h1.addr).stdout
         self.assertRegex(out, r"^ready up [0-9]+%\n$")
+
+    def test_6_peers_from_dns(self):
+        """h2 has no `peers`, only a DNS name that resolves to all three hosts: its own
+        list holds the others' sandboxes, its own once; a failed resolution keeps the
+        last list."""
+        h2 = self.f.hosts[2]
+        placed = {}
+        for _ in range(30):
+            sid = self.create()
+            host = fleet.host_of(sid)
+            if host in placed:
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
+                continue
+            placed[host] = sid
+            if len(placed) == 3:
+                break
+        try:
+            self.assertEqual(set(placed), {"h0", "h1", "h2"}, placed)
+            code, text = h2.direct("GET", "/v1/sandboxes")
+            self.assertEqual(code, 200, text)
+            ids = [s["id"] for s in json.loads(text)["sandboxes"]]
+            self.assertTrue(set(placed.values()) <= set(ids), (placed, ids))
+            self.assertEqual(len(ids), len(set(ids)), ids)  # itself dropped: no twice
+            self.assertIs(json.loads(text)["partial"], False)
+            self.assertIn(f"peers_dns {fleet.PEERS_NAME} gives 2 address(es)", h2.log_all())
+
+            # The name stops resolving: logged, and the list keeps the peers it had.
+            self.f.write_hosts(names=False)
+            try:
+                deadline = time.time() + 30
+                while f"peers_dns {fleet.PEERS_NAME}: " not in h2.log_all():
+                    self.assertLess(time.time(), deadline, h2.log_text())
+                    time.sleep(0.2)
+                code, text = h2.direct("GET", "/v1/sandboxes")
+                self.assertEqual(code, 200, text)
+                ids = [s["id"] for s in json.loads(text)["sandboxes"]]
+                self.assertTrue(set(placed.values()) <= set(ids), (placed, ids))
+            finally:
+                self.f.write_hosts()
+            deadline = time.time() + 30
+            while f"peers_dns {fleet.PEERS_NAME} resolves again" not in h2.log_all():
+                self.assertLess(time.time(), deadline, h2.log_text())
+                time.sleep(0.2)
+        finally:
+            for sid in placed.values():
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
+
+    def test_7_port_through_the_proxy(self):
+        """A sandbox's port by Host ({port}-{id}.{domain}) through HAProxy reaches the
+        guest's server on the host that owns the sandbox, on every host."""
+        if not self.f.domain:
+            self.skipTest("the guest images have no virtio_net: no VM networking")
+        made = {}
+        for _ in range(30):
+            r = self.f.create(public_ports=[GUEST_PORT])
+            self.assertEqual(r.status, 201, r)
+            sid = r.json()["id"]
+            if fleet.host_of(sid) in made:
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
+                continue
+            made[fleet.host_of(sid)] = sid
+            if len(made) == 3:
+                break
+        try:
+            self.assertEqual(set(made), {"h0", "h1", "h2"}, made)
+            for host, sid in sorted(made.items()):
+                r = self.f.request("PUT", f"/v1/sandboxes/{sid}/files?path=/tmp/www/index.html",
+                                   body=f"served by {sid}\n".encode())
+                self.assertEqual(r.status, 200, r)
+                r = self.f.request("POST", f"/v1/sandboxes/{sid}/exec",
+                                   {"argv": ["busybox", "httpd", "-f", "-p", str(GUEST_PORT),
+                                             "-h", "/tmp/www"], "background": True})
+                self.assertEqual(r.status, 201, r)
+                name = f"{GUEST_PORT}-{sid}.{DOMAIN}"
+                deadline = time.time() + 60
+                while True:  # until the guest's server listens
+                    r = self.f.request("GET", "/index.html", headers={"Host": name}, auth=False)
+                    if r.status == 200:
+                        break
+                    self.assertEqual(r.status, 502, r)  # port_closed: not listening yet
+                    self.assertLess(time.time(), deadline, r)
+                    time.sleep(0.5)
+                self.assertEqual(r.body, f"served by {sid}\n".encode())
+                self.assertEqual(hdr(r, "X-Warren-Host"), host, r.headers)
+        finally:
+            for sid in made.values():
+                self.f.request("DELETE", f"/v1/sandboxes/{sid}")
 
 
 if __name__ == "__main__":
