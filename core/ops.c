@@ -685,19 +685,16 @@ static bool kv_shadowed(const struct sbx_kv *kv, size_t n, size_t i)
 
 /* The sandbox's env a with the exec's kv over it, as one msgpack map. A value stops at
  * its first NUL byte, as the guest's environment would cut it. */
-static void pack_env(msgpack_packer *pk, json_t *a, const struct sbx_kv *kv, size_t n)
+static void pack_env(msgpack_packer *pk, const struct rec_kv *a, const struct sbx_kv *kv, size_t n)
 {
-    const char *k;
-    json_t *v;
-    size_t count = json_object_size(a);
+    size_t count = a->n;
 
     for (size_t i = 0; i < n; i++)
-        if (!kv_shadowed(kv, n, i) && !json_object_get(a, kv[i].key))
+        if (!kv_shadowed(kv, n, i) && !rec_kv_get(a, kv[i].key))
             count++;
     msgpack_pack_map(pk, count);
-    json_object_foreach(a, k, v)
-    {
-        const char *s = json_string_value(v);
+    for (size_t j = 0; j < a->n; j++) {
+        const char *k = a->v[j].key, *s = a->v[j].val.p;
         size_t len = strlen(s);
         for (size_t i = 0; i < n; i++)
             if (strcmp(kv[i].key, k) == 0) {
@@ -708,7 +705,7 @@ static void pack_env(msgpack_packer *pk, json_t *a, const struct sbx_kv *kv, siz
         msgpack_pack_str_with_body(pk, s, len);
     }
     for (size_t i = 0; i < n; i++) {
-        if (kv_shadowed(kv, n, i) || json_object_get(a, kv[i].key))
+        if (kv_shadowed(kv, n, i) || rec_kv_get(a, kv[i].key))
             continue;
         msgpack_pack_str_with_body(pk, kv[i].key, strlen(kv[i].key));
         msgpack_pack_str_with_body(pk, kv[i].val.p, strnlen(kv[i].val.p, kv[i].val.n));
@@ -766,7 +763,7 @@ int sbx_exec(struct sbx_table *t, const char *id, const struct sbx_exec_req *r, 
         proto_put_u(&e, PK_ROWS, (uint64_t)r->rows);
     }
     proto_enc_key(&e, PK_ENV);
-    pack_env(&e.pk, sb->env, r->env, r->nenv);
+    pack_env(&e.pk, &sb->env, r->env, r->nenv);
     proto_put_cstr(&e, PK_USER, r->user ? r->user : "root");
     if (r->cwd)
         proto_put_cstr(&e, PK_CWD, r->cwd);

@@ -11,6 +11,7 @@
  */
 #include "pool.h"
 #include "sbx_util.h"
+#include "rec.h"
 #include "chan.h"
 #include "proto.h"
 #include "log.h"
@@ -20,7 +21,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,10 +288,9 @@ static void tpl_sweep(const struct pool_host *h, const struct pool *all)
     closedir(d);
 }
 
-static json_t *cmdline_json(const struct pool_host *h)
+static const char *kernel_append(const struct pool_host *h)
 {
-    return json_pack("{s:i,s:s}", "rev", VMM_CMDLINE_REV, "append",
-                     h->cfg->kernel_append ? h->cfg->kernel_append : "");
+    return h->cfg->kernel_append ? h->cfg->kernel_append : "";
 }
 
 static const char *warmup_cmd(const struct pool_host *h)
@@ -301,45 +300,48 @@ static const char *warmup_cmd(const struct pool_host *h)
 
 static int tpl_record(struct tpool *p)
 {
-    json_t *o =
-        json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:I}", "template", p->tmpl, "vm_id",
-                  p->id, "dir", p->dir, "snapshot", p->snap, "disk", p->disk, "mem_path", p->mem,
-                  "mem_mb", (json_int_t)p->mem_mb, "vcpus", (json_int_t)p->vcpus, "base",
-                  sbx_ident_json(&p->base), "kernel", sbx_ident_json(&p->kernel), "initrd",
-                  sbx_ident_json(&p->initrd), "created_ms", (json_int_t)sbx_wall_ms());
-    char *s;
-    int r;
+    /* With the NIC (or none), kernel command line and warm-up it was made with: every
+     * clone keeps its devices, command line and page cache. */
+    struct rec_tpl rec = {.tmpl = p->tmpl,
+                          .vm_id = p->id,
+                          .dir = p->dir,
+                          .snapshot = p->snap,
+                          .disk = p->disk,
+                          .mem_path = p->mem,
+                          .mem_mb = p->mem_mb,
+                          .vcpus = p->vcpus,
+                          .base = p->base,
+                          .kernel = p->kernel,
+                          .initrd = p->initrd,
+                          .created_ms = sbx_wall_ms(),
+                          .net = p->h->net,
+                          .cmdline_rev = VMM_CMDLINE_REV,
+                          .cmdline_append = kernel_append(p->h),
+                          .warmup = warmup_cmd(p->h)};
+    char *s = rec_tpl_encode(&rec);
+    int r = s ? idx_put(p->h->idx, IDX_TEMPLATES, p->key, s, strlen(s)) : -ENOMEM;
 
-    /* A NIC or none: clones must match the template's devices. */
-    if (o)
-        json_object_set_new(o, "net", json_boolean(p->h->net));
-    /* The kernel command line it booted with: every clone keeps it. */
-    if (o)
-        json_object_set_new(o, "cmdline", cmdline_json(p->h));
-    /* What it ran before its save: its page cache is every clone's. */
-    if (o)
-        json_object_set_new(o, "warmup", json_string(warmup_cmd(p->h)));
-    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    r = s ? idx_put(p->h->idx, IDX_TEMPLATES, p->key, s, strlen(s)) : -ENOMEM;
     if (r == 0)
         p->h->idx_changed(p->h->ctx);
     free(s);
-    json_decref(o);
     return r;
 }
 
 struct find_rec {
     const char *key;
-    json_t *rec;
+    bool found;
+    int status; /* rec_tpl_decode's */
+    struct rec_tpl rec;
 };
 
 static int find_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct find_rec *f = ud;
-    json_error_t jerr;
 
-    if (klen == strlen(f->key) && memcmp(key, f->key, klen) == 0 && !f->rec)
-        f->rec = json_loadb(val, vlen, 0, &jerr);
+    if (klen == strlen(f->key) && memcmp(key, f->key, klen) == 0 && !f->found) {
+        f->found = true;
+        f->status = rec_tpl_decode(val, vlen, &f->rec);
+    }
     return 0;
 }
 
@@ -347,43 +349,40 @@ static int find_one(void *ud, const char *key, size_t klen, const char *val, siz
  * why it cannot be used (and nothing of it kept). The restore checks the rest. */
 static const char *tpl_check_record(struct tpool *p)
 {
-    struct find_rec f = {p->key, NULL};
-    const char *id, *why = NULL;
-    json_int_t mem, vcpus;
-    json_t *cl = NULL;
+    struct find_rec f = {.key = p->key};
+    const struct rec_tpl *r = &f.rec;
+    const char *why = NULL;
     struct stat st;
 
     idx_foreach(p->h->idx, IDX_TEMPLATES, find_one, &f);
-    if (!f.rec)
+    if (!f.found || f.status == -ENOMEM)
         return "none recorded";
-    if (json_unpack(f.rec, "{s:s,s:I,s:I}", "vm_id", &id, "mem_mb", &mem, "vcpus", &vcpus) != 0 ||
-        strlen(id) >= sizeof(p->id)) {
-        json_decref(f.rec);
+    if (f.status != 0 || !r->shape_ok || strlen(r->vm_id) >= sizeof(p->id)) {
+        rec_tpl_free(&f.rec);
         return "record unreadable";
     }
-    snprintf(p->id, sizeof(p->id), "%s", id);
+    snprintf(p->id, sizeof(p->id), "%s", r->vm_id);
     tpl_paths(p);
-    if ((unsigned)mem != p->mem_mb || (unsigned)vcpus != p->vcpus)
+    if ((unsigned)r->mem_mb != p->mem_mb || (unsigned)r->vcpus != p->vcpus)
         why = "saved with another memory size or vCPU count";
-    else if (json_is_true(json_object_get(f.rec, "net")) != p->h->net)
+    else if (r->net != p->h->net)
         why = "saved with networking turned the other way";
-    else if (!json_equal(json_object_get(f.rec, "cmdline"), (cl = cmdline_json(p->h))))
+    else if (!r->cmdline_ok || r->cmdline_rev != VMM_CMDLINE_REV ||
+             strcmp(r->cmdline_append, kernel_append(p->h)) != 0)
         why = "booted with another kernel command line";
-    else if (!json_is_string(json_object_get(f.rec, "warmup")) ||
-             strcmp(json_string_value(json_object_get(f.rec, "warmup")), warmup_cmd(p->h)))
+    else if (!r->warmup || strcmp(r->warmup, warmup_cmd(p->h)))
         why = "warmed up with another pool_template_warmup";
-    else if ((why = sbx_ident_differs(json_object_get(f.rec, "base"), &p->base)))
+    else if (!r->base_ok || sbx_ident_differs(&r->base, &p->base))
         why = "its base image changed";
-    else if ((why = sbx_ident_differs(json_object_get(f.rec, "kernel"), &p->kernel)))
+    else if (!r->kernel_ok || sbx_ident_differs(&r->kernel, &p->kernel))
         why = "its kernel changed";
-    else if ((why = sbx_ident_differs(json_object_get(f.rec, "initrd"), &p->initrd)))
+    else if (!r->initrd_ok || sbx_ident_differs(&r->initrd, &p->initrd))
         why = "its initramfs changed";
     else if (stat(p->snap, &st) != 0 || stat(p->disk, &st) != 0)
         why = "its snapshot or overlay is missing";
     else if (stat(p->mem, &st) != 0 || (uint64_t)st.st_size != (uint64_t)p->mem_mb << 20)
         why = "its memory file is missing or of another size";
-    json_decref(cl);
-    json_decref(f.rec);
+    rec_tpl_free(&f.rec);
     return why;
 }
 
@@ -1400,50 +1399,74 @@ void pool_first_use(struct pool *all, const char *tmpl, unsigned mem_mb, unsigne
     tp_start(p, why);
 }
 
-/* ud: the array tpl_records fills */
+/* A template record as pool_new weighs it: its key and the shape it names. */
+struct tpl_seen {
+    char *key, *tmpl; /* tmpl NULL: none */
+    int64_t mem_mb, vcpus;
+};
+
+struct tpl_list {
+    struct tpl_seen *v;
+    size_t n, cap;
+};
+
 static int list_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
-    json_error_t jerr;
-    json_t *rec = json_loadb(val, vlen, 0, &jerr), *o = json_object();
+    struct tpl_list *l = ud;
+    struct rec_tpl r;
+    struct tpl_seen *e;
+    bool ok = rec_tpl_decode(val, vlen, &r) == 0;
 
-    if (o && json_object_set_new(o, "key", json_stringn(key, klen)) == 0) {
-        if (json_is_object(rec))
-            json_object_update(o, rec);
-        json_array_append(ud, o);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        struct tpl_seen *v = realloc(l->v, cap * sizeof(*v));
+        if (!v) {
+            if (ok)
+                rec_tpl_free(&r);
+            return 0;
+        }
+        l->v = v;
+        l->cap = cap;
     }
-    json_decref(o);
-    json_decref(rec);
+    e = &l->v[l->n];
+    *e = (struct tpl_seen){.key = strndup(key, klen)};
+    if (ok) {
+        e->tmpl = r.tmpl ? strdup(r.tmpl) : NULL;
+        e->mem_mb = r.mem_mb;
+        e->vcpus = r.vcpus;
+        rec_tpl_free(&r);
+    }
+    if (e->key)
+        l->n++;
     return 0;
 }
 
-/* Every template record in the index: {"key", and the record's fields}. */
-static json_t *tpl_records(const struct pool_host *h)
+static void tpl_list_free(struct tpl_list *l)
 {
-    json_t *recs = json_array();
-
-    if (recs)
-        idx_foreach(h->idx, IDX_TEMPLATES, list_one, recs);
-    return recs;
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].key);
+        free(l->v[i].tmpl);
+    }
+    free(l->v);
 }
 
 int pool_new(const struct pool_host *h, struct pool **out)
 {
     const struct srv_config *c = h->cfg;
     const char *whys[POOL_TEMPLATES_MAX] = {0};
-    json_t *recs = tpl_records(h), *r;
+    struct tpl_list recs = {0};
     struct pool *all;
-    size_t i;
 
     *out = NULL;
+    /* Every template record in the index, read before any is removed. */
+    idx_foreach(h->idx, IDX_TEMPLATES, list_one, &recs);
     if (c->pool_size == 0 || !(all = calloc(1, sizeof(*all)))) {
         /* What a pool of an earlier start left after a crash. */
         tpl_sweep(h, NULL);
-        json_array_foreach(recs, i, r)
-        {
-            if (idx_del(h->idx, IDX_TEMPLATES, json_string_value(json_object_get(r, "key"))) == 0)
+        for (size_t i = 0; i < recs.n; i++)
+            if (idx_del(h->idx, IDX_TEMPLATES, recs.v[i].key) == 0)
                 h->idx_changed(h->ctx);
-        }
-        json_decref(recs);
+        tpl_list_free(&recs);
         return c->pool_size == 0 ? 0 : -ENOMEM;
     }
     all->host = *h;
@@ -1462,17 +1485,12 @@ int pool_new(const struct pool_host *h, struct pool **out)
             pool_add(all, n, cfg_template_memory_mb(c, n), c->default_vcpus, &whys[all->n]);
         }
     }
-    json_array_foreach(recs, i, r)
-    {
-        const char *tmpl = json_string_value(json_object_get(r, "template"));
-        json_int_t mem = json_integer_value(json_object_get(r, "mem_mb"));
-        json_int_t vcpus = json_integer_value(json_object_get(r, "vcpus"));
-        const char *key = json_string_value(json_object_get(r, "key"));
+    for (size_t i = 0; i < recs.n; i++) {
+        const char *tmpl = recs.v[i].tmpl, *key = recs.v[i].key;
+        int64_t mem = recs.v[i].mem_mb, vcpus = recs.v[i].vcpus;
         char want[96];
         bool kept = false;
 
-        if (!key)
-            continue;
         /* A pool made on first use, recorded under the key its own shape gives. */
         if (tmpl && mem > 0 && mem <= UINT_MAX && vcpus > 0 && vcpus <= UINT_MAX &&
             c->pool_on_first_use) {
@@ -1485,7 +1503,7 @@ int pool_new(const struct pool_host *h, struct pool **out)
         if (!kept && idx_del(h->idx, IDX_TEMPLATES, key) == 0)
             h->idx_changed(h->ctx);
     }
-    json_decref(recs);
+    tpl_list_free(&recs);
     tpl_sweep(h, all);
     for (unsigned k = 0; k < all->n; k++)
         tp_start(all->tp[k], whys[k]);

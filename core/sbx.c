@@ -155,44 +155,6 @@ int sbx_usable(struct sbx_table *t, const char *id, struct sandbox **out, struct
 
 /* ---- records ---- */
 
-static json_t *public_ports_json(const struct sandbox *sb)
-{
-    json_t *a = json_array();
-
-    for (unsigned i = 0; a && i < sb->npublic; i++)
-        json_array_append_new(a, json_integer(sb->public_ports[i]));
-    return a;
-}
-
-int sbx_kv_view(json_t *obj, struct sbx_kv **out, size_t *n)
-{
-    size_t size = json_object_size(obj);
-    struct sbx_kv *kv = size ? calloc(size, sizeof(*kv)) : NULL;
-    const char *k;
-    json_t *v;
-
-    if (size && !kv)
-        return -ENOMEM;
-    free(*out);
-    *out = kv;
-    *n = 0;
-    json_object_foreach(obj, k, v)
-    {
-        if (!json_is_string(v))
-            continue;
-        kv[*n].key = k;
-        kv[*n].val.p = json_string_value(v);
-        kv[*n].val.n = json_string_length(v);
-        (*n)++;
-    }
-    return 0;
-}
-
-int sbx_meta_view(struct sandbox *sb)
-{
-    return sbx_kv_view(sb->metadata, &sb->meta_kv, &sb->nmeta);
-}
-
 void sbx_net_rec_of(const struct net_policy *p, struct sbx_net_rec *r)
 {
     *r = (struct sbx_net_rec){.internet = p->internet,
@@ -215,8 +177,8 @@ void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
     r->idle_s = sb->idle_s;
     r->mem_mb = sb->mem_mb;
     r->vcpus = sb->vcpus;
-    r->metadata = sb->meta_kv;
-    r->nmetadata = sb->nmeta;
+    r->metadata = sb->metadata.v;
+    r->nmetadata = sb->metadata.n;
     r->vm_id = sb->vm_id[0] ? sb->vm_id : NULL;
     r->frozen = sbx_state_stopped(sb->state);
     r->paged_out = sbx_state_stopped(sb->state) && sb->paged_out;
@@ -248,31 +210,32 @@ void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r)
  * table) holds what a restart needs to re-adopt it. */
 int sbx_save(struct sandbox *sb)
 {
-    json_t *o = json_pack(
-        "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:O,s:O,s:s}", "id", sb->id, "template",
-        sb->tmpl, "state", sbx_state_name(sb->state), "reason", sb->reason, "created_ms",
-        (json_int_t)sb->created_ms, "expires_ms", (json_int_t)sb->expires_ms, "ended_ms",
-        (json_int_t)sb->ended_ms, "last_active_ms", (json_int_t)mono_to_wall(sb->active_mono),
-        "idle_s", (json_int_t)sb->idle_s, "mem_mb", (json_int_t)sb->mem_mb, "vcpus",
-        (json_int_t)sb->vcpus, "env", sb->env, "metadata", sb->metadata, "vm_id", sb->vm_id);
+    struct rec_sandbox rec = {.id = sb->id,
+                              .tmpl = sb->tmpl,
+                              .state = sbx_state_name(sb->state),
+                              .reason = sb->reason,
+                              .vm_id = sb->vm_id,
+                              .created_ms = sb->created_ms,
+                              .expires_ms = sb->expires_ms,
+                              .ended_ms = sb->ended_ms,
+                              .last_active_ms = mono_to_wall(sb->active_mono),
+                              .idle_s = sb->idle_s,
+                              .mem_mb = sb->mem_mb,
+                              .vcpus = sb->vcpus,
+                              .env = sb->env,
+                              .metadata = sb->metadata,
+                              .keep_running = sb->keep_running,
+                              .persistent = sb->persistent,
+                              .auto_pause = sb->auto_pause,
+                              .npublic = sb->npublic,
+                              .snapshot_id = sb->snap_id,
+                              .ttl_s = sb->ttl_s,
+                              .paused_ms = sb->paused_ms};
     char *s;
     int r;
 
-    if (o && sb->keep_running)
-        json_object_set_new(o, "keep_running", json_true());
-    if (o && sb->npublic)
-        json_object_set_new(o, "public_ports", public_ports_json(sb));
-    if (o && sb->snap_id[0])
-        json_object_set_new(o, "snapshot_id", json_string(sb->snap_id));
-    if (o && sb->persistent)
-        json_object_set_new(o, "persistent", json_true());
-    if (o && sb->auto_pause) {
-        json_object_set_new(o, "auto_pause", json_true());
-        json_object_set_new(o, "ttl_s", json_integer(sb->ttl_s));
-    }
-    if (o && sb->paused_ms)
-        json_object_set_new(o, "paused_ms", json_integer(sb->paused_ms));
-    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    memcpy(rec.public_ports, sb->public_ports, sb->npublic * sizeof(sb->public_ports[0]));
+    s = rec_sandbox_encode(&rec);
     r = s ? idx_put(sb->t->idx, IDX_SANDBOXES, sb->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
@@ -280,7 +243,6 @@ int sbx_save(struct sandbox *sb)
     else
         sb->t->idx_dirty = true;
     free(s);
-    json_decref(o);
     return r;
 }
 
@@ -741,9 +703,8 @@ static void sandbox_free(struct sandbox *sb)
         vmm_pageout_cancel(sb->vm); /* its callback's ud is sb */
         sb->t->pageout_sb = NULL;
     }
-    json_decref(sb->env);
-    json_decref(sb->metadata);
-    free(sb->meta_kv);
+    rec_kv_free(&sb->env);
+    rec_kv_free(&sb->metadata);
     free(sb);
 }
 
@@ -902,25 +863,23 @@ static bool env_name_ok(const char *k)
 /* env and metadata as given to a create, and the memory it asks for, against the
  * configured limits: 0, or an sbx_errcode with *err. An env key that is not a valid
  * variable name would make every later exec fail in the guest: refused here. */
-static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *meta,
-                        struct sbx_err *err)
+static int create_quota(struct sbx_table *t, unsigned mem, const struct rec_kv *env,
+                        const struct rec_kv *meta, struct sbx_err *err)
 {
     const struct srv_config *c = t->cfg;
-    const char *k;
-    json_t *v;
     size_t size;
 
-    json_object_foreach(env, k, v)
-    {
-        if (!env_name_ok(k) || strlen(json_string_value(v)) != json_string_length(v)) {
+    for (size_t i = 0; i < env->n; i++) {
+        const char *k = env->v[i].key;
+        if (!env_name_ok(k) || strlen(env->v[i].val.p) != env->v[i].val.n) {
             return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
                                "env key '%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*, "
                                "at most 256) or its value holds a NUL byte",
                                k);
         }
     }
-    json_object_foreach(meta, k, v)
-    {
+    for (size_t i = 0; i < meta->n; i++) {
+        const char *k = meta->v[i].key;
         bool ok = k[0] && strlen(k) <= 256;
         for (const char *p = k; ok && *p; p++)
             ok = (unsigned char)*p >= 0x20 && *p != 0x7f && *p != '=' && *p != '&';
@@ -931,7 +890,7 @@ static int create_quota(struct sbx_table *t, unsigned mem, json_t *env, json_t *
                                k);
         }
     }
-    size = json_dumpb(env, NULL, 0, JSON_COMPACT) + json_dumpb(meta, NULL, 0, JSON_COMPACT);
+    size = env->stored_bytes + meta->stored_bytes;
     if (size > c->max_env_meta_bytes) {
         return sbx_err_set(err, SBX_E_TOO_LARGE,
                            "env and metadata take %zu bytes of JSON, more than the limit of %zu",
@@ -1073,35 +1032,6 @@ static int get_limit(int64_t v, const char *key, unsigned max, unsigned *out, st
 }
 
 /* A ", "-separated list's entries appended to the array a. */
-static void list_json(json_t *a, const char *list)
-{
-    for (const char *c = list; *c;) {
-        size_t len = strcspn(c, ",");
-        json_array_append_new(a, json_stringn(c, len));
-        c += len;
-        c += strspn(c, ", ");
-    }
-}
-
-/* "network": {"internet": bool, "allow_out": [CIDR or name...], "deny_out": [...],
- * "rate_mbit": N, "max_connections": M}: the egress policy (docs/NETWORK.md), set
- * at create, replaced by PATCH .../network. Accepted with networking off (the VM
- * has no NIC then). */
-json_t *sbx_net_policy_json(const struct net_policy *p)
-{
-    json_t *n = json_pack("{s:b,s:[],s:[],s:I,s:I}", "internet", p->internet, "allow_out",
-                          "deny_out", "rate_mbit", (json_int_t)p->rate_mbit, "max_connections",
-                          (json_int_t)p->max_conns);
-
-    if (n) {
-        list_json(json_object_get(n, "allow_out"), p->allow_out);
-        list_json(json_object_get(n, "allow_out"), p->allow_names);
-        list_json(json_object_get(n, "deny_out"), p->deny_out);
-        list_json(json_object_get(n, "deny_out"), p->deny_names);
-    }
-    return n;
-}
-
 void sbx_net_default(const struct srv_config *c, struct net_policy *pol)
 {
     memset(pol, 0, sizeof(*pol));
@@ -1139,45 +1069,6 @@ int sbx_net_from_req(struct sbx_table *t, const struct sbx_net_req *n, struct ne
     return 0;
 }
 
-/* A stored list (as sbx_net_policy_json wrote it) as a C array; NULL when out of memory. */
-static const char **stored_list(json_t *a, size_t *n)
-{
-    const char **v = calloc(json_array_size(a) + 1, sizeof(*v));
-    json_t *e;
-    size_t i;
-
-    *n = 0;
-    if (!v)
-        return NULL;
-    json_array_foreach(a, i, e) v[(*n)++] = json_string_value(e);
-    return v;
-}
-
-int sbx_net_policy_load(struct sbx_table *t, json_t *n, struct net_policy *pol, struct sbx_err *err)
-{
-    struct sbx_net_req r = {.internet = -1, .rate_mbit = SBX_UNSET, .max_connections = SBX_UNSET};
-    json_t *v;
-    int status = 0;
-
-    if (!json_is_object(n))
-        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, "network must be an object");
-    if (json_is_boolean(json_object_get(n, "internet")))
-        r.internet = json_is_true(json_object_get(n, "internet"));
-    if ((v = json_object_get(n, "rate_mbit")))
-        r.rate_mbit = json_is_integer(v) ? json_integer_value(v) : SBX_NOT_INT;
-    if ((v = json_object_get(n, "max_connections")))
-        r.max_connections = json_is_integer(v) ? json_integer_value(v) : SBX_NOT_INT;
-    r.allow_out = stored_list(json_object_get(n, "allow_out"), &r.nallow_out);
-    r.deny_out = stored_list(json_object_get(n, "deny_out"), &r.ndeny_out);
-    if (!r.allow_out || !r.deny_out)
-        status = sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    else
-        status = sbx_net_from_req(t, &r, pol, err);
-    free((void *)r.allow_out);
-    free((void *)r.deny_out);
-    return status;
-}
-
 /* Create option public_ports: distinct ports 1..65535, at most SBX_PUBLIC_PORTS_MAX. */
 static int public_ports_get(const struct sbx_create_req *req, uint16_t *out, unsigned *n,
                             struct sbx_err *err)
@@ -1202,24 +1093,17 @@ static int public_ports_get(const struct sbx_create_req *req, uint16_t *out, uns
     return 0;
 }
 
-/* A string map as the object the sandbox keeps (new reference) in *out: 0, or an
- * sbx_errcode with *err. The index keeps it as JSON, so keys and values must be UTF-8
- * text whatever the door (the REST one's are; another's may hold any bytes). */
-int sbx_kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
-                  struct sbx_err *err)
+/* The index keeps string maps as JSON, so keys and values must be UTF-8 text whatever
+ * the door (the REST one's are; another's may hold any bytes). */
+int sbx_kv_map(const struct sbx_kv *kv, size_t n, const char *what, struct rec_kv *out,
+               struct sbx_err *err)
 {
-    json_t *o = json_object();
+    int r = rec_kv_set(out, kv, n);
 
-    for (size_t i = 0; o && i < n; i++) {
-        json_t *v = kv[i].val.p ? json_stringn(kv[i].val.p, kv[i].val.n) : NULL;
-        if (!v || !kv[i].key || json_object_set_new(o, kv[i].key, v)) {
-            json_decref(o);
-            return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
-                               "%s must be an object of strings (UTF-8 text)", what);
-        }
-    }
-    *out = o;
-    return o ? 0 : sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    if (r == -EINVAL)
+        return sbx_err_set(err, SBX_E_INVALID_ARGUMENT,
+                           "%s must be an object of strings (UTF-8 text)", what);
+    return r ? sbx_err_set(err, SBX_E_INTERNAL, "out of memory") : 0;
 }
 
 int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const struct sbx_sink *sink,
@@ -1229,7 +1113,7 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
     const char *tmpl = req->tmpl, *snap_id = req->snapshot_id;
     char alias[64];
     unsigned ttl, idle, mem, vcpus;
-    json_t *env = NULL, *meta = NULL;
+    struct rec_kv env = {0}, meta = {0};
     char base[4096], real[PATH_MAX];
     struct stat st;
     struct sandbox *sb;
@@ -1270,28 +1154,28 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
         return status;
     if ((status = public_ports_get(req, pub, &npub, err)))
         return status;
-    if ((status = sbx_kv_object(req->env, req->nenv, "env", &env, err)))
+    if ((status = sbx_kv_map(req->env, req->nenv, "env", &env, err)))
         return status;
-    if ((status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err))) {
-        json_decref(env);
+    if ((status = sbx_kv_map(req->metadata, req->nmetadata, "metadata", &meta, err))) {
+        rec_kv_free(&env);
         return status;
     }
     if (sbx_count_live(t) >= c->max_sandboxes) {
-        json_decref(env);
-        json_decref(meta);
+        rec_kv_free(&env);
+        rec_kv_free(&meta);
         return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
                            "the limit of %u live sandboxes is reached", c->max_sandboxes);
     }
-    if ((status = create_quota(t, mem, env, meta, err))) {
-        json_decref(env);
-        json_decref(meta);
+    if ((status = create_quota(t, mem, &env, &meta, err))) {
+        rec_kv_free(&env);
+        rec_kv_free(&meta);
         return status;
     }
 
     sb = sandbox_alloc(t);
     if (!sb) {
-        json_decref(env);
-        json_decref(meta);
+        rec_kv_free(&env);
+        rec_kv_free(&meta);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
     sbx_new_id(t, "sb", sb->id);
@@ -1306,11 +1190,6 @@ int sbx_create(struct sbx_table *t, const struct sbx_create_req *req, const stru
     sb->vcpus = vcpus;
     sb->env = env;
     sb->metadata = meta;
-    if (sbx_meta_view(sb) != 0) {
-        sandbox_unlink(t, sb);
-        sandbox_free(sb);
-        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
-    }
     sb->keep_running = req->keep_running;
     sb->persistent = req->persistent;
     sb->auto_pause = req->auto_pause;
@@ -1422,9 +1301,8 @@ int sbx_list(struct sbx_table *t, const char *state, const struct sbx_kv *filter
         bool match = !(state && *state) || sb->state == want ||
                      (want == ST_RUNNING && sb->state == ST_FROZEN);
         for (size_t i = 0; match && i < nfilter; i++) {
-            json_t *v = json_object_get(sb->metadata, filter[i].key);
-            match = json_is_string(v) && json_string_length(v) == filter[i].val.n &&
-                    memcmp(json_string_value(v), filter[i].val.p, filter[i].val.n) == 0;
+            const struct sbx_str *v = rec_kv_get(&sb->metadata, filter[i].key);
+            match = v && v->n == filter[i].val.n && memcmp(v->p, filter[i].val.p, v->n) == 0;
         }
         if (match) {
             sbx_rec_of(sb, &(*out)[*n]);
@@ -1528,91 +1406,71 @@ static void on_reap(struct ev_loop *loop, ev_timer *w, int revents)
 static int restore_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct sbx_table *t = ud;
-    json_error_t jerr;
-    json_t *o = json_loadb(val, vlen, 0, &jerr);
+    struct rec_sandbox o;
     struct sandbox *sb;
-    const char *id, *tmpl, *state, *reason, *vm_id = "", *run_dir = NULL, *disk = NULL;
-    json_int_t created, expires, ended, active, idle, mem, vcpus, pid = 0;
-    json_t *env, *meta;
+    const char *vm_id, *run_dir, *disk;
     enum sbx_state st;
+    int rc = rec_sandbox_decode(val, vlen, &o);
 
-    if (!o ||
-        json_unpack(o, "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s?s,s?I,s?s,s?s}",
-                    "id", &id, "template", &tmpl, "state", &state, "reason", &reason, "created_ms",
-                    &created, "expires_ms", &expires, "ended_ms", &ended, "last_active_ms", &active,
-                    "idle_s", &idle, "mem_mb", &mem, "vcpus", &vcpus, "env", &env, "metadata",
-                    &meta, "vm_id", &vm_id, "pid", &pid, "run_dir", &run_dir, "disk", &disk) != 0 ||
-        sbx_state_parse(state, &st) != 0 || strlen(id) >= sizeof(sb->id) ||
-        strlen(vm_id) >= sizeof(sb->vm_id) || (!run_dir != !disk)) {
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc != 0 || sbx_state_parse(o.state, &st) != 0 || strlen(o.id) >= sizeof(sb->id) ||
+        strlen(o.vm_id) >= sizeof(sb->vm_id) || (!o.run_dir != !o.disk)) {
         LOG(LOG_WARN, "index record %.*s is unreadable; dropping it", (int)klen, key);
-        json_decref(o);
+        rec_sandbox_free(&o);
         return 0;
     }
+    vm_id = o.vm_id;
+    run_dir = o.run_dir;
+    disk = o.disk;
     sb = sandbox_alloc(t);
     if (!sb) {
-        json_decref(o);
+        rec_sandbox_free(&o);
         return -ENOMEM;
     }
-    snprintf(sb->id, sizeof(sb->id), "%s", id);
-    snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", tmpl);
-    snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
+    snprintf(sb->id, sizeof(sb->id), "%s", o.id);
+    snprintf(sb->tmpl, sizeof(sb->tmpl), "%s", o.tmpl);
+    snprintf(sb->reason, sizeof(sb->reason), "%s", o.reason);
     snprintf(sb->vm_id, sizeof(sb->vm_id), "%s", vm_id);
     sb->state = st; /* born in its recorded state, not a transition */
-    sb->created_ms = created;
-    sb->expires_ms = expires;
-    sb->ended_ms = ended;
-    sb->created_mono = wall_to_mono(created);
-    sb->expires_mono = wall_to_mono(expires);
-    sb->ended_mono = wall_to_mono(ended);
-    sb->active_mono = wall_to_mono(active);
-    sb->idle_s = (unsigned)idle;
-    sb->mem_mb = (unsigned)mem;
-    sb->vcpus = (unsigned)vcpus;
-    sb->env = json_incref(env);
-    sb->metadata = json_incref(meta);
-    if (sbx_meta_view(sb) != 0) {
-        sandbox_unlink(t, sb);
-        sandbox_free(sb);
-        json_decref(o);
-        return -ENOMEM;
-    }
-    sb->keep_running = json_is_true(json_object_get(o, "keep_running")); /* absent: false */
-    {
-        json_t *a = json_object_get(o, "public_ports"), *v;
-        size_t i;
-        json_array_foreach(a, i, v)
-        {
-            json_int_t p = json_integer_value(v);
-            if (sb->npublic < SBX_PUBLIC_PORTS_MAX && p >= 1 && p <= 65535)
-                sb->public_ports[sb->npublic++] = (uint16_t)p;
-        }
-    }
-    {
-        const char *sid = json_string_value(json_object_get(o, "snapshot_id"));
-        if (sid && strlen(sid) < sizeof(sb->snap_id))
-            snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", sid);
-        sb->persistent = json_is_true(json_object_get(o, "persistent"));
-        sb->auto_pause = json_is_true(json_object_get(o, "auto_pause"));
-        if (json_integer_value(json_object_get(o, "ttl_s")) > 0 &&
-            json_integer_value(json_object_get(o, "ttl_s")) <= UINT32_MAX)
-            sb->ttl_s = (uint32_t)json_integer_value(json_object_get(o, "ttl_s"));
-        sb->paused_ms = json_integer_value(json_object_get(o, "paused_ms")); /* absent: 0 */
-        sb->paused_mono = sb->paused_ms ? wall_to_mono(sb->paused_ms) : 0;
-    }
+    sb->created_ms = o.created_ms;
+    sb->expires_ms = o.expires_ms;
+    sb->ended_ms = o.ended_ms;
+    sb->created_mono = wall_to_mono(o.created_ms);
+    sb->expires_mono = wall_to_mono(o.expires_ms);
+    sb->ended_mono = wall_to_mono(o.ended_ms);
+    sb->active_mono = wall_to_mono(o.last_active_ms);
+    sb->idle_s = (unsigned)o.idle_s;
+    sb->mem_mb = (unsigned)o.mem_mb;
+    sb->vcpus = (unsigned)o.vcpus;
+    sb->env = o.env; /* moved */
+    sb->metadata = o.metadata;
+    o.env = o.metadata = (struct rec_kv){0};
+    sb->keep_running = o.keep_running;
+    memcpy(sb->public_ports, o.public_ports, o.npublic * sizeof(o.public_ports[0]));
+    sb->npublic = o.npublic;
+    if (o.snapshot_id && strlen(o.snapshot_id) < sizeof(sb->snap_id))
+        snprintf(sb->snap_id, sizeof(sb->snap_id), "%s", o.snapshot_id);
+    sb->persistent = o.persistent;
+    sb->auto_pause = o.auto_pause;
+    if (o.ttl_s > 0 && o.ttl_s <= UINT32_MAX)
+        sb->ttl_s = (uint32_t)o.ttl_s;
+    sb->paused_ms = o.paused_ms;
+    sb->paused_mono = sb->paused_ms ? wall_to_mono(sb->paused_ms) : 0;
     /* No vm_id and no run_dir: its VM never got that far (a failed create). */
     if (!*vm_id && run_dir) {
         struct sbx_vm *vm;
-        int r = sbx_vm_legacy(t, sb->id, tmpl, sbx_state_final(st) ? 0 : (pid_t)pid, run_dir, disk,
-                              sb->mem_mb, sb->vcpus, &vm);
+        int r = sbx_vm_legacy(t, sb->id, o.tmpl, sbx_state_final(st) ? 0 : (pid_t)o.pid, run_dir,
+                              disk, sb->mem_mb, sb->vcpus, &vm);
         if (r != 0) {
-            json_decref(o);
+            rec_sandbox_free(&o);
             return r;
         }
         snprintf(sb->vm_id, sizeof(sb->vm_id), "%s", vm->id);
         LOGS(LOG_INFO, sb->id, "record of an older warrend: its VM keeps the id %s", vm->id);
         t->idx_dirty = true;
     }
-    json_decref(o);
+    rec_sandbox_free(&o);
     return 0;
 }
 

@@ -37,8 +37,8 @@
 #include "net.h"
 #include "proto.h"
 #include "vmm.h"
+#include "rec.h"
 
-#include <jansson.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 
@@ -155,10 +155,8 @@ struct sandbox {
      * neither expires a sandbox early nor keeps it past its TTL. */
     int64_t created_mono, expires_mono, ended_mono, active_mono;
     unsigned idle_s, mem_mb, vcpus;
-    json_t *env, *metadata;
-    struct sbx_kv *meta_kv; /* metadata as records show it: pointing into metadata */
-    size_t nmeta;
-    char vm_id[24];           /* its VM's id, as recorded ("" for none) */
+    struct rec_kv env, metadata; /* as given to its create, each key once */
+    char vm_id[24];              /* its VM's id, as recorded ("" for none) */
     char snap_id[SBX_ID_CAP]; /* the snapshot it was restored from ("" for none); paused: its own */
     bool persistent;          /* create option: the idle timeout pauses it instead of ending it */
     bool auto_pause;          /* create option: the TTL pauses it instead of ending it... */
@@ -396,14 +394,9 @@ int sbx_clone_start(struct sandbox *sb, const char *snap, const char *disk, cons
                     void *user, sbx_op_t *opid, struct sbx_err *err);
 
 /* A request's policy (NULL: the default one) into pol, validated: 0, or an sbx_errcode
- * with *err. And back: the API's "network" object for pol (NULL: out of memory). */
+ * with *err. A snapshot's stored policy (store/rec.h) is read back through it too. */
 int sbx_net_from_req(struct sbx_table *t, const struct sbx_net_req *n, struct net_policy *pol,
                      struct sbx_err *err);
-json_t *sbx_net_policy_json(const struct net_policy *p);
-/* A policy as sbx_net_policy_json stored it (a snapshot's record) into pol, validated
- * again: 0 or an sbx_errcode. */
-int sbx_net_policy_load(struct sbx_table *t, json_t *n, struct net_policy *pol,
-                        struct sbx_err *err);
 /* Whether this host can enforce pol (domain rules need dnsmasq): 0 or an sbx_errcode.
  * Apart from the parse: a snapshot recorded with domain rules stays readable. */
 int sbx_net_check_host(struct sbx_table *t, const struct net_policy *pol, struct sbx_err *err);
@@ -421,15 +414,11 @@ int sbx_resume_start(struct sandbox *sb, struct sbx_err *err);
 void sbx_rec_of(const struct sandbox *sb, struct sbx_rec *r);
 /* An egress policy as a record, borrowed from p. */
 void sbx_net_rec_of(const struct net_policy *p, struct sbx_net_rec *r);
-/* The string entries of the object obj as *n entries in *out (freed and made again),
- * borrowed from obj: 0 or -ENOMEM. */
-int sbx_kv_view(json_t *obj, struct sbx_kv **out, size_t *n);
-/* sb->meta_kv made again from sb->metadata: 0 or -ENOMEM. */
-int sbx_meta_view(struct sandbox *sb);
-/* n entries as a new JSON object of strings in *out; a NULL key or value, or one that
- * is not UTF-8, is refused as "<what> must be an object of strings (UTF-8 text)". */
-int sbx_kv_object(const struct sbx_kv *kv, size_t n, const char *what, json_t **out,
-                  struct sbx_err *err);
+/* n entries as the owned map *out (rec_kv_set); a NULL key or value, or one that is
+ * not UTF-8, is refused as "<what> must be an object of strings (UTF-8 text)". 0 or an
+ * sbx_errcode with *err. */
+int sbx_kv_map(const struct sbx_kv *kv, size_t n, const char *what, struct rec_kv *out,
+               struct sbx_err *err);
 /* Finish op with sb's record (see ops_finish). */
 void ops_finish_sandbox(struct op *op, const struct sandbox *sb);
 

@@ -38,10 +38,9 @@ struct sbx_snap {
     uint64_t size; /* bytes its own files take (state.snap, disk.qcow2) */
     int64_t created_ms;
     char dir[4096];
-    json_t *base; /* identity of the template's base image (sbx_ident_json) */
-    json_t *metadata;
-    struct sbx_kv *meta_kv; /* metadata's entries, as its record shows them */
-    size_t nmeta;
+    struct sbx_ident base; /* identity of the template's base image */
+    bool base_ok;          /* false: its record's was unreadable (matches no file) */
+    struct rec_kv metadata;
     char type[8]; /* "sandbox" (asked for), or internal: "fork", "pause" (removed once
                    * nothing depends on it: sbx_snap_tick) */
     char disk_backing[4096 + 16]; /* what its disk.qcow2 is backed by, as warrend named it (and
@@ -63,7 +62,7 @@ struct sbx_snap {
  * strings, owned), TTL (SBX_UNSET: the configured default, SBX_NOT_INT: refused by the
  * create) and idle timeout. */
 struct fork_plan {
-    json_t *env, *meta;
+    struct rec_kv env, meta;
     int64_t ttl_s, idle_s;
     bool keep_running;
 };
@@ -72,9 +71,8 @@ static void plan_free(struct fork_plan *p)
 {
     if (!p)
         return;
-    json_decref(p->env);
-    json_decref(p->meta);
-    p->env = p->meta = NULL;
+    rec_kv_free(&p->env);
+    rec_kv_free(&p->meta);
 }
 
 /* A snapshot being taken. */
@@ -145,23 +143,11 @@ int sbx_ident_get(struct sbx_ident *id, const char *path)
     return 0;
 }
 
-json_t *sbx_ident_json(const struct sbx_ident *id)
+const char *sbx_ident_differs(const struct sbx_ident *was, const struct sbx_ident *now)
 {
-    return json_pack("{s:s,s:I,s:I,s:I}", "path", id->path, "size", (json_int_t)id->size,
-                     "mtime_ns", (json_int_t)id->mtime_ns, "ino", (json_int_t)id->ino);
-}
-
-const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now)
-{
-    const char *path;
-    json_int_t size, mtime, ino;
-
-    if (!o || json_unpack(o, "{s:s,s:I,s:I,s:I}", "path", &path, "size", &size, "mtime_ns", &mtime,
-                          "ino", &ino) != 0)
-        return "unreadable";
-    if (strcmp(path, now->path) != 0)
+    if (strcmp(was->path, now->path) != 0)
         return "another file";
-    if (size != now->size || mtime != now->mtime_ns || ino != now->ino)
+    if (was->size != now->size || was->mtime_ns != now->mtime_ns || was->ino != now->ino)
         return "changed on disk";
     return NULL;
 }
@@ -185,9 +171,7 @@ static void snap_free(struct sbx_snap *s)
 {
     if (!s)
         return;
-    json_decref(s->base);
-    json_decref(s->metadata);
-    free(s->meta_kv);
+    rec_kv_free(&s->metadata);
     if (s->sealed_fd > 0)
         close(s->sealed_fd);
     free(s);
@@ -207,8 +191,8 @@ static void snap_rec(const struct sbx_snap *s, struct sbx_snap_rec *r)
     r->vcpus = s->vcpus;
     r->size = s->size;
     r->created_ms = s->created_ms;
-    r->metadata = s->meta_kv;
-    r->nmetadata = s->nmeta;
+    r->metadata = s->metadata.v;
+    r->nmetadata = s->metadata.n;
     if (s->has_pol) {
         r->has_network = true;
         sbx_net_rec_of(&s->pol, &r->network);
@@ -217,94 +201,87 @@ static void snap_rec(const struct sbx_snap *s, struct sbx_snap_rec *r)
 
 static int snap_save(struct sbx_table *t, const struct sbx_snap *s)
 {
-    json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s,s:O,s:O}", "id", s->id, "parent",
-                          s->parent, "parent_snapshot", s->parent_snap, "template", s->tmpl,
-                          "mem_mb", (json_int_t)s->mem_mb, "vcpus", (json_int_t)s->vcpus, "size",
-                          (json_int_t)s->size, "created_ms", (json_int_t)s->created_ms, "dir",
-                          s->dir, "base", s->base, "metadata", s->metadata);
+    struct rec_snap rec = {.id = s->id,
+                           .parent = s->parent,
+                           .parent_snapshot = s->parent_snap,
+                           .tmpl = s->tmpl,
+                           .dir = s->dir,
+                           .mem_mb = s->mem_mb,
+                           .vcpus = s->vcpus,
+                           .size = (int64_t)s->size,
+                           .created_ms = s->created_ms,
+                           .base = s->base,
+                           .base_ok = s->base_ok,
+                           .metadata = s->metadata,
+                           .type = s->type,
+                           .disk_backing = s->disk_backing,
+                           .mem = s->mem,
+                           .has_network = s->has_pol};
     char *str;
     int r;
 
-    if (o)
-        json_object_set_new(o, "type", json_string(s->type));
-    if (o && s->disk_backing[0])
-        json_object_set_new(o, "disk_backing", json_string(s->disk_backing));
-    if (o && s->mem[0])
-        json_object_set_new(o, "mem", json_string(s->mem));
-    if (o && s->has_pol)
-        json_object_set_new(o, "network", sbx_net_policy_json(&s->pol));
-    str = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (s->has_pol)
+        sbx_net_rec_of(&s->pol, &rec.network);
+    str = rec_snap_encode(&rec);
     r = str ? idx_put(t->idx, IDX_SNAPSHOTS, s->id, str, strlen(str)) : -ENOMEM;
     if (r != 0)
         LOGS(LOG_ERR, s->id, "cannot save the snapshot record: %s", idx_strerror(r));
     else
         t->idx_dirty = true;
     free(str);
-    json_decref(o);
     return r;
 }
 
 static int load_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct sbx_table *t = ud;
-    json_error_t jerr;
-    json_t *o = json_loadb(val, vlen, 0, &jerr), *base, *meta;
-    const char *id, *parent, *psnap, *tmpl, *dir;
-    json_int_t mem, vcpus, size, created;
+    struct rec_snap o;
     struct sbx_snap *s;
+    int rc = rec_snap_decode(val, vlen, &o);
 
-    if (!o ||
-        json_unpack(o, "{s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s,s:o,s:o}", "id", &id, "parent",
-                    &parent, "parent_snapshot", &psnap, "template", &tmpl, "mem_mb", &mem, "vcpus",
-                    &vcpus, "size", &size, "created_ms", &created, "dir", &dir, "base", &base,
-                    "metadata", &meta) != 0 ||
-        strlen(id) >= sizeof(s->id) || strlen(parent) >= sizeof(s->parent) ||
-        strlen(psnap) >= sizeof(s->parent_snap) || strlen(tmpl) >= sizeof(s->tmpl) ||
-        strlen(dir) >= sizeof(s->dir)) {
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc != 0 || strlen(o.id) >= sizeof(s->id) || strlen(o.parent) >= sizeof(s->parent) ||
+        strlen(o.parent_snapshot) >= sizeof(s->parent_snap) || strlen(o.tmpl) >= sizeof(s->tmpl) ||
+        strlen(o.dir) >= sizeof(s->dir)) {
         /* Its files, named after the id, go with the sweep. */
         LOG(LOG_WARN, "snapshot record %.*s is unreadable; dropping it", (int)klen, key);
-        json_decref(o);
+        rec_snap_free(&o);
         return 0;
     }
     if (!(s = calloc(1, sizeof(*s)))) {
-        json_decref(o);
+        rec_snap_free(&o);
         return -ENOMEM;
     }
-    snprintf(s->id, sizeof(s->id), "%s", id);
-    snprintf(s->parent, sizeof(s->parent), "%s", parent);
-    snprintf(s->parent_snap, sizeof(s->parent_snap), "%s", psnap);
-    snprintf(s->tmpl, sizeof(s->tmpl), "%s", tmpl);
-    snprintf(s->dir, sizeof(s->dir), "%s", dir);
-    s->mem_mb = (unsigned)mem;
-    s->vcpus = (unsigned)vcpus;
-    s->size = (uint64_t)size;
-    s->created_ms = created;
-    s->base = json_incref(base);
-    s->metadata = json_incref(meta);
-    if (sbx_kv_view(s->metadata, &s->meta_kv, &s->nmeta) != 0) {
-        snap_free(s);
-        json_decref(o);
-        return -ENOMEM;
-    }
-    {
-        const char *type = json_string_value(json_object_get(o, "type"));
-        const char *db = json_string_value(json_object_get(o, "disk_backing"));
-        snprintf(s->type, sizeof(s->type), "%s",
-                 type && (!strcmp(type, "fork") || !strcmp(type, "pause")) ? type : "sandbox");
-        const char *ram = json_string_value(json_object_get(o, "mem"));
-        if (db && strlen(db) < sizeof(s->disk_backing))
-            snprintf(s->disk_backing, sizeof(s->disk_backing), "%s", db);
-        if (ram && strlen(ram) < sizeof(s->mem))
-            snprintf(s->mem, sizeof(s->mem), "%s", ram);
-    }
-    if (json_object_get(o, "network")) {
+    snprintf(s->id, sizeof(s->id), "%s", o.id);
+    snprintf(s->parent, sizeof(s->parent), "%s", o.parent);
+    snprintf(s->parent_snap, sizeof(s->parent_snap), "%s", o.parent_snapshot);
+    snprintf(s->tmpl, sizeof(s->tmpl), "%s", o.tmpl);
+    snprintf(s->dir, sizeof(s->dir), "%s", o.dir);
+    s->mem_mb = (unsigned)o.mem_mb;
+    s->vcpus = (unsigned)o.vcpus;
+    s->size = (uint64_t)o.size;
+    s->created_ms = o.created_ms;
+    s->base = o.base;
+    s->base_ok = o.base_ok;
+    s->metadata = o.metadata; /* moved */
+    o.metadata = (struct rec_kv){0};
+    snprintf(s->type, sizeof(s->type), "%s",
+             o.type && (!strcmp(o.type, "fork") || !strcmp(o.type, "pause")) ? o.type : "sandbox");
+    if (o.disk_backing && strlen(o.disk_backing) < sizeof(s->disk_backing))
+        snprintf(s->disk_backing, sizeof(s->disk_backing), "%s", o.disk_backing);
+    if (o.mem && strlen(o.mem) < sizeof(s->mem))
+        snprintf(s->mem, sizeof(s->mem), "%s", o.mem);
+    if (o.net.kind != REC_NET_NONE) {
         struct sbx_err e;
         /* Unreadable: no sandbox may start from it with another policy than it had. */
-        if (sbx_net_policy_load(t, json_object_get(o, "network"), &s->pol, &e) != 0) {
+        if (o.net.kind == REC_NET_BAD)
+            sbx_err_set(&e, SBX_E_INVALID_ARGUMENT, "network must be an object");
+        if (o.net.kind == REC_NET_BAD || sbx_net_from_req(t, &o.net.req, &s->pol, &e) != 0) {
             LOG(LOG_WARN, "snapshot %s: its network policy is unreadable (%s); dropping it", s->id,
                 e.msg);
             snap_free(s);
-            json_decref(o);
+            rec_snap_free(&o);
             return 0;
         }
         s->has_pol = true;
@@ -312,7 +289,7 @@ static int load_one(void *ud, const char *key, size_t klen, const char *val, siz
     /* idx_foreach goes in key order; the list is shown oldest first (sbx_snap_list). */
     s->next = t->snaps->list;
     t->snaps->list = s;
-    json_decref(o);
+    rec_snap_free(&o);
     return 0;
 }
 
@@ -831,9 +808,9 @@ static bool backed_by_template(struct sbx_table *t, const char *backing)
 }
 
 /* Start a snapshot of sandbox id. fork > 0: that many creates (as plan says) follow
- * it; pause: the VM ends after it instead of continuing. Takes meta and what plan
- * holds (plan may be NULL when fork is 0). As sbx_snap_take. */
-static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigned fork,
+ * it; pause: the VM ends after it instead of continuing. Takes what meta (NULL:
+ * none) and plan hold (plan may be NULL when fork is 0). As sbx_snap_take. */
+static int snap_begin(struct sbx_table *t, const char *id, struct rec_kv *meta, unsigned fork,
                       struct fork_plan *plan, bool pause, const struct sbx_sink *sink, void *user,
                       sbx_op_t *opid, struct sbx_err *err)
 {
@@ -846,17 +823,20 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     int status, r;
 
     if ((status = sbx_usable(t, id, &sb, err))) {
-        json_decref(meta);
+        if (meta)
+            rec_kv_free(meta);
         plan_free(plan);
         return status;
     }
     if ((status = ops_quota(sb, err))) {
-        json_decref(meta);
+        if (meta)
+            rec_kv_free(meta);
         plan_free(plan);
         return status;
     }
     if (!sb->vmr || !sb->vm || sb->vm_gone) {
-        json_decref(meta);
+        if (meta)
+            rec_kv_free(meta);
         plan_free(plan);
         return sbx_err_set(err, SBX_E_NOT_READY, "sandbox %s has no running VM", sb->id);
     }
@@ -867,14 +847,16 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     else if (vmm_qcow2_backing(sb->vmr->disk, backing, sizeof(backing)) != 0)
         backing[0] = 0;
     if ((r = sbx_ident_get(&base, path)) != 0 || (!backing[0] && (r = -EINVAL))) {
-        json_decref(meta);
+        if (meta)
+            rec_kv_free(meta);
         plan_free(plan);
         return sbx_err_set(err, SBX_E_INTERNAL, "sandbox %s: cannot read its disk's chain: %s",
                            sb->id, strerror(-r));
     }
     if (!(s = calloc(1, sizeof(*s))) || !(j = calloc(1, sizeof(*j)))) {
         free(s);
-        json_decref(meta);
+        if (meta)
+            rec_kv_free(meta);
         plan_free(plan);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
@@ -884,13 +866,11 @@ static int snap_begin(struct sbx_table *t, const char *id, json_t *meta, unsigne
     snprintf(s->tmpl, sizeof(s->tmpl), "%s", sb->tmpl);
     s->mem_mb = sb->mem_mb;
     s->vcpus = sb->vcpus;
-    s->base = sbx_ident_json(&base);
-    s->metadata = meta;
-    if (sbx_kv_view(s->metadata, &s->meta_kv, &s->nmeta) != 0) {
-        snap_free(s);
-        free(j);
-        plan_free(plan);
-        return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
+    s->base = base;
+    s->base_ok = true;
+    if (meta) {
+        s->metadata = *meta; /* moved */
+        *meta = (struct rec_kv){0};
     }
     if (t->net) {
         s->has_pol = true;
@@ -984,12 +964,12 @@ fail:
 int sbx_snap_take(struct sbx_table *t, const char *id, const struct sbx_snap_req *req,
                   const struct sbx_sink *sink, void *user, sbx_op_t *opid, struct sbx_err *err)
 {
-    json_t *meta = NULL;
+    struct rec_kv meta = {0};
     int status;
 
-    if ((status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err)))
+    if ((status = sbx_kv_map(req->metadata, req->nmetadata, "metadata", &meta, err)))
         return status;
-    return snap_begin(t, id, meta, 0, NULL, false, sink, user, opid, err);
+    return snap_begin(t, id, &meta, 0, NULL, false, sink, user, opid, err);
 }
 
 /* ---- fork: one snapshot, then count creates from it ---- */
@@ -1048,21 +1028,13 @@ static void fork_answered(void *user, const struct sbx_err *err, const struct sb
 
 /* The parent's env and the forks' metadata (objects of strings) as one array: env's
  * entries, then metadata's. NULL: out of memory. */
-static struct sbx_kv *fork_kv(json_t *env, json_t *meta)
+static struct sbx_kv *fork_kv(const struct rec_kv *env, const struct rec_kv *meta)
 {
-    struct sbx_kv *kv = calloc(json_object_size(env) + json_object_size(meta) + 1, sizeof(*kv));
-    json_t *maps[2] = {env, meta}, *v;
-    const char *k;
-    size_t n = 0;
+    struct sbx_kv *kv = calloc(env->n + meta->n + 1, sizeof(*kv));
 
-    for (int m = 0; kv && m < 2; m++) {
-        json_object_foreach(maps[m], k, v)
-        {
-            kv[n].key = k;
-            kv[n].val.p = json_string_value(v);
-            kv[n].val.n = json_string_length(v);
-            n++;
-        }
+    if (kv) {
+        memcpy(kv, env->v, env->n * sizeof(*kv));
+        memcpy(kv + env->n, meta->v, meta->n * sizeof(*kv));
     }
     return kv;
 }
@@ -1089,7 +1061,7 @@ static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *
     f->want = n;
     f->t0 = j->t0;
     snprintf(f->snap, sizeof(f->snap), "%s", s->id);
-    if (!(kv = fork_kv(plan->env, plan->meta))) {
+    if (!(kv = fork_kv(&plan->env, &plan->meta))) {
         for (unsigned i = 0; i < n; i++) {
             struct sbx_err e;
             sbx_err_set(&e, SBX_E_INTERNAL, "out of memory");
@@ -1103,9 +1075,9 @@ static void fork_start(struct snap_job *j, const struct sbx_snap *s, struct op *
     cr.memory_mb = cr.vcpus = SBX_UNSET;
     cr.keep_running = plan->keep_running;
     cr.env = kv;
-    cr.nenv = json_object_size(plan->env);
+    cr.nenv = plan->env.n;
     cr.metadata = kv + cr.nenv;
-    cr.nmetadata = json_object_size(plan->meta);
+    cr.nmetadata = plan->meta.n;
     for (unsigned i = 0; i < n; i++) {
         struct sbx_err e = {0};
         sbx_op_t cop;
@@ -1121,7 +1093,6 @@ int sbx_snap_fork(struct sbx_table *t, const char *id, const struct sbx_fork_req
     struct fork_plan plan = {0};
     struct sandbox *sb;
     unsigned count = 1, live = 0;
-    json_t *meta = NULL;
     int status;
 
     if (req->count != SBX_UNSET && (req->count < 1 || req->count > t->cfg->fork_max))
@@ -1130,24 +1101,23 @@ int sbx_snap_fork(struct sbx_table *t, const char *id, const struct sbx_fork_req
     if (req->count != SBX_UNSET)
         count = (unsigned)req->count;
     if (req->metadata_given &&
-        (status = sbx_kv_object(req->metadata, req->nmetadata, "metadata", &meta, err)))
+        (status = sbx_kv_map(req->metadata, req->nmetadata, "metadata", &plan.meta, err)))
         return status;
     if ((status = sbx_usable(t, id, &sb, err))) {
-        json_decref(meta);
+        plan_free(&plan);
         return status;
     }
     live = sbx_count_live(t);
     if (live + count > t->cfg->max_sandboxes) {
-        json_decref(meta);
+        plan_free(&plan);
         return sbx_err_set(err, SBX_E_TOO_MANY_SANDBOXES,
                            "%u forks would pass the limit of %u live sandboxes (%u live)", count,
                            t->cfg->max_sandboxes, live);
     }
     /* The forks are the parent's kind of sandbox: its env, metadata (unless given),
      * idle timeout and keep_running; a TTL of the parent's time left unless given. */
-    plan.env = json_deep_copy(sb->env);
-    plan.meta = req->metadata_given ? meta : json_deep_copy(sb->metadata);
-    if (!plan.env || !plan.meta) {
+    if (rec_kv_set(&plan.env, sb->env.v, sb->env.n) != 0 ||
+        (!req->metadata_given && rec_kv_set(&plan.meta, sb->metadata.v, sb->metadata.n) != 0)) {
         plan_free(&plan);
         return sbx_err_set(err, SBX_E_INTERNAL, "out of memory");
     }
@@ -1162,7 +1132,7 @@ int sbx_snap_fork(struct sbx_table *t, const char *id, const struct sbx_fork_req
         int64_t left = (sb->expires_mono - sbx_now_ms()) / 1000;
         plan.ttl_s = left > 1 ? left : 1;
     }
-    return snap_begin(t, id, json_object(), count, &plan, false, sink, user, opid, err);
+    return snap_begin(t, id, NULL, count, &plan, false, sink, user, opid, err);
 }
 
 /* ---- create from a snapshot ---- */
@@ -1197,7 +1167,7 @@ int sbx_snap_for_create(struct sbx_table *t, const struct sbx_create_req *req, c
         return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
                            "snapshot %s cannot be used: template %s's base image is gone", s->id,
                            s->tmpl);
-    if ((why = sbx_ident_differs(s->base, &now)))
+    if ((why = !s->base_ok ? "unreadable" : sbx_ident_differs(&s->base, &now)))
         return sbx_err_set(err, SBX_E_SNAPSHOT_INVALID,
                            "snapshot %s cannot be used: template %s's base image changed since "
                            "it was taken (%s); delete the snapshot",
@@ -1675,7 +1645,7 @@ int sbx_snap_pause(struct sbx_table *t, const char *id, const struct sbx_sink *s
         sbx_rec_of(sb, out); /* already */
         return 0;
     }
-    return snap_begin(t, id, json_object(), 0, NULL, true, sink, user, opid, err);
+    return snap_begin(t, id, NULL, 0, NULL, true, sink, user, opid, err);
 }
 
 int sbx_pause_idle(struct sandbox *sb)
@@ -1683,8 +1653,7 @@ int sbx_pause_idle(struct sandbox *sb)
     struct sbx_err err;
     sbx_op_t op;
 
-    return snap_begin(sb->t, sb->id, json_object(), 0, NULL, true, NULL, NULL, &op, &err) ? -EIO
-                                                                                          : 0;
+    return snap_begin(sb->t, sb->id, NULL, 0, NULL, true, NULL, NULL, &op, &err) ? -EIO : 0;
 }
 
 bool sbx_coming_back(struct sbx_table *t, const char *id)
@@ -1789,13 +1758,12 @@ static void on_migrate_status(void *ud, int err, const char *json)
 {
     struct found_stopped *f = ud;
     struct sandbox *sb = sbx_find(f->t, f->id);
-    json_t *o = err ? NULL : json_loads(json, 0, NULL);
-    const char *st = json_string_value(json_object_get(o, "status"));
-    bool busy = st && (!strcmp(st, "setup") || !strcmp(st, "active") || !strcmp(st, "device") ||
-                       !strcmp(st, "cancelling") || !strcmp(st, "pre-switchover"));
+    char st[32];
+    bool busy = !err && rec_text_member(json, "status", st, sizeof(st)) == 0 &&
+                (!strcmp(st, "setup") || !strcmp(st, "active") || !strcmp(st, "device") ||
+                 !strcmp(st, "cancelling") || !strcmp(st, "pre-switchover"));
     int r;
 
-    json_decref(o);
     if (sb && sb->state == ST_RUNNING && sb->vm && busy && ++f->tries < 200) {
         ev_timer_set(&f->again, 0.05, 0);
         ev_timer_start(f->t->loop, &f->again);

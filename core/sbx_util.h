@@ -6,7 +6,6 @@
 #ifndef WARREN_SBX_UTIL_H
 #define WARREN_SBX_UTIL_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -22,10 +21,8 @@ struct sbx_ident {
 };
 /* path resolved and stat'ed: 0 or -errno. */
 int sbx_ident_get(struct sbx_ident *id, const char *path);
-/* {"path","size","mtime_ns","ino"} (new reference). */
-json_t *sbx_ident_json(const struct sbx_ident *id);
-/* Whether the recorded identity o is the file's now: NULL, or what differs. */
-const char *sbx_ident_differs(json_t *o, const struct sbx_ident *now);
+/* Whether the recorded identity was is the file's now: NULL, or what differs. */
+const char *sbx_ident_differs(const struct sbx_ident *was, const struct sbx_ident *now);
 
 /* The state dir's tag: FNV-1a of its path, 8 hex digits. It names what one warrend
  * makes outside its state dir (cgroups, network namespaces, /dev/shm files), so a

@@ -141,35 +141,26 @@ fail:
 
 int sbx_vm_save(struct sbx_vm *vm)
 {
-    json_t *o =
-        json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s}", "id", vm->id, "template", vm->tmpl,
-                  "boot", vm->boot, "run_dir", vm->run_dir, "disk", vm->disk, "mem_mb",
-                  (json_int_t)vm->mem_mb, "vcpus", (json_int_t)vm->vcpus, "created_ms",
-                  (json_int_t)vm->created_ms, "pid", (json_int_t)vm->pid, "sandbox", vm->sb_id);
+    struct rec_vm rec = {.id = vm->id,
+                         .tmpl = vm->tmpl,
+                         .boot = vm->boot,
+                         .run_dir = vm->run_dir,
+                         .disk = vm->disk,
+                         .sandbox = vm->sb_id,
+                         .mem_mb = vm->mem_mb,
+                         .vcpus = vm->vcpus,
+                         .created_ms = vm->created_ms,
+                         .pid = vm->pid,
+                         .has_net_slot = vm->net_slot >= 0,
+                         .net_slot = vm->net_slot,
+                         .backing = vm->backing,
+                         .mem_path = vm->mem,
+                         .has_network = !!vm->t->net};
     char *s;
     int r;
 
-    /* Optional keys: a record without them is a VM without a network. */
-    if (o && vm->net_slot >= 0)
-        json_object_set_new(o, "net_slot", json_integer(vm->net_slot));
-    if (o && vm->backing[0])
-        json_object_set_new(o, "backing", json_string(vm->backing));
-    if (o && vm->mem[0])
-        json_object_set_new(o, "mem_path", json_string(vm->mem));
-    if (o && vm->t->net) {
-        json_object_set_new(o, "internet", json_boolean(vm->pol.internet));
-        if (vm->pol.allow_out[0])
-            json_object_set_new(o, "allow_out", json_string(vm->pol.allow_out));
-        if (vm->pol.deny_out[0])
-            json_object_set_new(o, "deny_out", json_string(vm->pol.deny_out));
-        if (vm->pol.allow_names[0])
-            json_object_set_new(o, "allow_names", json_string(vm->pol.allow_names));
-        if (vm->pol.deny_names[0])
-            json_object_set_new(o, "deny_names", json_string(vm->pol.deny_names));
-        json_object_set_new(o, "rate_mbit", json_integer(vm->pol.rate_mbit));
-        json_object_set_new(o, "max_connections", json_integer(vm->pol.max_conns));
-    }
-    s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    sbx_net_rec_of(&vm->pol, &rec.network);
+    s = rec_vm_encode(&rec);
     r = s ? idx_put(vm->t->idx, IDX_VMS, vm->id, s, strlen(s)) : -ENOMEM;
 
     if (r != 0)
@@ -177,7 +168,6 @@ int sbx_vm_save(struct sbx_vm *vm)
     else
         vm->t->idx_dirty = true;
     free(s);
-    json_decref(o);
     return r;
 }
 
@@ -392,66 +382,53 @@ void sbx_vm_destroy(struct sbx_vm *vm)
 static int restore_one(void *ud, const char *key, size_t klen, const char *val, size_t vlen)
 {
     struct sbx_table *t = ud;
-    json_error_t jerr;
-    json_t *o = json_loadb(val, vlen, 0, &jerr);
-    const char *id, *tmpl, *boot, *run_dir, *disk, *sb_id;
-    json_int_t mem, vcpus, created, pid;
+    struct rec_vm o;
     struct sbx_vm *vm;
+    const struct sbx_net_rec *n = &o.network;
+    int rc = rec_vm_decode(val, vlen, &o);
 
-    if (!o ||
-        json_unpack(o, "{s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:s}", "id", &id, "template", &tmpl,
-                    "boot", &boot, "run_dir", &run_dir, "disk", &disk, "mem_mb", &mem, "vcpus",
-                    &vcpus, "created_ms", &created, "pid", &pid, "sandbox", &sb_id) != 0 ||
-        strlen(id) >= sizeof(vm->id) || strlen(sb_id) >= sizeof(vm->sb_id) ||
-        strlen(run_dir) >= sizeof(vm->run_dir) || strlen(disk) >= sizeof(vm->disk)) {
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc != 0 || strlen(o.id) >= sizeof(vm->id) || strlen(o.sandbox) >= sizeof(vm->sb_id) ||
+        strlen(o.run_dir) >= sizeof(vm->run_dir) || strlen(o.disk) >= sizeof(vm->disk)) {
         /* Its run dir, named after the id, goes with the sweep. */
         LOG(LOG_WARN, "VM record %.*s is unreadable; dropping it", (int)klen, key);
-        json_decref(o);
+        rec_vm_free(&o);
         return 0;
     }
     vm = vm_alloc(t);
     if (!vm) {
-        json_decref(o);
+        rec_vm_free(&o);
         return -ENOMEM;
     }
-    snprintf(vm->id, sizeof(vm->id), "%s", id);
-    snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", tmpl);
-    snprintf(vm->boot, sizeof(vm->boot), "%s", boot);
-    snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", run_dir);
-    snprintf(vm->disk, sizeof(vm->disk), "%s", disk);
-    snprintf(vm->sb_id, sizeof(vm->sb_id), "%s", sb_id);
-    vm->mem_mb = (unsigned)mem;
-    vm->vcpus = (unsigned)vcpus;
-    vm->created_ms = created;
-    vm->pid = (pid_t)pid;
-    {
-        const char *backing = json_string_value(json_object_get(o, "backing"));
-        const char *mem_path = json_string_value(json_object_get(o, "mem_path"));
-        if (backing && strlen(backing) < sizeof(vm->backing))
-            snprintf(vm->backing, sizeof(vm->backing), "%s", backing);
-        if (mem_path && strlen(mem_path) < sizeof(vm->mem))
-            snprintf(vm->mem, sizeof(vm->mem), "%s", mem_path);
-    }
-    {
-        json_t *slot = json_object_get(o, "net_slot");
-        const char *allow = json_string_value(json_object_get(o, "allow_out"));
-        const char *deny = json_string_value(json_object_get(o, "deny_out"));
-        vm->pol.internet = json_is_true(json_object_get(o, "internet"));
-        snprintf(vm->pol.allow_out, sizeof(vm->pol.allow_out), "%s", allow ? allow : "");
-        snprintf(vm->pol.deny_out, sizeof(vm->pol.deny_out), "%s", deny ? deny : "");
-        allow = json_string_value(json_object_get(o, "allow_names"));
-        deny = json_string_value(json_object_get(o, "deny_names"));
-        snprintf(vm->pol.allow_names, sizeof(vm->pol.allow_names), "%s", allow ? allow : "");
-        snprintf(vm->pol.deny_names, sizeof(vm->pol.deny_names), "%s", deny ? deny : "");
-        /* Records of an older warrend have no limits: none. */
-        vm->pol.rate_mbit = (unsigned)json_integer_value(json_object_get(o, "rate_mbit"));
-        vm->pol.max_conns = (unsigned)json_integer_value(json_object_get(o, "max_connections"));
-        /* Held even with networking off now: the namespace is removed with the VM. */
-        if (json_is_integer(slot) && t->net &&
-            net_slot_hold(t->net, (int)json_integer_value(slot)) == 0)
-            vm->net_slot = (int)json_integer_value(slot);
-    }
-    json_decref(o);
+    snprintf(vm->id, sizeof(vm->id), "%s", o.id);
+    snprintf(vm->tmpl, sizeof(vm->tmpl), "%s", o.tmpl);
+    snprintf(vm->boot, sizeof(vm->boot), "%s", o.boot);
+    snprintf(vm->run_dir, sizeof(vm->run_dir), "%s", o.run_dir);
+    snprintf(vm->disk, sizeof(vm->disk), "%s", o.disk);
+    snprintf(vm->sb_id, sizeof(vm->sb_id), "%s", o.sandbox);
+    vm->mem_mb = (unsigned)o.mem_mb;
+    vm->vcpus = (unsigned)o.vcpus;
+    vm->created_ms = o.created_ms;
+    vm->pid = (pid_t)o.pid;
+    if (o.backing && strlen(o.backing) < sizeof(vm->backing))
+        snprintf(vm->backing, sizeof(vm->backing), "%s", o.backing);
+    if (o.mem_path && strlen(o.mem_path) < sizeof(vm->mem))
+        snprintf(vm->mem, sizeof(vm->mem), "%s", o.mem_path);
+    vm->pol.internet = n->internet;
+    snprintf(vm->pol.allow_out, sizeof(vm->pol.allow_out), "%s", n->allow_out ? n->allow_out : "");
+    snprintf(vm->pol.deny_out, sizeof(vm->pol.deny_out), "%s", n->deny_out ? n->deny_out : "");
+    snprintf(vm->pol.allow_names, sizeof(vm->pol.allow_names), "%s",
+             n->allow_names ? n->allow_names : "");
+    snprintf(vm->pol.deny_names, sizeof(vm->pol.deny_names), "%s",
+             n->deny_names ? n->deny_names : "");
+    /* Records of an older warrend have no limits: none. */
+    vm->pol.rate_mbit = n->rate_mbit;
+    vm->pol.max_conns = n->max_connections;
+    /* Held even with networking off now: the namespace is removed with the VM. */
+    if (o.has_net_slot && t->net && net_slot_hold(t->net, (int)o.net_slot) == 0)
+        vm->net_slot = (int)o.net_slot;
+    rec_vm_free(&o);
     return 0;
 }
 

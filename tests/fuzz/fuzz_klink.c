@@ -1,5 +1,5 @@
 /*
- * Fuzz core/klink_lines.c, the kernel bridge's NDJSON as a hostile guest could
+ * Fuzz kernel/klink_lines.c, the kernel bridge's NDJSON as a hostile guest could
  * write it. The input is a plan and a stream: byte 0 is the line bound (its
  * value + 1), byte 1 how many split lengths follow (each one byte; a length
  * with its high bit set also restarts the splitter there with a resync, as a

@@ -1,5 +1,5 @@
 /*
- * Unit test of core/klink_lines.c: the kernel bridge's NDJSON split into
+ * Unit test of kernel/klink_lines.c: the kernel bridge's NDJSON split into
  * checked lines under every split of the input, with their offsets; bad and
  * over-long lines reported, never kept; a resync from inside a line; and a
  * run's lines gathered into one JSON answer within its bound.
