@@ -82,9 +82,11 @@ cmake --build "$top/build-asan" -j2 >/dev/null
 # scenarios (its C, fanout.c and agent_check.c, is the same under the main build's
 # run); integration_watch's floods drive the guest builtin, whose host side
 # test_ws_session's watch op, test_envd's watchers and the watch fuzzer cover.
+# The two smoke benchmarks run whole daemons for their table's paths: the SDK's (its
+# gzip write included) integration_envd covers here, the list's is integration_fleet's.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   LSAN_OPTIONS=suppressions="$top/tests/lsan.supp" WARREN_SANITIZED=1 \
-  run_ctest ctest --test-dir "$top/build-asan" -j2 --output-on-failure -E '^(integration_terminal|load_ws_smoke|integration_clients|integration_jupyter|integration_fleet|integration_watch)$'
+  run_ctest ctest --test-dir "$top/build-asan" -j2 --output-on-failure -E '^(integration_terminal|load_ws_smoke|load_sdk_bench_smoke|load_list_smoke|integration_clients|integration_jupyter|integration_fleet|integration_watch)$'
 
 step "fuzzers (15 s each, two at a time: each is one CPU-bound process)"
 CC=clang cmake -S . -B "$top/build-fuzz" -DCMAKE_BUILD_TYPE=Debug -DWARREN_FUZZ=ON >/dev/null
