@@ -5,6 +5,7 @@ microVMs (see tests/integration/warren.py) and prints p50/p99 and MB/s.
 """
 import argparse
 import hashlib
+import http.client
 import json
 import os
 import platform
@@ -16,6 +17,38 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from warren import Warren, qemu_pids, rss_kib  # noqa: E402
 
 MiB = 1024 * 1024
+
+
+
+class Via:
+    """Requests to one address (the proxy, or a host directly), keep-alive."""
+
+    def __init__(self, host, port, key):
+        self.host, self.port, self.key = host, port, key
+        self.c = None
+
+    def req(self, method, path, body=None, headers=None, with_headers=False):
+        h = {"Authorization": f"Bearer {self.key}"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        for attempt in (0, 1):
+            if self.c is None:
+                self.c = http.client.HTTPConnection(self.host, self.port, timeout=600)
+            try:
+                self.c.request(method, path, body=data, headers=h)
+                r = self.c.getresponse()
+                out = r.read()
+                if with_headers:
+                    return r.status, out, {k.lower(): v for k, v in r.getheaders()}
+                return r.status, out
+            except (http.client.HTTPException, OSError):
+                self.c.close()
+                self.c = None
+                if attempt:
+                    raise
 
 
 def pct(xs, p):

@@ -17,7 +17,6 @@ placement and routing, not three machines' capacity.
 import argparse
 import asyncio
 import concurrent.futures
-import http.client
 import json
 import os
 import platform
@@ -27,35 +26,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import fleet  # noqa: E402
-from bench import pct  # noqa: E402
+from bench import Via, pct  # noqa: E402
 from test_ws_pty import Pty  # noqa: E402
-
-
-class Via:
-    """Requests to one address (the proxy, or a host directly), keep-alive."""
-
-    def __init__(self, host, port, key):
-        self.host, self.port, self.key = host, port, key
-        self.c = None
-
-    def req(self, method, path, body=None, headers=None):
-        h = {"Authorization": f"Bearer {self.key}"}
-        if body is not None:
-            body = json.dumps(body).encode()
-            h["Content-Type"] = "application/json"
-        h.update(headers or {})
-        for attempt in (0, 1):
-            if self.c is None:
-                self.c = http.client.HTTPConnection(self.host, self.port, timeout=600)
-            try:
-                self.c.request(method, path, body=body, headers=h)
-                r = self.c.getresponse()
-                return r.status, r.read()
-            except (http.client.HTTPException, OSError):
-                self.c.close()
-                self.c = None
-                if attempt:
-                    raise
 
 
 def timed(n, fn):

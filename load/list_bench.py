@@ -20,7 +20,6 @@ done on one machine, not three machines'.
 """
 import argparse
 import concurrent.futures
-import http.client
 import json
 import os
 import platform
@@ -31,38 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import fleet  # noqa: E402
-from bench import pct  # noqa: E402
-
-
-class Via:
-    """Requests to one address (the proxy, or a host directly), keep-alive."""
-
-    def __init__(self, host, port, key):
-        self.host, self.port, self.key = host, port, key
-        self.c = None
-
-    def req(self, method, path, body=None, headers=None, with_headers=False):
-        h = {"Authorization": f"Bearer {self.key}"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            h["Content-Type"] = "application/json"
-        h.update(headers or {})
-        for attempt in (0, 1):
-            if self.c is None:
-                self.c = http.client.HTTPConnection(self.host, self.port, timeout=600)
-            try:
-                self.c.request(method, path, body=data, headers=h)
-                r = self.c.getresponse()
-                out = r.read()
-                if with_headers:
-                    return r.status, out, {k.lower(): v for k, v in r.getheaders()}
-                return r.status, out
-            except (http.client.HTTPException, OSError):
-                self.c.close()
-                self.c = None
-                if attempt:
-                    raise
+from bench import Via, pct  # noqa: E402
 
 
 def fill(via_factory, n, clients=4):
