@@ -6,9 +6,10 @@
 // check ({"check": name, "ok": bool, ...}) and exits non-zero on the first
 // failure.
 //
-// Not here yet (they need the envd door, built apart): commands.run, pty,
-// files, watchDir, getHost through the port proxy, runCode. Add them after the
-// merge, in a section of their own, as the E2B-WIRE.md list says.
+// The data plane is elsewhere: commands, pty and files in e2b_envd.mjs, runCode
+// and contexts in e2b_code.mjs. Not through the SDK yet: getHost and a request
+// through the port proxy, and a command's connect after a kill -9 of warrend
+// (test_envd.py makes that one at the wire).
 import { Sandbox, SandboxNotFoundError, AuthenticationError } from 'e2b'
 
 const TEMPLATE = process.env.E2B_TEST_TEMPLATE || 'base'
