@@ -1032,9 +1032,11 @@ static struct sbx_kv *fork_kv(const struct rec_kv *env, const struct rec_kv *met
 {
     struct sbx_kv *kv = calloc(env->n + meta->n + 1, sizeof(*kv));
 
-    if (kv) {
-        memcpy(kv, env->v, env->n * sizeof(*kv));
-        memcpy(kv + env->n, meta->v, meta->n * sizeof(*kv));
+    if (kv) { /* an empty list's v is NULL, which memcpy may not be given */
+        if (env->n)
+            memcpy(kv, env->v, env->n * sizeof(*kv));
+        if (meta->n)
+            memcpy(kv + env->n, meta->v, meta->n * sizeof(*kv));
     }
     return kv;
 }

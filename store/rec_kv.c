@@ -63,8 +63,9 @@ int rec_kv_set(struct rec_kv *m, const struct sbx_kv *in, size_t n)
     if (!o)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        json_t *v = in[i].val.p ? json_stringn(in[i].val.p, in[i].val.n) : NULL;
-        if (!v || !in[i].key || json_object_set_new(o, in[i].key, v)) {
+        /* json_object_set_new takes v even when it fails: v is made only with a key */
+        json_t *v = in[i].key && in[i].val.p ? json_stringn(in[i].val.p, in[i].val.n) : NULL;
+        if (!v || json_object_set_new(o, in[i].key, v)) {
             json_decref(o);
             return -EINVAL;
         }
