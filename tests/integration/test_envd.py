@@ -478,26 +478,34 @@ class EnvdTest(WarrenCase):
         s.close()
         self.assertEqual(ev[-1][1]["error"]["code"], "not_found", ev)
 
+    def new_watcher(self, path):
+        """A polling watcher (the Python SDK's CreateWatcher) on a directory it makes."""
+        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": path})
+        self.assertIn(st, (200, 409))
+        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": path})
+        self.assertEqual(st, 200, body)
+        return body["watcherId"]
+
+    def poll_watcher(self, wid, want, limit=60):
+        """GetWatcherEvents polled until every event in want came (or limit s); all got."""
+        got = []
+        deadline = time.time() + limit
+        while not all(x in got for x in want) and time.time() < deadline:
+            st, body = self.unary("filesystem.Filesystem/GetWatcherEvents", {"watcherId": wid})
+            self.assertEqual(st, 200, body)
+            got += body["events"]
+            time.sleep(0.3)
+        for x in want:
+            self.assertIn(x, got)
+        return got
+
     def test_polling_watchers(self):
         """The Python SDK's sync watch_dir: CreateWatcher, then GetWatcherEvents polled,
         each event given once, then RemoveWatcher."""
-        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": "/tmp/pw"})
-        self.assertIn(st, (200, 409))
-        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/pw"})
-        self.assertEqual(st, 200, body)
-        wid = body["watcherId"]
+        wid = self.new_watcher("/tmp/pw")
 
-        def poll_until(want, limit=60):
-            got = []
-            deadline = time.time() + limit
-            while want not in got and time.time() < deadline:
-                st, body = self.unary("filesystem.Filesystem/GetWatcherEvents",
-                                      {"watcherId": wid})
-                self.assertEqual(st, 200, body)
-                got += body["events"]
-                time.sleep(0.3)
-            self.assertIn(want, got)
-            return got
+        def poll_until(want):
+            return self.poll_watcher(wid, [want])
 
         created = {"name": "a.txt", "type": "EVENT_TYPE_CREATE"}
         self.assertEqual(self.upload("/tmp/pw/a.txt", b"x", multipart=False)[0], 200)
@@ -711,24 +719,10 @@ class EnvdTest(WarrenCase):
     def test_z_watcher_restart(self):
         """A polling watcher survives a kill -9 of warrend: the same watcherId then gives
         the events it had not given yet, each once, and none it gave before."""
-        st, _ = self.unary("filesystem.Filesystem/MakeDir", {"path": "/tmp/rw"})
-        self.assertIn(st, (200, 409))
-        st, body = self.unary("filesystem.Filesystem/CreateWatcher", {"path": "/tmp/rw"})
-        self.assertEqual(st, 200, body)
-        wid = body["watcherId"]
+        wid = self.new_watcher("/tmp/rw")
 
-        def poll_until(want, limit=60):
-            got = []
-            deadline = time.time() + limit
-            while not all(x in got for x in want) and time.time() < deadline:
-                st, body = self.unary("filesystem.Filesystem/GetWatcherEvents",
-                                      {"watcherId": wid})
-                self.assertEqual(st, 200, body)
-                got += body["events"]
-                time.sleep(0.3)
-            for x in want:
-                self.assertIn(x, got)
-            return got
+        def poll_until(want):
+            return self.poll_watcher(wid, want)
 
         def created(name):
             return {"name": name, "type": "EVENT_TYPE_CREATE"}
