@@ -331,18 +331,24 @@ class PyContext:
                         self.owners.pop(parent, None)
 
     async def silent(self, code, timeout=30.0):
-        """Run code of the bridge's own (no history, no count); True when it succeeded."""
+        """Run code of the bridge's own (no history, no count) within timeout seconds;
+        True when it succeeded. Why it did not is in self.silent_why."""
         msg = self.km.session.msg("execute_request", {
             "code": code, "silent": True, "store_history": False,
             "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
         q = self.expect(msg)
         self.send("shell", msg)
+        deadline = asyncio.get_running_loop().time() + timeout
+        self.silent_why = "no reply within %.0f s" % timeout
         try:
             while True:
-                ch, m = await asyncio.wait_for(q.get(), timeout)
+                left = deadline - asyncio.get_running_loop().time()
+                ch, m = await asyncio.wait_for(q.get(), max(left, 0.001))
                 if ch == "shell" and m["msg_type"] == "execute_reply":
                     if m["content"].get("status") != "ok":
-                        log("%s: own code failed: %s" % (self.id, m["content"].get("evalue")))
+                        self.silent_why = "%s: %s" % (m["content"].get("ename"),
+                                                      m["content"].get("evalue"))
+                        log("%s: own code failed: %s" % (self.id, self.silent_why))
                     return m["content"].get("status") == "ok"
         except asyncio.TimeoutError:
             return False
@@ -986,7 +992,8 @@ async def daemon_main(ready_fd):
     try:
         ctx = await d.new_context("python", default=True)
         if not await ctx.silent(WARM_IMPORTS, timeout=START_TIMEOUT):
-            raise Fail("internal", "numpy, pandas or matplotlib does not import")
+            raise Fail("internal", "importing numpy, pandas and matplotlib: %s"
+                       % ctx.silent_why)
         try:
             os.unlink(SOCK)
         except FileNotFoundError:

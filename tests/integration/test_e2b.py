@@ -135,6 +135,8 @@ class TestKey(E2BCase):
 
 class TestPythonShapes(E2BCase):
     """The Python SDK's control-plane requests, as its generated client sends them."""
+    conf = dict(E2BCase.conf, e2b_templates="code-interpreter-v1=code-interpreter "
+                "small-v1=minimal gone-v1=no-such-template")
 
     def create(self, **kw):
         body = {"templateID": TEMPLATE, "timeout": 3600, "secure": True,
@@ -265,16 +267,20 @@ class TestPythonShapes(E2BCase):
         self.assertIs(rec["auto_pause"], False)
 
     def test_template_alias(self):
-        # code-interpreter-v1 is Warren's code-interpreter template (e2b_templates): made
-        # from it where that image is built, else refused naming Warren's template
-        r = self.e2b("POST", "/sandboxes", {"templateID": "code-interpreter-v1", "timeout": 600})
-        if r.status == 201:
-            self.assertEqual(r.json()["templateID"], "code-interpreter")
-            self.assertEqual(r.json()["alias"], "code-interpreter-v1")
-            self.assertEqual(self.e2b("DELETE", f"/sandboxes/{r.json()['sandboxID']}").status, 204)
-        else:
-            self.assertIn(r.status, (400, 404), r)
-            self.assertIn("'code-interpreter'", r.json()["message"])
+        # e2b_templates maps E2B's names to Warren's templates (code-interpreter-v1 to
+        # code-interpreter by default; the SDK's own create of it is in
+        # integration_code). A sandbox made from an alias shows the template's own name
+        # as templateID and the alias as alias; an alias of a template this host does
+        # not have is refused naming Warren's template.
+        r = self.e2b("POST", "/sandboxes", {"templateID": "small-v1", "timeout": 600})
+        self.assertEqual(r.status, 201, f"{r}\n{self.w.log_text()}")
+        self.assertEqual((r.json()["templateID"], r.json()["alias"]), ("minimal", "small-v1"))
+        sid = r.json()["sandboxID"]
+        self.assertEqual(self.w.get(sid).json()["template"], "minimal")
+        self.assertEqual(self.e2b("DELETE", f"/sandboxes/{sid}").status, 204)
+        r = self.e2b("POST", "/sandboxes", {"templateID": "gone-v1", "timeout": 600})
+        self.assertIn(r.status, (400, 404), r)
+        self.assertIn("'no-such-template'", r.json()["message"])
 
     def test_paging_and_snapshots(self):
         ids = sorted(self.create(metadata={"suite": "page"})["sandboxID"] for _ in range(3))

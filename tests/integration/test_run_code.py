@@ -89,16 +89,6 @@ def read_run(w, sid, run, offset=0):
     return lines_of(r.body)
 
 
-def wait_ready(w, sid, timeout=60):
-    """After a restart: until the sandbox's guest answers again."""
-    deadline = time.time() + timeout
-    while True:
-        r = w.request("GET", f"/v1/sandboxes/{sid}/processes")
-        if r.status == 200 or time.time() > deadline:
-            return r
-        time.sleep(0.1)
-
-
 class TestRunCode(CodeCase):
     @classmethod
     def setUpClass(cls):
@@ -320,7 +310,7 @@ class TestRunCode(CodeCase):
         w.kill9()
         s.close()
         w.start()
-        self.assertEqual(wait_ready(w, self.sid).status, 200)
+        self.assertEqual(w.wait_guest(self.sid).status, 200)
         deadline = time.time() + 120
         while True:
             lines = read_run(w, self.sid, run)

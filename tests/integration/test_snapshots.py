@@ -712,6 +712,10 @@ class TestBootedRamFileUnjailed(WarrenCase):
         w = self.w
         bases = os.path.join(w.state_dir, "bases")
         a = w.create()
+        vm = w.get(a).json()["vm_id"]
+
+        def mine():  # the class's other tests leave files of their own sandboxes
+            return [f for f in os.listdir(bases) if f.startswith(vm + "-")]
         w.run(a, "echo parent > /root/f")
         r = w.request("POST", f"/v1/sandboxes/{a}/exec", {"cmd": COUNTER, "background": True})
         self.assertEqual(r.status, 201, r)
@@ -722,15 +726,13 @@ class TestBootedRamFileUnjailed(WarrenCase):
         self.assertEqual(r.status, 201, f"{r}\n{w.log_text()}")
         snap = r.json()["snapshot_id"]
         forks = [f["id"] for f in r.json()["sandboxes"]]
-        vm = w.get(a).json()["vm_id"]
-        self.assertEqual(os.listdir(bases), [f"{vm}-{snap}.ram"])
+        self.assertEqual(mine(), [f"{vm}-{snap}.ram"])
         # The fork snapshot holds the device state only.
         self.assertLess(os.path.getsize(os.path.join(w.state_dir, "snapshots", snap,
                                                      "state.snap")), 1 << 20)
         # Its record's size counts the RAM file it made.
         size = w.request("GET", f"/v1/snapshots/{snap}").json()["size_bytes"]
-        self.assertGreaterEqual(size, os.stat(os.path.join(bases, os.listdir(bases)[0]))
-                                .st_blocks * 512)
+        self.assertGreaterEqual(size, os.stat(os.path.join(bases, mine()[0])).st_blocks * 512)
         for i, f in enumerate(forks):
             self.assertEqual(w.run(f, "cat /root/f")["stdout"], "parent\n")
             self.assertTrue(counter_runs(w, f), f)
@@ -743,9 +745,9 @@ class TestBootedRamFileUnjailed(WarrenCase):
             self.assertEqual(w.delete(f).status, 200)
         # The reaper removes the fork snapshot nothing depends on, and its file with it.
         deadline = time.time() + 120
-        while os.listdir(bases) and time.time() < deadline:
+        while mine() and time.time() < deadline:
             time.sleep(0.5)
-        self.assertEqual(os.listdir(bases), [], w.log_text())
+        self.assertEqual(mine(), [], w.log_text())
         self.assertEqual(w.delete(a).status, 200)
 
     def test_adopted_vm_pauses_with_the_checksum(self):
@@ -765,6 +767,7 @@ class TestBootedRamFileUnjailed(WarrenCase):
         w.kill9()
         w.start()
         w.wait_state(b, ["running"])
+        self.assertEqual(w.wait_guest(b).status, 200, w.log_text())
         w.run(b, "echo after > /root/b")
         r = w.request("POST", f"/v1/sandboxes/{b}/pause", {})
         self.assertEqual(r.status, 200, f"{r}\n{w.log_text()}")

@@ -449,6 +449,16 @@ class Warren:
     def delete(self, sid):
         return self.request("DELETE", f"/v1/sandboxes/{sid}")
 
+    def wait_guest(self, sid, timeout=120):
+        """After warrend's restart: until the adopted sandbox's guest answers again
+        (until then a request is answered 503 sandbox_not_ready); the last answer."""
+        deadline = time.time() + timeout
+        while True:
+            r = self.request("GET", f"/v1/sandboxes/{sid}/processes")
+            if r.status == 200 or time.time() > deadline:
+                return r
+            time.sleep(0.1)
+
     def wait_state(self, sid, states, timeout=30):
         deadline = time.time() + timeout
         while time.time() < deadline:
