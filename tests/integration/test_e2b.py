@@ -3,8 +3,8 @@
 Python SDK's request shapes (read from e2b-dev/E2B's python-sdk; the SDK itself
 cannot be installed here) are replayed at the wire.
 
-Not covered yet: the SDK's envd calls (commands, files, pty, runCode): they need
-the envd door, and join e2b_sdk.mjs after it lands."""
+The SDK's envd calls (commands, files, pty, ports, connect after a restart) are
+test_envd.py's (e2b_envd.mjs), runCode test_e2b_code.py's (e2b_code.mjs)."""
 import contextlib
 import hashlib
 import json
@@ -37,7 +37,8 @@ def npm_modules():
 @contextlib.contextmanager
 def sdk_script(name, package, port, key, **env):
     """node's argv and environment for tests/integration/<name> (an .mjs of checks, one
-    JSON line each) against warrend at port; the copy it runs is removed afterwards.
+    JSON line each; an absolute name is taken as is) against warrend at port; the copy
+    it runs is removed afterwards.
     package: the npm package it needs, which setup.sh installs (missing is a broken
     set-up, not a pass)."""
     node = shutil.which("node")
@@ -52,7 +53,7 @@ def sdk_script(name, package, port, key, **env):
     tmp = tempfile.mkdtemp(prefix="warren-sdk-")
     try:
         os.symlink(mods, os.path.join(tmp, "node_modules"))
-        script = os.path.join(tmp, name)
+        script = os.path.join(tmp, os.path.basename(name))
         shutil.copy(os.path.join(HERE, name), script)
         yield [node, script], env
     finally:
