@@ -89,12 +89,17 @@ async function main() {
     read_node_http: [rawGet, (b) => b !== null && same(b)],
   }
   for (const k of Object.keys(ways)) out[k] = []
-  // interleaved, so that a change of the machine's load falls on every way alike
+  for (const k of Object.keys(ways)) out[k + '_cpu_ms'] = []
+  // interleaved, so that a change of the machine's load falls on every way alike;
+  // this process's CPU time too, which the machine's load does not change much
   for (let i = 0; i < N_READ; i++) {
     for (const [k, [read, ok]] of Object.entries(ways)) {
       const t0 = now()
+      const c0 = process.cpuUsage()
       const got = await read()
+      const c = process.cpuUsage(c0)
       out[k].push((now() - t0) / 1e3)
+      out[k + '_cpu_ms'].push((c.user + c.system) / 1e3)
       if (!ok(got)) fail(k + ' read back')
     }
   }

@@ -12,7 +12,8 @@ of each way (p50): the SDK's files.read in each format (`text`, its default,
 of an ASCII file of the same size; `bytes`, `blob`, `stream`), the same GET
 /files of the envd door through Node's http module (no SDK), and in Python
 Warren's own read and the envd door's GET /files (http.client): which part
-is the server's and which the client's. With the code-interpreter template in the image dir, also
+is the server's and which the client's. Beside each read's MB/s, the p50 CPU
+time the reading process spent on it (the client's own cost). With the code-interpreter template in the image dir, also
 `runCode("1+1")` through @e2b/code-interpreter against Warren's
 /v1/sandboxes/{id}/code run (p50, after a first run). Prints one table.
 Every answer is checked: a wrong one stops the run. --smoke: tiny counts, no
@@ -116,11 +117,12 @@ def native(w, a, code):
     ways = {"read_native": lambda: sb.files.read("/tmp/bench.bin"),
             "read_envd": lambda: envd_read(w, sb.id, "/tmp/bench.bin")}
     for k in ways:
-        out[k] = []
+        out[k], out[k + "_cpu_ms"] = [], []
     for _ in range(a.reads):
         for k, read in ways.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             back = read()
+            out[k + "_cpu_ms"].append((time.process_time() - c0) * 1e3)
             out[k].append(time.perf_counter() - t0)
             if back != data:
                 raise SystemExit(f"{k}: {len(back)} of {len(data)} bytes, or other bytes")
@@ -146,7 +148,8 @@ def mbs(o, k):
     if k not in o:
         return "-"
     t = pct(o[k], 50) if isinstance(o[k], list) else o[k]
-    return f"{o['bytes'] / t / 1e6:.1f} MB/s"
+    cpu = f", {pct(o[k + '_cpu_ms'], 50):.0f} ms CPU" if k + "_cpu_ms" in o else ""
+    return f"{o['bytes'] / t / 1e6:.1f} MB/s{cpu}"
 
 
 def main():
