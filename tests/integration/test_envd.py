@@ -790,7 +790,7 @@ class EnvdTest(WarrenCase):
 def stream_sdk_script(name, package, port, key, timeout, on_need, **env):
     """run_sdk_script (test_e2b.py) for a script that asks the test for something while
     it runs: its stdout is read line by line, each {"need": ...} line is given to
-    on_need(line) as it comes, and then "go" is written to the script's stdin. killed
+    on_need(line) as it comes, and then "go" is written to the script's stdin. Killed
     after timeout seconds. (returncode, its checks, its stderr)."""
     with sdk_script(name, package, port, key, **env) as (argv, env):
         with subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
