@@ -3,6 +3,7 @@
 // E2B_SANDBOX_URL and E2B_API_KEY pointing at warrend. Prints one JSON line of
 // results; exits non-zero when an answer is wrong (a benchmark of wrong answers
 // measures nothing).
+import http from 'node:http'
 import { Sandbox } from 'e2b'
 
 const env = process.env
@@ -12,6 +13,7 @@ const MIB = +(env.MIB || 10)
 const TEMPLATE = env.BENCH_TEMPLATE || 'base'
 const CODE = env.CODE_TEMPLATE || ''
 const N_CODE = +(env.N_CODE || 20)
+const N_READ = +(env.N_READ || 5)
 const now = () => performance.now()
 
 function fail(what, extra) {
@@ -48,8 +50,58 @@ async function main() {
     out[key + '_s'] = (now() - t0) / 1e3
     t0 = now()
     const back = await sbx.files.read('/tmp/bench.bin', { format: 'bytes' })
-    if (key === 'write') out.read_s = (now() - t0) / 1e3
+    if (key === 'write') out.read_first_s = (now() - t0) / 1e3
     if (!same(back)) fail(key + ' read back', { len: back.length })
+  }
+  // Every way an SDK user reads a file, each N_READ times. 'text', the default, is
+  // for text: an ASCII file of the same size.
+  const text = Array.from({ length: data.length }, (_, i) => String.fromCharCode(97 + (data[i] % 26))).join('')
+  await sbx.files.write('/tmp/bench.txt', text)
+  const concat = (chunks) => {
+    const b = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0))
+    let o = 0
+    for (const c of chunks) { b.set(c, o); o += c.length }
+    return b
+  }
+  // The same GET /files without the SDK, through Node's own http client: what is
+  // Node's and what is the SDK's.
+  const url = new URL(env.E2B_SANDBOX_URL)
+  const rawGet = () => new Promise((resolve, reject) => {
+    http.get({
+      host: url.hostname, port: url.port, path: '/files?path=' + encodeURIComponent('/tmp/bench.bin'),
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken },
+    }, (res) => {
+      const chunks = []
+      res.on('data', (c) => chunks.push(c))
+      res.on('end', () => resolve(res.statusCode === 200 ? concat(chunks) : null))
+    }).on('error', reject)
+  })
+  // each way's read (timed) and the check of what it gave (not timed)
+  const ways = {
+    read_bytes: [() => sbx.files.read('/tmp/bench.bin', { format: 'bytes' }), same],
+    read_blob: [async () => new Uint8Array(await (await sbx.files.read('/tmp/bench.bin', { format: 'blob' })).arrayBuffer()), same],
+    read_stream: [async () => {
+      const chunks = []
+      for await (const c of await sbx.files.read('/tmp/bench.bin', { format: 'stream' })) chunks.push(c)
+      return concat(chunks)
+    }, same],
+    read_text: [() => sbx.files.read('/tmp/bench.txt'), (t) => t === text],
+    read_node_http: [rawGet, (b) => b !== null && same(b)],
+  }
+  for (const k of Object.keys(ways)) out[k] = []
+  for (const k of Object.keys(ways)) out[k + '_cpu_ms'] = []
+  // interleaved, so that a change of the machine's load falls on every way alike;
+  // this process's CPU time too, which the machine's load does not change much
+  for (let i = 0; i < N_READ; i++) {
+    for (const [k, [read, ok]] of Object.entries(ways)) {
+      const t0 = now()
+      const c0 = process.cpuUsage()
+      const got = await read()
+      const c = process.cpuUsage(c0)
+      out[k].push((now() - t0) / 1e3)
+      out[k + '_cpu_ms'].push((c.user + c.system) / 1e3)
+      if (!ok(got)) fail(k + ' read back')
+    }
   }
   out.bytes = data.length
   await sbx.kill()

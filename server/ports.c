@@ -500,6 +500,16 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
     /* A public port needs nothing (our token header, query and cookie still go). */
     if (sbx_port_public(srv->t, d->sbx, d->port))
         return 0;
+    /* E2B's SDK users reach a port with the sandbox's trafficAccessToken (derived, so
+     * it needs the sandbox alive: checked after admission, as for every token). */
+    if (h->e2btoken.p) {
+        if (srv->token_key_set &&
+            token_e2b_check(srv->token_key, "traffic", d->sbx, h->e2btoken.p, h->e2btoken.n))
+            return 0;
+        pc_fail(pc, 401, "token_invalid",
+                PORTS_E2B_TOKEN_HDR " must be this sandbox's trafficAccessToken");
+        return 1;
+    }
     tok[0] = '\0';
     if (h->xtoken.p) {
         if (h->xtoken.n >= sizeof(tok)) {
@@ -525,7 +535,8 @@ static int admit(struct pconn *pc, const struct ports_head *h, const struct port
     if (!how) {
         pc_fail(pc, 401, "unauthorized",
                 "sandbox ports need the API key (Authorization: Bearer), or an access token "
-                "with the ports scope (X-Warren-Token, ?" PORTS_TOKEN_Q "= or its cookie)");
+                "with the ports scope (X-Warren-Token, ?" PORTS_TOKEN_Q "= or its cookie), or "
+                "E2B's E2B-Traffic-Access-Token");
         return 1;
     }
     why = srv->token_key_set ? token_verify(srv->token_key, tok, strlen(tok), d->sbx,

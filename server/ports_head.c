@@ -93,6 +93,10 @@ static int header(struct ports_head *h, const char *p, size_t n, bool *conn_upgr
         if (h->xtoken.p)
             return -EINVAL;
         h->xtoken = value;
+    } else if (span_is(name, PORTS_E2B_TOKEN_HDR)) {
+        if (h->e2btoken.p)
+            return -EINVAL;
+        h->e2btoken = value;
     } else if (span_is(name, "cookie")) {
         if (h->cookie.p) /* one Cookie header (HTTP/2 splits them; HTTP/1.1 clients do not) */
             return -EINVAL;
@@ -386,8 +390,9 @@ long ports_head_rewrite(const struct ports_head *h, const struct ports_dest *d, 
     puts_(&w, "\r\n");
     for (unsigned i = 0; i < h->nhdr; i++) {
         struct ports_span nm = h->name[i];
-        if (span_is(nm, PORTS_TOKEN_HDR) || span_is(nm, "connection") ||
-            span_is(nm, "keep-alive") || span_is(nm, "proxy-connection") ||
+        if (span_is(nm, PORTS_TOKEN_HDR) || span_is(nm, PORTS_E2B_TOKEN_HDR) ||
+            span_is(nm, "connection") || span_is(nm, "keep-alive") ||
+            span_is(nm, "proxy-connection") ||
             /* Path mode refuses interim answers (ports.c puts its policy after the one
              * status line): a guest asked for none sends a 100 only if hostile. */
             (d->mode == PORTS_PATH && span_is(nm, "expect")) ||

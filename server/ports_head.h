@@ -26,6 +26,9 @@
 #define PORTS_ID_MAX    64             /* = API_ID_MAX */
 #define PORTS_TOKEN_Q   "warren_token" /* query parameter and cookie name */
 #define PORTS_TOKEN_HDR "x-warren-token"
+/* E2B's header for a sandbox's trafficAccessToken: what its users send to a port of a
+ * sandbox whose traffic is not public. */
+#define PORTS_E2B_TOKEN_HDR "e2b-traffic-access-token"
 
 struct ports_span {
     const char *p; /* NULL: absent */
@@ -37,7 +40,7 @@ struct ports_head {
     struct ports_span method, target, version;
     struct ports_span name[PORTS_HDRS_MAX], value[PORTS_HDRS_MAX];
     unsigned nhdr;
-    struct ports_span host, authorization, xtoken, cookie;
+    struct ports_span host, authorization, xtoken, e2btoken, cookie;
     bool upgrade;    /* Connection names "upgrade" and an Upgrade header is present */
     bool chunked;    /* Transfer-Encoding: chunked */
     bool has_length; /* Content-Length given */

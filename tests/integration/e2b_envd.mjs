@@ -1,8 +1,14 @@
 // E2B's unmodified JS SDK (npm e2b@2.51.0) against warrend's envd door: the
 // data-plane calls (commands, pty, files) on a sandbox made through the
-// control plane. Run by test_envd.py with E2B_API_URL, E2B_SANDBOX_URL and
-// E2B_API_KEY pointing at warrend. Prints one JSON line per check ({"check":
-// name, "ok": bool, ...}) and exits non-zero on the first failure.
+// control plane, a request to a port of it at the host getHost names, and
+// commands.connect after a kill -9 of warrend. Run by test_envd.py with
+// E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY pointing at warrend and
+// E2B_TEST_PORT_DOMAIN its port_domain. Prints one JSON line per check
+// ({"check": name, "ok": bool, ...}) and exits non-zero on the first failure.
+// Once it prints {"need": "restart", "id": ...}: the test kills warrend with SIGKILL,
+// starts it again, and writes "go" to this script's stdin.
+import http from 'node:http'
+import readline from 'node:readline'
 import { Sandbox, CommandExitError } from 'e2b'
 
 const TEMPLATE = process.env.E2B_TEST_TEMPLATE || 'base'
@@ -12,6 +18,48 @@ const enc = new TextEncoder()
 function check(name, ok, extra = {}) {
   console.log(JSON.stringify({ check: name, ok: !!ok, ...extra }))
   if (!ok) process.exit(1)
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+// The test's answers on stdin, one line each.
+const lines = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]()
+
+// There is no DNS for getHost's name here: the request goes to warrend's own
+// address, with the Host header exactly what getHost gave.
+function get(host, path, headers) {
+  const url = new URL(process.env.E2B_SANDBOX_URL)
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: url.hostname, port: url.port, path, headers: { Host: host, ...headers },
+    }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+// Until cond() holds (a minute at most): whether it did.
+async function until(cond) {
+  for (let i = 0; i < 600; i++) {
+    if (cond()) return true
+    await sleep(100)
+  }
+  return false
+}
+
+// Until the output gathered in buf() holds counter line c<n> with n above after.
+async function counterPast(buf, after) {
+  for (let i = 0; i < 600; i++) {
+    const ns = [...buf().matchAll(/c(\d+)\n/g)].map((m) => +m[1])
+    if (ns.some((n) => n > after)) return Math.max(...ns)
+    await sleep(100)
+  }
+  return -1
 }
 
 async function main() {
@@ -99,11 +147,67 @@ async function main() {
   await sbx.files.remove('/tmp/e2b/d')
   check('files.remove', (await sbx.files.exists('/tmp/e2b/d')) === false)
 
+  // a port of the sandbox through Warren's port proxy, at the host getHost names
+  await sbx.files.write('/tmp/www/hello.txt', 'served from the sandbox\n')
+  const srv = await sbx.commands.run('python3 -m http.server 8000', { background: true, cwd: '/tmp/www' })
+  const host = sbx.getHost(8000)
+  check('getHost', host === `8000-${sbx.sandboxId}.${process.env.E2B_TEST_PORT_DOMAIN}`, { host })
+  // E2B's header for a sandbox whose traffic is not public; Warren's ports all need one
+  check('trafficAccessToken', /^[0-9a-f]{64}$/.test(sbx.trafficAccessToken || ''))
+  const auth = { 'E2B-Traffic-Access-Token': sbx.trafficAccessToken }
+  let page = null
+  for (let i = 0; i < 600; i++) { // until python3 listens
+    page = await get(host, '/hello.txt', auth)
+    if (page.status !== 502) break
+    await sleep(100)
+  }
+  check('port request', page.status === 200 && page.body === 'served from the sandbox\n', { page })
+  const none = await get(host, '/hello.txt', {})
+  const wrong = await get(host, '/hello.txt', { 'E2B-Traffic-Access-Token': sbx.envdAccessToken })
+  check('port request needs the token', none.status === 401 && wrong.status === 401, { none, wrong })
+  check('port server killed', (await sbx.commands.kill(srv.pid)) === true)
+
+  // a command through a kill -9 of warrend: its stream breaks; connect takes it up
+  // again. A file written after each connect makes it print a line: output made
+  // after the restart, not only what it had printed before.
+  let before = ''
+  const ticker = await sbx.commands.run('i=0; while :; do echo c$i; ' +
+    'for m in 1 2; do [ -e /tmp/tick/go$m ] && echo after$m; done; i=$((i+1)); sleep 0.2; done', {
+    background: true, onStdout: (d) => { before += d },
+  })
+  const last = await counterPast(() => before, 1)
+  check('counter runs', last > 1, { before: before.slice(-200) })
+  // the broken stream's end is not this script's failure
+  const lost = ticker.wait().then(() => 'ended', (e) => String(e))
+  console.log(JSON.stringify({ need: 'restart', id: sbx.sandboxId }))
+  const go = await lines.next()
+  check('restarted', !go.done && go.value.trim() === 'go', { go })
+  const seen = Math.max(...[...before.matchAll(/c(\d+)\n/g)].map((m) => +m[1]))
+  let again1 = ''
+  const h1 = await sbx.commands.connect(ticker.pid, { onStdout: (d) => { again1 += d } })
+  await sbx.files.write('/tmp/tick/go1', '')
+  const past1 = await counterPast(() => again1, seen)
+  const fresh1 = await until(() => again1.includes('after1\n'))
+  check('connect after restart', h1.pid === ticker.pid && past1 > seen && fresh1,
+    { seen, again: again1.slice(-200), lost: await Promise.race([lost, sleep(1000).then(() => 'pending')]) })
+  check('listed after restart', (await sbx.commands.list()).some((p) => p.pid === ticker.pid))
+  await h1.disconnect()
+  const sbx2 = await Sandbox.connect(sbx.sandboxId)
+  let again2 = ''
+  const h2 = await sbx2.commands.connect(ticker.pid, { onStdout: (d) => { again2 += d } })
+  await sbx2.files.write('/tmp/tick/go2', '')
+  const fresh2 = await until(() => again2.includes('after2\n'))
+  check('Sandbox.connect after restart', fresh2 && (await counterPast(() => again2, past1)) > past1,
+    { past1, again: again2.slice(-200) })
+  check('listed by the new Sandbox', (await sbx2.commands.list()).some((p) => p.pid === ticker.pid))
+  check('counter killed', (await sbx2.commands.kill(ticker.pid)) === true)
+  await h2.wait().catch(() => {})
+
   await sbx.kill()
   check('done', true)
 }
 
-main().catch((e) => {
+main().then(() => process.exit(0), (e) => {
   console.log(JSON.stringify({ check: 'exception', ok: false, error: String(e), stack: e.stack }))
   process.exit(1)
 })

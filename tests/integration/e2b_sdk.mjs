@@ -6,10 +6,10 @@
 // check ({"check": name, "ok": bool, ...}) and exits non-zero on the first
 // failure.
 //
-// The data plane is elsewhere: commands, pty and files in e2b_envd.mjs, runCode
-// and contexts in e2b_code.mjs. Not through the SDK yet: getHost and a request
-// through the port proxy, and a command's connect after a kill -9 of warrend
-// (test_envd.py makes that one at the wire).
+// The data plane is elsewhere: commands, pty and files in e2b_envd.mjs, with
+// getHost and a request through the port proxy, and a command's connect after
+// a kill -9 of warrend (test_envd.py's EnvdSdkTest); runCode and contexts in
+// e2b_code.mjs.
 import { Sandbox, SandboxNotFoundError, AuthenticationError } from 'e2b'
 
 const TEMPLATE = process.env.E2B_TEST_TEMPLATE || 'base'

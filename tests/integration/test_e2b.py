@@ -3,8 +3,9 @@
 Python SDK's request shapes (read from e2b-dev/E2B's python-sdk; the SDK itself
 cannot be installed here) are replayed at the wire.
 
-Not covered yet: the SDK's envd calls (commands, files, pty, runCode): they need
-the envd door, and join e2b_sdk.mjs after it lands."""
+The SDK's envd calls (commands, files, pty, ports, connect after a restart) are
+test_envd.py's (e2b_envd.mjs), runCode test_e2b_code.py's (e2b_code.mjs)."""
+import contextlib
 import hashlib
 import json
 import os
@@ -33,10 +34,13 @@ def npm_modules():
     return os.path.join(cache, "npm", key, "node_modules")
 
 
-def run_sdk_script(name, package, port, key, timeout, **env):
-    """Run tests/integration/<name> (an .mjs of checks, one JSON line each) with node
-    against warrend at port: (the finished process, its checks). package: the npm
-    package it needs, which setup.sh installs (missing is a broken set-up, not a pass)."""
+@contextlib.contextmanager
+def sdk_script(name, package, port, key, **env):
+    """node's argv and environment for tests/integration/<name> (an .mjs of checks, one
+    JSON line each; an absolute name is taken as is) against warrend at port; the copy
+    it runs is removed afterwards.
+    package: the npm package it needs, which setup.sh installs (missing is a broken
+    set-up, not a pass)."""
     node = shutil.which("node")
     mods = npm_modules()
     if not node or not os.path.isdir(os.path.join(mods, package)):
@@ -49,12 +53,18 @@ def run_sdk_script(name, package, port, key, timeout, **env):
     tmp = tempfile.mkdtemp(prefix="warren-sdk-")
     try:
         os.symlink(mods, os.path.join(tmp, "node_modules"))
-        script = os.path.join(tmp, name)
+        script = os.path.join(tmp, os.path.basename(name))
         shutil.copy(os.path.join(HERE, name), script)
-        p = subprocess.run([node, script], env=env, capture_output=True, text=True,
-                           timeout=timeout)
+        yield [node, script], env
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_sdk_script(name, package, port, key, timeout, **env):
+    """Run tests/integration/<name> with node against warrend at port, to its end: (the
+    finished process, its checks). See sdk_script."""
+    with sdk_script(name, package, port, key, **env) as (argv, env):
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     return p, [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
 
 

@@ -12,10 +12,14 @@ import hmac
 import json
 import os
 import struct
+import subprocess
+import threading
 import time
 import unittest
 
-from test_e2b import run_sdk_script
+import fakenet
+from test_e2b import sdk_script
+from test_net import images_have_nic, net_conf, remove_namespaces
 from warren import WarrenCase
 
 ENVD = 49983
@@ -783,24 +787,106 @@ class EnvdTest(WarrenCase):
         c.close()
 
 
+def stream_sdk_script(name, package, port, key, timeout, on_need, **env):
+    """run_sdk_script (test_e2b.py) for a script that asks the test for something while
+    it runs: its stdout is read line by line, each {"need": ...} line is given to
+    on_need(line) as it comes, and then "go" is written to the script's stdin. Killed
+    after timeout seconds. (returncode, its checks, its stderr)."""
+    with sdk_script(name, package, port, key, **env) as (argv, env):
+        with subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as p:
+            return _stream(p, timeout, on_need)
+
+
+def _stream(p, timeout, on_need):
+    err = []
+    reader = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
+    reader.start()
+    watchdog = threading.Timer(timeout, p.kill)
+    watchdog.start()
+    checks = []
+    try:
+        for line in p.stdout:
+            if not line.startswith("{"):
+                continue
+            msg = json.loads(line)
+            if "need" in msg:
+                on_need(msg)
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            else:
+                checks.append(msg)
+        p.wait()
+    finally:
+        watchdog.cancel()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        reader.join(10)
+    return p.returncode, checks, "".join(err)
+
+
+SDK_DOMAIN = "sdk.test"
+
+
 class EnvdSdkTest(WarrenCase):
     """E2B's unmodified JS SDK (npm e2b@2.51.0, setup.sh's npm cache) through
-    e2b_envd.mjs: commands, pty and files on a sandbox it creates itself."""
+    e2b_envd.mjs: commands, pty and files on a sandbox it creates itself, a request to
+    a port of it at the host sbx.getHost names (port_domain, VM networking in the fake
+    network of fakenet.py), and commands.connect after warrend's kill -9 and restart."""
+
+    conf = net_conf(port_domain=SDK_DOMAIN, boot_timeout_seconds="300")
+    net = None
+
+    @classmethod
+    def setUpClass(cls):
+        why = fakenet.have_tools()
+        if why:
+            raise unittest.SkipTest(f"the SDK's port request: {why}")
+        if not images_have_nic():
+            raise unittest.SkipTest("the SDK's port request: the guest images have no virtio_net")
+        cls.net = fakenet.FakeNet()
+        cls.net.enter()
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.net.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+            remove_namespaces(cls.w)
+        finally:
+            cls.net.close()
+
+    def restart(self, need):
+        """The script's sandbox lives on through warrend's kill -9; until its guest answers."""
+        self.assertEqual(need["need"], "restart", need)
+        self.w.kill9()
+        self.w.start()
+        r = self.w.wait_guest(need["id"])
+        self.assertEqual(r.status, 200, r)
 
     def test_sdk(self):
         with open(os.path.join(self.w.state_dir, "e2b_api_key")) as f:
             key = f.read().strip()
-        p, checks = run_sdk_script("e2b_envd.mjs", "e2b", self.w.port, key, 900,
-                                   E2B_TEST_TEMPLATE="base")
+        rc, checks, err = stream_sdk_script("e2b_envd.mjs", "e2b", self.w.port, key, 900,
+                                            self.restart, E2B_TEST_TEMPLATE="base",
+                                            E2B_TEST_PORT_DOMAIN=SDK_DOMAIN)
         failed = [c for c in checks if not c["ok"]]
-        self.assertEqual(p.returncode, 0,
-                         f"{failed}\nstderr: {p.stderr[-3000:]}\n{self.w.log_text()}")
+        self.assertEqual(rc, 0, f"{failed}\nstderr: {err[-3000:]}\n{self.w.log_text()}")
         names = [c["check"] for c in checks]
         for want in ("create", "commands.run", "envs and cwd", "exit code error",
                      "commands.list", "commands.kill", "sendStdin and closeStdin",
                      "connect after disconnect", "pty", "files.write", "files.read",
                      "files binary", "files.list", "files.watchDir", "files.makeDir", "files.makeDir exists",
-                     "files.rename", "files.exists", "files.remove", "done"):
+                     "files.rename", "files.exists", "files.remove", "getHost",
+                     "trafficAccessToken", "port request", "port request needs the token",
+                     "port server killed", "counter runs", "restarted", "connect after restart",
+                     "listed after restart", "Sandbox.connect after restart",
+                     "listed by the new Sandbox", "counter killed", "done"):
             self.assertIn(want, names)
 
 

@@ -62,6 +62,12 @@ static void test_parse(void)
     CHECK(parse("GET /a HTTP/2.0\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET a HTTP/1.1\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET /a HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", &h) == -EINVAL);
+    /* E2B's traffic token: read, and once only */
+    CHECK(parse("GET /a HTTP/1.1\r\nE2B-Traffic-Access-Token: t1\r\n\r\n", &h) > 0 &&
+          h.e2btoken.n == 2 && memcmp(h.e2btoken.p, "t1", 2) == 0);
+    CHECK(parse("GET /a HTTP/1.1\r\ne2b-traffic-access-token: a\r\n"
+                "E2B-Traffic-Access-Token: b\r\n\r\n",
+                &h) == -EINVAL);
     CHECK(parse("GET /a HTTP/1.1\r\nContent-Length: -1\r\n\r\n", &h) == -EINVAL);
     CHECK(parse("GET /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0 && h.chunked);
     /* upgrade needs both headers */
@@ -171,6 +177,10 @@ static void test_rewrite(void)
                       "", "K", out, sizeof(out)) == PORTS_PATH);
         CHECK(strcmp(out, "GET /?a=1 HTTP/1.1\r\nCookie: c=3\r\nConnection: close\r\n\r\n") == 0);
     }
+    /* E2B's traffic token is consumed by the proxy, never forwarded */
+    CHECK(rewrite("GET / HTTP/1.1\r\nHost: 9-s.d\r\nE2B-Traffic-Access-Token: T\r\n\r\n", "d", NULL,
+                  out, sizeof(out)) == PORTS_HOST);
+    CHECK(strcmp(out, "GET / HTTP/1.1\r\nHost: 9-s.d\r\nConnection: close\r\n\r\n") == 0);
     /* path mode asks the guest for no interim answer; Host mode passes Expect on */
     CHECK(rewrite("POST /v1/sandboxes/s/ports/8/ HTTP/1.1\r\nExpect: 100-continue\r\n\r\n", "",
                   NULL, out, sizeof(out)) == PORTS_PATH);
