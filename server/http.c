@@ -44,6 +44,9 @@
  *   is refused here (400, closed), since a proxy in front may frame it the
  *   other way (request smuggling);
  * - it never answers "Expect: 100-continue" itself;
+ * - a POST with an explicit "Content-Length: 0" gets HTTP_BODY_COMPLETION at
+ *   once, with a pending timeout still armed that closes the connection 30 s
+ *   later, answered or not: rest_body_done clears it;
  * - SERVER_NEW_CLIENT_INSTANTIATED and WSI_DESTROY go to protocols[0] with
  *   `user` not a pss: a connection counted at accept (on_accept, warrend's
  *   own listener) rides on the wsi's opaque user data from there (adoption

@@ -1685,6 +1685,11 @@ int rest_body(struct pss *p, const void *in, size_t len)
 int rest_body_done(struct pss *p)
 {
     p->body_done = true;
+    /* The body is whole: no timeout of lws's may now cut the answer short, which can
+     * take minutes (a cold boot, a kernel's restart). A body lws completes without
+     * reading (an explicit Content-Length: 0) left one armed that closed the
+     * connection unanswered after 30 s (http.c). */
+    lws_set_timeout(p->wsi, NO_PENDING_TIMEOUT, 0);
     if (http_phase_lingering(p->phase))
         return -1; /* the answer went out already; the body is drained: close */
     if (p->upload && p->status) {

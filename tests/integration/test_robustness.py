@@ -377,6 +377,41 @@ class ClientTest(WarrenCase):
         s.close()
 
 
+class EmptyBodyTest(WarrenCase):
+    """A POST with Content-Length: 0 (what http.client and Node's fetch send for a POST
+    without a body) whose answer takes longer than 30 s: lws completes such a body
+    without reading it and leaves a timeout of its own armed, which closed the
+    connection unanswered at 30 s (E2B's SDK saw 'fetch failed: other side closed' on a
+    kernel's restart under load). Here a pause waits on a QEMU stopped for 40 s."""
+
+    def test_slow_answer_to_an_empty_body(self):
+        w = self.w
+        sid = w.create()
+        pids = qemu_pids(w.vm_id(sid))
+        self.assertEqual(len(pids), 1, pids)
+        auth = {"Authorization": f"Bearer {w.key}"}
+        c = w.conn(timeout=300)
+        os.kill(pids[0], signal.SIGSTOP)
+        cont = threading.Timer(40, os.kill, (pids[0], signal.SIGCONT))
+        cont.start()
+        try:
+            c.request("POST", f"/v1/sandboxes/{sid}/pause", headers=auth)  # Content-Length: 0
+            r = c.getresponse()
+            body = r.read()
+        finally:
+            cont.join()
+        self.assertEqual(r.status, 200, f"{body}\n{w.log_text()}")
+        self.assertEqual(json.loads(body)["state"], "paused")
+        # the connection is still good for the next request
+        c.request("POST", f"/v1/sandboxes/{sid}/resume", headers=auth)
+        r = c.getresponse()
+        body = r.read()
+        self.assertEqual(r.status, 200, body)
+        c.close()
+        self.assertEqual(w.run(sid, "echo back")["stdout"], "back\n")
+        w.delete(sid)
+
+
 class IndexFailureTest(unittest.TestCase):
     """A create whose index write fails is a failed create (500
     index_write_failed, VM stopped). Before, it answered 201 and the next
