@@ -21,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -221,9 +224,23 @@ struct hc_ent {
     char sha[IMGSRC_HEX_LEN + 1];
 };
 
+/* A blob that failed its check: not fetched again (a corrupt 2 GiB blob would be read
+ * every interval) until it changes (a directory source) or retry_s passed. */
+struct refused {
+    char sha[IMGSRC_HEX_LEN + 1];
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+    time_t at;
+    char why[192];
+};
+
 struct imgsrc_hcache {
     struct hc_ent v[IMGSRC_FILES_MAX];
     size_t n, next; /* next: the slot a new name takes when full */
+    struct refused ref[IMGSRC_FILES_MAX];
+    size_t nref, nextref;
 };
 
 struct imgsrc_hcache *imgsrc_hcache_new(void)
@@ -290,6 +307,29 @@ int imgsrc_hash(struct imgsrc_hcache *c, const char *dir, const char *name,
     e->mtime = st.st_mtim;
     memcpy(e->sha, hex, sizeof(e->sha));
     return 0;
+}
+
+/* Record dir/name's hash as known (it was just checked while written). */
+static void hcache_put(struct imgsrc_hcache *c, const char *dir, const char *name, const char *hex)
+{
+    char path[4096 + IMGSRC_NAME_MAX + 2];
+    struct hc_ent *e = NULL;
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (stat(path, &st) || !S_ISREG(st.st_mode))
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->v[i].name, name) == 0)
+            e = &c->v[i];
+    if (!e)
+        e = c->n < IMGSRC_FILES_MAX ? &c->v[c->n++] : &c->v[c->next++ % IMGSRC_FILES_MAX];
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    e->dev = st.st_dev;
+    e->ino = st.st_ino;
+    e->size = st.st_size;
+    e->mtime = st.st_mtim;
+    memcpy(e->sha, hex, sizeof(e->sha));
 }
 
 /* ---- writing a file: holes kept, hashed on the way ---- */
@@ -723,6 +763,65 @@ static int install(const struct imgsrc_opts *o, const struct imgsrc_entry *e, ch
     return r;
 }
 
+/* The blob's identity in a directory source (zeroes over HTTP: time alone decides). */
+static void blob_stat(const struct imgsrc_opts *o, const char *sha, struct stat *st)
+{
+    char path[4096 + 128];
+
+    memset(st, 0, sizeof(*st));
+    if (o->where.http)
+        return;
+    snprintf(path, sizeof(path), "%s/blobs/sha256-%s", o->where.path, sha);
+    if (stat(path, st))
+        memset(st, 0, sizeof(*st));
+}
+
+static struct refused *refused_find(struct imgsrc_hcache *c, const char *sha)
+{
+    for (size_t i = 0; i < c->nref; i++)
+        if (strcmp(c->ref[i].sha, sha) == 0)
+            return &c->ref[i];
+    return NULL;
+}
+
+/* Was this blob refused, unchanged since, and not long ago? Then why it was. */
+static const char *refused_still(const struct imgsrc_opts *o, struct imgsrc_hcache *c,
+                                 const char *sha)
+{
+    struct refused *f = refused_find(c, sha);
+    struct stat st;
+
+    if (!f)
+        return NULL;
+    blob_stat(o, sha, &st);
+    if (st.st_dev != f->dev || st.st_ino != f->ino || st.st_size != f->size ||
+        st.st_mtim.tv_sec != f->mtime.tv_sec || st.st_mtim.tv_nsec != f->mtime.tv_nsec ||
+        time(NULL) - f->at >= (time_t)o->retry_s) {
+        f->sha[0] = '\0'; /* tried again now */
+        return NULL;
+    }
+    return f->why;
+}
+
+static void refused_add(struct imgsrc_hcache *c, const char *sha, const char *why,
+                        const struct stat *before)
+{
+    struct refused *f = refused_find(c, sha);
+
+    if (!f)
+        f = refused_find(c, "");
+    if (!f)
+        f = c->nref < IMGSRC_FILES_MAX ? &c->ref[c->nref++]
+                                       : &c->ref[c->nextref++ % IMGSRC_FILES_MAX];
+    snprintf(f->sha, sizeof(f->sha), "%s", sha);
+    f->dev = before->st_dev;
+    f->ino = before->st_ino;
+    f->size = before->st_size;
+    f->mtime = before->st_mtim;
+    f->at = time(NULL);
+    snprintf(f->why, sizeof(f->why), "%s", why);
+}
+
 void imgsrc_fill(const struct imgsrc_opts *o, struct imgsrc_hcache *c, struct imgsrc_report *r)
 {
     struct imgsrc_entry *v = calloc(IMGSRC_FILES_MAX, sizeof(*v));
@@ -749,8 +848,18 @@ void imgsrc_fill(const struct imgsrc_opts *o, struct imgsrc_hcache *c, struct im
 
         f->e = v[i];
         h = imgsrc_hash(c, o->image_dir, v[i].name, hex, &size);
-        if (h == -ENOENT) {
-            if (install(o, &v[i], f->why, sizeof(f->why)) == 0) {
+        const char *was;
+        if (h == -ENOENT && (was = refused_still(o, c, v[i].sha))) {
+            snprintf(f->why, sizeof(f->why), "%s", was);
+        } else if (h == -ENOENT) {
+            struct stat before;
+            int k;
+            blob_stat(o, v[i].sha, &before);
+            if ((k = install(o, &v[i], f->why, sizeof(f->why))) == -EBADMSG)
+                refused_add(c, v[i].sha, f->why, &before);
+            if (k == 0) {
+                /* Its hash was checked as it was written: not read a second time. */
+                hcache_put(c, o->image_dir, v[i].name, v[i].sha);
                 r->installed++;
                 h = imgsrc_hash(c, o->image_dir, v[i].name, hex, &size);
             }
@@ -968,6 +1077,8 @@ static void *pass(void *arg)
     struct dirent *de;
     DIR *d;
 
+    /* Hashing gigabytes must not starve the VMs' QEMUs: this thread yields to them. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     if (s->has_source)
         imgsrc_fill(&s->o, s->hc, &s->out);
     s->out_nh = 0;
@@ -975,9 +1086,14 @@ static void *pass(void *arg)
         while ((de = readdir(d)) != NULL && s->out_nh < IMGSRC_FILES_MAX) {
             struct local_hash *l = &s->out_h[s->out_nh];
             char path[4096 + IMGSRC_NAME_MAX + 2];
+            size_t len = strlen(de->d_name);
             uint64_t size;
             struct stat st;
-            if (!imgsrc_name_ok(de->d_name) ||
+            /* What a sandbox boots: templates, the kernel and the initramfs (image_dir
+             * may hold build leftovers such as a template's tree.tar, not worth reading). */
+            bool boots = (len > 5 && !strcmp(de->d_name + len - 5, ".ext4")) ||
+                         !strcmp(de->d_name, "vmlinux") || !strcmp(de->d_name, "initramfs.cpio");
+            if (!boots || !imgsrc_name_ok(de->d_name) ||
                 imgsrc_hash(s->hc, s->image_dir, de->d_name, l->sha, &size))
                 continue;
             snprintf(path, sizeof(path), "%s/%.64s", s->image_dir, de->d_name);
@@ -1084,6 +1200,9 @@ int images_src_start(struct ev_loop *loop, const struct srv_config *cfg, struct 
     s->o.image_dir = s->image_dir;
     s->o.max_bytes = cfg->image_source_max_bytes;
     s->o.timeout_s = cfg->image_source_timeout_s;
+    /* A refused blob is read again after ten intervals (at least ten minutes): a source
+     * being repaired is picked up, a broken one costs little. */
+    s->o.retry_s = 10 * cfg->image_source_period_s < 600 ? 600 : 10 * cfg->image_source_period_s;
     s->loop = loop;
     ev_async_init(&s->wake, on_wake);
     s->wake.data = s;

@@ -86,6 +86,8 @@ struct imgsrc_opts {
     const char *image_dir;
     uint64_t max_bytes; /* a listed file's largest size */
     unsigned timeout_s; /* an HTTP connect, or read, waits no longer */
+    unsigned retry_s;   /* a blob that failed its check is fetched again after this long,
+                           or once it changed (a directory source) */
 };
 
 enum imgsrc_state { IMGSRC_OK, IMGSRC_MISSING, IMGSRC_DIFFERS };

@@ -61,8 +61,9 @@ static void usage(FILE *f)
                "(DIR/index, DIR/blobs/sha256-<hex>; see image_source) and exits.\n");
 }
 
-/* mkdir -p; directories it creates get mode 0700. */
-static int mkdir_p(const char *path)
+/* mkdir -p; directories it creates get mode (0700 for state; images are world-readable
+ * as images/build.sh makes them, for the jailed QEMUs). */
+static int mkdir_p(const char *path, mode_t mode)
 {
     char buf[4096];
     size_t n = strlen(path);
@@ -74,7 +75,7 @@ static int mkdir_p(const char *path)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0700) && errno != EEXIST)
+            if (mkdir(buf, mode) && errno != EEXIST)
                 return -errno;
             *p = c;
             if (!c)
@@ -550,7 +551,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
 
-    r = mkdir_p(cfg.state_dir);
+    r = mkdir_p(cfg.state_dir, 0700);
     if (r) {
         LOG(LOG_ERR, "cannot create state directory %s: %s", cfg.state_dir, strerror(-r));
         goto out;
@@ -581,6 +582,11 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    /* A host that fills its images from a source may start with none: their directory
+     * is made here, before the sandbox table resolves it. */
+    if (cfg.image_source && cfg.image_source[0] && stat(cfg.image_dir, &st) &&
+        (r = mkdir_p(cfg.image_dir, 0755)))
+        LOG(LOG_WARN, "cannot create image directory %s: %s", cfg.image_dir, strerror(-r));
     if (stat(cfg.image_dir, &st) || !S_ISDIR(st.st_mode))
         LOG(LOG_WARN,
             "image directory %s does not exist yet: sandboxes cannot start until the "
