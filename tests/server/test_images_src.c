@@ -225,6 +225,32 @@ static void test_fill(void)
     imgsrc_fill(&o, hc, r);
     CHECK((f = file_of(r, "vmlinux")) && f->state == IMGSRC_MISSING);
 
+    /* A refused blob is not fetched again while it is unchanged (retry_s not passed). Here
+     * it is repaired in place behind the fill's back (same inode, size and mtime): still
+     * not fetched, so still missing; once retry_s has passed (0 here), it is installed. */
+    o.retry_s = 3600;
+    CHECK((f = file_of(r, "b.ext4")) != NULL);
+    snprintf(p, sizeof(p), "%s/blobs/sha256-%s", pub, f->e.sha);
+    imgsrc_fill(&o, hc, r); /* refused, and remembered */
+    CHECK((f = file_of(r, "b.ext4")) && f->state == IMGSRC_MISSING);
+    {
+        struct stat bst;
+        struct timespec ts[2];
+        int fd;
+        CHECK(stat(p, &bst) == 0);
+        ts[0] = bst.st_atim;
+        ts[1] = bst.st_mtim;
+        CHECK((fd = open(p, O_WRONLY)) >= 0);
+        CHECK(write(fd, "disk-b", 6) == 6);
+        close(fd);
+        CHECK(utimensat(AT_FDCWD, p, ts, 0) == 0);
+    }
+    imgsrc_fill(&o, hc, r);
+    CHECK((f = file_of(r, "b.ext4")) && f->state == IMGSRC_MISSING && r->installed == 0);
+    o.retry_s = 0;
+    imgsrc_fill(&o, hc, r);
+    CHECK((f = file_of(r, "b.ext4")) && f->state == IMGSRC_OK && r->installed == 1);
+
     /* A file present with other content is reported and never replaced. */
     snprintf(p, sizeof(p), "%s/vmlinux", dst);
     put(p, "other!", 6, 0);
