@@ -172,6 +172,10 @@ static const struct opt opts[] = {
     {"peer_timeout_ms", T_UINT, F(peer_timeout_ms), "3000", 100},
     {"peer_answer_max_bytes", T_SIZE, F(peer_answer_max_bytes), "16777216", 4096},
     {"agent_check_port", T_UINT, F(agent_check_port), "0", 0},
+    {"image_source", T_STR, F(image_source), "", 0},
+    {"image_source_interval_seconds", T_UINT, F(image_source_period_s), "60", 1},
+    {"image_source_max_bytes", T_SIZE, F(image_source_max_bytes), "17179869184", 1},
+    {"image_source_timeout_seconds", T_UINT, F(image_source_timeout_s), "30", 1},
     {"e2b_stream_timeout_ms", T_UINT, F(e2b_stream_timeout_ms), "60000", 0},
 };
 
@@ -575,6 +579,7 @@ void cfg_free(struct srv_config *c)
     free(c->host_id);
     free(c->peers);
     free(c->peers_dns);
+    free(c->image_source);
     free(c->api_key_file);
     free(c->token_secret_file);
     free(c->e2b_templates);

@@ -153,6 +153,11 @@ struct srv_config {
     unsigned peer_timeout_ms;     /* peer_timeout_ms = 3000: a peer's answer to a list */
     size_t peer_answer_max_bytes; /* peer_answer_max_bytes = 16777216: its largest answer */
     unsigned agent_check_port;    /* agent_check_port = 0: HAProxy agent check on TCP; 0 off */
+    /* guest images filled from a shared source (server/images_src.c) */
+    char *image_source;              /* image_source = (empty): a directory or http:// URL; off */
+    unsigned image_source_period_s;  /* image_source_interval_seconds = 60: index re-read */
+    size_t image_source_max_bytes;   /* image_source_max_bytes = 17179869184: a file's largest */
+    unsigned image_source_timeout_s; /* image_source_timeout_seconds = 30: HTTP connect, read */
     /* E2B's in-sandbox API (server/envd.c) */
     unsigned e2b_stream_timeout_ms; /* e2b_stream_timeout_ms = 60000: a stream's deadline */
 };

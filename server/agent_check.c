@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "images_src.h"
 #include "log.h"
 #include "sbx.h"
 
@@ -22,11 +23,13 @@ struct agent_check {
     struct ev_loop *loop;
     const struct srv_config *cfg;
     struct sbx_table *t;
+    const struct images_src *imgs;
     int fd;
     ev_io w;
 };
 
-void agent_check_line(const struct srv_config *cfg, unsigned live, char *buf, size_t cap)
+void agent_check_line(const struct srv_config *cfg, unsigned live, bool lacking, char *buf,
+                      size_t cap)
 {
     char path[4096];
     struct stat st;
@@ -38,6 +41,10 @@ void agent_check_line(const struct srv_config *cfg, unsigned live, char *buf, si
         return;
     }
     pct = live >= max ? 0 : (unsigned)(((unsigned long long)(max - live) * 100) / max);
+    /* A host still filling its images would fail creates of templates it lacks: it keeps
+     * a share of the creates (those it has work), the others go mostly elsewhere. */
+    if (lacking)
+        pct /= 4;
     /* Never 0, which HAProxy takes as drain: a full host still gets the odd create, answers
      * it 503 host_full at once, and the proxy retries elsewhere; with every host full the
      * client learns it (429) instead of HAProxy's "no server". */
@@ -56,7 +63,8 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
     (void)loop;
     (void)revents;
     while ((fd = accept4(a->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-        agent_check_line(a->cfg, sbx_count_live(a->t), line, sizeof(line));
+        agent_check_line(a->cfg, sbx_count_live(a->t), images_src_lacking(a->imgs), line,
+                         sizeof(line));
         /* One short line into an empty socket buffer: it fits, or the peer is gone. */
         (void)!send(fd, line, strlen(line), MSG_NOSIGNAL);
         close(fd);
@@ -66,7 +74,7 @@ static void on_accept(struct ev_loop *loop, ev_io *w, int revents)
 }
 
 int agent_check_start(struct ev_loop *loop, const struct srv_config *cfg, struct sbx_table *t,
-                      struct agent_check **out)
+                      const struct images_src *imgs, struct agent_check **out)
 {
     struct sockaddr_storage ss = {0};
     socklen_t sl;
@@ -94,6 +102,7 @@ int agent_check_start(struct ev_loop *loop, const struct srv_config *cfg, struct
     a->loop = loop;
     a->cfg = cfg;
     a->t = t;
+    a->imgs = imgs;
     a->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (a->fd < 0 || setsockopt(a->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
         bind(a->fd, (struct sockaddr *)&ss, sl) || listen(a->fd, 64)) {

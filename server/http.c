@@ -950,6 +950,11 @@ void http_stop(struct http_server *h)
     free(h);
 }
 
+void http_set_images(struct http_server *h, struct images_src *s)
+{
+    h->images = s;
+}
+
 void http_set_token_secret(struct http_server *h, const unsigned char *secret, size_t len)
 {
     if (len != sizeof(h->token_key))

@@ -38,4 +38,8 @@ void http_stop(struct http_server *h);
  * set, no token is minted or accepted. */
 void http_set_token_secret(struct http_server *h, const unsigned char *secret, size_t len);
 
+/* The images' hashes and fill (images_src.h), borrowed until http_stop; NULL is fine. */
+struct images_src;
+void http_set_images(struct http_server *h, struct images_src *s);
+
 #endif

@@ -199,6 +199,7 @@ struct http_server {
     struct fanout_peers *peers;    /* the fleet's other hosts, for lists (fanout.h) */
     struct peers_dns *peers_dns;   /* keeps peers up to date from DNS, or NULL (peers_dns.h) */
     struct envd_watcher *watchers; /* envd's polling watchers (envd.c) */
+    struct images_src *images;     /* image hashes and the source's fill, or NULL */
 };
 
 /* ---- resp.c: the response writer ---- */

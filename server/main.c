@@ -22,6 +22,7 @@
 #include <ev.h>
 
 #include "agent_check.h"
+#include "images_src.h"
 #include "config.h"
 #include "cred.h"
 #include "http.h"
@@ -42,7 +43,8 @@ struct daemon {
     struct ev_loop *loop;
     struct sbx_table *t;
     struct http_server *h;
-    struct agent_check *ac; /* HAProxy agent check, or NULL */
+    struct agent_check *ac;  /* HAProxy agent check, or NULL */
+    struct images_src *imgs; /* image hashes, and the fill from image_source */
     ev_signal sigint, sigterm;
 };
 
@@ -50,15 +52,18 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: warrend [--config FILE] [--listen ADDR:PORT] [--state-dir DIR]\n"
                "               [--image-dir DIR] [--log-level error|warn|info|debug]\n"
-               "               [--check-config] [--help] [--version]\n"
+               "               [--check-config] [--publish-images DIR] [--help] [--version]\n"
                "\n"
                "Serves the Warren REST API (default http://127.0.0.1:8080). Options are read\n"
                "from the embedded defaults (= conf/warren.conf), then FILE, then the flags.\n"
-               "--check-config reads and checks them, prints the host id, and exits.\n");
+               "--check-config reads and checks them, prints the host id, and exits.\n"
+               "--publish-images DIR writes image_dir's files into DIR as an image source\n"
+               "(DIR/index, DIR/blobs/sha256-<hex>; see image_source) and exits.\n");
 }
 
-/* mkdir -p; directories it creates get mode 0700. */
-static int mkdir_p(const char *path)
+/* mkdir -p; directories it creates get mode (0700 for state; images are world-readable
+ * as images/build.sh makes them, for the jailed QEMUs). */
+static int mkdir_p(const char *path, mode_t mode)
 {
     char buf[4096];
     size_t n = strlen(path);
@@ -70,7 +75,7 @@ static int mkdir_p(const char *path)
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0700) && errno != EEXIST)
+            if (mkdir(buf, mode) && errno != EEXIST)
                 return -errno;
             *p = c;
             if (!c)
@@ -322,6 +327,13 @@ static int check_limits(const struct srv_config *c)
         why = "need default_ttl_seconds <= max_ttl_seconds";
     else if (c->api_key && c->api_key[0] && strlen(c->api_key) < KEY_MIN)
         why = "api_key must be at least 32 characters (leave it empty to use a generated one)";
+    if (!why && c->image_source && c->image_source[0]) {
+        static char werr[400];
+        struct imgsrc_where *w = malloc(sizeof(*w));
+        if (!w || imgsrc_where_parse(c->image_source, w, werr, sizeof(werr)))
+            why = w ? werr : "out of memory";
+        free(w);
+    }
     if (why)
         LOG(LOG_ERR, "configuration: %s", why);
     return why ? -EINVAL : 0;
@@ -406,6 +418,8 @@ static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
     d->ac = NULL;
     http_stop(d->h);
     d->h = NULL;
+    images_src_stop(d->imgs);
+    d->imgs = NULL;
     sbx_table_free(d->t, false);
     d->t = NULL;
     ev_signal_stop(loop, &d->sigint);
@@ -424,12 +438,13 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {"check-config", no_argument, NULL, 't'},
+        {"publish-images", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     /* Flags are applied after the file whatever their order on the command line. */
     const char *flag_keys[4] = {"listen", "state_dir", "image_dir", "log_level"};
     const char *flag_vals[4] = {NULL, NULL, NULL, NULL};
-    const char *config_path = NULL;
+    const char *config_path = NULL, *publish_dir = NULL;
     struct srv_config cfg;
     struct daemon d = {0};
     char err[512], *key = NULL;
@@ -438,10 +453,13 @@ int main(int argc, char **argv)
     struct stat st;
     int c, r, rc = 1;
 
-    while ((c = getopt_long(argc, argv, "c:l:s:i:L:hVt", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:l:s:i:L:hVtP:", longopts, NULL)) != -1) {
         switch (c) {
         case 't':
             check_only = true;
+            break;
+        case 'P':
+            publish_dir = optarg;
             break;
         case 'c':
             config_path = optarg;
@@ -515,11 +533,25 @@ int main(int argc, char **argv)
         rc = 0;
         goto out;
     }
+    if (publish_dir) {
+        unsigned nfiles;
+        bool changed;
+        if (publish_dir[0] != '/' ||
+            imgsrc_publish(cfg.image_dir, publish_dir, &nfiles, &changed, err, sizeof(err))) {
+            fprintf(stderr, "warrend: --publish-images: %s\n",
+                    publish_dir[0] != '/' ? "DIR must be an absolute path" : err);
+            goto out;
+        }
+        printf("warrend: published %u file(s) of %s to %s%s\n", nfiles, cfg.image_dir, publish_dir,
+               changed ? "" : " (unchanged)");
+        rc = 0;
+        goto out;
+    }
 
     signal(SIGPIPE, SIG_IGN);
     raise_nofile();
 
-    r = mkdir_p(cfg.state_dir);
+    r = mkdir_p(cfg.state_dir, 0700);
     if (r) {
         LOG(LOG_ERR, "cannot create state directory %s: %s", cfg.state_dir, strerror(-r));
         goto out;
@@ -550,6 +582,11 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    /* A host that fills its images from a source may start with none: their directory
+     * is made here, before the sandbox table resolves it. */
+    if (cfg.image_source && cfg.image_source[0] && stat(cfg.image_dir, &st) &&
+        (r = mkdir_p(cfg.image_dir, 0755)))
+        LOG(LOG_WARN, "cannot create image directory %s: %s", cfg.image_dir, strerror(-r));
     if (stat(cfg.image_dir, &st) || !S_ISDIR(st.st_mode))
         LOG(LOG_WARN,
             "image directory %s does not exist yet: sandboxes cannot start until the "
@@ -580,7 +617,13 @@ int main(int argc, char **argv)
         goto out;
     }
     http_set_token_secret(d.h, tok_secret, sizeof(tok_secret));
-    if (cfg.agent_check_port && agent_check_start(d.loop, &cfg, d.t, &d.ac))
+    if (images_src_start(d.loop, &cfg, &d.imgs, err, sizeof(err))) {
+        LOG(LOG_ERR, "%s", err);
+        rc = 2;
+        goto out;
+    }
+    http_set_images(d.h, d.imgs);
+    if (cfg.agent_check_port && agent_check_start(d.loop, &cfg, d.t, d.imgs, &d.ac))
         goto out;
     ev_signal_init(&d.sigint, on_signal, SIGINT);
     ev_signal_init(&d.sigterm, on_signal, SIGTERM);
@@ -604,6 +647,7 @@ out:
     agent_check_stop(d.ac);
     if (d.h)
         http_stop(d.h);
+    images_src_stop(d.imgs);
     if (d.t)
         sbx_table_free(d.t, false);
     if (d.loop)

@@ -6,10 +6,13 @@
  * pointer) turn results into answers through resp.c.
  * Core errors become HTTP statuses and error bodies here (sbx_err.h).
  */
+#include <sys/stat.h>
+
 #include "cred.h"
 #include "e2b_api.h"
 #include "http_int.h"
 #include "fanout.h"
+#include "images_src.h"
 #include "jupyter.h"
 #include "multipart.h"
 #include "ports_head.h"
@@ -525,9 +528,21 @@ static void h_healthz(struct pss *p, json_t *args)
         return;
     }
     sbx_pool_stats(p->srv->t, &pool);
-    resp_json(p, 200,
-              json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
-                        (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_json_pool_stats(&pool)));
+    {
+        json_t *o =
+            json_pack("{s:s, s:I, s:o}", "status", "ok", "sandboxes",
+                      (json_int_t)sbx_count_live(p->srv->t), "pool", sbx_json_pool_stats(&pool));
+        json_t *imgs = images_src_json(p->srv->images);
+        if (o && imgs)
+            json_object_set_new(o, "images", imgs);
+        else
+            json_decref(imgs);
+        if (!o) {
+            resp_code(p, 500, "internal", "out of memory");
+            return;
+        }
+        resp_json(p, 200, o);
+    }
 }
 
 /* The peers' answers are in (or their deadline passed): their arrays join this host's,
@@ -630,11 +645,66 @@ static void h_sandbox_list(struct pss *p, json_t *args)
     list_answer(p, rc, rc ? NULL : json_pack("{s:o}", "sandboxes", arr), &err, "sandboxes");
 }
 
+/* A template named by content, "name@sha256:<hex>": checked against this host's image of
+ * that name and replaced in body by the name alone. 0 (body untouched without a '@'), or
+ * an answer was given. */
+static int template_by_hash(struct pss *p, json_t *body)
+{
+    const char *v = json_string_value(json_object_get(body, "template")), *at, *hex;
+    char name[SBX_TMPL_NAME_MAX + 1], file[SBX_TMPL_NAME_MAX + 8], alias[SBX_TMPL_NAME_MAX + 1];
+    char have[IMGSRC_HEX_LEN + 1];
+
+    if (!v || !(at = strchr(v, '@')))
+        return 0;
+    hex = at + 1 + strlen("sha256:");
+    if ((size_t)(at - v) > SBX_TMPL_NAME_MAX || at == v || strncmp(at + 1, "sha256:", 7) != 0 ||
+        strlen(hex) != IMGSRC_HEX_LEN || strspn(hex, "0123456789abcdef") != IMGSRC_HEX_LEN) {
+        resp_code(p, 400, "invalid_argument",
+                  "template must be a name, or name@sha256:<64 lowercase hex digits>");
+        return -1;
+    }
+    memcpy(name, v, (size_t)(at - v));
+    name[at - v] = '\0';
+    if (strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789-_") != strlen(name)) {
+        resp_code(p, 400, "invalid_argument", "template must be a template name");
+        return -1;
+    }
+    /* The image a create of that name would boot: an alias's. */
+    snprintf(file, sizeof(file), "%s.ext4",
+             cfg_tmap_get(p->srv->cfg->template_aliases, name, alias, sizeof(alias)) ? alias
+                                                                                     : name);
+    if (!images_src_sha(p->srv->images, file, have)) {
+        char path[4096 + 64];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", p->srv->cfg->image_dir, file);
+        if (stat(path, &st) == 0) {
+            /* Known soon: the hash of a new or changed image is being read. */
+            images_src_want_hashes(p->srv->images);
+            resp_code(p, 503, "image_hashing",
+                      "this host has not yet hashed its image of that template: try again");
+            return -1;
+        }
+        /* No such image: the create below says so as it always does. */
+    } else if (strcmp(have, hex) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "template %s on this host is sha256:%s, not the one asked for",
+                 name, have);
+        resp_code(p, 400, "invalid_argument", msg);
+        return -1;
+    }
+    json_object_set_new(body, "template", json_string(name));
+    return 0;
+}
+
 static void h_sandbox_create(struct pss *p, json_t *body)
 {
     struct sbx_json_create c;
     struct sbx_err err;
-    int rc = sbx_json_create(body, &c, &err);
+    int rc;
+
+    if (template_by_hash(p, body))
+        return;
+    rc = sbx_json_create(body, &c, &err);
 
     if (rc == 0)
         rc = sbx_create(p->srv->t, &c.req, &sink, p, &p->op, &err);
@@ -1001,6 +1071,44 @@ static void h_snapshot_delete(struct pss *p, json_t *args)
     respond_sync(p, rc, out, &err);
 }
 
+/* json "sha256" of image_dir/file as last hashed, or null (and a hashing asked for). */
+static json_t *sha_json(struct pss *p, const char *file, bool *unknown)
+{
+    char hex[IMGSRC_HEX_LEN + 1];
+
+    if (images_src_sha(p->srv->images, file, hex))
+        return json_string(hex);
+    *unknown = true;
+    return json_null();
+}
+
+/* Each template's sha256, and the kernel's and initramfs' beside them: clients and hosts
+ * name a template by content. 0, or -1 when out of memory. */
+static int add_hashes(struct pss *p, json_t *out)
+{
+    json_t *a = json_object_get(out, "templates"), *o;
+    bool unknown = false;
+    size_t i;
+
+    json_array_foreach(a, i, o)
+    {
+        char file[SBX_TMPL_NAME_MAX + 8];
+        snprintf(file, sizeof(file), "%s.ext4", json_string_value(json_object_get(o, "name")));
+        if (json_object_set_new(o, "sha256", sha_json(p, file, &unknown)))
+            return -1;
+    }
+    if (json_object_set_new(out, "kernel",
+                            json_pack("{s:s,s:o}", "name", "vmlinux", "sha256",
+                                      sha_json(p, "vmlinux", &unknown))) ||
+        json_object_set_new(out, "initramfs",
+                            json_pack("{s:s,s:o}", "name", "initramfs.cpio", "sha256",
+                                      sha_json(p, "initramfs.cpio", &unknown))))
+        return -1;
+    if (unknown)
+        images_src_want_hashes(p->srv->images);
+    return 0;
+}
+
 static void h_templates(struct pss *p, json_t *args)
 {
     struct sbx_tmpl_list *l = NULL;
@@ -1011,6 +1119,8 @@ static void h_templates(struct pss *p, json_t *args)
     if (rc == 0 && !(out = sbx_json_templates(l)))
         rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
     free(l);
+    if (rc == 0 && add_hashes(p, out))
+        rc = sbx_err_set(&err, SBX_E_INTERNAL, "out of memory");
     (void)args;
     respond_sync(p, rc, out, &err);
 }

@@ -62,6 +62,8 @@ job "warren" {
 listen = 0.0.0.0:8080
 state_dir = /var/lib/warren
 image_dir = /var/cache/warren/images/current
+image_source = http://warren-images.service.consul:8000/v1
+image_source_interval_seconds = 60
 api_key_file = {{ env "NOMAD_SECRETS_DIR" }}/api_key
 token_secret_file = {{ env "NOMAD_SECRETS_DIR" }}/token_secret
 fleet = true
