@@ -95,6 +95,7 @@ def e2b_walk(v, key, want, page, headers=None):
         assert "x-warren-partial" not in hd, hd
         items = json.loads(body)
         assert len(items) <= page, len(items)
+        assert items or not token, "a token led to an empty page"
         seen += [it["sandboxID"] for it in items]
         keys += [(it["startedAt"] or "", it["sandboxID"]) for it in items]
         pages += 1

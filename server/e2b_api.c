@@ -650,10 +650,20 @@ static void list_fan_done(void *user, const struct fanout_result *r, unsigned n)
     json_decref(held);
 }
 
+/* Whether a peer's answer head carries an x-next-token: it has more after its page. */
+static bool head_has_next(const char *head)
+{
+    for (const char *l = head ? strstr(head, "\r\n") : NULL; l; l = strstr(l + 2, "\r\n"))
+        if (!strncasecmp(l + 2, "x-next-token:", 13))
+            return true;
+    return false;
+}
+
 /* The peers' pages are in. Each adds at most limit of its items after the token to this
  * host's (its answer is cut and checked, e2b_page_merge), and the first limit of them
- * all are the page; a peer that gave limit items may have more, so the page gets a
- * token. A peer that did not answer with a list is named in X-Warren-Partial. */
+ * all are the page; a peer that gave limit items and says it has more (its own
+ * x-next-token) gives the page a token even when none of its items was cut. A peer
+ * that did not answer with a list is named in X-Warren-Partial. */
 static void page_fan_done(void *user, const struct fanout_result *r, unsigned n)
 {
     struct pss *p = user;
@@ -673,7 +683,10 @@ static void page_fan_done(void *user, const struct fanout_result *r, unsigned n)
         bool ok = r[i].ok;
         if (ok) {
             json_t *j = json_loadb(r[i].body, r[i].len, 0, NULL);
-            ok = e2b_page_merge(items, j, filter, has_after ? &after : NULL, limit, &more) >= 0;
+            bool full = false;
+            ok = e2b_page_merge(items, j, filter, has_after ? &after : NULL, limit, &full) >= 0;
+            if (ok && full && head_has_next(r[i].head))
+                more = true;
             json_decref(j);
         }
         if (!ok)
