@@ -14,6 +14,7 @@
 #include "e2b_api.h"
 #include <ctype.h>
 #include "cred.h"
+#include "e2b_page.h"
 #include "fanout.h"
 #include "http_int.h"
 #include "sbx_json.h"
@@ -478,7 +479,8 @@ oom:
     fail(p, 500, "out of memory");
 }
 
-/* Page items (sorted by sandboxID) after next, at most limit; sets x-next-token. */
+/* Page items (sorted by their key, snapshotID) after next, at most limit; sets
+ * x-next-token. Sandboxes page by position instead (e2b_page.h). */
 static void page(struct pss *p, json_t *items, json_t *args, const char *key)
 {
     const char *lim = json_string_value(json_object_get(args, "limit"));
@@ -532,11 +534,6 @@ static int by_key(const void *a, const void *b, const char *key)
                   json_string_value(json_object_get(*(json_t *const *)b, key)));
 }
 
-static int by_sandbox(const void *a, const void *b)
-{
-    return by_key(a, b, "sandboxID");
-}
-
 static int by_snapshot(const void *a, const void *b)
 {
     return by_key(a, b, "snapshotID");
@@ -560,55 +557,68 @@ static int sort_items(json_t *arr, int (*cmp)(const void *, const void *))
     return 0;
 }
 
-static bool state_wanted(const char *filter, const char *st)
+/* E2B's items of REST records (an array) in a state filter wants (NULL: any), or NULL. */
+static json_t *list_items(struct pss *p, json_t *sandboxes, const char *filter)
 {
-    size_t sl = strlen(st);
-
-    if (!filter || !*filter)
-        return true;
-    for (const char *s = filter; *s;) {
-        size_t n = strcspn(s, ",");
-        if (n == sl && !strncmp(s, st, n))
-            return true;
-        s += n;
-        if (*s == ',')
-            s++;
-    }
-    return false;
-}
-
-/* The list's answer from every host's REST records (sandboxes: an array): E2B's items,
- * in id order, then one page of them (v2) or all running ones. */
-static void list_finish(struct pss *p, json_t *sandboxes, json_t *args, bool v2)
-{
-    const char *sq = json_string_value(json_object_get(args, "state"));
     json_t *items = json_array(), *rec;
     size_t i;
 
+    if (!items)
+        return NULL;
     json_array_foreach(sandboxes, i, rec)
     {
         json_t *o = rec_info(p, rec, false);
-        const char *st = json_string_value(json_object_get(o, "state"));
-        if (o && state_wanted(v2 ? sq : "running", st))
-            json_array_append(items, o);
+        if (o && e2b_state_wanted(filter, json_string_value(json_object_get(o, "state"))) &&
+            json_array_append(items, o)) {
+            json_decref(o);
+            json_decref(items);
+            return NULL;
+        }
         json_decref(o);
     }
-    if (!items || sort_items(items, by_sandbox)) {
+    return items;
+}
+
+/* Answer one page (items, in the fleet's order), with the next one's token when more
+ * may follow: the position of its last item. */
+static void page_answer(struct pss *p, json_t *items, bool more)
+{
+    size_t n = json_array_size(items);
+
+    if (more && n) {
+        struct e2b_pos last;
+        char tok[E2B_TOKEN_MAX + 1];
+
+        free(p->xnext);
+        p->xnext = NULL;
+        if (e2b_item_pos(json_array_get(items, n - 1), &last) ||
+            !e2b_token_encode(&last, tok, sizeof(tok)) || !(p->xnext = strdup(tok))) {
+            json_decref(items);
+            fail(p, 500, "cannot make the next page's token");
+            return;
+        }
+    }
+    answer(p, 200, items);
+}
+
+/* GET /sandboxes (no pages): every running sandbox of the REST records, in the order
+ * the pages use. */
+static void list_all_finish(struct pss *p, json_t *sandboxes)
+{
+    json_t *items = list_items(p, sandboxes, "running");
+    bool more = false;
+
+    if (!items || e2b_page_finish(items, SIZE_MAX, &more)) {
         json_decref(items);
         fail(p, 500, "out of memory");
         return;
     }
-    if (!v2) {
-        answer(p, 200, items);
-        return;
-    }
-    page(p, items, args, "sandboxID");
+    answer(p, 200, items);
 }
 
 /* The peers' REST lists are in: they join this host's. A peer that did not answer is
  * named in X-Warren-Partial (E2B's list is a bare array: the header is the one place to
- * say it), never left out in silence. The ids sort the same on every host, so a page's
- * token (the last id given) stays valid whichever host the next request reaches. */
+ * say it), never left out in silence. */
 static void list_fan_done(void *user, const struct fanout_result *r, unsigned n)
 {
     struct pss *p = user;
@@ -636,8 +646,88 @@ static void list_fan_done(void *user, const struct fanout_result *r, unsigned n)
         fail(p, 500, "out of memory");
         return;
     }
-    list_finish(p, arr, json_object_get(held, "args"), json_is_true(json_object_get(held, "v2")));
+    list_all_finish(p, arr);
     json_decref(held);
+}
+
+/* Whether a peer's answer head carries an x-next-token: it has more after its page. */
+static bool head_has_next(const char *head)
+{
+    for (const char *l = head ? strstr(head, "\r\n") : NULL; l; l = strstr(l + 2, "\r\n"))
+        if (!strncasecmp(l + 2, "x-next-token:", 13))
+            return true;
+    return false;
+}
+
+/* The peers' pages are in. Each adds at most limit of its items after the token to this
+ * host's (its answer is cut and checked, e2b_page_merge), and the first limit of them
+ * all are the page; a peer that gave limit items and says it has more (its own
+ * x-next-token) gives the page a token even when none of its items was cut. A peer
+ * that did not answer with a list is named in X-Warren-Partial. */
+static void page_fan_done(void *user, const struct fanout_result *r, unsigned n)
+{
+    struct pss *p = user;
+    json_t *held = p->fan_local, *items = json_incref(json_object_get(held, "items"));
+    const char *filter = json_string_value(json_object_get(held, "state"));
+    const char *tok = json_string_value(json_object_get(held, "after")), *why;
+    size_t limit = (size_t)json_integer_value(json_object_get(held, "limit"));
+    bool more = json_is_true(json_object_get(held, "more"));
+    char missing[FANOUT_PEERS_MAX * (FANOUT_NAME_MAX + 1) + 1] = "";
+    size_t mlen = 0;
+    struct e2b_pos after;
+    bool has_after = tok && !e2b_token_decode(tok, &after, &why);
+
+    p->fan = NULL;
+    p->fan_local = NULL;
+    for (unsigned i = 0; i < n; i++) {
+        bool ok = r[i].ok;
+        if (ok) {
+            json_t *j = json_loadb(r[i].body, r[i].len, 0, NULL);
+            bool full = false;
+            ok = e2b_page_merge(items, j, filter, has_after ? &after : NULL, limit, &full) >= 0;
+            if (ok && full && head_has_next(r[i].head))
+                more = true;
+            json_decref(j);
+        }
+        if (!ok)
+            mlen += (size_t)snprintf(missing + mlen, sizeof(missing) - mlen, "%s%s",
+                                     mlen ? "," : "", r[i].name);
+    }
+    json_decref(held);
+    if ((mlen && !(p->xpartial = strdup(missing))) || e2b_page_finish(items, limit, &more)) {
+        json_decref(items);
+        fail(p, 500, "out of memory");
+        return;
+    }
+    page_answer(p, items, more);
+}
+
+/* A v2 list's limit and nextToken: 0, or answered 400. *has_after: a token was given. */
+static int page_args(struct pss *p, json_t *args, size_t *limit, struct e2b_pos *after,
+                     bool *has_after)
+{
+    const char *lim = json_string_value(json_object_get(args, "limit"));
+    const char *next = json_string_value(json_object_get(args, "nextToken")), *why;
+    long l = E2B_PAGE_DEFAULT;
+    char *end;
+
+    if (lim) {
+        l = strtol(lim, &end, 10);
+        if (!*lim || *end || l < 1 || l > E2B_PAGE_MAX) {
+            fail(p, 400, "'limit' must be 1..1000");
+            return -1;
+        }
+    }
+    *limit = (size_t)l;
+    *has_after = false;
+    if (next && *next) {
+        if (e2b_token_decode(next, after, &why)) {
+            fail(p, 400, why);
+            return -1;
+        }
+        *has_after = true;
+    }
+    return 0;
 }
 
 /* Append s percent-encoded (all but RFC 3986's unreserved characters) at q[*len]. */
@@ -664,7 +754,7 @@ static int pct_put(char *q, size_t cap, size_t *len, const char *s)
 
 /* Ask every peer for its own sandboxes whose metadata holds meta (REST's
  * metadata.K=V filter), with the fleet's key: 0 (list_fan_done answers), or -1. */
-static int list_fan_start(struct pss *p, json_t *meta, json_t *local, json_t *args, bool v2)
+static int list_fan_start(struct pss *p, json_t *meta, json_t *local)
 {
     char path[4096], auth[600];
     size_t len = strlen("/v1/sandboxes");
@@ -685,10 +775,55 @@ static int list_fan_start(struct pss *p, json_t *meta, json_t *local, json_t *ar
             return -1;
     }
     if ((size_t)snprintf(auth, sizeof(auth), "Bearer %s", p->srv->key) >= sizeof(auth) ||
-        !(p->fan_local = json_pack("{s:O, s:O, s:b}", "sandboxes", local, "args", args, "v2", v2)))
+        !(p->fan_local = json_pack("{s:O}", "sandboxes", local)))
         return -1;
     if (fanout_start(p->srv->loop, p->srv->peers, path, auth, p->srv->cfg->peer_timeout_ms,
                      p->srv->cfg->peer_answer_max_bytes, list_fan_done, p, &p->fan)) {
+        json_decref(p->fan_local);
+        p->fan_local = NULL;
+        return -1;
+    }
+    req_phase(p, HP_OP);
+    return 0;
+}
+
+/* Append "&name=" and value percent-encoded (value NULL: nothing). 0, or -1 (too long). */
+static int query_put(char *q, size_t cap, size_t *len, const char *name, const char *value)
+{
+    size_t nl = strlen(name);
+
+    if (!value)
+        return 0;
+    if (*len + nl + 2 >= cap)
+        return -1;
+    q[(*len)++] = '&';
+    memcpy(q + *len, name, nl);
+    *len += nl;
+    q[(*len)++] = '=';
+    q[*len] = 0;
+    return pct_put(q, cap, len, value);
+}
+
+/* Ask every peer for its own page: at most limit of its sandboxes after tok (NULL: from
+ * the start), with the client's state and metadata filters, through its own E2B list
+ * (X-Warren-Local), so each applies the same filters and order as this host. items and
+ * more are this host's page. 0 (page_fan_done answers), or -1. */
+static int page_fan_start(struct pss *p, const char *mq, const char *sq, size_t limit,
+                          const char *tok, json_t *items, bool more)
+{
+    char path[4096], auth[600];
+    size_t len = (size_t)snprintf(path, sizeof(path), "/v2/sandboxes?limit=%zu", limit);
+
+    if (query_put(path, sizeof(path), &len, "state", sq) ||
+        query_put(path, sizeof(path), &len, "metadata", mq) ||
+        query_put(path, sizeof(path), &len, "nextToken", tok))
+        return -1;
+    if ((size_t)snprintf(auth, sizeof(auth), "Bearer %s", p->srv->key) >= sizeof(auth) ||
+        !(p->fan_local = json_pack("{s:O, s:b, s:I, s:s?, s:s?}", "items", items, "more", more,
+                                   "limit", (json_int_t)limit, "state", sq, "after", tok)))
+        return -1;
+    if (fanout_start(p->srv->loop, p->srv->peers, path, auth, p->srv->cfg->peer_timeout_ms,
+                     p->srv->cfg->peer_answer_max_bytes, page_fan_done, p, &p->fan)) {
         json_decref(p->fan_local);
         p->fan_local = NULL;
         return -1;
@@ -701,8 +836,13 @@ static void do_list(struct pss *p, json_t *args, bool v2)
 {
     const char *mq = json_string_value(json_object_get(args, "metadata"));
     const char *sq = json_string_value(json_object_get(args, "state"));
-    json_t *meta = NULL, *all = NULL;
+    json_t *meta = NULL, *all = NULL, *local, *items;
     struct sbx_err err;
+    struct e2b_pos after;
+    bool has_after = false, more = false, fleet;
+    size_t limit = 0;
+    char tok[E2B_TOKEN_MAX + 1];
+    int rc;
 
     if (mq && e2b_metadata_filter(mq, &meta)) {
         fail(p, 400, "malformed metadata filter: k=v pairs joined by '&', form-encoded");
@@ -721,6 +861,10 @@ static void do_list(struct pss *p, json_t *args, bool v2)
                 s++;
         }
     }
+    if (v2 && page_args(p, args, &limit, &after, &has_after)) {
+        json_decref(meta);
+        return;
+    }
     if (core_list(p, meta && json_object_size(meta) ? meta : NULL, &all, &err)) {
         json_decref(meta);
         fail_sbx(p, &err);
@@ -728,9 +872,12 @@ static void do_list(struct pss *p, json_t *args, bool v2)
     }
     /* One of a fleet, asked by a client (a peer's own fan-out says X-Warren-Local): the
      * list holds every host's sandboxes. */
-    if (fanout_peers_count(p->srv->peers) &&
-        lws_hdr_custom_length(p->wsi, "x-warren-local:", 15) < 0) {
-        int rc = list_fan_start(p, meta, json_object_get(all, "sandboxes"), args, v2);
+    fleet = fanout_peers_count(p->srv->peers) &&
+            lws_hdr_custom_length(p->wsi, "x-warren-local:", 15) < 0;
+    if (!v2) {
+        rc = fleet ? list_fan_start(p, meta, json_object_get(all, "sandboxes")) : 0;
+        if (!fleet)
+            list_all_finish(p, json_object_get(all, "sandboxes"));
         json_decref(meta);
         json_decref(all);
         if (rc)
@@ -738,8 +885,30 @@ static void do_list(struct pss *p, json_t *args, bool v2)
         return;
     }
     json_decref(meta);
-    list_finish(p, json_object_get(all, "sandboxes"), args, v2);
+    /* This host's page: its sandboxes after the token, the first limit of them. */
+    local = list_items(p, json_object_get(all, "sandboxes"), sq);
     json_decref(all);
+    items = json_array();
+    if (!local || !items ||
+        e2b_page_merge(items, local, sq, has_after ? &after : NULL, json_array_size(local) + 1,
+                       &more) < 0 ||
+        e2b_page_finish(items, limit, &more)) {
+        json_decref(local);
+        json_decref(items);
+        fail(p, 500, "out of memory");
+        return;
+    }
+    json_decref(local);
+    if (!fleet) {
+        page_answer(p, items, more);
+        return;
+    }
+    rc = page_fan_start(p, mq && *mq ? mq : NULL, sq, limit,
+                        has_after && e2b_token_encode(&after, tok, sizeof(tok)) ? tok : NULL, items,
+                        more);
+    json_decref(items);
+    if (rc)
+        fail(p, 500, "cannot ask the peer hosts");
 }
 
 /* The sandbox of p->sbx as E2B shows it, or answered 404. *state its E2B state. */

@@ -274,6 +274,7 @@ static void parse_answer(struct call *c)
     if (status != 200)
         return call_end(c, "status not 200");
     c->r.ok = true;
+    c->r.head = c->buf;
     c->r.body = hend + 4;
     c->r.len = c->len - (size_t)(hend + 4 - c->buf);
     call_end(c, NULL);

@@ -39,6 +39,8 @@ struct fanout_result {
     bool ok;          /* an answer arrived, whole, with status 200 */
     int status;       /* its HTTP status, or 0 (no answer: refused, timed out, too big) */
     const char *why;  /* !ok: a short reason ("timeout", "connection refused", ...) */
+    const char *head; /* ok: the status line and headers (CRLF between lines, no blank
+                       * line), NUL-terminated, valid during the callback */
     const char *body; /* ok: the body, NUL-terminated, valid during the callback */
     size_t len;
 };

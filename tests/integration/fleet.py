@@ -106,6 +106,24 @@ class FleetHost(warren.Warren):
         text, _, code = r.stdout.rpartition("\n")
         return int(code or 0), text
 
+    def direct_headers(self, path, headers=None):
+        """A GET to this host itself (as direct), with extra request headers: its status,
+        its response headers (names in lower case) and its body."""
+        argv = ["ip", "netns", "exec", self.ns, "curl", "-s", "-D", "-", "-o", "-",
+                "-H", f"Authorization: Bearer {self.key}"]
+        for k, v in (headers or {}).items():
+            argv += ["-H", f"{k}: {v}"]
+        r = sh(*argv, f"http://{self.addr}:{API_PORT}{path}", check=False)
+        # sh's text mode turns the header lines' CRLF into LF.
+        head, _, body = r.stdout.replace("\r\n", "\n").partition("\n\n")
+        lines = head.split("\n")
+        status = int(lines[0].split()[1]) if lines and len(lines[0].split()) > 1 else 0
+        hdrs = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(":")
+            hdrs[k.strip().lower()] = v.strip()
+        return status, hdrs, body
+
 
 class Fleet:
     def __init__(self, n=3, confs=None, domain=None):

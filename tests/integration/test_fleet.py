@@ -75,6 +75,42 @@ class FleetTest(unittest.TestCase):
             time.sleep(0.3)
         self.fail(f"host {host} never became {'up' if up else 'unavailable'}")
 
+    def via_proxy(self, query, headers):
+        """A list page through HAProxy: status, headers (lower case), items."""
+        r = self.f.request("GET", "/v2/sandboxes" + query, headers=headers, auth=False)
+        return r.status, {k.lower(): v for k, v in r.headers.items()}, r.body
+
+    def via_host(self, host, query):
+        """A list page straight from one host."""
+        return host.direct_headers("/v2/sandboxes" + query)
+
+    def e2b_walk(self, get, limit, extra=""):
+        """Every page of E2B's list, limit items each, through get(query): the items, after
+        checking each page is whole (not partial), at most limit long, and that the walk
+        gives each sandbox once, in (startedAt, sandboxID) order."""
+        items, token = [], None
+        for _ in range(60):
+            q = f"?limit={limit}{extra}" + (f"&nextToken={token}" if token else "")
+            status, h, body = get(q)
+            self.assertEqual(status, 200, (q, h, body))
+            self.assertNotIn("x-warren-partial", h)
+            page = json.loads(body)
+            self.assertLessEqual(len(page), limit, page)
+            # A token only when more follow (a peer's own says so): no empty last page.
+            if token:
+                self.assertTrue(page, (q, h))
+            items += page
+            token = h.get("x-next-token")
+            if not token:
+                break
+        else:
+            self.fail(f"the walk never ended: {items}")
+        ids = [it["sandboxID"] for it in items]
+        self.assertEqual(len(ids), len(set(ids)), ids)
+        keys = [(it["startedAt"] or "", it["sandboxID"]) for it in items]
+        self.assertEqual(keys, sorted(keys))
+        return items
+
     def test_1_spread_route_and_full_host(self):
         placed = {}
         sids = []
@@ -155,20 +191,25 @@ class FleetTest(unittest.TestCase):
                 r = self.f.request("GET", f"/sandboxes/{sid}", headers=e2b, auth=False)
                 self.assertEqual((r.status, r.json()["sandboxID"]), (200, sid), r)
 
-            # E2B's list, a page of one at a time: every sandbox once, across the hosts.
-            seen, token = [], None
-            for _ in range(50):
-                q = "?limit=1" + (f"&nextToken={token}" if token else "")
-                r = self.f.request("GET", "/v2/sandboxes" + q, headers=e2b, auth=False)
-                self.assertEqual(r.status, 200, r)
-                self.assertIsNone(hdr(r, "X-Warren-Partial"), r.headers)
-                seen += [it["sandboxID"] for it in r.json()]
-                token = hdr(r, "x-next-token")
-                if not token:
-                    break
-            self.assertEqual(len(seen), len(set(seen)), seen)
-            self.assertEqual(seen, sorted(seen))
-            self.assertTrue({s for s, _ in made} <= set(seen), (made, seen))
+            # E2B's list, a page of one at a time through the proxy: every sandbox once,
+            # across the hosts, in the fleet's order (startedAt, then id).
+            ids = {s for s, _ in made}
+            seen = self.e2b_walk(lambda q: self.via_proxy(q, e2b), 1)
+            self.assertTrue(ids <= {it["sandboxID"] for it in seen}, (made, seen))
+            # Pages of two, each sent straight to the next host in turn: a token one host
+            # gave is a position every other host reads the same way.
+            order = [self.f.hosts[i % 3] for i in range(1, 60)]
+            walk = self.e2b_walk(lambda q: self.via_host(order.pop(0), q), 2)
+            self.assertEqual([it["sandboxID"] for it in walk], [it["sandboxID"] for it in seen])
+            # The state filter goes to the peers too: nothing here is paused.
+            self.assertEqual(self.e2b_walk(lambda q: self.via_proxy(q, e2b), 2, "&state=paused"),
+                             [])
+            # A token of before positions (the last id shown), or no token at all: a 400.
+            for bad in (made[0][0], "%25%25", "A" * 200):
+                r = self.f.request("GET", f"/v2/sandboxes?limit=2&nextToken={bad}",
+                                   headers=e2b, auth=False)
+                self.assertEqual(r.status, 400, (bad[:40], r))
+                self.assertIn("nextToken", r.json()["message"], r.json())
 
             # A Jupyter kernel's id carries its host (its last group, "<host>_<12 hex>":
             # server/jupyter.c, a unit test makes them): /api/kernels/{id} reaches that
@@ -260,6 +301,11 @@ class FleetTest(unittest.TestCase):
         self.assertIn(r.json()["unreachable"][0]["host"], h0_names)
         # E2B's list is a bare array: a header names the host it lacks.
         r = self.f.request("GET", "/v2/sandboxes", headers={"X-API-KEY": self.f.key}, auth=False)
+        self.assertEqual(r.status, 200, r.headers)
+        self.assertIn(hdr(r, "X-Warren-Partial"), h0_names, r.headers)
+        # A page asked of the peers by its limit is partial the same way.
+        r = self.f.request("GET", "/v2/sandboxes?limit=1&state=running,paused",
+                           headers={"X-API-KEY": self.f.key}, auth=False)
         self.assertEqual(r.status, 200, r.headers)
         self.assertIn(hdr(r, "X-Warren-Partial"), h0_names, r.headers)
 
