@@ -752,11 +752,28 @@ static int pct_put(char *q, size_t cap, size_t *len, const char *s)
     return 0;
 }
 
+/* Ask every peer for path (p->fan_local holds this host's part): done merges. 0, or -1
+ * (p->fan_local released). */
+static int fan_start(struct pss *p, const char *path, fanout_done_fn done)
+{
+    char auth[600];
+
+    if ((size_t)snprintf(auth, sizeof(auth), "Bearer %s", p->srv->key) >= sizeof(auth) ||
+        fanout_start(p->srv->loop, p->srv->peers, path, auth, p->srv->cfg->peer_timeout_ms,
+                     p->srv->cfg->peer_answer_max_bytes, done, p, &p->fan)) {
+        json_decref(p->fan_local);
+        p->fan_local = NULL;
+        return -1;
+    }
+    req_phase(p, HP_OP);
+    return 0;
+}
+
 /* Ask every peer for its own sandboxes whose metadata holds meta (REST's
  * metadata.K=V filter), with the fleet's key: 0 (list_fan_done answers), or -1. */
 static int list_fan_start(struct pss *p, json_t *meta, json_t *local)
 {
-    char path[4096], auth[600];
+    char path[4096];
     size_t len = strlen("/v1/sandboxes");
     const char *k;
     json_t *v;
@@ -774,17 +791,9 @@ static int list_fan_start(struct pss *p, json_t *meta, json_t *local)
         if (pct_put(path, sizeof(path), &len, json_string_value(v)))
             return -1;
     }
-    if ((size_t)snprintf(auth, sizeof(auth), "Bearer %s", p->srv->key) >= sizeof(auth) ||
-        !(p->fan_local = json_pack("{s:O}", "sandboxes", local)))
+    if (!(p->fan_local = json_pack("{s:O}", "sandboxes", local)))
         return -1;
-    if (fanout_start(p->srv->loop, p->srv->peers, path, auth, p->srv->cfg->peer_timeout_ms,
-                     p->srv->cfg->peer_answer_max_bytes, list_fan_done, p, &p->fan)) {
-        json_decref(p->fan_local);
-        p->fan_local = NULL;
-        return -1;
-    }
-    req_phase(p, HP_OP);
-    return 0;
+    return fan_start(p, path, list_fan_done);
 }
 
 /* Append "&name=" and value percent-encoded (value NULL: nothing). 0, or -1 (too long). */
@@ -811,25 +820,17 @@ static int query_put(char *q, size_t cap, size_t *len, const char *name, const c
 static int page_fan_start(struct pss *p, const char *mq, const char *sq, size_t limit,
                           const char *tok, json_t *items, bool more)
 {
-    char path[4096], auth[600];
+    char path[4096];
     size_t len = (size_t)snprintf(path, sizeof(path), "/v2/sandboxes?limit=%zu", limit);
 
     if (query_put(path, sizeof(path), &len, "state", sq) ||
         query_put(path, sizeof(path), &len, "metadata", mq) ||
         query_put(path, sizeof(path), &len, "nextToken", tok))
         return -1;
-    if ((size_t)snprintf(auth, sizeof(auth), "Bearer %s", p->srv->key) >= sizeof(auth) ||
-        !(p->fan_local = json_pack("{s:O, s:b, s:I, s:s?, s:s?}", "items", items, "more", more,
+    if (!(p->fan_local = json_pack("{s:O, s:b, s:I, s:s?, s:s?}", "items", items, "more", more,
                                    "limit", (json_int_t)limit, "state", sq, "after", tok)))
         return -1;
-    if (fanout_start(p->srv->loop, p->srv->peers, path, auth, p->srv->cfg->peer_timeout_ms,
-                     p->srv->cfg->peer_answer_max_bytes, page_fan_done, p, &p->fan)) {
-        json_decref(p->fan_local);
-        p->fan_local = NULL;
-        return -1;
-    }
-    req_phase(p, HP_OP);
-    return 0;
+    return fan_start(p, path, page_fan_done);
 }
 
 static void do_list(struct pss *p, json_t *args, bool v2)

@@ -215,6 +215,7 @@ static int hash_fd(int fd, char hex[IMGSRC_HEX_LEN + 1], uint64_t *size)
     return 0;
 }
 
+/* A file's hash, with what tells whether the file changed since it was taken. */
 struct hc_ent {
     char name[IMGSRC_NAME_MAX + 1];
     dev_t dev;
@@ -1041,15 +1042,6 @@ out:
 
 /* ---- warrend's side ---- */
 
-struct local_hash {
-    char name[IMGSRC_NAME_MAX + 1];
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime;
-    char sha[IMGSRC_HEX_LEN + 1];
-};
-
 struct images_src {
     struct ev_loop *loop;
     ev_timer tick;
@@ -1061,12 +1053,12 @@ struct images_src {
     struct imgsrc_hcache *hc; /* the thread's */
     /* The thread's outcome: written by it, read by the loop after the join. */
     struct imgsrc_report out;
-    struct local_hash out_h[IMGSRC_FILES_MAX];
+    struct hc_ent out_h[IMGSRC_FILES_MAX];
     size_t out_nh;
     /* The loop's copy. */
     bool passed; /* a pass with a source ended */
     struct imgsrc_report rep;
-    struct local_hash h[IMGSRC_FILES_MAX];
+    struct hc_ent h[IMGSRC_FILES_MAX];
     size_t nh;
 };
 
@@ -1084,7 +1076,7 @@ static void *pass(void *arg)
     s->out_nh = 0;
     if ((d = opendir(s->image_dir))) {
         while ((de = readdir(d)) != NULL && s->out_nh < IMGSRC_FILES_MAX) {
-            struct local_hash *l = &s->out_h[s->out_nh];
+            struct hc_ent *l = &s->out_h[s->out_nh];
             char path[4096 + IMGSRC_NAME_MAX + 2];
             size_t len = strlen(de->d_name);
             uint64_t size;
@@ -1259,7 +1251,7 @@ bool images_src_sha(const struct images_src *s, const char *name, char hex[IMGSR
     if (!s)
         return false;
     for (size_t i = 0; i < s->nh; i++) {
-        const struct local_hash *l = &s->h[i];
+        const struct hc_ent *l = &s->h[i];
         if (strcmp(l->name, name) != 0)
             continue;
         snprintf(path, sizeof(path), "%s/%s", s->image_dir, name);
