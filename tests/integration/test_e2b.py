@@ -293,7 +293,8 @@ class TestPythonShapes(E2BCase):
         self.assertIn("'no-such-template'", r.json()["message"])
 
     def test_paging_and_snapshots(self):
-        ids = sorted(self.create(metadata={"suite": "page"})["sandboxID"] for _ in range(3))
+        # pages come in the fleet's order, (startedAt, id): here the order of creation
+        ids = [self.create(metadata={"suite": "page"})["sandboxID"] for _ in range(3)]
         seen, token, pages = [], None, 0
         while True:
             q = "limit=1&metadata=" + urllib.parse.quote("suite=page")
