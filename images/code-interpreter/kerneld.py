@@ -196,6 +196,8 @@ class PyContext:
         self.pid = 0
         self.iopub_lost = 0  # times the iopub connection was dropped (a message over MAX_MSG)
         self.monitor = None
+        self.dropped = {}  # channel -> messages that did not deserialize (diagnose says)
+        self.reader_end = {}  # channel -> why its reader stopped
 
     def obj(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd,
@@ -247,6 +249,9 @@ class PyContext:
         env.setdefault("MPLCONFIGDIR", "/var/cache/matplotlib")
         env.pop("WARREN_EXEC_ID", None)
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"  # no debugger warning on every start
+        # A kernel that crashes, or is sent SIGABRT (diagnose), leaves its threads' Python
+        # stacks in kerneld's log (its stderr).
+        env.setdefault("PYTHONFAULTHANDLER", "1")
         await self.km.start_kernel(cwd=self.cwd, env=env)
         self.pid = self.km.provisioner.pid if self.km.provisioner else 0
         self.started_boot_id = read_boot_id()
@@ -310,12 +315,15 @@ class PyContext:
                 raise
             except Exception as e:  # a closed socket: the context is going
                 log("%s %s: %s" % (self.id, ch, e))
+                self.reader_end[ch] = repr(e)
                 return
             try:
                 _, parts = sess.feed_identities(parts)
                 msg = sess.deserialize(parts, content=True)
             except Exception:
-                continue  # unsigned, badly signed (re-keying) or malformed: not the kernel's
+                # unsigned, badly signed (re-keying) or malformed: not the kernel's
+                self.dropped[ch] = self.dropped.get(ch, 0) + 1
+                continue
             parent = (msg.get("parent_header") or {}).get("msg_id")
             q = self.waiters.get(parent)
             if q is not None:
@@ -354,6 +362,39 @@ class PyContext:
             return False
         finally:
             self.waiters.pop(msg["header"]["msg_id"], None)
+
+    async def diagnose(self):
+        """What a kernel that stopped answering is doing, for the failure's message: each
+        thread's state and wait channel, then its Python stacks (SIGABRT; faulthandler
+        writes them to the log, which is the kernel's stderr). Ends the kernel."""
+        pid = self.pid
+        threads = []
+        try:
+            for tid in sorted(os.listdir("/proc/%d/task" % pid), key=int)[:16]:
+                with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open("/proc/%d/task/%s/wchan" % (pid, tid)) as f:
+                    threads.append("%s:%s" % (state, f.read().strip() or "-"))
+        except (OSError, ValueError, IndexError):
+            if not threads:
+                return "kernel pid %d is gone" % pid
+        try:
+            before = os.path.getsize(LOG)
+            os.kill(pid, signal.SIGABRT)
+            await asyncio.sleep(3)
+            with open(LOG, "rb") as f:
+                f.seek(before)
+                dump = f.read(1 << 16).decode("utf-8", "replace")
+        except OSError:
+            dump = ""
+        # Each thread's stack, innermost first (faulthandler's order): where it waits.
+        stack = [l.strip() if l.strip().startswith("File ") else "--" for l in dump.splitlines()
+                 if l.strip().startswith(("File ", "Thread ", "Current thread "))]
+        return "kernel pid %d threads %s; kerneld's readers: %s, dropped %s; stacks: %s" % (
+            pid, " ".join(threads),
+            " ".join("%s:%s" % (c, self.reader_end.get(c, "up" if not r.done() else "done"))
+                     for c, r in self.readers.items()),
+            self.dropped or "none", " | ".join(stack[:24]) or "none")
 
     async def rekey(self):
         """A clone: fresh random state, session key and kernel id, before anything runs."""
@@ -992,8 +1033,10 @@ async def daemon_main(ready_fd):
     try:
         ctx = await d.new_context("python", default=True)
         if not await ctx.silent(WARM_IMPORTS, timeout=START_TIMEOUT):
-            raise Fail("internal", "importing numpy, pandas and matplotlib: %s"
-                       % ctx.silent_why)
+            why = ctx.silent_why
+            if why.startswith("no reply"):
+                why += " (%s)" % await ctx.diagnose()
+            raise Fail("internal", "importing numpy, pandas and matplotlib: %s" % why)
         try:
             os.unlink(SOCK)
         except FileNotFoundError:
