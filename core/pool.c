@@ -65,7 +65,7 @@ struct wsess {
     const char *pre; /* sh -c, first; NULL or "": none */
     bool hook;       /* then WARM_HOOK, if the image has it (template_warm_timeout_seconds) */
     int64_t hook_start;
-    char hook_out[160]; /* the start of what the hook printed: its failure's reason */
+    char hook_out[2048]; /* the start of what the hook printed: its failure's reason */
     size_t hook_nout;
     bool pre_logged; /* the template's warm-up: log how it went */
     int64_t pre_start;
@@ -545,7 +545,12 @@ static void ws_hook_done(struct wsess *w, const struct proto_frame *f)
         snprintf(why, sizeof(why), "%s did not finish within template_warm_timeout_seconds = %u",
                  WARM_HOOK, w->p->h->cfg->template_warm_timeout_s);
     else
-        snprintf(why, sizeof(why), "%s exited %lld: %s", WARM_HOOK, (long long)code, w->hook_out);
+        snprintf(why, sizeof(why), "%s exited %lld: %.160s", WARM_HOOK, (long long)code,
+                 w->hook_out);
+    /* The reason keeps the start; a hook that says more (kerneld's diagnosis of a kernel
+     * that stopped answering) is logged whole, once per failed build. */
+    if (w->hook_nout > 160)
+        LOG(LOG_WARN, "pool: template %s: %s printed: %s", w->p->key, WARM_HOOK, w->hook_out);
     ws_done(w, -EIO, why);
 }
 
