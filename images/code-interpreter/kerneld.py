@@ -338,30 +338,57 @@ class PyContext:
                     if ch != "stdin" and msg["msg_type"].endswith("_reply"):
                         self.owners.pop(parent, None)
 
-    async def silent(self, code, timeout=30.0):
+    async def silent(self, code, timeout=30.0, resend_after=0.0):
         """Run code of the bridge's own (no history, no count) within timeout seconds;
-        True when it succeeded. Why it did not is in self.silent_why."""
-        msg = self.km.session.msg("execute_request", {
-            "code": code, "silent": True, "store_history": False,
-            "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
-        q = self.expect(msg)
-        self.send("shell", msg)
-        deadline = asyncio.get_running_loop().time() + timeout
+        True when it succeeded. Why it did not is in self.silent_why.
+
+        resend_after (idempotent code only): when nothing at all came for the request in
+        that long (not even its busy status), the same code goes again as a new request
+        (three times at most), and the first reply to any counts. Seen here: a warm's imports whose request
+        or reply went missing, the kernel idle in epoll_wait and kerneld waiting, until
+        the 300 s ran out; a new request gives both sides a message to wake on."""
+        loop = asyncio.get_running_loop()
+        q = asyncio.Queue()
+        sent = []
+
+        def send():
+            msg = self.km.session.msg("execute_request", {
+                "code": code, "silent": True, "store_history": False,
+                "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
+            sent.append(msg["header"]["msg_id"])
+            self.waiters[sent[-1]] = q
+            self.send("shell", msg)
+
+        send()
+        deadline = loop.time() + timeout
+        heard = False
         self.silent_why = "no reply within %.0f s" % timeout
         try:
             while True:
-                left = deadline - asyncio.get_running_loop().time()
-                ch, m = await asyncio.wait_for(q.get(), max(left, 0.001))
+                left = deadline - loop.time()
+                nudge = resend_after and not heard and len(sent) <= 3
+                if nudge:
+                    left = min(left, resend_after)
+                try:
+                    ch, m = await asyncio.wait_for(q.get(), max(left, 0.001))
+                except asyncio.TimeoutError:
+                    if loop.time() >= deadline - 0.001 or not nudge:
+                        self.silent_why += " (%d requests)" % len(sent)
+                        return False
+                    log("%s: no sign of own code's request in %g s: sending it again"
+                        % (self.id, resend_after))
+                    send()
+                    continue
+                heard = True
                 if ch == "shell" and m["msg_type"] == "execute_reply":
                     if m["content"].get("status") != "ok":
                         self.silent_why = "%s: %s" % (m["content"].get("ename"),
                                                       m["content"].get("evalue"))
                         log("%s: own code failed: %s" % (self.id, self.silent_why))
                     return m["content"].get("status") == "ok"
-        except asyncio.TimeoutError:
-            return False
         finally:
-            self.waiters.pop(msg["header"]["msg_id"], None)
+            for mid in sent:
+                self.waiters.pop(mid, None)
 
     async def diagnose(self):
         """What a kernel that stopped answering is doing, for the failure's message: each
@@ -390,8 +417,17 @@ class PyContext:
         # Each thread's stack, innermost first (faulthandler's order): where it waits.
         stack = [l.strip() if l.strip().startswith("File ") else "--" for l in dump.splitlines()
                  if l.strip().startswith(("File ", "Thread ", "Current thread "))]
-        return "kernel pid %d threads %s; kerneld's readers: %s, dropped %s; stacks: %s" % (
-            pid, " ".join(threads),
+        # A message waiting unread in kerneld's own socket would mean its reader missed
+        # the wake-up, not that the kernel lost the request.
+        try:
+            import zmq
+            unread = " ".join("%s:%s" % (c, bool(sk.getsockopt(zmq.EVENTS) & zmq.POLLIN))
+                              for c, sk in self.socks.items())
+        except Exception as e:
+            unread = repr(e)
+        return "kernel pid %d threads %s; unread in kerneld: %s; kerneld's readers: %s, " \
+            "dropped %s; stacks: %s" % (
+            pid, " ".join(threads), unread,
             " ".join("%s:%s" % (c, self.reader_end.get(c, "up" if not r.done() else "done"))
                      for c, r in self.readers.items()),
             self.dropped or "none", " | ".join(stack[:24]) or "none")
@@ -1032,7 +1068,7 @@ async def daemon_main(ready_fd):
     d = Daemon()
     try:
         ctx = await d.new_context("python", default=True)
-        if not await ctx.silent(WARM_IMPORTS, timeout=START_TIMEOUT):
+        if not await ctx.silent(WARM_IMPORTS, timeout=START_TIMEOUT, resend_after=30.0):
             why = ctx.silent_why
             if why.startswith("no reply"):
                 why += " (%s)" % await ctx.diagnose()
