@@ -50,6 +50,7 @@ MAX_CLIENT_QUEUE = 1024  # iopub messages waiting for one slow channels client
 MAX_LOG = 1 << 20
 START_TIMEOUT = 300.0  # a kernel's start: minutes under TCG on a busy host
 INTERRUPT_GRACE = 10.0  # after an interrupt, the kernel must go idle within this
+READ_POLL = 2.0  # a channel's reader looks for messages at least this often (reader)
 WARM_IMPORTS = (
     "import numpy, pandas, matplotlib\n"
     "import matplotlib.pyplot\n"
@@ -306,11 +307,21 @@ class PyContext:
         self.km.session.send(self.socks[ch], msg)
 
     async def reader(self, ch):
+        """The channel's messages to their waiters and clients. A ZeroMQ socket's fd only
+        signals an edge; a wake-up missed (a warm's reply was seen to wait unread for
+        300 s, the kernel idle) must not strand what came: each turn takes what is
+        there without blocking, and waits for more at most READ_POLL seconds."""
+        import zmq
+
         sess = self.km.session
         sock = self.socks[ch]
         while True:
             try:
-                parts = await sock.recv_multipart()
+                try:
+                    parts = await sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    await sock.poll(READ_POLL * 1000, zmq.POLLIN)
+                    continue
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a closed socket: the context is going
@@ -394,6 +405,14 @@ class PyContext:
         """What a kernel that stopped answering is doing, for the failure's message: each
         thread's state and wait channel, then its Python stacks (SIGABRT; faulthandler
         writes them to the log, which is the kernel's stderr). Ends the kernel."""
+        # A message waiting unread in kerneld's own socket would mean its reader missed
+        # the wake-up, not that the kernel lost the request.
+        try:
+            import zmq
+            unread = " ".join("%s:%s" % (c, bool(sk.getsockopt(zmq.EVENTS) & zmq.POLLIN))
+                              for c, sk in self.socks.items())
+        except Exception as e:
+            unread = repr(e)
         pid = self.pid
         threads = []
         try:
@@ -417,17 +436,9 @@ class PyContext:
         # Each thread's stack, innermost first (faulthandler's order): where it waits.
         stack = [l.strip() if l.strip().startswith("File ") else "--" for l in dump.splitlines()
                  if l.strip().startswith(("File ", "Thread ", "Current thread "))]
-        # A message waiting unread in kerneld's own socket would mean its reader missed
-        # the wake-up, not that the kernel lost the request.
-        try:
-            import zmq
-            unread = " ".join("%s:%s" % (c, bool(sk.getsockopt(zmq.EVENTS) & zmq.POLLIN))
-                              for c, sk in self.socks.items())
-        except Exception as e:
-            unread = repr(e)
-        return "kernel pid %d threads %s; unread in kerneld: %s; kerneld's readers: %s, " \
+        return "unread in kerneld: %s; kernel pid %d threads %s; kerneld's readers: %s, " \
             "dropped %s; stacks: %s" % (
-            pid, " ".join(threads), unread,
+            unread, pid, " ".join(threads),
             " ".join("%s:%s" % (c, self.reader_end.get(c, "up" if not r.done() else "done"))
                      for c, r in self.readers.items()),
             self.dropped or "none", " | ".join(stack[:24]) or "none")
