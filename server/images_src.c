@@ -254,6 +254,30 @@ void imgsrc_hcache_free(struct imgsrc_hcache *c)
     free(c);
 }
 
+/* name's entry, or NULL. */
+static struct hc_ent *hc_find(struct imgsrc_hcache *c, const char *name)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (strcmp(c->v[i].name, name) == 0)
+            return &c->v[i];
+    return NULL;
+}
+
+/* Keep name's hash with its file's identity, in e (its entry) or a new slot (the oldest
+ * when full). */
+static void hc_store(struct imgsrc_hcache *c, struct hc_ent *e, const char *name,
+                     const struct stat *st, const char *hex)
+{
+    if (!e)
+        e = c->n < IMGSRC_FILES_MAX ? &c->v[c->n++] : &c->v[c->next++ % IMGSRC_FILES_MAX];
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    e->dev = st->st_dev;
+    e->ino = st->st_ino;
+    e->size = st->st_size;
+    e->mtime = st->st_mtim;
+    memcpy(e->sha, hex, sizeof(e->sha));
+}
+
 static bool same_file(const struct hc_ent *e, const struct stat *st)
 {
     return e->dev == st->st_dev && e->ino == st->st_ino && e->size == st->st_size &&
@@ -265,7 +289,7 @@ int imgsrc_hash(struct imgsrc_hcache *c, const char *dir, const char *name,
 {
     char path[4096 + IMGSRC_NAME_MAX + 2];
     struct stat st, st2;
-    struct hc_ent *e = NULL;
+    struct hc_ent *e;
     int fd, r;
 
     if (!imgsrc_name_ok(name) ||
@@ -277,9 +301,7 @@ int imgsrc_hash(struct imgsrc_hcache *c, const char *dir, const char *name,
         close(fd);
         return -EINVAL;
     }
-    for (size_t i = 0; i < c->n; i++)
-        if (strcmp(c->v[i].name, name) == 0)
-            e = &c->v[i];
+    e = hc_find(c, name);
     if (e && same_file(e, &st)) {
         close(fd);
         memcpy(hex, e->sha, sizeof(e->sha));
@@ -295,18 +317,7 @@ int imgsrc_hash(struct imgsrc_hcache *c, const char *dir, const char *name,
     close(fd);
     if (r)
         return r;
-    if (!e) {
-        if (c->n < IMGSRC_FILES_MAX)
-            e = &c->v[c->n++];
-        else
-            e = &c->v[c->next++ % IMGSRC_FILES_MAX];
-    }
-    snprintf(e->name, sizeof(e->name), "%s", name);
-    e->dev = st.st_dev;
-    e->ino = st.st_ino;
-    e->size = st.st_size;
-    e->mtime = st.st_mtim;
-    memcpy(e->sha, hex, sizeof(e->sha));
+    hc_store(c, e, name, &st, hex);
     return 0;
 }
 
@@ -314,23 +325,12 @@ int imgsrc_hash(struct imgsrc_hcache *c, const char *dir, const char *name,
 static void hcache_put(struct imgsrc_hcache *c, const char *dir, const char *name, const char *hex)
 {
     char path[4096 + IMGSRC_NAME_MAX + 2];
-    struct hc_ent *e = NULL;
     struct stat st;
 
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     if (stat(path, &st) || !S_ISREG(st.st_mode))
         return;
-    for (size_t i = 0; i < c->n; i++)
-        if (strcmp(c->v[i].name, name) == 0)
-            e = &c->v[i];
-    if (!e)
-        e = c->n < IMGSRC_FILES_MAX ? &c->v[c->n++] : &c->v[c->next++ % IMGSRC_FILES_MAX];
-    snprintf(e->name, sizeof(e->name), "%s", name);
-    e->dev = st.st_dev;
-    e->ino = st.st_ino;
-    e->size = st.st_size;
-    e->mtime = st.st_mtim;
-    memcpy(e->sha, hex, sizeof(e->sha));
+    hc_store(c, hc_find(c, name), name, &st, hex);
 }
 
 /* ---- writing a file: holes kept, hashed on the way ---- */
